@@ -1,0 +1,377 @@
+"""The ``blis`` command line.
+
+Exit status: 0 success; 1 a run failed its own checks (e.g. replay mismatch); 2 input
+refused (scenario, plugin, catalog), with every problem named by field, value and
+cause and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from blis_core import __version__
+from blis_core.contracts.errors import BlisError, InputRefused, PluginError
+from blis_core.contracts.scenario import parse_kind_at_version
+
+__all__ = ["main"]
+
+
+def _host() -> Any:
+    from blis_core.runner.builtins import make_host
+
+    return make_host()
+
+
+def _kind_version(text: str, flag: str) -> tuple[str, str | None]:
+    try:
+        return parse_kind_at_version(text)
+    except ValueError as err:
+        raise InputRefused.one(flag, text, str(err)) from None
+
+
+def _print_refusal(err: BlisError) -> None:
+    print(f"blis: error: {err}", file=sys.stderr)
+
+
+# ------------------------------------------------------------------ commands
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from blis_core.io.scenario import parse_scenario, read_scenario_data
+    from blis_core.runner.run import DataSources, run_scenario, write_result
+
+    data, source = read_scenario_data(args.scenario)
+    if args.engine:
+        kind, version = _kind_version(args.engine, "--engine")
+        for pool in data.get("deployment", {}).get("pools", []) or []:
+            if isinstance(pool, dict):
+                pool["engine"] = {"kind": kind, "version": version}
+    if args.seed is not None:
+        data["seed"] = args.seed
+    if args.replications is not None:
+        data.setdefault("frame", {})["replications"] = args.replications
+    scenario = parse_scenario(data, source)
+    sources = DataSources.load(args.catalog, args.registry)
+    base_dir = Path(args.scenario).resolve().parent if args.scenario else None
+    result = run_scenario(scenario, _host(), sources, base_dir=base_dir)
+    text = write_result(result)
+    if args.out:
+        Path(args.out).write_text(text, encoding="ascii")
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        from blis_core.report import print_summary
+
+        print_summary(result, out=args.out)
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from blis_core.contracts.errors import FieldError
+    from blis_core.contracts.scenario import Scenario
+    from blis_core.io.scenario import field_errors, read_scenario_data
+    from blis_core.runner.run import DataSources, check_scenario
+
+    data, source = read_scenario_data(args.scenario)
+    errors: list[FieldError] = []
+    scenario: Scenario | None = None
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as err:
+        errors.extend(field_errors(err))
+    sources = DataSources.load(args.catalog, args.registry)
+    base_dir = Path(args.scenario).resolve().parent if args.scenario else None
+    if scenario is not None:
+        errors.extend(check_scenario(scenario, _host(), sources, base_dir))
+    else:
+        errors.extend(_partial_checks(data, sources))
+    if errors:
+        raise InputRefused(errors, source)
+    print(f"{source}: valid")
+    return 0
+
+
+def _partial_checks(data: dict[str, Any], sources: Any) -> list[Any]:
+    """Semantic checks of the pools that are themselves well formed, when others are not."""
+    from pydantic import ValidationError
+
+    from blis_core.contracts.errors import FieldError
+    from blis_core.contracts.scenario import PoolSpec
+
+    errors: list[FieldError] = []
+    pools = (data.get("deployment") or {}).get("pools") if isinstance(data.get("deployment"), dict) else None
+    if not isinstance(pools, list):
+        return errors
+    host = _host()
+    for i, raw in enumerate(pools):
+        try:
+            pool = PoolSpec.model_validate(raw)
+        except ValidationError:
+            continue
+        where = f"deployment.pools.{i}"
+        try:
+            host.select_engine(pool.engine.kind, pool.engine.version)
+        except PluginError as err:
+            errors.append(FieldError(f"{where}.engine", str(pool.engine), str(err)))
+        if pool.hardware not in sources.catalog.hardware:
+            errors.append(FieldError(f"{where}.hardware", pool.hardware, "unknown hardware"))
+        if pool.model not in sources.catalog.models:
+            errors.append(FieldError(f"{where}.model", pool.model, "unknown model"))
+    return errors
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from blis_core.schema import schemas
+
+    docs = schemas()
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, schema in docs.items():
+            (out / f"{name}.schema.json").write_text(
+                json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            )
+        print(f"wrote {len(docs)} schemas to {out}")
+    else:
+        json.dump(docs, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    return 0
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    host = _host()
+    records = host.load_all()
+    rows = []
+    for rec in records:
+        provides = rec.provides or ["-"]
+        for item in provides:
+            rows.append(
+                {
+                    "group": rec.group,
+                    "name": rec.name,
+                    "distribution": rec.distribution,
+                    "version": rec.version,
+                    "provides": item,
+                    "upstream_release": item.split("@", 1)[1] if "@" in item else "-",
+                    "status": rec.status,
+                    "error": rec.error,
+                }
+            )
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="BLIS plugins")
+    for col in ("group", "name", "distribution", "version", "provides", "upstream release", "status"):
+        table.add_column(col)
+    for r in rows:
+        status = r["status"] if not r["error"] else f"{r['status']}: {r['error']}"
+        table.add_row(
+            r["group"], r["name"], r["distribution"], r["version"], r["provides"],
+            r["upstream_release"], status,
+        )
+    Console().print(table)
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from blis_core.contracts.result import Result
+    from blis_core.runner.run import DataSources, run_scenario, write_result
+
+    path = Path(args.result)
+    original = path.read_text(encoding="ascii")
+    try:
+        recorded = Result.model_validate_json(original)
+    except ValueError as err:
+        raise InputRefused.one("", str(path), f"not a BLIS Result: {err}") from None
+    catalog = None if recorded.data.catalog_source == "embedded" else recorded.data.catalog_source
+    registry = None if recorded.data.registry_source == "embedded" else recorded.data.registry_source
+    sources = DataSources.load(catalog, registry)
+    result = run_scenario(recorded.scenario, _host(), sources, base_dir=path.resolve().parent)
+    again = write_result(result)
+    if again == original:
+        print(f"{path}: reproduced byte for byte ({recorded.content_hash})")
+        return 0
+    print(
+        f"{path}: NOT reproduced: recorded {recorded.content_hash}, rerun {result.content_hash}",
+        file=sys.stderr,
+    )
+    if recorded.stack != result.stack:
+        print(f"  stack differs: recorded {recorded.stack}, now {result.stack}", file=sys.stderr)
+    if recorded.data != result.data:
+        print(f"  data differs: recorded {recorded.data}, now {result.data}", file=sys.stderr)
+    return 1
+
+
+def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
+    from blis_core.contracts.engine import EnginePoolSpec
+    from blis_core.contracts.plan import ParallelLayout
+    from blis_core.runner.environment import make_environment
+    from blis_core.runner.run import DataSources
+    from blis_core.sim.rng import RandomStreams
+
+    kind, version = _kind_version(args.engine, "--engine")
+    engine_args = _engine_args(extra)
+    host = _host()
+    factory = host.select_engine(kind, version)
+    sources = DataSources.load(args.catalog, args.registry)
+    sources.catalog.model(args.model)
+    sources.catalog.chip(args.hardware)
+    spec = EnginePoolSpec(
+        pool="plan",
+        model=args.model,
+        hardware=args.hardware,
+        layout=ParallelLayout(tp=args.tp, pp=args.pp, dp=args.dp),
+        args=engine_args,
+    )
+    plan = factory.plan(spec, make_environment(sources, "plan", RandomStreams(0)))
+    doc = plan.model_dump(mode="json")
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        budget = plan.kv_budget
+        print(f"engine            {plan.engine}")
+        print(f"model             {plan.model} on {plan.hardware}, layout {plan.layout.model_dump()}")
+        print(f"max_num_seqs      {plan.max_num_seqs}")
+        print(f"max_num_batched   {plan.max_num_batched_tokens}")
+        print(f"max_model_len     {plan.max_model_len}")
+        print(f"steps in flight   {plan.steps_in_flight}")
+        if budget is not None:
+            print(f"GPU KV blocks     {budget.num_gpu_blocks} x {budget.block_size_tokens} tokens")
+            print(f"KV bytes / rank   {budget.kv_bytes}")
+        for layer in plan.layers:
+            print(f"layer             {layer.kind.value} x{layer.count} impl={layer.impl}")
+    return 0
+
+
+def _engine_args(extra: list[str]) -> dict[str, Any]:
+    """``--max-num-seqs 128 --enable-prefix-caching`` -> ``{"max_num_seqs": 128, ...}``."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(extra):
+        token = extra[i]
+        if not token.startswith("--"):
+            raise InputRefused.one("engine args", token, "expected --NAME [VALUE]")
+        name, eq, value = token[2:].partition("=")
+        key = name.replace("-", "_")
+        if eq:
+            out[key] = yaml.safe_load(value)
+        elif i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+            out[key] = yaml.safe_load(extra[i + 1])
+            i += 1
+        else:
+            out[key] = True
+        i += 1
+    return out
+
+
+def _cmd_workload_fit(args: argparse.Namespace) -> int:
+    from blis_core.workload.fit import fit_trace
+
+    fit = fit_trace(Path(args.trace))
+    print(json.dumps(fit.model_dump(mode="json"), indent=2, sort_keys=True))
+    return 0
+
+
+# ------------------------------------------------------------------ parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="blis", description="BLIS: simulate an LLM serving cluster."
+    )
+    parser.add_argument("--version", action="version", version=f"blis-core {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def data_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--catalog", help="catalog directory (replaces the embedded catalog)")
+        p.add_argument("--registry", help="coefficient registry directory (replaces embedded)")
+
+    p = sub.add_parser("run", help="run a scenario (the embedded default when none is given)")
+    p.add_argument("scenario", nargs="?", help="scenario YAML file")
+    p.add_argument("--engine", help="override every pool's engine, e.g. vllm@0.33.0")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--replications", type=int)
+    p.add_argument("--out", help="write the canonical Result JSON here")
+    p.add_argument("--json", action="store_true", help="print the Result JSON")
+    data_args(p)
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("validate", help="check a scenario and report every error")
+    p.add_argument("scenario")
+    data_args(p)
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("schema", help="write the JSON Schema of each document")
+    p.add_argument("--out", help="directory to write NAME.schema.json files into")
+    p.set_defaults(func=_cmd_schema)
+
+    p = sub.add_parser("plugins", help="list installed plugins")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_plugins)
+
+    p = sub.add_parser("replay", help="rerun a Result and check it reproduces byte for byte")
+    p.add_argument("result")
+    p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser(
+        "plan",
+        help="resolve an engine's configuration and print its PoolPlan",
+        description="Unknown --flags are the engine's own arguments (e.g. --max-num-seqs 128).",
+    )
+    p.add_argument("--engine", required=True, help="KIND@VERSION, e.g. vllm@0.33.0")
+    p.add_argument("--model", required=True)
+    p.add_argument("--hardware", required=True)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--pp", type=int, default=1)
+    p.add_argument("--dp", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+    data_args(p)
+    p.set_defaults(func=None, plan=True)
+
+    p = sub.add_parser("workload", help="workload tools")
+    wsub = p.add_subparsers(dest="workload_command", required=True)
+    w = wsub.add_parser("fit", help="fit distributions to a trace, tested on held-out rows")
+    w.add_argument("trace")
+    w.set_defaults(func=_cmd_workload_fit)
+
+    try:
+        from blis_core.cost.cli import register_cli
+    except ImportError:  # pragma: no cover - the cost package ships with blis-core
+        pass
+    else:
+        register_cli(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``blis`` console script."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        if getattr(args, "plan", False):
+            return _cmd_plan(args, extra)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        status: int = args.func(args)
+        return status
+    except BlisError as err:
+        _print_refusal(err)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The engine contract: what an engine plugin provides and what it is given (design §6).
+
+The simulator builds an engine through its :class:`EngineFactory`, handing it an
+:class:`Environment`. The engine resolves its configuration as its upstream does,
+plans its pool through the Environment (plan phase), and then, in the run phase, is
+driven by the simulator's engine component:
+
+1. ``add_request`` / ``abort_request`` when a request or an abort reaches it;
+2. ``schedule(now_us)`` forms the next step and returns its padded :class:`StepShape`
+   (``None``: nothing to run until the next input); the simulator asks the
+   Environment for the step's price and advances time;
+3. ``complete(shape, now_us)`` when that step's execution ends, returning the
+   :class:`StepOutcome` (tokens streamed, requests finished, KV events).
+
+Up to ``plan.steps_in_flight`` steps may be scheduled before the oldest completes
+(vLLM async scheduling, SGLang overlap); steps execute one after another in the order
+scheduled. ``input_boundary`` declares, per kind of external input, the step boundary
+at which it takes effect (design §8.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitecture
+from blis_core.contracts.cost import StepPrice
+from blis_core.contracts.plan import ParallelLayout, PoolPlan
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.shape import StepShape, Transfer
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "EngineFactory",
+    "EngineInstance",
+    "EnginePoolSpec",
+    "Environment",
+    "FinishedRequest",
+    "KVEvent",
+    "LinkLoad",
+    "StepOutcome",
+    "TokenEmission",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    """KV blocks became cached (vLLM ``BlockStored``)."""
+
+    block_hashes: tuple[int, ...]
+    parent_block_hash: int | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = "GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    """Cached KV blocks were evicted (vLLM ``BlockRemoved``)."""
+
+    block_hashes: tuple[int, ...]
+    medium: str | None = "GPU"
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    """The whole prefix cache was reset (vLLM ``AllBlocksCleared``)."""
+
+
+KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEmission:
+    """``num_tokens`` output tokens of ``request_id`` reach the client at this step's end."""
+
+    request_id: str
+    num_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRequest:
+    """A request the engine finished; ``reason`` is ``length``, ``stop`` or ``abort``."""
+
+    request_id: str
+    reason: str
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one completed step produced.
+
+    ``first_scheduled`` lists requests this step computed for the first time (their
+    scheduling delay ends at the step's start); ``emitted`` the output tokens streamed;
+    ``finished`` the requests done; ``preempted`` those sent back to waiting.
+    """
+
+    step_id: int
+    first_scheduled: tuple[str, ...] = ()
+    emitted: tuple[TokenEmission, ...] = ()
+    finished: tuple[FinishedRequest, ...] = ()
+    preempted: tuple[str, ...] = ()
+    kv_events: tuple[KVEvent, ...] = ()
+    transfers: tuple[Transfer, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LinkLoad:
+    """Bytes one transfer puts on one link (a fabric id) with its fixed latency."""
+
+    link: str
+    num_bytes: int
+    latency_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePoolSpec:
+    """What the scenario says about one pool: model, hardware, layout and engine args.
+
+    ``args`` are the upstream's own engine arguments, by their upstream names, as the
+    user wrote them; the engine resolves and validates them.
+    """
+
+    pool: str
+    model: str
+    hardware: str
+    layout: ParallelLayout
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """What the simulator supplies to an engine: catalog facts, memory and prices.
+
+    Memory figures are bytes per rank. An engine never prices a step itself.
+    """
+
+    def model(self, hf_id: str) -> ModelArchitecture:
+        """The catalog's architecture for ``hf_id``; refuses an unknown model."""
+        ...
+
+    def hardware(self, hardware_id: str) -> HardwareSpec:
+        """The catalog's facts for an accelerator; refuses an unknown chip."""
+        ...
+
+    def fabric(self, fabric_id: str) -> FabricSpec:
+        """The catalog's facts for a link kind."""
+        ...
+
+    def weight_bytes_per_rank(self, plan: PoolPlan) -> int:
+        """Resident weight bytes on one rank, with the plan's quantization."""
+        ...
+
+    def activation_peak_bytes(self, plan: PoolPlan, num_tokens: int) -> int:
+        """Peak activation bytes of a forward pass over ``num_tokens`` tokens on one rank."""
+        ...
+
+    def graph_memory_bytes(self, plan: PoolPlan) -> int:
+        """Memory the plan's CUDA-graph captures hold on one rank."""
+        ...
+
+    def kv_bytes_per_token_per_layer(
+        self, model: ModelArchitecture, layout: ParallelLayout, kv_cache_dtype: str, attention: str
+    ) -> int:
+        """KV bytes one token takes in one layer on one rank (K and V, or MLA's latent)."""
+        ...
+
+    def price_step(self, plan: PoolPlan, shape: StepShape) -> int:
+        """Duration of a padded step in microseconds (hot path)."""
+        ...
+
+    def explain_step(self, plan: PoolPlan, shape: StepShape) -> StepPrice:
+        """The same price with its per-primitive breakdown and ranks."""
+        ...
+
+    def price_transfer(self, plan: PoolPlan, transfer: Transfer) -> tuple[LinkLoad, ...]:
+        """The bytes a KV move puts on each link it crosses."""
+        ...
+
+    def substream(self, purpose: str, entity: str) -> np.random.Generator:
+        """A random substream named by (this engine instance, purpose, entity)."""
+        ...
+
+
+@runtime_checkable
+class EngineInstance(Protocol):
+    """One running engine (one pool replica), driven by the simulator."""
+
+    @property
+    def plan(self) -> PoolPlan:
+        """The run-phase plan (KV budget decided)."""
+        ...
+
+    @property
+    def input_boundary(self) -> Mapping[str, str]:
+        """Per input kind (``arrival``, ``abort``), when it takes effect."""
+        ...
+
+    def add_request(self, request: InferenceRequest, now_us: int) -> None:
+        """Accept a request; refuses one the upstream would reject (too long …)."""
+        ...
+
+    def abort_request(self, request_id: str, now_us: int) -> None:
+        """Abort a request the engine holds; unknown ids are ignored as upstream does."""
+        ...
+
+    def schedule(self, now_us: int) -> StepShape | None:
+        """Form the next step, or ``None`` when there is nothing to run."""
+        ...
+
+    def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
+        """The step ``shape`` (the oldest in flight) finished executing at ``now_us``."""
+        ...
+
+    def scrape(self) -> Mapping[str, float]:
+        """Metrics under the upstream's Prometheus names, as a scrape would read them."""
+        ...
+
+    def num_unfinished(self) -> int:
+        """Requests accepted and not yet finished or aborted."""
+        ...
+
+
+@runtime_checkable
+class EngineFactory(Protocol):
+    """What an engine plugin registers: one upstream release of one engine kind."""
+
+    kind: str
+    upstream_release: str
+    plugin_version: str
+
+    def plan(self, spec: EnginePoolSpec, env: Environment) -> PoolPlan:
+        """Resolve and plan a pool (both phases) without running it (``blis plan``)."""
+        ...
+
+    def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> EngineInstance:
+        """Build a running engine instance named ``instance``."""
+        ...

@@ -1,0 +1,164 @@
+"""PoolPlan: what an engine decides once for the life of a pool (design §6.1–6.2).
+
+An engine builds a PoolPlan in two phases (ARCHITECTURE §4): in the plan phase the
+``kv_budget`` is ``None`` and the engine asks the Environment for the memory its
+weights, activations and graphs take; it then applies its upstream's budget rule and
+calls :meth:`PoolPlan.with_kv_budget`. The cost model prices steps against the final
+plan only.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import Field, model_validator
+
+from blis_core.contracts.base import Document
+
+__all__ = [
+    "DraftPolicy",
+    "GraphMode",
+    "GraphPolicy",
+    "KVBudget",
+    "KVGroup",
+    "KVTier",
+    "LayerKind",
+    "LoweredLayer",
+    "ParallelLayout",
+    "PoolPlan",
+]
+
+
+class ParallelLayout(Document):
+    """Tensor, pipeline, data and expert parallel degrees of one pool instance."""
+
+    tp: int = Field(default=1, gt=0)
+    pp: int = Field(default=1, gt=0)
+    dp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one engine instance occupies (EP reuses the TP×DP ranks)."""
+        return self.tp * self.pp * self.dp
+
+
+class LayerKind(str, Enum):
+    """Primitive families a lowered layer belongs to (ARCHITECTURE §7)."""
+
+    EMBEDDING = "embedding"
+    NORM = "norm"
+    QKV_PROJ = "qkv_proj"
+    ATTENTION = "attention"
+    O_PROJ = "o_proj"
+    MLP = "mlp"
+    MOE = "moe"
+    ELEMENTWISE = "elementwise"
+    LOGITS = "logits"
+    SAMPLER = "sampler"
+
+
+class LoweredLayer(Document):
+    """One kind of layer, repeated ``count`` times per pipeline stage, with its kernel.
+
+    ``impl`` names the exact kernel implementation the engine selected (for attention,
+    the backend: ``FLASH_ATTN``, ``FLASHINFER``, ``TRITON_ATTN``, ``FLASHMLA`` …); the
+    cost model keys coefficients by it. ``kv_group`` names the KV group an attention
+    layer reads.
+    """
+
+    kind: LayerKind
+    impl: str
+    count: int = Field(gt=0)
+    kv_group: str | None = None
+
+
+class KVGroup(Document):
+    """Layers that share one KV layout and block table (vLLM's KV cache group)."""
+
+    name: str
+    attention: str = Field(description="full | sliding_window | mla")
+    num_layers: int = Field(gt=0, description="layers of this group on one rank")
+    block_size_tokens: int = Field(gt=0)
+    bytes_per_token_per_layer: int = Field(gt=0, description="KV bytes on one rank")
+    sliding_window: int | None = Field(default=None, gt=0)
+
+
+class KVBudget(Document):
+    """The KV memory an engine decided on, per rank."""
+
+    num_gpu_blocks: int = Field(ge=0)
+    block_size_tokens: int = Field(gt=0)
+    kv_bytes: int = Field(ge=0)
+    available_bytes: int = Field(description="memory left for KV before rounding to blocks")
+
+
+class KVTier(Document):
+    """A tier below GPU memory (CPU DRAM, local disk, remote store)."""
+
+    name: str
+    medium: str = Field(description="host_dram | disk | remote")
+    capacity_bytes: int = Field(gt=0)
+    link: str = Field(description="fabric id of the link to the GPU, e.g. pcie5-x16")
+
+
+class GraphMode(str, Enum):
+    """CUDA/HIP graph capture used for a launched step."""
+
+    NONE = "none"
+    PIECEWISE = "piecewise"
+    FULL = "full"
+
+
+class GraphPolicy(Document):
+    """Which batch sizes are captured and in which mode (engine-resolved)."""
+
+    decode_mode: GraphMode = GraphMode.NONE
+    mixed_mode: GraphMode = GraphMode.NONE
+    capture_sizes: tuple[int, ...] = ()
+
+    @model_validator(mode="after")
+    def _sorted(self) -> GraphPolicy:
+        if list(self.capture_sizes) != sorted(set(self.capture_sizes)):
+            raise ValueError(f"capture_sizes must be strictly increasing: {self.capture_sizes}")
+        return self
+
+
+class DraftPolicy(Document):
+    """Speculative decoding: method and number of proposed tokens per step."""
+
+    method: str = Field(description="ngram | eagle | eagle3 | mtp | draft_model | suffix")
+    num_speculative_tokens: int = Field(gt=0)
+    draft_model: str | None = None
+
+
+class PoolPlan(Document):
+    """Everything fixed for the life of one pool (design §6.2)."""
+
+    engine: str = Field(description="engine kind@upstream release, e.g. vllm@0.33.0")
+    model: str = Field(description="Hugging Face id, a catalog key")
+    hardware: str = Field(description="catalog key of the accelerator")
+    scale_up_fabric: str | None
+    layout: ParallelLayout
+    weights_dtype: str
+    kv_cache_dtype: str
+    quantization: str | None = None
+    layers: tuple[LoweredLayer, ...]
+    kv_groups: tuple[KVGroup, ...]
+    kv_budget: KVBudget | None = None
+    tiers: tuple[KVTier, ...] = ()
+    graph_policy: GraphPolicy = GraphPolicy()
+    draft_policy: DraftPolicy | None = None
+    host_work: str = Field(description="key of the per-step host overhead model")
+    max_num_batched_tokens: int = Field(gt=0)
+    max_num_seqs: int = Field(gt=0)
+    max_model_len: int = Field(gt=0)
+    steps_in_flight: int = Field(default=1, gt=0)
+    resident_weight_bytes: int | None = Field(default=None, description="per rank")
+    activation_peak_bytes: int | None = None
+    graph_bytes: int | None = None
+    nonkv_buffer_bytes: int | None = None
+
+    def with_kv_budget(self, budget: KVBudget) -> PoolPlan:
+        """The run-phase plan: this plan with its KV budget decided."""
+        return self.model_copy(update={"kv_budget": budget})

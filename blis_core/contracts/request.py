@@ -1,0 +1,122 @@
+"""The request a client sends, as engines and routers see it.
+
+A prompt is a tuple of :class:`PromptSegment`. A segment names its content by a key
+instead of carrying token ids, so that a workload of millions of tokens stays small
+and two requests that share a system prompt share it exactly. Token ids, when an
+engine needs them (block hashing for prefix caching, or the oracle feeding a real
+scheduler), are materialised deterministically by :func:`segment_token_ids`: the same
+key always gives the same tokens, and a shorter segment with the same key is a
+prefix of a longer one.
+
+Generated tokens follow the same rule under the key :func:`output_content_key`, so
+the next turn of a multi-turn session, whose prompt contains the previous answer,
+hits the blocks its previous turn cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+__all__ = [
+    "InferenceRequest",
+    "PromptSegment",
+    "output_content_key",
+    "prompt_token_ids",
+    "segment_token_ids",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSegment:
+    """``num_tokens`` tokens whose content is identified by ``content_key``."""
+
+    content_key: str
+    num_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.num_tokens < 0:
+            raise ValueError(f"PromptSegment.num_tokens must be >= 0, got {self.num_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """One request from a client.
+
+    ``arrival_us`` is when the client sends it. ``max_output_tokens`` is the
+    request's ``max_tokens``; with ``ignore_eos`` (the benchmark setting of every
+    fit trace) the engine generates exactly that many tokens unless a length limit
+    stops it first. ``priority`` follows vLLM: a lower value is served first.
+    ``deadline_us`` is an absolute client timeout, or ``None``. ``headers`` carries
+    what a router may read (model name, LoRA adapter, session header, objective).
+    """
+
+    request_id: str
+    arrival_us: int
+    prompt: tuple[PromptSegment, ...]
+    max_output_tokens: int
+    ignore_eos: bool = True
+    priority: int = 0
+    session_id: str | None = None
+    turn: int = 0
+    prefix_group: str | None = None
+    deadline_us: int | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def input_tokens(self) -> int:
+        """Number of prompt tokens."""
+        return sum(s.num_tokens for s in self.prompt)
+
+
+def output_content_key(request_id: str) -> str:
+    """Content key of the tokens generated for ``request_id``."""
+    return f"out/{request_id}"
+
+
+_CHUNK_TOKENS = 4096
+
+
+@lru_cache(maxsize=4096)
+def _token_chunk(content_key: str, chunk_index: int, vocab_size: int) -> tuple[int, ...]:
+    words = array("I")
+    words.frombytes(
+        hashlib.shake_128(f"{content_key}\x00{chunk_index}".encode()).digest(4 * _CHUNK_TOKENS)
+    )
+    # Token id 0 is avoided: several tokenizers reserve it for padding. The byte order
+    # is fixed so that every platform materialises the same ids.
+    if array("I", [1]).tobytes()[0] != 1:
+        words.byteswap()
+    return tuple(1 + w % (vocab_size - 1) for w in words)
+
+
+def segment_token_ids(
+    content_key: str, vocab_size: int, start: int, stop: int
+) -> list[int]:
+    """Token ids ``[start, stop)`` of the content named ``content_key``.
+
+    Deterministic across processes and platforms (SHAKE-128 of the key and the
+    4096-token chunk index). ``vocab_size`` must be at least 2.
+    """
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+    if not 0 <= start <= stop:
+        raise ValueError(f"need 0 <= start <= stop, got start={start} stop={stop}")
+    out: list[int] = []
+    pos = start
+    while pos < stop:
+        chunk, offset = divmod(pos, _CHUNK_TOKENS)
+        take = min(stop - pos, _CHUNK_TOKENS - offset)
+        out.extend(_token_chunk(content_key, chunk, vocab_size)[offset : offset + take])
+        pos += take
+    return out
+
+
+def prompt_token_ids(prompt: tuple[PromptSegment, ...], vocab_size: int) -> list[int]:
+    """All token ids of a prompt, segment after segment."""
+    out: list[int] = []
+    for seg in prompt:
+        out.extend(segment_token_ids(seg.content_key, vocab_size, 0, seg.num_tokens))
+    return out

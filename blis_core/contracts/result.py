@@ -1,0 +1,129 @@
+"""The Result document (design §8.6–8.9): a self-contained, reproducible run record.
+
+A Result is written as canonical JSON (sorted keys, fixed float formatting) and carries
+the sha256 of that text in ``content_hash`` (computed with the field empty). It holds
+no wall-clock time and no host facts, so run, export and replay give the same bytes.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from blis_core.contracts.base import Document
+from blis_core.contracts.scenario import Scenario
+
+__all__ = [
+    "DataStamp",
+    "Estimate",
+    "FateCounts",
+    "MetricDefinition",
+    "PluginStamp",
+    "ReplicationResult",
+    "Result",
+    "Stack",
+    "Validity",
+]
+
+RESULT_SCHEMA_VERSION = 1
+
+
+class PluginStamp(Document):
+    """One plugin that took part in the run."""
+
+    group: str = Field(description="entry-point group, e.g. blis.engines")
+    name: str
+    distribution: str
+    version: str
+    upstream_release: str
+
+
+class Stack(Document):
+    """Versions of everything that decided the run's numbers."""
+
+    blis_core: str
+    plugins: tuple[PluginStamp, ...]
+
+
+class DataStamp(Document):
+    """Which catalog and coefficient registry priced the run, by content hash."""
+
+    catalog_hash: str
+    registry_hash: str
+    catalog_source: str = Field(description="'embedded' or the path given")
+    registry_source: str
+
+
+class MetricDefinition(Document):
+    """One metric's single definition (design §8.7)."""
+
+    name: str
+    formula: str
+    statistic: str
+    population: str
+    window: str
+    unit: str
+    unfinished: str = Field(description="how requests unfinished at the horizon are treated")
+
+
+class FateCounts(Document):
+    """How many requests met each fate; ``arrivals`` equals their sum in every run."""
+
+    arrivals: int
+    completed: int
+    dropped: dict[str, int] = Field(default_factory=dict, description="by reason")
+    timed_out: int = 0
+    in_flight_at_horizon: int = 0
+    queued_at_horizon: int = 0
+    not_started: int = 0
+
+
+class ReplicationResult(Document):
+    """One replication: its seed, fates and per-metric statistics."""
+
+    replication: int
+    seed: int
+    end_time_us: int
+    fates: FateCounts
+    overloaded: bool
+    overload_evidence: str
+    metrics: dict[str, dict[str, float]] = Field(
+        description="metric name -> statistic name -> value (latency metrics omitted when overloaded)"
+    )
+    rank_shares: dict[str, float] = Field(description="coefficient rank -> share of priced time")
+    steps: int
+    events: int
+
+
+class Estimate(Document):
+    """A figure estimated over replications: mean and a confidence interval.
+
+    With a single replication the interval is absent (``None``): one run gives no
+    interval.
+    """
+
+    mean: float
+    ci_low: float | None
+    ci_high: float | None
+    replications: int
+
+
+class Validity(Document):
+    """Whether the scenario lies inside the domain the calibration data cover (§8.9)."""
+
+    inside_domain: bool
+    reasons: tuple[str, ...]
+
+
+class Result(Document):
+    """A run's record: frame, stack, data, per-replication figures and estimates."""
+
+    schema_version: int = RESULT_SCHEMA_VERSION
+    scenario: Scenario
+    scenario_hash: str
+    stack: Stack
+    data: DataStamp
+    metric_definitions: tuple[MetricDefinition, ...]
+    replications: tuple[ReplicationResult, ...]
+    estimates: dict[str, dict[str, Estimate]]
+    validity: Validity
+    content_hash: str = ""

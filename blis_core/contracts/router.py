@@ -1,0 +1,116 @@
+"""The router contract (design §5): decisions on scraped state, in simulated time.
+
+A router sees endpoints only as :class:`EndpointSnapshot`s — the last metrics scrape
+plus the router's own bookkeeping — never an engine's live state. Its clock and every
+random draw come from the :class:`RouterRuntime` the simulator provides, so the same
+seed gives the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from blis_core.contracts.engine import KVEvent
+from blis_core.contracts.request import InferenceRequest
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = [
+    "EndpointSnapshot",
+    "RouterEvent",
+    "RouterFactory",
+    "RouterInstance",
+    "RouterRuntime",
+    "RoutingDecision",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSnapshot:
+    """An endpoint as the router knows it.
+
+    ``metrics`` is the last scrape, under the engine's own metric names
+    (``vllm:num_requests_waiting`` …), taken at ``scraped_at_us``; ``engine_kind`` says
+    which names to expect. ``role`` is ``both``, ``prefill`` or ``decode``.
+    """
+
+    name: str
+    pool: str
+    engine_kind: str
+    role: str
+    labels: Mapping[str, str]
+    metrics: Mapping[str, float]
+    scraped_at_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingDecision:
+    """Where a request goes, or why it is refused.
+
+    ``status`` is the HTTP status the router returns (200 when dispatched; 429 when
+    shed; 503 when no endpoint fits). ``prefill_endpoint`` is set for P/D.
+    """
+
+    endpoint: str | None
+    status: int = 200
+    reason: str = ""
+    prefill_endpoint: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RouterEvent:
+    """Something the router hears about after a decision.
+
+    ``kind`` is ``dispatched``, ``first_token``, ``completed`` or ``kv_events``.
+    """
+
+    kind: str
+    endpoint: str
+    request_id: str = ""
+    kv_events: tuple[KVEvent, ...] = field(default=())
+
+
+@runtime_checkable
+class RouterRuntime(Protocol):
+    """Clock and randomness for a router, both owned by the simulator."""
+
+    @property
+    def now_us(self) -> int:
+        """Current simulated time."""
+        ...
+
+    def substream(self, purpose: str, entity: str) -> np.random.Generator:
+        """A random substream named by (the router, purpose, entity)."""
+        ...
+
+
+@runtime_checkable
+class RouterInstance(Protocol):
+    """A running router."""
+
+    def route(
+        self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]
+    ) -> RoutingDecision:
+        """Decide where ``request`` goes among ``endpoints`` (candidate order is theirs)."""
+        ...
+
+    def observe(self, event: RouterEvent) -> None:
+        """Update in-flight counters or indexes after a decision."""
+        ...
+
+
+@runtime_checkable
+class RouterFactory(Protocol):
+    """What a router plugin registers: one upstream release of one router kind."""
+
+    kind: str
+    upstream_release: str
+    plugin_version: str
+
+    def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
+        """Build a router from its own configuration document (refusing bad fields)."""
+        ...

@@ -1,0 +1,159 @@
+"""The Scenario and Deployment documents (design §2.2, §4).
+
+A scenario is everything a run needs: the deployment (pools of engines and the router
+in front of them), the workload, the experimental frame and the seed. It is loaded
+with YAML's safe loader only and can never name a Python path to import: engines and
+routers are chosen by ``kind`` and ``version`` among installed plugins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from blis_core.contracts.base import Document
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.workload import WorkloadSpec
+
+__all__ = [
+    "ComponentSelection",
+    "Deployment",
+    "ExperimentalFrame",
+    "PoolSpec",
+    "RouterSpec",
+    "Scenario",
+    "ServiceLevelObjectives",
+    "parse_kind_at_version",
+]
+
+
+def parse_kind_at_version(text: str) -> tuple[str, str | None]:
+    """Split ``vllm@0.33.0`` into ``("vllm", "0.33.0")``; no ``@`` gives version ``None``."""
+    kind, sep, version = text.partition("@")
+    if not kind or (sep and not version):
+        raise ValueError(f"expected KIND or KIND@VERSION, got {text!r}")
+    return kind, (version or None)
+
+
+class ComponentSelection(Document):
+    """Which plugin runs a component: its kind and the upstream release it models.
+
+    ``version`` is required: a scenario always says which release it means, so a later
+    BLIS with another release refuses it instead of silently running something else.
+    """
+
+    kind: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+
+    def __str__(self) -> str:
+        return f"{self.kind}@{self.version}"
+
+
+class PoolSpec(Document):
+    """A pool of identical engine instances."""
+
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    engine: ComponentSelection
+    model: str = Field(min_length=1, description="Hugging Face id, a catalog key")
+    hardware: str = Field(min_length=1, description="catalog key of the accelerator")
+    replicas: int = Field(default=1, gt=0)
+    layout: ParallelLayout = ParallelLayout()
+    role: str = Field(default="both", pattern=r"^(both|prefill|decode)$")
+    labels: dict[str, str] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="the engine's own arguments, by upstream name"
+    )
+
+
+class RouterSpec(Document):
+    """The router in front of the pools and its own configuration document.
+
+    ``config`` is the router's configuration inline (for llm-d, an EndpointPickerConfig)
+    or ``config_path`` a file holding it; not both.
+    """
+
+    kind: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    config: dict[str, Any] | None = None
+    config_path: str | None = None
+    scrape_interval_us: int = Field(default=50_000, gt=0)
+    kv_event_delay_us: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_config(self) -> RouterSpec:
+        if self.config is not None and self.config_path is not None:
+            raise ValueError("give the router's config inline or by config_path, not both")
+        return self
+
+
+class Deployment(Document):
+    """Pools and the router: what runs."""
+
+    pools: tuple[PoolSpec, ...] = Field(min_length=1)
+    router: RouterSpec | None = None
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Deployment:
+        names = [p.name for p in self.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pool names must be unique; repeated: {dupes}")
+        return self
+
+
+class ServiceLevelObjectives(Document):
+    """Per-request objectives for goodput; a request meets them when all set ones hold."""
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_ms: float | None = Field(default=None, gt=0)
+
+
+class ExperimentalFrame(Document):
+    """What a run feeds in, when it measures and what it measures (design §8.6).
+
+    Stop rule: the run ends when the workload is exhausted and every request has a
+    fate, or at ``horizon_s`` (then unfinished requests are in flight or queued at the
+    horizon). Warm-up: requests arriving before ``warmup_s`` are excluded from latency
+    statistics (method: fixed). Replications start at ``replications`` seeds derived
+    from the scenario seed.
+    """
+
+    horizon_s: float | None = Field(default=None, gt=0)
+    warmup_s: float = Field(default=0.0, ge=0)
+    replications: int = Field(default=1, gt=0, le=1000)
+    metrics: tuple[str, ...] = (
+        "ttft",
+        "itl",
+        "tpot",
+        "e2e",
+        "ntpot",
+        "scheduling_delay",
+        "request_throughput",
+        "input_token_throughput",
+        "output_token_throughput",
+        "goodput",
+    )
+    percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
+    slo: ServiceLevelObjectives = ServiceLevelObjectives()
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+
+    @field_validator("percentiles")
+    @classmethod
+    def _pct_range(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        bad = [p for p in v if not 0 < p < 100]
+        if bad:
+            raise ValueError(f"percentiles must lie in (0, 100), got {bad}")
+        return v
+
+
+class Scenario(Document):
+    """A whole run: deployment, workload, frame and seed."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    deployment: Deployment
+    workload: WorkloadSpec
+    frame: ExperimentalFrame = ExperimentalFrame()

@@ -1,0 +1,76 @@
+"""Reading scenarios: structure errors from pydantic, all of them, as FieldErrors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from blis_core.contracts.errors import FieldError, InputRefused
+from blis_core.contracts.scenario import Scenario
+from blis_core.io.yaml_safe import load_yaml_mapping, load_yaml_text
+
+__all__ = [
+    "DEFAULT_SCENARIO",
+    "field_errors",
+    "load_scenario",
+    "parse_scenario",
+    "read_scenario_data",
+]
+
+DEFAULT_SCENARIO = "default"
+
+
+def field_errors(err: ValidationError, prefix: str = "") -> list[FieldError]:
+    """Every error of a pydantic ValidationError as a FieldError (path, value, cause)."""
+    out: list[FieldError] = []
+    for e in err.errors(include_url=False):
+        path = ".".join(str(p) for p in e["loc"] if not _is_union_tag(p))
+        if prefix:
+            path = f"{prefix}.{path}" if path else prefix
+        cause = e["msg"]
+        if e["type"] == "extra_forbidden":
+            cause = "unknown field (not part of this document)"
+        elif e["type"] == "missing":
+            cause = "required field is missing"
+        out.append(FieldError(path, e.get("input") if e["type"] != "missing" else None, cause))
+    return out
+
+
+def _is_union_tag(part: object) -> bool:
+    # pydantic inserts the chosen union member's tag/class name into ``loc``; users
+    # never wrote it, so it is left out of the field path.
+    return isinstance(part, str) and (part[:1].isupper() or part.startswith("function-"))
+
+
+def parse_scenario(data: Mapping[str, Any], source: str) -> Scenario:
+    """Validate a scenario mapping; refuses with every structural error found."""
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise InputRefused(field_errors(err), source) from None
+
+
+def read_scenario_data(path: str | None) -> tuple[dict[str, Any], str]:
+    """The raw mapping of a scenario file, or of the embedded default when ``path`` is None."""
+    if path is None:
+        text = (
+            resources.files("blis_core")
+            .joinpath("data", "scenarios", f"{DEFAULT_SCENARIO}.yaml")
+            .read_text(encoding="utf-8")
+        )
+        source = f"<embedded scenario {DEFAULT_SCENARIO!r}>"
+        data = load_yaml_text(text, source)
+        if not isinstance(data, dict):  # pragma: no cover - embedded data is tested
+            raise InputRefused.one("", type(data).__name__, "must be a mapping", source)
+        return data, source
+    return load_yaml_mapping(Path(path)), path
+
+
+def load_scenario(path: str | None) -> Scenario:
+    """Load and structurally validate a scenario (embedded default when ``path`` is None)."""
+    data, source = read_scenario_data(path)
+    return parse_scenario(data, source)

@@ -1,0 +1,26 @@
+"""Metric registry, request ledger (fates) and statistics."""
+
+from __future__ import annotations
+
+from blis_core.metrics.ledger import Fate, RequestLedger, RequestRecord
+from blis_core.metrics.registry import LATENCY_METRICS, METRICS, RATE_METRICS, definition
+from blis_core.metrics.statistics import (
+    detect_overload,
+    estimate,
+    fate_counts,
+    replication_metrics,
+)
+
+__all__ = [
+    "LATENCY_METRICS",
+    "METRICS",
+    "RATE_METRICS",
+    "Fate",
+    "RequestLedger",
+    "RequestRecord",
+    "definition",
+    "detect_overload",
+    "estimate",
+    "fate_counts",
+    "replication_metrics",
+]

@@ -1,0 +1,137 @@
+"""The request ledger: each request's fate written once, latency samples derived from it.
+
+The ledger is the one place a request's life is recorded (design §8.7). A fate is
+written exactly once; writing a second is a SimulationError. At the end of a run every
+arrival must have a fate: :meth:`RequestLedger.close` assigns the horizon fates and
+asserts that arrivals equal fates.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from blis_core.contracts.errors import SimulationError
+
+__all__ = ["Fate", "RequestLedger", "RequestRecord"]
+
+
+class Fate:
+    """Fate names (strings, so they read well in a Result)."""
+
+    COMPLETED = "completed"
+    DROPPED = "dropped"
+    TIMED_OUT = "timed_out"
+    IN_FLIGHT = "in_flight_at_horizon"
+    QUEUED = "queued_at_horizon"
+    NOT_STARTED = "not_started"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What the ledger knows about one request; times in µs."""
+
+    arrival_us: int
+    input_tokens: int
+    dispatched_us: int = -1
+    scheduled_us: int = -1
+    first_token_us: int = -1
+    last_token_us: int = -1
+    output_tokens: int = 0
+    chunk_gaps_us: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
+    fate: str = ""
+    reason: str = ""
+
+
+class RequestLedger:
+    """Records arrivals, progress and fates of every request of one replication."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, RequestRecord] = {}
+        self.backlog_samples: list[tuple[int, int]] = []
+        self._in_system = 0
+
+    # -- progress -----------------------------------------------------------------
+
+    def arrived(self, request_id: str, now_us: int, input_tokens: int) -> None:
+        """A request arrived (the client sent it)."""
+        if request_id in self.records:
+            raise SimulationError(f"request {request_id!r} arrived twice")
+        self.records[request_id] = RequestRecord(now_us, input_tokens)
+        self._in_system += 1
+        self.backlog_samples.append((now_us, self._in_system))
+
+    def dispatched(self, request_id: str, now_us: int) -> None:
+        """The router sent the request to an engine."""
+        self.records[request_id].dispatched_us = now_us
+
+    def scheduled(self, request_id: str, step_start_us: int) -> None:
+        """An engine step that computes the request started (first time only counts)."""
+        rec = self.records[request_id]
+        if rec.scheduled_us < 0:
+            rec.scheduled_us = step_start_us
+
+    def tokens(self, request_id: str, num_tokens: int, now_us: int) -> None:
+        """``num_tokens`` output tokens reached the client in one chunk."""
+        rec = self.records[request_id]
+        if rec.fate:
+            return  # tokens of a request already timed out or dropped are discarded
+        if rec.first_token_us < 0:
+            rec.first_token_us = now_us
+        else:
+            rec.chunk_gaps_us.append(now_us - rec.last_token_us)
+        rec.last_token_us = now_us
+        rec.output_tokens += num_tokens
+
+    # -- fates --------------------------------------------------------------------
+
+    def _fate(self, request_id: str, fate: str, reason: str) -> None:
+        rec = self.records[request_id]
+        if rec.fate:
+            raise SimulationError(
+                f"request {request_id!r} already has fate {rec.fate!r}; cannot also be {fate!r}"
+            )
+        rec.fate, rec.reason = fate, reason
+        self._in_system -= 1
+
+    def has_fate(self, request_id: str) -> bool:
+        """Whether the request's fate is written."""
+        return bool(self.records[request_id].fate)
+
+    def completed(self, request_id: str, reason: str) -> None:
+        """The engine finished the request (``length`` or ``stop``)."""
+        self._fate(request_id, Fate.COMPLETED, reason)
+
+    def dropped(self, request_id: str, reason: str) -> None:
+        """The request was refused (router shed, no endpoint, engine rejection)."""
+        self._fate(request_id, Fate.DROPPED, reason)
+
+    def timed_out(self, request_id: str) -> None:
+        """The client gave up at the request's deadline."""
+        self._fate(request_id, Fate.TIMED_OUT, "deadline")
+
+    def close(self, arrivals_generated: int) -> dict[str, int]:
+        """Write horizon fates for every request without one; assert arrivals == fates.
+
+        A request that an engine had started computing is in flight; one dispatched to an
+        engine but never scheduled is queued; one never dispatched is not started.
+        """
+        for rec in self.records.values():
+            if rec.fate:
+                continue
+            if rec.scheduled_us >= 0:
+                rec.fate = Fate.IN_FLIGHT
+            elif rec.dispatched_us >= 0:
+                rec.fate = Fate.QUEUED
+            else:
+                rec.fate = Fate.NOT_STARTED
+        counts: dict[str, int] = {}
+        for rec in self.records.values():
+            key = f"{rec.fate}:{rec.reason}" if rec.fate == Fate.DROPPED else rec.fate
+            counts[key] = counts.get(key, 0) + 1
+        if arrivals_generated != len(self.records):
+            raise SimulationError(
+                f"the workload generated {arrivals_generated} arrivals but the ledger holds "
+                f"{len(self.records)} fates"
+            )
+        return counts

@@ -1,0 +1,140 @@
+"""Statistics of one replication and estimates across replications (design §8.8).
+
+Overload (method stated): after the warm-up, the number of requests in the system is
+sampled at each arrival; the run is overloaded when Kendall's tau of that backlog
+against time exceeds 0.5 with p < 0.001 and the backlog in the last tenth of the
+window is more than twice that in the first tenth. Latency figures of an overloaded
+replication are not reported.
+
+Estimates: the mean over replications with a Student-t confidence interval; a
+percentile's interval comes from the replications' percentiles only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from blis_core.contracts.result import Estimate, FateCounts
+from blis_core.contracts.scenario import ExperimentalFrame
+from blis_core.metrics.ledger import Fate, RequestLedger
+from blis_core.metrics.registry import LATENCY_METRICS
+
+__all__ = ["detect_overload", "estimate", "fate_counts", "replication_metrics"]
+
+_US_PER_MS = 1000.0
+
+
+def fate_counts(counts: Mapping[str, int]) -> FateCounts:
+    """FateCounts from the ledger's ``close()`` counts."""
+    dropped = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith(Fate.DROPPED)}
+    return FateCounts(
+        arrivals=sum(counts.values()),
+        completed=counts.get(Fate.COMPLETED, 0),
+        dropped=dict(sorted(dropped.items())),
+        timed_out=counts.get(Fate.TIMED_OUT, 0),
+        in_flight_at_horizon=counts.get(Fate.IN_FLIGHT, 0),
+        queued_at_horizon=counts.get(Fate.QUEUED, 0),
+        not_started=counts.get(Fate.NOT_STARTED, 0),
+    )
+
+
+def detect_overload(ledger: RequestLedger, warmup_us: int) -> tuple[bool, str]:
+    """Whether the backlog grows over the measurement window, with the evidence."""
+    samples = [(t, n) for t, n in ledger.backlog_samples if t >= warmup_us]
+    if len(samples) < 20:
+        return False, f"too few backlog samples ({len(samples)}) to test for growth"
+    times = np.array([t for t, _ in samples], dtype=float)
+    backlog = np.array([n for _, n in samples], dtype=float)
+    tau, p = sps.kendalltau(times, backlog)
+    tenth = max(1, len(samples) // 10)
+    first, last = float(backlog[:tenth].mean()), float(backlog[-tenth:].mean())
+    tau_f = float(tau) if not math.isnan(float(tau)) else 0.0
+    p_f = float(p) if not math.isnan(float(p)) else 1.0
+    grows = tau_f > 0.5 and p_f < 1e-3 and last > 2.0 * max(first, 1.0)
+    evidence = (
+        f"kendall tau={tau_f:.3f} p={p_f:.2e}; backlog first tenth {first:.1f}, "
+        f"last tenth {last:.1f}"
+    )
+    return grows, evidence
+
+
+def _summary(values_ms: np.ndarray, percentiles: Sequence[float]) -> dict[str, float]:
+    if values_ms.size == 0:
+        return {"count": 0.0}
+    out = {
+        "count": float(values_ms.size),
+        "mean": float(values_ms.mean()),
+        "std": float(values_ms.std()),
+        "min": float(values_ms.min()),
+        "max": float(values_ms.max()),
+    }
+    for p in percentiles:
+        out[f"p{p:g}"] = float(np.percentile(values_ms, p))
+    return out
+
+
+def replication_metrics(
+    ledger: RequestLedger, frame: ExperimentalFrame, end_us: int, overloaded: bool
+) -> dict[str, dict[str, float]]:
+    """Every metric the frame asks for, computed from the ledger's completed requests."""
+    warmup_us = round(frame.warmup_s * 1e6)
+    done = [
+        r
+        for r in ledger.records.values()
+        if r.fate == Fate.COMPLETED and r.arrival_us >= warmup_us and r.first_token_us >= 0
+    ]
+    slo = frame.slo
+    samples: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+    good = 0
+    in_tokens = out_tokens = 0
+    for r in done:
+        ttft = (r.first_token_us - r.arrival_us) / _US_PER_MS
+        e2e = (r.last_token_us - r.arrival_us) / _US_PER_MS
+        samples["ttft"].append(ttft)
+        samples["e2e"].append(e2e)
+        samples["ntpot"].append(e2e / max(r.output_tokens, 1))
+        samples["itl"].extend(g / _US_PER_MS for g in r.chunk_gaps_us)
+        tpot = None
+        if r.output_tokens > 1:
+            tpot = (e2e - ttft) / (r.output_tokens - 1)
+            samples["tpot"].append(tpot)
+        if r.scheduled_us >= 0:
+            samples["scheduling_delay"].append((r.scheduled_us - r.arrival_us) / _US_PER_MS)
+        in_tokens += r.input_tokens
+        out_tokens += r.output_tokens
+        if (
+            (slo.ttft_ms is None or ttft <= slo.ttft_ms)
+            and (slo.e2e_ms is None or e2e <= slo.e2e_ms)
+            and (slo.tpot_ms is None or tpot is None or tpot <= slo.tpot_ms)
+        ):
+            good += 1
+    start_us = min((r.arrival_us for r in done), default=warmup_us)
+    duration_s = max(end_us - start_us, 1) / 1e6
+    metrics: dict[str, dict[str, float]] = {}
+    rates = {
+        "request_throughput": len(done) / duration_s,
+        "input_token_throughput": in_tokens / duration_s,
+        "output_token_throughput": out_tokens / duration_s,
+        "goodput": good / duration_s,
+    }
+    for name in frame.metrics:
+        if name in rates:
+            metrics[name] = {"value": rates[name]}
+        elif name in samples and not overloaded:
+            metrics[name] = _summary(np.asarray(samples[name], dtype=float), frame.percentiles)
+    return metrics
+
+
+def estimate(values: Sequence[float], confidence: float) -> Estimate:
+    """Mean over replications with a Student-t interval (none for a single replication)."""
+    arr = np.asarray(values, dtype=float)
+    mean = float(arr.mean())
+    if arr.size < 2:
+        return Estimate(mean=mean, ci_low=None, ci_high=None, replications=int(arr.size))
+    sem = float(arr.std(ddof=1)) / math.sqrt(arr.size)
+    half = float(sps.t.ppf(0.5 + confidence / 2.0, arr.size - 1)) * sem
+    return Estimate(mean=mean, ci_low=mean - half, ci_high=mean + half, replications=int(arr.size))

@@ -1,0 +1,61 @@
+"""Human-readable summary of a Result (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from blis_core.contracts.result import Result
+
+__all__ = ["print_summary"]
+
+
+def print_summary(result: Result, out: str | None = None, console: Console | None = None) -> None:
+    """Print fates, metric estimates and validity of a Result."""
+    console = console or Console()
+    rep0 = result.replications[0]
+    console.print(
+        f"[bold]{result.scenario.name}[/bold]: {len(result.replications)} replication(s), "
+        f"{rep0.steps} engine steps and {rep0.events} events in replication 0"
+    )
+    fates = Table(title="Request fates (replication 0)")
+    for col in ("arrivals", "completed", "dropped", "timed out", "in flight", "queued", "not started"):
+        fates.add_column(col, justify="right")
+    f = rep0.fates
+    fates.add_row(
+        str(f.arrivals), str(f.completed), str(sum(f.dropped.values())), str(f.timed_out),
+        str(f.in_flight_at_horizon), str(f.queued_at_horizon), str(f.not_started),
+    )
+    console.print(fates)
+    if any(r.overloaded for r in result.replications):
+        console.print(
+            "[red]overloaded[/red]: the backlog grows; latency figures are not reported "
+            f"({rep0.overload_evidence})"
+        )
+    units = {d.name: d.unit for d in result.metric_definitions}
+    table = Table(title="Estimates (mean over replications, CI when >= 2)")
+    for col in ("metric", "unit", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="right" if col not in ("metric", "unit") else "left")
+    for name, stats in result.estimates.items():
+        if not stats:
+            continue
+        def cell(stat: str) -> str:
+            est = stats.get(stat)
+            if est is None:
+                return "-"
+            ci = "" if est.ci_low is None else f" [{est.ci_low:.2f}, {est.ci_high:.2f}]"
+            return f"{est.mean:.2f}{ci}"
+        if "value" in stats:
+            table.add_row(name, units.get(name, ""), cell("value"), "", "", "")
+        else:
+            table.add_row(name, units.get(name, ""), cell("mean"), cell("p50"), cell("p90"), cell("p99"))
+    console.print(table)
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.rank_shares.items()))
+    console.print(f"priced by: {shares or '-'}")
+    v = result.validity
+    console.print(
+        "validity: inside the calibrated domain"
+        if v.inside_domain
+        else "validity: OUTSIDE the calibrated domain: " + "; ".join(v.reasons)
+    )
+    console.print(f"content hash: {result.content_hash}" + (f"  (written to {out})" if out else ""))

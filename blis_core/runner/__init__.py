@@ -1,0 +1,21 @@
+"""Running scenarios: the cluster's components, replications and the Result."""
+
+from __future__ import annotations
+
+from blis_core.runner.builtins import make_host
+from blis_core.runner.run import (
+    DataSources,
+    check_scenario,
+    replication_seed,
+    run_scenario,
+    write_result,
+)
+
+__all__ = [
+    "DataSources",
+    "check_scenario",
+    "make_host",
+    "replication_seed",
+    "run_scenario",
+    "write_result",
+]

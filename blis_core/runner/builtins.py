@@ -1,0 +1,15 @@
+"""The plugin host with blis-core's built-in implementations registered."""
+
+from __future__ import annotations
+
+from blis_core.builtin import round_robin
+from blis_core.host.manager import PluginHost
+
+__all__ = ["make_host"]
+
+
+def make_host() -> PluginHost:
+    """A PluginHost with the built-ins (round-robin router, roofline cost method)."""
+    from blis_core.cost import builtin_plugin
+
+    return PluginHost(builtins=[round_robin, builtin_plugin])

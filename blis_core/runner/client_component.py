@@ -1,0 +1,161 @@
+"""The client: sends the workload's requests and observes their fates (the transducer).
+
+The client is the experimental frame's observer (DEVS transducer): it writes each
+request's arrival, progress and fate into the :class:`RequestLedger`. It reads no
+other component's state; everything it records arrives as a message.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from blis_core.contracts.errors import SimulationError
+from blis_core.contracts.request import InferenceRequest
+from blis_core.metrics.ledger import RequestLedger
+from blis_core.runner.messages import Dropped, MetricsScrape, StepReport
+from blis_core.sim.kernel import Component, Message
+from blis_core.workload.source import WorkloadSource
+
+__all__ = ["ClientComponent"]
+
+
+class ClientComponent(Component):
+    """Sends requests at their arrival times to ``target`` (the router or the one engine).
+
+    Ports in: ``step`` (StepReport), ``dropped`` (Dropped). Ports out: ``request`` and
+    ``abort`` to ``target``. A request with a ``deadline_us`` still unfinished then is
+    timed out and aborted.
+    """
+
+    def __init__(
+        self, name: str, source: WorkloadSource, ledger: RequestLedger, target: str
+    ) -> None:
+        super().__init__(name)
+        self._source = source
+        self._ledger = ledger
+        self._target = target
+        self._pending: list[tuple[int, int, InferenceRequest]] = []
+        self._deadlines: list[tuple[int, str]] = []
+        self._pushed = 0
+        self._aborts: list[str] = []
+        self._open_head: str | None = None
+        self._pull()
+
+    @property
+    def unsent(self) -> int:
+        """Requests generated but not yet sent (still pending at the horizon)."""
+        return len(self._pending)
+
+    def _push(self, req: InferenceRequest) -> None:
+        heapq.heappush(self._pending, (req.arrival_us, self._pushed, req))
+        self._pushed += 1
+
+    def _pull(self) -> None:
+        # Keep exactly one open-loop request of lookahead: the stream is lazy.
+        if self._open_head is None:
+            req = self._source.next_arrival()
+            if req is not None:
+                self._push(req)
+                self._open_head = req.request_id
+
+    def _next_time(self) -> int | None:
+        times = []
+        if self._pending:
+            times.append(self._pending[0][0])
+        if self._deadlines:
+            times.append(self._deadlines[0][0])
+        if self._aborts:
+            times.append(self._devs_now_us)
+        return min(times) if times else None
+
+    def initial_time_us(self) -> int | None:
+        return self._next_time()
+
+    def output(self, now_us: int) -> None:
+        for rid in self._aborts:
+            self.send(self._target, "abort", rid)
+        for arrival_us, _, req in sorted(self._pending):
+            if arrival_us != now_us:
+                break
+            self.send(self._target, "request", req)
+
+    def internal(self, now_us: int) -> int | None:
+        self._aborts.clear()
+        self._send_due(now_us)
+        self._expire(now_us)
+        return self._next_time()
+
+    def external(self, now_us: int, bag: list[Message]) -> int | None:
+        for msg in bag:
+            payload = msg.payload
+            if msg.port == "step":
+                assert isinstance(payload, StepReport)
+                self._on_step(payload, now_us)
+            elif msg.port == "dropped":
+                assert isinstance(payload, Dropped)
+                if not self._ledger.has_fate(payload.request_id):
+                    self._ledger.dropped(payload.request_id, payload.reason)
+                    self._follow_ups(payload.request_id, now_us, 0, failed=True)
+            elif isinstance(payload, MetricsScrape):  # pragma: no cover - not routed here
+                continue
+            else:
+                raise SimulationError(f"client {self.name!r}: unknown input port {msg.port!r}")
+        return self._next_time()
+
+    def confluent(self, now_us: int, bag: list[Message]) -> int | None:
+        self.internal(now_us)
+        return self.external(now_us, bag)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _send_due(self, now_us: int) -> None:
+        pending = self._pending
+        while pending and pending[0][0] == now_us:
+            _, _, req = heapq.heappop(pending)
+            self._ledger.arrived(req.request_id, now_us, req.input_tokens)
+            if req.deadline_us is not None:
+                heapq.heappush(self._deadlines, (req.deadline_us, req.request_id))
+            if req.request_id == self._open_head:
+                self._open_head = None
+                self._pull()
+        if pending and pending[0][0] < now_us:
+            raise SimulationError(
+                f"client {self.name!r}: request {pending[0][2].request_id!r} was due at "
+                f"{pending[0][0]} us, before now ({now_us} us)"
+            )
+
+    def _expire(self, now_us: int) -> None:
+        while self._deadlines and self._deadlines[0][0] <= now_us:
+            _, rid = heapq.heappop(self._deadlines)
+            if not self._ledger.has_fate(rid):
+                self._ledger.timed_out(rid)
+                self._aborts.append(rid)
+                self._follow_ups(rid, now_us, 0, failed=True)
+
+    def _on_step(self, report: StepReport, now_us: int) -> None:
+        ledger = self._ledger
+        outcome = report.outcome
+        for rid in outcome.first_scheduled:
+            ledger.scheduled(rid, report.step_start_us)
+        for em in outcome.emitted:
+            ledger.tokens(em.request_id, em.num_tokens, now_us)
+        for fin in outcome.finished:
+            if ledger.has_fate(fin.request_id):
+                continue  # timed out earlier; the engine's abort completed it
+            if fin.reason == "abort":
+                ledger.dropped(fin.request_id, "aborted by the engine")
+                self._follow_ups(fin.request_id, now_us, fin.output_tokens, failed=True)
+            else:
+                ledger.completed(fin.request_id, fin.reason)
+                self._follow_ups(fin.request_id, now_us, fin.output_tokens, failed=False)
+
+    def _follow_ups(self, rid: str, now_us: int, output_tokens: int, *, failed: bool) -> None:
+        for req in self._source.on_completion(
+            rid, now_us, output_tokens=output_tokens, failed=failed
+        ):
+            if req.arrival_us < now_us:
+                raise SimulationError(
+                    f"workload released {req.request_id!r} at {req.arrival_us} us, in the past"
+                )
+            self._push(req)
+        self._pull()

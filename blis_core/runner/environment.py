@@ -1,0 +1,35 @@
+"""Building each engine instance's Environment from the run's data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from blis_core.contracts.engine import Environment
+from blis_core.cost import SimEnvironment
+from blis_core.sim.rng import RandomStreams
+
+if TYPE_CHECKING:
+    from blis_core.runner.run import DataSources
+
+__all__ = ["make_environment", "merge_rank_shares"]
+
+
+def make_environment(data: DataSources, instance: str, streams: RandomStreams) -> SimEnvironment:
+    """An Environment for ``instance``: its substreams are (instance, purpose, entity)."""
+    return SimEnvironment(
+        data.catalog,
+        data.registry,
+        substream=lambda purpose, entity: streams.get(instance, purpose, entity),
+    )
+
+
+def merge_rank_shares(envs: Sequence[Environment]) -> dict[str, float]:
+    """Each coefficient rank's share of all time priced by ``envs`` together."""
+    totals: dict[str, float] = {}
+    for env in envs:
+        assert isinstance(env, SimEnvironment)
+        for rank, seconds in env.rank_seconds().items():
+            totals[rank] = totals.get(rank, 0.0) + seconds
+    whole = sum(totals.values())
+    return {k: v / whole for k, v in sorted(totals.items())} if whole > 0 else {}

@@ -1,0 +1,155 @@
+"""The DEVS component around the router (design §5).
+
+The router decides on :class:`EndpointSnapshot`s built from the last metrics scrape of
+each endpoint, never from live engine state. Its clock and random draws come from the
+simulator (:class:`SimRouterRuntime`). Decisions are forwarded in the same instant
+(zero delay) as the request arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from blis_core.contracts.errors import SimulationError
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import (
+    EndpointSnapshot,
+    RouterEvent,
+    RouterInstance,
+    RoutingDecision,
+)
+from blis_core.runner.messages import Dropped, MetricsScrape, StepReport
+from blis_core.sim.kernel import Component, Message
+from blis_core.sim.rng import RandomStreams
+
+__all__ = ["RouterComponent", "SimRouterRuntime"]
+
+RouteObserver = Callable[[InferenceRequest, RoutingDecision, int], None]
+
+
+class SimRouterRuntime:
+    """The router's clock and substreams, owned by the simulator."""
+
+    def __init__(self, name: str, streams: RandomStreams) -> None:
+        self._name = name
+        self._streams = streams
+        self._now_us = 0
+
+    @property
+    def now_us(self) -> int:
+        """Current simulated time."""
+        return self._now_us
+
+    def set_now(self, now_us: int) -> None:
+        """Advance the clock (called by the router component only)."""
+        self._now_us = now_us
+
+    def substream(self, purpose: str, entity: str) -> np.random.Generator:
+        """Substream (router, purpose, entity)."""
+        return self._streams.get(self._name, purpose, entity)
+
+
+class RouterComponent(Component):
+    """Routes requests to engine components and relays what the router must observe.
+
+    Ports in: ``request``, ``abort`` (from the client), ``metrics`` and ``step`` (from
+    engines). Ports out: ``request``/``abort`` to engines, ``dropped`` to the client.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        router: RouterInstance,
+        runtime: SimRouterRuntime,
+        endpoints: Mapping[str, EndpointSnapshot],
+        *,
+        client: str,
+        route_observer: RouteObserver | None = None,
+    ) -> None:
+        super().__init__(name)
+        self._router = router
+        self._runtime = runtime
+        # Candidate order is fixed (sorted by name), so decisions never depend on dict order.
+        self._snapshots: dict[str, EndpointSnapshot] = dict(sorted(endpoints.items()))
+        self._client = client
+        self._observe_route = route_observer
+        self._dispatched: dict[str, str] = {}
+        self._awaiting_first_token: set[str] = set()
+        self._outbox: list[tuple[str, str, object]] = []
+
+    def output(self, now_us: int) -> None:
+        for dest, port, payload in self._outbox:
+            self.send(dest, port, payload)
+
+    def internal(self, now_us: int) -> int | None:
+        self._outbox.clear()
+        return None
+
+    def external(self, now_us: int, bag: list[Message]) -> int | None:
+        self._runtime.set_now(now_us)
+        for msg in bag:
+            port = msg.port
+            if port == "request":
+                self._route(msg.payload, now_us)  # type: ignore[arg-type]
+            elif port == "metrics":
+                self._scrape(msg.payload)  # type: ignore[arg-type]
+            elif port == "step":
+                self._relay_step(msg.payload)  # type: ignore[arg-type]
+            elif port == "abort":
+                target = self._dispatched.get(str(msg.payload))
+                if target is not None:
+                    self._outbox.append((target, "abort", msg.payload))
+            else:
+                raise SimulationError(f"router {self.name!r}: unknown input port {port!r}")
+        return now_us if self._outbox else None
+
+    def confluent(self, now_us: int, bag: list[Message]) -> int | None:
+        self._outbox.clear()
+        return self.external(now_us, bag)
+
+    def _route(self, request: InferenceRequest, now_us: int) -> None:
+        decision = self._router.route(request, tuple(self._snapshots.values()))
+        if self._observe_route is not None:
+            self._observe_route(request, decision, now_us)
+        target = decision.endpoint
+        if target is None or decision.status != 200:
+            reason = f"router {decision.status}: {decision.reason or 'no endpoint'}"
+            self._outbox.append((self._client, "dropped", Dropped(request.request_id, reason)))
+            return
+        if target not in self._snapshots:
+            raise SimulationError(
+                f"router picked {target!r}, which is not an endpoint: {sorted(self._snapshots)}"
+            )
+        self._dispatched[request.request_id] = target
+        self._awaiting_first_token.add(request.request_id)
+        self._outbox.append((target, "request", request))
+        self._router.observe(RouterEvent("dispatched", target, request.request_id))
+
+    def _scrape(self, scrape: MetricsScrape) -> None:
+        old = self._snapshots[scrape.instance]
+        self._snapshots[scrape.instance] = EndpointSnapshot(
+            name=old.name,
+            pool=old.pool,
+            engine_kind=old.engine_kind,
+            role=old.role,
+            labels=old.labels,
+            metrics=scrape.metrics,
+            scraped_at_us=scrape.scraped_at_us,
+        )
+
+    def _relay_step(self, report: StepReport) -> None:
+        outcome = report.outcome
+        observe = self._router.observe
+        awaiting = self._awaiting_first_token
+        for em in outcome.emitted:
+            if em.request_id in awaiting:
+                awaiting.discard(em.request_id)
+                observe(RouterEvent("first_token", report.instance, em.request_id))
+        for fin in outcome.finished:
+            self._dispatched.pop(fin.request_id, None)
+            awaiting.discard(fin.request_id)
+            observe(RouterEvent("completed", report.instance, fin.request_id))
+        if outcome.kv_events:
+            observe(RouterEvent("kv_events", report.instance, kv_events=outcome.kv_events))

@@ -1,0 +1,360 @@
+"""Building a cluster from a Scenario, running its replications, writing the Result.
+
+This is the one place that wires the pieces together: the plugin host selects engines
+and the router, the cost model supplies each engine's Environment, the workload feeds
+the client, and the DEVS kernel runs the components.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from blis_core import __version__
+from blis_core.contracts.engine import EngineFactory, EnginePoolSpec, Environment
+from blis_core.contracts.errors import FieldError, InputRefused, PluginError
+from blis_core.contracts.result import (
+    DataStamp,
+    PluginStamp,
+    ReplicationResult,
+    Result,
+    Stack,
+)
+from blis_core.contracts.router import EndpointSnapshot, RouterFactory
+from blis_core.contracts.scenario import PoolSpec, Scenario
+from blis_core.cost import Catalog, Registry, load_catalog, load_registry
+from blis_core.host.manager import PluginHost
+from blis_core.io.canonical import canonical_json, content_hash
+from blis_core.metrics import (
+    METRICS,
+    RequestLedger,
+    detect_overload,
+    estimate,
+    fate_counts,
+    replication_metrics,
+)
+from blis_core.runner.client_component import ClientComponent
+from blis_core.runner.engine_component import EngineComponent
+from blis_core.runner.environment import make_environment, merge_rank_shares
+from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
+from blis_core.runner.validity import validity_of
+from blis_core.sim.kernel import Component, Simulation
+from blis_core.sim.rng import RandomStreams, stream_key_digest
+from blis_core.workload.source import WorkloadSource
+
+__all__ = ["DataSources", "check_scenario", "replication_seed", "run_scenario", "write_result"]
+
+CLIENT = "client"
+ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class DataSources:
+    """The catalog and coefficient registry a run uses (embedded when paths are None)."""
+
+    catalog: Catalog
+    registry: Registry
+    catalog_source: str
+    registry_source: str
+
+    @classmethod
+    def load(cls, catalog_path: str | None = None, registry_path: str | None = None) -> DataSources:
+        """Load both, from the given directories or from the embedded copies."""
+        catalog = load_catalog(Path(catalog_path) if catalog_path else None)
+        registry = load_registry(Path(registry_path) if registry_path else None, catalog)
+        return cls(catalog, registry, catalog_path or "embedded", registry_path or "embedded")
+
+    def stamp(self) -> DataStamp:
+        """What the Result records about the data."""
+        return DataStamp(
+            catalog_hash=self.catalog.content_hash,
+            registry_hash=self.registry.content_hash,
+            catalog_source=self.catalog_source,
+            registry_source=self.registry_source,
+        )
+
+
+def replication_seed(seed: int, replication: int) -> int:
+    """The seed of replication ``replication`` (0-based), derived by a stable hash."""
+    digest = stream_key_digest(seed, "scenario", "replication", replication)
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def _pool_spec(pool: PoolSpec) -> EnginePoolSpec:
+    return EnginePoolSpec(
+        pool=pool.name, model=pool.model, hardware=pool.hardware, layout=pool.layout, args=pool.args
+    )
+
+
+def check_scenario(
+    scenario: Scenario, host: PluginHost, data: DataSources, base_dir: Path | None = None
+) -> list[FieldError]:
+    """Every refusal a scenario earns before simulation: plugins, catalog, layouts, plans.
+
+    Each engine plans its pool (both phases) so that a deployment its upstream would
+    refuse to start is refused here with the upstream's own condition.
+    """
+    errors: list[FieldError] = []
+    for i, pool in enumerate(scenario.deployment.pools):
+        where = f"deployment.pools.{i}"
+        factory: EngineFactory | None = None
+        try:
+            factory = host.select_engine(pool.engine.kind, pool.engine.version)
+        except PluginError as err:
+            errors.append(FieldError(f"{where}.engine", str(pool.engine), str(err)))
+        chip = data.catalog.hardware.get(pool.hardware)
+        if chip is None:
+            errors.append(
+                FieldError(
+                    f"{where}.hardware",
+                    pool.hardware,
+                    f"unknown hardware; the catalog has {sorted(data.catalog.hardware)}",
+                )
+            )
+        if pool.model not in data.catalog.models:
+            errors.append(
+                FieldError(
+                    f"{where}.model",
+                    pool.model,
+                    f"unknown model; the catalog has {sorted(data.catalog.models)}",
+                )
+            )
+        if chip is not None and pool.layout.tp * pool.layout.pp > chip.max_gpus_per_node:
+            errors.append(
+                FieldError(
+                    f"{where}.layout",
+                    pool.layout.model_dump(),
+                    f"tp x pp = {pool.layout.tp * pool.layout.pp} GPUs, more than a "
+                    f"{pool.hardware} node has ({chip.max_gpus_per_node})",
+                )
+            )
+        if factory is not None and chip is not None and pool.model in data.catalog.models:
+            env = make_environment(data, f"{pool.name}-plan", RandomStreams(scenario.seed))
+            try:
+                factory.plan(_pool_spec(pool), env)
+            except InputRefused as err:
+                errors.extend(
+                    FieldError(_join(f"{where}.args", e.path), e.value, e.cause)
+                    for e in err.errors
+                )
+    for j, name in enumerate(scenario.frame.metrics):
+        if name not in METRICS:
+            errors.append(
+                FieldError(f"frame.metrics.{j}", name, f"unknown metric; known: {sorted(METRICS)}")
+            )
+    router = scenario.deployment.router
+    if router is not None:
+        try:
+            host.select_router(router.kind, router.version)
+        except PluginError as err:
+            errors.append(
+                FieldError("deployment.router", f"{router.kind}@{router.version}", str(err))
+            )
+    elif sum(p.replicas for p in scenario.deployment.pools) > 1:
+        errors.append(
+            FieldError(
+                "deployment.router",
+                None,
+                "more than one engine instance needs a router to choose between them",
+            )
+        )
+    try:
+        WorkloadSource(scenario.workload, RandomStreams(scenario.seed).get, base_dir=base_dir)
+    except InputRefused as err:
+        errors.extend(FieldError(_join("workload", e.path), e.value, e.cause) for e in err.errors)
+    return errors
+
+
+def _join(prefix: str, path: str) -> str:
+    if not path:
+        return prefix
+    return path if path.startswith(prefix) else f"{prefix}.{path}"
+
+
+@dataclass
+class _Cluster:
+    sim: Simulation
+    client: ClientComponent
+    source: WorkloadSource
+    ledger: RequestLedger
+    engines: list[EngineComponent]
+    envs: list[Environment]
+
+
+def _build(
+    scenario: Scenario,
+    seed: int,
+    host: PluginHost,
+    data: DataSources,
+    base_dir: Path | None,
+    stamps: dict[str, PluginStamp],
+) -> _Cluster:
+    streams = RandomStreams(seed)
+    ledger = RequestLedger()
+    source = WorkloadSource(
+        scenario.workload, lambda p, e: streams.get(CLIENT, p, e), base_dir=base_dir
+    )
+    router_spec = scenario.deployment.router
+    router_name = ROUTER if router_spec is not None else None
+    scrape_us = router_spec.scrape_interval_us if router_spec is not None else 0
+    kv_delay_us = router_spec.kv_event_delay_us if router_spec is not None else 0
+    components: list[Component] = []
+    engines: list[EngineComponent] = []
+    envs: list[Environment] = []
+    endpoints: dict[str, EndpointSnapshot] = {}
+    step_observer = host.step_observer()
+    for pool in scenario.deployment.pools:
+        factory = host.select_engine(pool.engine.kind, pool.engine.version)
+        key = f"{factory.kind}@{factory.upstream_release}"
+        stamps[f"blis.engines:{key}"] = host.stamp("blis.engines", key, factory.upstream_release)
+        spec = _pool_spec(pool)
+        for r in range(pool.replicas):
+            instance = f"{pool.name}-{r}"
+            env = make_environment(data, instance, streams)
+            engine = factory.build(spec, env, instance)
+            if r == 0:
+                host.engine_planned(pool.name, engine.plan)
+            comp = EngineComponent(
+                instance,
+                engine,
+                env,
+                client=CLIENT,
+                router=router_name,
+                scrape_interval_us=scrape_us,
+                kv_event_delay_us=kv_delay_us,
+                step_observer=step_observer,
+            )
+            engines.append(comp)
+            envs.append(env)
+            endpoints[instance] = EndpointSnapshot(
+                name=instance,
+                pool=pool.name,
+                engine_kind=factory.kind,
+                role=pool.role,
+                labels=dict(pool.labels),
+                metrics=dict(engine.scrape()),
+                scraped_at_us=0,
+            )
+    components.extend(engines)
+    if router_spec is not None:
+        rfactory: RouterFactory = host.select_router(router_spec.kind, router_spec.version)
+        rkey = f"{rfactory.kind}@{rfactory.upstream_release}"
+        stamps[f"blis.routers:{rkey}"] = host.stamp(
+            "blis.routers", rkey, rfactory.upstream_release
+        )
+        runtime = SimRouterRuntime(ROUTER, streams)
+        config = dict(router_spec.config or {})
+        if router_spec.config_path is not None:
+            from blis_core.io.yaml_safe import load_yaml_mapping
+
+            path = Path(router_spec.config_path)
+            if base_dir is not None and not path.is_absolute():
+                path = base_dir / path
+            config = load_yaml_mapping(path)
+        router = rfactory.build(config, runtime)
+        components.append(
+            RouterComponent(
+                ROUTER,
+                router,
+                runtime,
+                endpoints,
+                client=CLIENT,
+                route_observer=host.route_observer(),
+            )
+        )
+        target = ROUTER
+    else:
+        target = engines[0].name
+    client = ClientComponent(CLIENT, source, ledger, target)
+    components.append(client)
+    return _Cluster(Simulation(components), client, source, ledger, engines, envs)
+
+
+def _replicate(
+    scenario: Scenario,
+    replication: int,
+    host: PluginHost,
+    data: DataSources,
+    base_dir: Path | None,
+    stamps: dict[str, PluginStamp],
+) -> ReplicationResult:
+    seed = replication_seed(scenario.seed, replication)
+    cluster = _build(scenario, seed, host, data, base_dir, stamps)
+    horizon = scenario.frame.horizon_s
+    horizon_us = round(horizon * 1e6) if horizon is not None else None
+    end_us = cluster.sim.run(horizon_us)
+    counts = cluster.ledger.close(cluster.source.arrivals_generated - cluster.client.unsent)
+    warmup_us = round(scenario.frame.warmup_s * 1e6)
+    overloaded, evidence = detect_overload(cluster.ledger, warmup_us)
+    return ReplicationResult(
+        replication=replication,
+        seed=seed,
+        end_time_us=end_us,
+        fates=fate_counts(counts),
+        overloaded=overloaded,
+        overload_evidence=evidence,
+        metrics=replication_metrics(cluster.ledger, scenario.frame, end_us, overloaded),
+        rank_shares=merge_rank_shares(cluster.envs),
+        steps=sum(e.steps for e in cluster.engines),
+        events=cluster.sim.events,
+    )
+
+
+def run_scenario(
+    scenario: Scenario,
+    host: PluginHost,
+    data: DataSources,
+    *,
+    base_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Result:
+    """Run every replication of ``scenario`` and assemble its Result (hash included).
+
+    Refuses, before any simulation, everything :func:`check_scenario` finds.
+    """
+    errors = check_scenario(scenario, host, data, base_dir)
+    if errors:
+        raise InputRefused(errors, scenario.name)
+    stamps: dict[str, PluginStamp] = {}
+    reps: list[ReplicationResult] = []
+    n = scenario.frame.replications
+    for r in range(n):
+        reps.append(_replicate(scenario, r, host, data, base_dir, stamps))
+        if progress is not None:
+            progress(r + 1, n)
+    estimates: dict[str, dict[str, object]] = {}
+    for name in scenario.frame.metrics:
+        per_stat: dict[str, list[float]] = {}
+        for rep in reps:
+            for stat, value in rep.metrics.get(name, {}).items():
+                per_stat.setdefault(stat, []).append(value)
+        estimates[name] = {
+            stat: estimate(vals, scenario.frame.confidence)
+            for stat, vals in sorted(per_stat.items())
+            if len(vals) == n and stat != "count"
+        }
+    result = Result(
+        scenario=scenario,
+        scenario_hash=content_hash(scenario.model_dump(mode="json")),
+        stack=Stack(blis_core=__version__, plugins=tuple(stamps[k] for k in sorted(stamps))),
+        data=data.stamp(),
+        metric_definitions=tuple(METRICS[m] for m in scenario.frame.metrics if m in METRICS),
+        replications=tuple(reps),
+        estimates=estimates,  # type: ignore[arg-type]
+        validity=validity_of(scenario),
+    )
+    result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})
+    host.result_written(result)
+    return result
+
+
+def _hashable(result: Result) -> object:
+    doc = result.model_dump(mode="json")
+    doc["content_hash"] = ""
+    return doc
+
+
+def write_result(result: Result) -> str:
+    """The canonical JSON text of a Result (what ``--out`` writes and replay compares)."""
+    return canonical_json(result.model_dump(mode="json"))

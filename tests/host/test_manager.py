@@ -1,0 +1,120 @@
+"""The plugin host: discovery, loading, selection, failures, switches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from blis_core.contracts.errors import PluginError
+from blis_core.host.manager import BLOCK_ENV, PluginHost, release_key
+
+
+TOY = ("blis-toy", "blis.engines", "toy", "toy_engine")
+
+
+def test_select_loads_exactly_the_named_engine(install_plugins: Callable[..., None]) -> None:
+    install_plugins(TOY, ("blis-broken", "blis.engines", "broken", "broken_import"))
+    host = PluginHost()
+    factory = host.select_engine("toy", "2.0")
+    assert (factory.kind, factory.upstream_release) == ("toy", "2.0")
+    statuses = {r.name: r.status for r in host.discovered("blis.engines")}
+    assert statuses["toy"] == "loaded"
+    assert statuses["broken"] == "discovered"  # never imported: not named
+
+
+def test_unmodelled_version_names_newest_release(install_plugins: Callable[..., None]) -> None:
+    install_plugins(TOY)
+    with pytest.raises(PluginError, match=r"toy@9\.9 is not modelled.*newest.*2\.0"):
+        PluginHost().select_engine("toy", "9.9")
+
+
+def test_version_is_required(install_plugins: Callable[..., None]) -> None:
+    install_plugins(TOY)
+    with pytest.raises(PluginError, match=r"needs a version.*1\.0, 2\.0"):
+        PluginHost().select_engine("toy", None)
+
+
+def test_unknown_engine_lists_installed(install_plugins: Callable[..., None]) -> None:
+    install_plugins(TOY)
+    with pytest.raises(PluginError, match=r"'nope' is not installed.*toy"):
+        PluginHost().select_engine("nope", "1")
+
+
+def test_broken_import_reported_by_name_and_cause_rest_keep_working(
+    install_plugins: Callable[..., None],
+) -> None:
+    install_plugins(TOY, ("blis-broken", "blis.engines", "broken", "broken_import"))
+    host = PluginHost()
+    records = {r.name: r for r in host.load_all()}
+    assert records["broken"].status == "failed"
+    assert "nonexistent_gpu_lib" in records["broken"].error
+    assert records["toy"].status == "loaded"
+    assert host.select_engine("toy", "1.0").kind == "toy"
+
+
+def test_raising_hook_is_reported(install_plugins: Callable[..., None]) -> None:
+    install_plugins(("blis-raiser", "blis.engines", "raiser", "raises_in_hook"))
+    host = PluginHost()
+    with pytest.raises(PluginError, match="raiser.*deliberately broken registration"):
+        host.load("blis.engines", "raiser")
+
+
+def test_two_plugins_one_name_is_an_error(install_plugins: Callable[..., None]) -> None:
+    install_plugins(TOY, ("blis-toy-fork", "blis.engines", "toy", "toy_engine"))
+    with pytest.raises(PluginError, match="claimed by several distributions.*blis-toy"):
+        PluginHost()
+
+
+def test_two_plugins_registering_one_release_is_an_error(
+    install_plugins: Callable[..., None],
+) -> None:
+    install_plugins(TOY, ("blis-dup", "blis.engines", "dup", "duplicate_toy"))
+    host = PluginHost()
+    host.load("blis.engines", "toy")
+    with pytest.raises(PluginError, match=r"two plugins register engine 'toy@1\.0'"):
+        host.load("blis.engines", "dup")
+
+
+def test_misspelled_hook_fails_at_once(install_plugins: Callable[..., None]) -> None:
+    install_plugins(("blis-typo", "blis.engines", "typo", "misspelled_hook"))
+    with pytest.raises(PluginError, match="blis_register_engine"):
+        PluginHost().load("blis.engines", "typo")
+
+
+def test_block_list_environment_variable(
+    install_plugins: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    monkeypatch.setenv(BLOCK_ENV, "toy")
+    host = PluginHost()
+    assert {r.name: r.status for r in host.discovered("blis.engines")}["toy"] == "blocked"
+    with pytest.raises(PluginError, match="blocked by BLIS_DISABLE_PLUGINS"):
+        host.select_engine("toy", "1.0")
+
+
+def test_trace_switch_writes_hook_calls(
+    install_plugins: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    host = PluginHost(trace=True)
+    host.select_engine("toy", "1.0")
+    assert "blis_register_engines" in capsys.readouterr().err
+
+
+def test_builtins_register_through_the_same_hooks() -> None:
+    from blis_core.runner.builtins import make_host
+
+    host = make_host()
+    assert host.select_router("round-robin", "1").kind == "round-robin"
+    assert len(host.cost_methods) >= 1
+    builtin = [r for r in host.discovered() if r.status == "builtin"]
+    assert any("round-robin@1" in r.provides for r in builtin)
+
+
+def test_release_key_orders_versions() -> None:
+    assert sorted(["0.10.0", "0.9.1", "v0.33.0"], key=release_key) == [
+        "0.9.1",
+        "0.10.0",
+        "v0.33.0",
+    ]
