@@ -1,0 +1,19 @@
+"""Conformance suites for BLIS plugins.
+
+A plugin's tests subclass a suite, set the class attributes it names (the factory
+under test and capability flags) and inherit its tests, as keystone's backend tests
+do. The suites use only :mod:`blis_core.contracts` and the real Environment, so a
+plugin passes them or fails them the same way inside and outside this repository.
+"""
+
+from __future__ import annotations
+
+from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
+from blis_conformance.router import RouterConformance
+
+__all__ = [
+    "EngineConformance",
+    "PrefixCachingConformance",
+    "RouterConformance",
+    "drive_engine",
+]

@@ -1,0 +1,175 @@
+"""The engine conformance suite and a small harness that drives an engine.
+
+Subclass :class:`EngineConformance`, set ``factory`` and ``spec`` (a pool the engine can
+plan), and the capability flags that apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import pytest
+
+from blis_core.contracts.engine import (
+    EngineFactory,
+    EngineInstance,
+    EnginePoolSpec,
+    Environment,
+    StepOutcome,
+)
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import PoolPlan
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import StepMode, StepShape
+
+__all__ = ["EngineConformance", "PrefixCachingConformance", "drive_engine"]
+
+
+def drive_engine(
+    engine: EngineInstance,
+    env: Environment,
+    requests: Sequence[InferenceRequest],
+    max_steps: int = 100_000,
+) -> tuple[list[StepShape], list[StepOutcome]]:
+    """Run ``requests`` (all arriving at 0) to completion, stepping as the simulator does.
+
+    Steps execute one at a time; up to ``plan.steps_in_flight`` are scheduled ahead.
+    """
+    for req in requests:
+        engine.add_request(req, 0)
+    now = 0
+    shapes: list[StepShape] = []
+    outcomes: list[StepOutcome] = []
+    in_flight: list[tuple[StepShape, int]] = []
+    limit = engine.plan.steps_in_flight
+    for _ in range(max_steps):
+        while len(in_flight) < limit:
+            shape = engine.schedule(now)
+            if shape is None:
+                break
+            in_flight.append((shape, env.price_step(engine.plan, shape)))
+            shapes.append(shape)
+        if not in_flight:
+            break
+        shape, duration = in_flight.pop(0)
+        now += duration
+        outcomes.append(engine.complete(shape, now))
+    else:  # pragma: no cover - a conformance failure
+        raise AssertionError(f"engine did not finish within {max_steps} steps")
+    return shapes, outcomes
+
+
+def _request(i: int, prompt: int, output: int, shared: int = 0) -> InferenceRequest:
+    segments: list[PromptSegment] = []
+    if shared:
+        segments.append(PromptSegment("conformance/shared", shared))
+    segments.append(PromptSegment(f"conformance/q{i}", prompt))
+    return InferenceRequest(f"c{i}", 0, tuple(segments), output)
+
+
+class EngineConformance:
+    """Tests every engine plugin must pass. Set ``factory`` and ``spec`` in a subclass."""
+
+    factory: ClassVar[EngineFactory]
+    spec: ClassVar[EnginePoolSpec]
+
+    @pytest.fixture
+    def env(self, blis_environment: Callable[[str], Environment]) -> Environment:
+        return blis_environment("conformance-0")
+
+    @pytest.fixture
+    def engine(self, env: Environment) -> EngineInstance:
+        return self.factory.build(self.spec, env, "conformance-0")
+
+    @pytest.mark.conformance
+    def test_metadata_names_one_upstream_release(self) -> None:
+        f = self.factory
+        assert f.kind and f.upstream_release and f.plugin_version
+        assert f.plugin_version.startswith(f.upstream_release.removeprefix("v")), (
+            "plugin_version must be <upstream release>-blis.N"
+        )
+
+    @pytest.mark.conformance
+    def test_plan_decides_a_kv_budget(self, env: Environment) -> None:
+        plan = self.factory.plan(self.spec, env)
+        assert isinstance(plan, PoolPlan)
+        assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks > 0
+        assert plan.engine == f"{self.factory.kind}@{self.factory.upstream_release}"
+
+    @pytest.mark.conformance
+    def test_instance_satisfies_protocol(self, engine: EngineInstance) -> None:
+        assert isinstance(engine, EngineInstance)
+        assert "arrival" in engine.input_boundary
+
+    @pytest.mark.conformance
+    def test_every_request_gets_exactly_its_tokens(
+        self, engine: EngineInstance, env: Environment
+    ) -> None:
+        reqs = [_request(i, 50 + 37 * i, 3 + i % 5) for i in range(12)]
+        shapes, outcomes = drive_engine(engine, env, reqs)
+        emitted: dict[str, int] = {}
+        finished = {}
+        for o in outcomes:
+            for e in o.emitted:
+                emitted[e.request_id] = emitted.get(e.request_id, 0) + e.num_tokens
+            for f in o.finished:
+                assert f.request_id not in finished, "a request finished twice"
+                finished[f.request_id] = f
+        for r in reqs:
+            assert emitted[r.request_id] == r.max_output_tokens
+            assert finished[r.request_id].output_tokens == r.max_output_tokens
+        assert engine.num_unfinished() == 0
+
+    @pytest.mark.conformance
+    def test_shapes_are_padded_not_truncated(
+        self, engine: EngineInstance, env: Environment
+    ) -> None:
+        shapes, _ = drive_engine(engine, env, [_request(i, 100, 4) for i in range(5)])
+        for s in shapes:
+            assert s.padded_tokens >= s.scheduled_tokens > 0
+            if s.mode is StepMode.DECODE_ONLY:
+                assert all(c.new_tokens == 1 for c in s.seqs)
+
+    @pytest.mark.conformance
+    def test_same_inputs_same_steps(self, env: Environment) -> None:
+        reqs = [_request(i, 80 + 13 * i, 6) for i in range(8)]
+        a = drive_engine(self.factory.build(self.spec, env, "a"), env, reqs)[0]
+        b = drive_engine(self.factory.build(self.spec, env, "b"), env, reqs)[0]
+        assert a == b
+
+    @pytest.mark.conformance
+    def test_abort_removes_request(self, engine: EngineInstance) -> None:
+        engine.add_request(_request(0, 64, 8), 0)
+        engine.abort_request("c0", 0)
+        engine.abort_request("unknown-id", 0)
+        assert engine.num_unfinished() == 0
+
+    @pytest.mark.conformance
+    def test_scrape_gives_numbers(self, engine: EngineInstance) -> None:
+        metrics = engine.scrape()
+        assert metrics and all(isinstance(v, float) for v in metrics.values())
+
+    @pytest.mark.conformance
+    def test_too_long_prompt_is_refused(self, engine: EngineInstance) -> None:
+        too_long = engine.plan.max_model_len + 1
+        with pytest.raises(InputRefused):
+            engine.add_request(_request(0, too_long, 1), 0)
+
+
+class PrefixCachingConformance:
+    """Add to an engine suite when the engine keeps a prefix cache (capability)."""
+
+    factory: ClassVar[EngineFactory]
+    spec: ClassVar[EnginePoolSpec]
+
+    @pytest.mark.conformance
+    def test_prefix_caching_saves_computation(
+        self, blis_environment: Callable[[str], Environment]
+    ) -> None:
+        env = blis_environment("prefix")
+        engine = self.factory.build(self.spec, env, "prefix")
+        drive_engine(engine, env, [_request(0, 32, 2, shared=512)])
+        shapes, _ = drive_engine(engine, env, [_request(1, 32, 2, shared=512)])
+        computed = sum(c.new_tokens for s in shapes for c in s.seqs)
+        assert computed < 512, f"the shared 512-token prefix was recomputed ({computed} tokens)"

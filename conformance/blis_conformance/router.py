@@ -1,0 +1,88 @@
+"""The router conformance suite. Subclass it and set ``factory`` and ``config``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.router import (
+    EndpointSnapshot,
+    RouterEvent,
+    RouterFactory,
+    RouterInstance,
+)
+
+__all__ = ["FixedRuntime", "RouterConformance", "endpoints"]
+
+
+class FixedRuntime:
+    """A runtime with a settable clock and seeded substreams (sha-free, test only)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.now_us = 0
+        self._seed = seed
+
+    def substream(self, purpose: str, entity: str) -> np.random.Generator:
+        key = [self._seed, *purpose.encode(), 0, *entity.encode()]
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(key)))
+
+
+def endpoints(n: int, metrics: dict[str, float] | None = None) -> tuple[EndpointSnapshot, ...]:
+    """``n`` endpoints named ``ep-0`` … in one pool, with the given scraped metrics."""
+    return tuple(
+        EndpointSnapshot(
+            name=f"ep-{i}",
+            pool="pool",
+            engine_kind="vllm",
+            role="both",
+            labels={},
+            metrics=dict(metrics or {}),
+            scraped_at_us=0,
+        )
+        for i in range(n)
+    )
+
+
+def _req(i: int) -> InferenceRequest:
+    return InferenceRequest(f"r{i}", 0, (PromptSegment(f"router/{i}", 64 + i),), 16)
+
+
+class RouterConformance:
+    """Tests every router plugin must pass."""
+
+    factory: ClassVar[RouterFactory]
+    config: ClassVar[dict[str, Any]] = {}
+
+    def build(self, seed: int = 0) -> RouterInstance:
+        return self.factory.build(dict(self.config), FixedRuntime(seed))
+
+    @pytest.mark.conformance
+    def test_metadata(self) -> None:
+        assert self.factory.kind and self.factory.upstream_release and self.factory.plugin_version
+
+    @pytest.mark.conformance
+    def test_picks_one_of_the_candidates(self) -> None:
+        router = self.build()
+        eps = endpoints(4)
+        names = {e.name for e in eps}
+        for i in range(20):
+            decision = router.route(_req(i), eps)
+            assert decision.status == 200 and decision.endpoint in names
+            router.observe(RouterEvent("dispatched", decision.endpoint or "", f"r{i}"))
+
+    @pytest.mark.conformance
+    def test_same_seed_same_decisions(self) -> None:
+        eps = endpoints(5)
+        picks = []
+        for _ in range(2):
+            router = self.build(seed=7)
+            picks.append([router.route(_req(i), eps).endpoint for i in range(30)])
+        assert picks[0] == picks[1]
+
+    @pytest.mark.conformance
+    def test_no_endpoint_is_not_a_dispatch(self) -> None:
+        decision = self.build().route(_req(0), ())
+        assert decision.endpoint is None and decision.status != 200
