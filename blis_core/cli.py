@@ -85,7 +85,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as err:
-        errors.extend(field_errors(err))
+        errors.extend(field_errors(err, data))
     sources = DataSources.load(args.catalog, args.registry)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
     if scenario is not None:

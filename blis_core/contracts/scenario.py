@@ -90,11 +90,13 @@ class RouterSpec(Document):
 class Deployment(Document):
     """Pools and the router: what runs."""
 
-    pools: tuple[PoolSpec, ...] = Field(min_length=1)
+    pools: tuple[PoolSpec, ...]
     router: RouterSpec | None = None
 
     @model_validator(mode="after")
     def _names_unique(self) -> Deployment:
+        if not self.pools:
+            raise ValueError("pools: at least one pool is required")
         names = [p.name for p in self.pools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

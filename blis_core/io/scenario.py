@@ -24,11 +24,15 @@ __all__ = [
 DEFAULT_SCENARIO = "default"
 
 
-def field_errors(err: ValidationError, prefix: str = "") -> list[FieldError]:
-    """Every error of a pydantic ValidationError as a FieldError (path, value, cause)."""
+def field_errors(err: ValidationError, data: object = None, prefix: str = "") -> list[FieldError]:
+    """Every error of a pydantic ValidationError as a FieldError (path, value, cause).
+
+    Given the validated ``data``, location parts the user never wrote (the tag of the
+    union member pydantic tried, a validator's name) are left out of the path.
+    """
     out: list[FieldError] = []
     for e in err.errors(include_url=False):
-        path = ".".join(str(p) for p in e["loc"] if not _is_union_tag(p))
+        path = ".".join(_user_path(e["loc"], data))
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         cause = e["msg"]
@@ -40,10 +44,18 @@ def field_errors(err: ValidationError, prefix: str = "") -> list[FieldError]:
     return out
 
 
-def _is_union_tag(part: object) -> bool:
-    # pydantic inserts the chosen union member's tag/class name into ``loc``; users
-    # never wrote it, so it is left out of the field path.
-    return isinstance(part, str) and (part[:1].isupper() or part.startswith("function-"))
+def _user_path(loc: tuple[int | str, ...], data: object) -> list[str]:
+    parts: list[str] = []
+    node = data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        elif data is not None and i < len(loc) - 1:
+            continue  # not a key the user wrote: a union tag or a validator name
+        parts.append(str(part))
+    return parts
 
 
 def parse_scenario(data: Mapping[str, Any], source: str) -> Scenario:
@@ -51,7 +63,7 @@ def parse_scenario(data: Mapping[str, Any], source: str) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
-        raise InputRefused(field_errors(err), source) from None
+        raise InputRefused(field_errors(err, data), source) from None
 
 
 def read_scenario_data(path: str | None) -> tuple[dict[str, Any], str]:

@@ -9,7 +9,5 @@ __all__ = ["make_host"]
 
 
 def make_host() -> PluginHost:
-    """A PluginHost with the built-ins (round-robin router, roofline cost method)."""
-    from blis_core.cost import builtin_plugin
-
-    return PluginHost(builtins=[round_robin, builtin_plugin])
+    """A PluginHost with the built-ins (the round-robin router)."""
+    return PluginHost(builtins=[round_robin])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from blis_core.contracts.cost import CoefficientRank
 from blis_core.contracts.engine import Environment
 from blis_core.cost import SimEnvironment
 from blis_core.sim.rng import RandomStreams
@@ -20,6 +21,7 @@ def make_environment(data: DataSources, instance: str, streams: RandomStreams) -
     return SimEnvironment(
         data.catalog,
         data.registry,
+        (),
         substream=lambda purpose, entity: streams.get(instance, purpose, entity),
     )
 
@@ -29,7 +31,9 @@ def merge_rank_shares(envs: Sequence[Environment]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for env in envs:
         assert isinstance(env, SimEnvironment)
-        for rank, seconds in env.rank_seconds().items():
-            totals[rank] = totals.get(rank, 0.0) + seconds
+        for rank, seconds in enumerate(env.totals.seconds):
+            if seconds > 0:
+                name = CoefficientRank(rank).name.lower()
+                totals[name] = totals.get(name, 0.0) + seconds
     whole = sum(totals.values())
     return {k: v / whole for k, v in sorted(totals.items())} if whole > 0 else {}

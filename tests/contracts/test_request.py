@@ -1,0 +1,51 @@
+"""Prompt segments materialise deterministic token ids."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blis_core.contracts.request import (
+    InferenceRequest,
+    PromptSegment,
+    prompt_token_ids,
+    segment_token_ids,
+)
+
+
+@given(st.integers(0, 9000), st.integers(0, 9000))
+def test_shorter_segment_is_a_prefix_of_longer(a: int, b: int) -> None:
+    short, long = sorted((a, b))
+    assert segment_token_ids("k", 32000, 0, long)[:short] == segment_token_ids("k", 32000, 0, short)
+
+
+def test_slices_agree_across_chunk_boundaries() -> None:
+    whole = segment_token_ids("sys/3", 1000, 0, 9000)
+    assert segment_token_ids("sys/3", 1000, 4000, 8500) == whole[4000:8500]
+    assert all(1 <= t < 1000 for t in whole)
+
+
+def test_different_keys_differ_and_ids_are_stable_across_processes() -> None:
+    assert segment_token_ids("a", 32000, 0, 64) != segment_token_ids("b", 32000, 0, 64)
+    code = (
+        "from blis_core.contracts.request import segment_token_ids as s;"
+        "print(s('a', 32000, 0, 8))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={"PYTHONHASHSEED": "123", "PATH": ""},
+    ).stdout
+    assert out.strip() == str(segment_token_ids("a", 32000, 0, 8))
+
+
+def test_request_input_tokens_and_prompt_ids() -> None:
+    req = InferenceRequest(
+        "r", 0, (PromptSegment("sys", 10), PromptSegment("q", 5)), max_output_tokens=3
+    )
+    assert req.input_tokens == 15
+    ids = prompt_token_ids(req.prompt, 500)
+    assert ids[:10] == segment_token_ids("sys", 500, 0, 10)
+    assert ids[10:] == segment_token_ids("q", 500, 0, 5)
