@@ -51,6 +51,11 @@ class RequestLedger:
         self.backlog_samples: list[tuple[int, int]] = []
         self._in_system = 0
 
+    @property
+    def in_system(self) -> int:
+        """Requests that arrived and have no fate yet."""
+        return self._in_system
+
     # -- progress -----------------------------------------------------------------
 
     def arrived(self, request_id: str, now_us: int, input_tokens: int) -> None:

@@ -42,6 +42,11 @@ class ClientComponent(Component):
         self._pull()
 
     @property
+    def done(self) -> bool:
+        """The stop rule: the workload is exhausted and every arrival has its fate."""
+        return not self._pending and self._source.exhausted and self._ledger.in_system == 0
+
+    @property
     def unsent(self) -> int:
         """Requests generated but not yet sent (still pending at the horizon)."""
         return len(self._pending)

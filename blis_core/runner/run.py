@@ -271,6 +271,24 @@ def _build(
     return _Cluster(Simulation(components), client, source, ledger, engines, envs)
 
 
+def _run_until_done(cluster: _Cluster, horizon_us: int | None) -> int:
+    """Run until the stop rule holds (workload exhausted, every arrival fated) or the horizon.
+
+    Periodic components (metrics scrapes) never run out of events by themselves, so the
+    stop rule is checked after every instant.
+    """
+    sim, client = cluster.sim, cluster.client
+    step = sim.step
+    while not client.done:
+        nxt = sim.peek_us()
+        if nxt is None:
+            break
+        if horizon_us is not None and nxt > horizon_us:
+            return horizon_us
+        step()
+    return sim.now_us
+
+
 def _replicate(
     scenario: Scenario,
     replication: int,
@@ -283,7 +301,7 @@ def _replicate(
     cluster = _build(scenario, seed, host, data, base_dir, stamps)
     horizon = scenario.frame.horizon_s
     horizon_us = round(horizon * 1e6) if horizon is not None else None
-    end_us = cluster.sim.run(horizon_us)
+    end_us = _run_until_done(cluster, horizon_us)
     counts = cluster.ledger.close(cluster.source.arrivals_generated - cluster.client.unsent)
     warmup_us = round(scenario.frame.warmup_s * 1e6)
     overloaded, evidence = detect_overload(cluster.ledger, warmup_us)

@@ -25,3 +25,12 @@ def test_cycles_in_order() -> None:
 def test_refuses_configuration() -> None:
     with pytest.raises(InputRefused, match="weight"):
         RoundRobinFactory().build({"weight": 2}, FixedRuntime())
+
+
+def test_registers_through_the_router_hook() -> None:
+    from blis_core.builtin import round_robin
+    from blis_core.host.registry import NamedRegistry
+
+    registry: NamedRegistry[RoundRobinFactory] = NamedRegistry("router", lambda f: f.kind)
+    round_robin.blis_register_routers(registry)
+    assert registry.keys() == ["round-robin"]

@@ -117,3 +117,30 @@ def test_release_key_orders_versions() -> None:
         "0.10.0",
         "v0.33.0",
     ]
+
+
+def test_cost_methods_and_scorers_register(install_plugins: Callable[..., None]) -> None:
+    install_plugins(("blis-extra", "blis.cost_methods", "extra", "extra_kinds"))
+    host = PluginHost()
+    rec = host.load("blis.cost_methods", "extra")
+    # one module may provide several kinds: blis_register_cost_methods and
+    # blis_register_scorers both ran
+    assert host.cost_methods.keys() == ["flat"]
+    assert host.scorers.keys() == ["count"]
+    assert rec.provides == ["flat", "count"]
+
+
+def test_step_explained_reaches_plugins(install_plugins: Callable[..., None]) -> None:
+    import importlib
+
+    from blis_core.contracts.cost import StepPrice
+    from blis_core.contracts.shape import StepMode, StepShape
+
+    install_plugins(("blis-observer", "blis.scorers", "observer", "observer"))
+    host = PluginHost()
+    host.load("blis.scorers", "observer")
+    observer = importlib.import_module("observer")
+    observer.CALLS.clear()
+    price = StepPrice(duration_us=7, parts=())
+    host.step_explained("i", StepShape(1, StepMode.IDLE, (), 0), price)  # blis_step_explained
+    assert observer.CALLS == [("blis_step_explained", price)]

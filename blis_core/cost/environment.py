@@ -1,0 +1,248 @@
+"""SimEnvironment: the contracts' Environment over the catalog, registry and cost methods.
+
+One instance serves one simulation (it keeps running rank totals, never global state).
+Pricing compiles each PoolPlan once (cached by identity) and then prices a StepShape
+with one pass over its sequences (see :mod:`blis_core.cost.pricing`).
+
+Cost methods: the built-in registry lookup (fitted entries, then the roofline floor) is
+always present. Extra methods (plugins registered through ``blis_register_cost_methods``)
+are asked for every kernel of a step and win when they answer a more trusted rank;
+a plan priced with extra methods takes that slower path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitecture
+from blis_core.contracts.cost import CoefficientRank, CostMethod, PrimitivePrice, StepPrice
+from blis_core.contracts.engine import LinkLoad
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
+from blis_core.contracts.shape import StepShape, Transfer
+from blis_core.contracts.time import seconds_to_us
+from blis_core.cost import memory
+from blis_core.cost.catalog import Catalog
+from blis_core.cost.pricing import CompiledPlan, StepEvaluation, compile_plan
+from blis_core.cost.registry import RankTotals, Registry
+from blis_core.cost.roofline import RegistryMethod, RooflineMethod
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["SimEnvironment"]
+
+_BOUNDS = ("compute", "memory", "link")
+
+
+class SimEnvironment:
+    """The Environment an engine is built with: catalog facts, memory and step prices.
+
+    :param catalog: the loaded catalog (:func:`~blis_core.cost.catalog.load_catalog`).
+    :param registry: the loaded registry (:func:`~blis_core.cost.registry.load_registry`).
+    :param cost_methods: extra cost methods (plugins); built-in ones given here are ignored.
+    :param substream: ``(purpose, entity) -> Generator``, the simulator's named substreams.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        registry: Registry,
+        cost_methods: Sequence[CostMethod],
+        substream: Callable[[str, str], np.random.Generator],
+    ) -> None:
+        self.catalog = catalog
+        self.registry = registry
+        self.extra_methods = tuple(
+            m for m in cost_methods if not isinstance(m, RegistryMethod | RooflineMethod)
+        )
+        self._substream = substream
+        self._compiled: dict[int, CompiledPlan] = {}
+        self.totals = RankTotals()
+
+    # -- catalog facts -----------------------------------------------------------------
+
+    def model(self, hf_id: str) -> ModelArchitecture:
+        """The catalog's architecture for ``hf_id``; refuses an unknown model."""
+        return self.catalog.model(hf_id)
+
+    def hardware(self, hardware_id: str) -> HardwareSpec:
+        """The catalog's facts for an accelerator; refuses an unknown chip."""
+        return self.catalog.chip(hardware_id)
+
+    def fabric(self, fabric_id: str) -> FabricSpec:
+        """The catalog's facts for a link kind; refuses an unknown fabric."""
+        return self.catalog.fabric(fabric_id)
+
+    def device_memory_bytes(self, hardware_id: str) -> int:
+        """Total memory the runtime reports on one device (usable, else datasheet)."""
+        hw = self.hardware(hardware_id)
+        return hw.usable_memory_bytes or hw.memory_bytes
+
+    # -- memory ------------------------------------------------------------------------
+
+    def weight_bytes_per_rank(self, plan: PoolPlan) -> int:
+        """Resident weight bytes on the most loaded rank, with the plan's quantization."""
+        include_mtp = plan.draft_policy is not None and plan.draft_policy.method == "mtp"
+        return memory.weight_bytes_per_rank(
+            self.model(plan.model), plan.layout, plan.weights_dtype, plan.quantization, include_mtp
+        )
+
+    def activation_peak_bytes(self, plan: PoolPlan, num_tokens: int) -> int:
+        """Peak activation bytes of a forward pass over ``num_tokens`` tokens on one rank."""
+        if num_tokens <= 0:
+            raise InputRefused.one("num_tokens", num_tokens, "must be > 0")
+        return memory.activation_peak_bytes(
+            self.model(plan.model), plan.layout, num_tokens, plan.max_num_seqs
+        )
+
+    def graph_memory_bytes(self, plan: PoolPlan) -> int:
+        """Estimated CUDA-graph pool bytes of the plan's captures on one rank."""
+        gp = plan.graph_policy
+        if gp.decode_mode is GraphMode.NONE and gp.mixed_mode is GraphMode.NONE:
+            return 0
+        piecewise = GraphMode.PIECEWISE in (gp.decode_mode, gp.mixed_mode)
+        return memory.graph_memory_bytes(
+            self.model(plan.model), plan.layout, gp.capture_sizes, piecewise, plan.max_num_seqs
+        )
+
+    def non_torch_bytes(self, plan: PoolPlan) -> int:
+        """Estimated non-torch memory per rank (CUDA libraries, NCCL buffers); assumed.
+
+        Not part of the Environment protocol; a vLLM port subtracts it as vLLM's
+        ``non_torch_increase``.
+        """
+        return memory.non_torch_bytes(plan.layout)
+
+    def kv_bytes_per_token_per_layer(
+        self, model: ModelArchitecture, layout: ParallelLayout, kv_cache_dtype: str, attention: str
+    ) -> int:
+        """KV bytes one token takes in one layer on one rank (K and V, or MLA's latent)."""
+        return memory.kv_bytes_per_token_per_layer(model, layout.tp, kv_cache_dtype, attention)
+
+    # -- pricing -----------------------------------------------------------------------
+
+    def compiled(self, plan: PoolPlan) -> CompiledPlan:
+        """The plan's pricing program, compiled on first use."""
+        cp = self._compiled.get(id(plan))
+        if cp is None or cp.plan is not plan:
+            cp = compile_plan(plan, self.catalog, self.registry)
+            self._compiled[id(plan)] = cp
+        return cp
+
+    def price_step(self, plan: PoolPlan, shape: StepShape) -> int:
+        """Duration of a padded step in microseconds (hot path); counts rank totals."""
+        cp = self.compiled(plan)
+        if not self.extra_methods:
+            return seconds_to_us(cp.price_seconds(shape))
+        ev = self._with_extra(cp, cp.evaluate(shape), plan, shape)
+        for rank, seconds in zip(ev.ranks.tolist(), ev.seconds.tolist(), strict=True):
+            self.totals.add(rank, seconds)
+        return seconds_to_us(ev.total_s)
+
+    def explain_step(self, plan: PoolPlan, shape: StepShape) -> StepPrice:
+        """The same price as :meth:`price_step` with its per-kernel breakdown and ranks.
+
+        Does not count toward the rank totals. ``family`` of a part is the primitive
+        family; ``impl`` is ``<layer>:<kernel impl>``.
+        """
+        cp = self.compiled(plan)
+        ev = cp.evaluate(shape)
+        if self.extra_methods:
+            ev = self._with_extra(cp, ev, plan, shape)
+        parts = []
+        for j, term in enumerate(cp.terms):
+            secs = float(ev.seconds[j])
+            if secs <= 0.0:
+                continue
+            roof = ev.work[:3, j] * cp.inv[:, j]
+            bound = "overhead" if term.family.startswith("host") else _BOUNDS[int(roof.argmax())]
+            parts.append(
+                PrimitivePrice(
+                    family=term.family,
+                    impl=f"{term.layer}:{term.impl}",
+                    seconds=secs,
+                    rank=CoefficientRank(int(ev.ranks[j])),
+                    bound=bound,
+                )
+            )
+        return StepPrice(duration_us=seconds_to_us(ev.total_s), parts=tuple(parts))
+
+    def _with_extra(
+        self, cp: CompiledPlan, ev: StepEvaluation, plan: PoolPlan, shape: StepShape
+    ) -> StepEvaluation:
+        """Ask the extra cost methods for every launched kernel; keep more trusted answers."""
+        seconds = ev.seconds.copy()
+        ranks = ev.ranks.copy()
+        launches = cp.counts[cp.stage_kind(shape)]
+        for j in range(cp.n):
+            if ev.seconds[j] <= 0.0:
+                continue
+            work = cp.work_of(j, ev, plan.hardware)
+            for method in self.extra_methods:
+                answer = method.price(work)
+                if answer is not None and int(answer[1]) < int(ranks[j]):
+                    seconds[j] = answer[0] * float(launches[j])
+                    ranks[j] = int(answer[1])
+        return StepEvaluation(seconds, ranks, ev.work, float(seconds.sum()))
+
+    def rank_shares(self) -> dict[str, float]:
+        """Which ranks priced the steps so far and each rank's share of priced time."""
+        merged = RankTotals()
+        merged.seconds = list(self.totals.seconds)
+        for cp in self._compiled.values():
+            for rank, seconds in enumerate(cp.rank_seconds()):
+                merged.add(rank, seconds)
+        return merged.rank_shares()
+
+    # -- transfers ---------------------------------------------------------------------
+
+    def price_transfer(self, plan: PoolPlan, transfer: Transfer) -> tuple[LinkLoad, ...]:
+        """Bytes a KV move puts on the link it crosses, with that link's fixed latency.
+
+        Bytes: ``num_tokens x bytes_per_token_per_layer x num_layers`` of the transfer's
+        KV group on one rank, times the ranks that move their shard (TP x PP). Link: the
+        link of a tier the plan names (``plan.tiers`` by name or medium), PCIe for
+        ``cpu``/``host``, the chip's scale-up fabric for ``gpu``-to-``gpu`` in a node,
+        and the RDMA NIC for another pool instance. Refuses an unknown KV group.
+        """
+        group = next((g for g in plan.kv_groups if g.name == transfer.kv_group), None)
+        if group is None:
+            raise InputRefused.one(
+                "transfer.kv_group",
+                transfer.kv_group,
+                f"plan has KV groups {[g.name for g in plan.kv_groups]}",
+            )
+        if transfer.num_tokens < 0:
+            raise InputRefused.one("transfer.num_tokens", transfer.num_tokens, "must be >= 0")
+        per_rank = transfer.num_tokens * group.bytes_per_token_per_layer * group.num_layers
+        num_bytes = per_rank * plan.layout.tp * plan.layout.pp
+        link = self._link_for(plan, transfer.src, transfer.dst)
+        fabric = self.fabric(link)
+        return (
+            LinkLoad(
+                link=link, num_bytes=num_bytes, latency_us=seconds_to_us(fabric.latency_us * 1e-6)
+            ),
+        )
+
+    def _link_for(self, plan: PoolPlan, src: str, dst: str) -> str:
+        hw = self.hardware(plan.hardware)
+        for end in (src, dst):
+            for tier in plan.tiers:
+                if end in (tier.name, tier.medium):
+                    return tier.link
+        ends = {src, dst}
+        if ends & {"cpu", "host", "host_dram"}:
+            return hw.pcie_fabric
+        if ends & {"disk"}:
+            return "nvme-gen4"
+        if ends == {"gpu"}:
+            return hw.scale_up_fabric or hw.pcie_fabric
+        return "rdma-400g" if "rdma-400g" in self.catalog.fabrics else hw.pcie_fabric
+
+    # -- randomness --------------------------------------------------------------------
+
+    def substream(self, purpose: str, entity: str) -> np.random.Generator:
+        """A random substream named by (this engine instance, purpose, entity)."""
+        return self._substream(purpose, entity)

@@ -1,0 +1,638 @@
+"""Step pricing: a PoolPlan compiled once into per-kernel terms, a StepShape in one pass.
+
+:func:`compile_plan` walks ``plan.layers`` (each repeated ``count`` times per pipeline
+stage) and lowers every layer into kernels (terms): its primitive family, kernel
+implementation, dtype and the work of one launch as linear functions of a few step
+aggregates (padded tokens, decode KV tokens, prefill causal pairs …). It resolves each
+term's registry entry once. :meth:`CompiledPlan.evaluate` then aggregates a StepShape
+in one pass and prices every term with a handful of vector operations.
+
+Work per rank (TP degree t, heads per rank hq, KV heads per rank hkv, head_dim d):
+
+* GEMM ``(m, n, k)``: ``2mnk`` FLOPs; weights ``nk`` plus activations ``mk + mn`` bytes;
+* attention decode: ``4 hq d`` FLOPs and ``kv_bytes`` per KV token read; prefill/extend:
+  ``4 hq d`` FLOPs per causal (query, key) pair; MLA uses its latent sizes;
+* norms, rotary, activation, residual adds: bytes read and written;
+* TP all-reduce of ``tokens x hidden`` after attention and after the MLP/MoE, ring
+  link bytes ``2 (t-1)/t`` of the message; logits all-gather; EP all-to-all;
+  pipeline send/recv to the next stage;
+* host work per step (plus a launch cost per kernel when the step is not graph-captured)
+  and per new request.
+
+Pipeline parallelism: a shape prices its stage (embedding on the first, logits and
+sampling on the last, send/recv on all but the last). Data parallelism: token-bound
+work at the largest ``dp_rank_tokens``, attention and host work at an even share of
+``seqs`` across ranks (the ranks wait for the slowest in lockstep).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+import numpy as np
+import numpy.typing as npt
+
+from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
+from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import GraphMode, LayerKind, PoolPlan
+from blis_core.contracts.shape import StepMode, StepShape
+from blis_core.cost import memory
+from blis_core.cost.catalog import Catalog
+from blis_core.cost.registry import CoefficientEntry, Registry
+from blis_core.cost.roofline import entry_constants, link_bandwidth
+
+__all__ = ["CompiledPlan", "StepEvaluation", "Term", "compile_plan"]
+
+# Step aggregates (indices into the aggregate vector).
+ONE, T, S, SD, KD, QD, SP, NP, PP, KP, KDW, PPW, KPW, R, MOEF, NEWREQ = range(16)
+N_AGG = 16
+AGG_NAMES = (
+    "one", "padded_tokens", "seqs", "decode_seqs", "decode_kv_tokens", "decode_query_tokens",
+    "prefill_seqs", "prefill_tokens", "prefill_pairs", "prefill_kv_tokens",
+    "decode_kv_tokens_windowed", "prefill_pairs_windowed", "prefill_kv_tokens_windowed",
+    "logit_rows", "moe_expert_fraction", "new_requests",
+)  # fmt: skip
+
+# Stage kinds: the only stage, first, middle, last.
+ONLY, FIRST, MIDDLE, LAST = range(4)
+_WHERE = {
+    "all": (1, 1, 1, 1),
+    "first": (1, 1, 0, 0),
+    "last": (1, 0, 0, 1),
+    "not_last": (0, 1, 1, 0),
+}
+_seq_new = attrgetter("new_tokens")
+_seq_ctx = attrgetter("context_tokens")
+
+Linear = dict[int, float]
+
+
+@dataclass
+class Term:
+    """One kernel of the plan: family, impl, dtype key, and its per-launch work."""
+
+    family: str
+    impl: str
+    dtype: str
+    layer: str
+    count: int
+    flops: Linear
+    bytes_moved: Linear
+    link_bytes: Linear = field(default_factory=dict)
+    items: Linear = field(default_factory=dict)
+    where: str = "all"
+    ranks: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvaluation:
+    """Per-term results of one step (for explain): seconds, ranks, bounds, works."""
+
+    seconds: npt.NDArray[np.float64]
+    ranks: npt.NDArray[np.int64]
+    work: npt.NDArray[np.float64]
+    total_s: float
+
+
+class CompiledPlan:
+    """A plan's pricing program: constant matrices plus resolved coefficient entries."""
+
+    def __init__(
+        self,
+        plan: PoolPlan,
+        model: ModelArchitecture,
+        hw: HardwareSpec,
+        terms: Sequence[Term],
+        catalog: Catalog,
+        registry: Registry,
+    ) -> None:
+        self.plan = plan
+        self.terms = tuple(terms)
+        n = len(self.terms)
+        mat = np.zeros((4, n, N_AGG))
+        for j, term in enumerate(self.terms):
+            for row, lin in enumerate((term.flops, term.bytes_moved, term.link_bytes, term.items)):
+                for idx, coef in lin.items():
+                    mat[row, j, idx] = coef
+        self.matrix = mat.reshape(4 * n, N_AGG)
+        self.n = n
+        link_bw = link_bandwidth(catalog, hw)
+        inv = np.zeros((3, n))
+        over = np.zeros(n)
+        per_item = np.zeros(n)
+        lo = np.zeros((3, n))
+        hi = np.full((3, n), np.inf)
+        base = np.zeros(n, dtype=np.int64)
+        out = np.zeros(n, dtype=np.int64)
+        self.entries: list[CoefficientEntry] = []
+        self.is_host = np.array([t.family.startswith("host") for t in self.terms])
+        kernel_launch_s = 0.0
+        host_j = -1
+        for j, term in enumerate(self.terms):
+            entry = registry.best(term.family, term.impl, hw.id, term.dtype)
+            if entry is None:
+                raise InputRefused.one(
+                    "registry",
+                    f"{term.family}/{term.impl}/{hw.id}/{term.dtype}",
+                    "no coefficient and no roofline entry for this primitive family",
+                )
+            self.entries.append(entry)
+            c = entry_constants(entry, hw, term.dtype, link_bw)
+            inv[:, j] = (c.s_per_flop, c.s_per_byte, c.s_per_link_byte)
+            over[j] = c.overhead_s
+            per_item[j] = c.per_item_s
+            for r, key in enumerate(("flops", "bytes_moved", "link_bytes")):
+                if key in entry.covered:
+                    lo[r, j], hi[r, j] = entry.covered[key]
+            b = int(entry.price_rank)
+            rng = entry.covered.get("ranks")
+            if rng is not None and not rng[0] <= term.ranks <= rng[1]:
+                b = max(b, int(CoefficientRank.TRANSFERRED))
+            base[j] = b
+            out[j] = max(b, int(CoefficientRank.TRANSFERRED)) if entry.method == "fitted" else b
+            if term.family == "host_step":
+                host_j = j
+                kernel_launch_s = c.per_kernel_s
+        self.inv, self.per_item, self.lo, self.hi = inv, per_item, lo, hi
+        self.n3 = 3 * n
+        finite = np.isfinite(hi)
+        self.mid = np.where(finite, (lo + hi) / 2, 0.0)
+        self.half = np.where(finite, (hi - lo) / 2, np.inf)
+        self.acc_inside = np.zeros(n)
+        self.acc_outside = np.zeros(n)
+        self.base_rank, self.out_rank = base, out
+        counts = np.array([[t.count * _WHERE[t.where][k] for t in self.terms] for k in range(4)])
+        self.counts = counts.astype(np.float64)
+        # Launch overhead by graph mode: eager launches every kernel; piecewise replays
+        # graphs but launches attention eagerly; full graphs launch nothing per kernel.
+        kernels = float(
+            sum(t.count for t in self.terms if t.family not in ("host_step", "host_request"))
+        )
+        attn = float(sum(t.count for t in self.terms if t.family.startswith("attention")))
+        self.overhead: dict[GraphMode, npt.NDArray[np.float64]] = {}
+        for mode, launches in (
+            (GraphMode.NONE, kernels),
+            (GraphMode.PIECEWISE, 2 * attn + 1),
+            (GraphMode.FULL, 1.0),
+        ):
+            o = over.copy()
+            if host_j >= 0:
+                o[host_j] += kernel_launch_s * launches
+            self.overhead[mode] = o
+        # Constants of the one-pass aggregation.
+        self.dp = plan.layout.dp
+        self.window = float(model.sliding_window or 0)
+        self.has_window = any(g.attention == "sliding_window" for g in plan.kv_groups)
+        moe = model.moe
+        self.moe_keep = 1.0 - moe.experts_per_token / moe.num_experts if moe is not None else 1.0
+        self.moe_token_mult = float(plan.layout.dp if plan.layout.ep > 1 else 1)
+        self.max_tokens = plan.max_num_batched_tokens
+        self.max_seqs = plan.max_num_seqs
+        self.num_stages = plan.layout.pp
+
+    # ------------------------------------------------------------------------------
+
+    def aggregates(self, shape: StepShape, check_seqs: bool = True) -> list[float]:
+        """Check ``shape`` against the plan and reduce it to the aggregate vector.
+
+        Refuses (InputRefused naming the shape's field, value and cause) padded tokens
+        below the scheduled tokens, a stage count other than the plan's pipeline degree,
+        a stage out of range, ``dp_rank_tokens`` of the wrong length, more sequences or
+        scheduled tokens than the plan allows, and (``check_seqs``, or any step with a
+        prefill) negative token counts; the decode hot path skips that last per-sequence scan.
+        """
+        seqs = shape.seqs
+        n_seqs = len(seqs)
+        sched = sum(map(_seq_new, seqs))
+        if shape.padded_tokens < sched:
+            raise InputRefused.one(
+                "shape.padded_tokens",
+                shape.padded_tokens,
+                f"below the {sched} scheduled tokens of shape.seqs",
+            )
+        if shape.num_stages != self.num_stages or not 0 <= shape.stage < shape.num_stages:
+            raise InputRefused.one(
+                "shape.num_stages",
+                (shape.stage, shape.num_stages),
+                f"plan has {self.num_stages} pipeline stage(s); stage must be in range",
+            )
+        dp = self.dp
+        if shape.dp_rank_tokens and len(shape.dp_rank_tokens) != dp:
+            raise InputRefused.one(
+                "shape.dp_rank_tokens", shape.dp_rank_tokens, f"plan has dp={dp} ranks"
+            )
+        if n_seqs > self.max_seqs * dp:
+            raise InputRefused.one(
+                "shape.seqs", n_seqs, f"more sequences than max_num_seqs={self.max_seqs} x dp={dp}"
+            )
+        if sched > self.max_tokens * dp:
+            raise InputRefused.one(
+                "shape.seqs",
+                sched,
+                f"more scheduled tokens than max_num_batched_tokens={self.max_tokens} x dp={dp}",
+            )
+        ctx_sum = sum(map(_seq_ctx, seqs))
+        if check_seqs and n_seqs and (min(map(_seq_ctx, seqs)) < 0 or min(map(_seq_new, seqs)) < 0):
+            bad = next(s for s in seqs if s.context_tokens < 0 or s.new_tokens < 0)
+            raise InputRefused.one("shape.seqs", bad, "token counts must be >= 0")
+        tokens = float(max(shape.dp_rank_tokens) if shape.dp_rank_tokens else shape.padded_tokens)
+        a = [0.0] * N_AGG
+        a[ONE] = 1.0
+        a[T] = tokens
+        a[S] = n_seqs / dp
+        a[R] = n_seqs / dp
+        w = self.window
+        mode = shape.mode
+        if mode is StepMode.DECODE_ONLY or mode is StepMode.VERIFY:
+            a[SD] = n_seqs / dp
+            a[QD] = sched / dp
+            a[KD] = (ctx_sum + sched) / dp
+            if self.has_window:
+                a[KDW] = (
+                    sum(
+                        min(c + q, w)
+                        for c, q in zip(map(_seq_ctx, seqs), map(_seq_new, seqs), strict=True)
+                    )
+                    / dp
+                )
+        elif n_seqs:
+            threshold = 1 + shape.num_spec_tokens
+            sd = qd = kd = kdw = 0.0
+            sp = np_ = pp = kp = ppw = kpw = newreq = 0.0
+            for s in seqs:
+                q, c = s.new_tokens, s.context_tokens
+                if q < 0 or c < 0:
+                    raise InputRefused.one("shape.seqs", s, "token counts must be >= 0")
+                if q <= threshold and c > 0:
+                    sd += 1
+                    qd += q
+                    kd += c + q
+                    kdw += min(c + q, w)
+                else:
+                    sp += 1
+                    np_ += q
+                    pp += q * (c + (q + 1) / 2)
+                    kp += c + q
+                    ppw += q * min(c + (q + 1) / 2, w)
+                    kpw += min(c, w) + q
+                    if c == 0:
+                        newreq += 1
+            a[SD], a[QD], a[KD], a[KDW] = sd / dp, qd / dp, kd / dp, kdw / dp
+            a[SP], a[NP], a[PP], a[KP] = sp / dp, np_ / dp, pp / dp, kp / dp
+            a[PPW], a[KPW], a[NEWREQ] = ppw / dp, kpw / dp, newreq / dp
+        a[MOEF] = 1.0 - self.moe_keep ** (tokens * self.moe_token_mult)
+        return a
+
+    def price_seconds(self, shape: StepShape) -> float:
+        """Seconds of ``shape`` (the hot path), adding per-term seconds to the running
+        totals :attr:`acc_inside` / :attr:`acc_outside` (inside / outside covered ranges).
+        Gives the same figure as :meth:`evaluate`."""
+        if shape.mode is StepMode.IDLE:
+            ev = self.evaluate(shape)
+            self.acc_inside += ev.seconds
+            return ev.total_s
+        a = np.array(self.aggregates(shape, check_seqs=False))
+        w = self.matrix @ a
+        w3 = w[: self.n3].reshape(3, self.n)
+        per = (w3 * self.inv).max(axis=0)
+        per += w[self.n3 :] * self.per_item
+        per += self.overhead[shape.graph_mode] * (w3.any(axis=0) | self.is_host)
+        seconds = per * self.counts[self.stage_kind(shape)]
+        if (np.abs(w3 - self.mid) <= self.half).all():
+            self.acc_inside += seconds
+        else:
+            inside = (np.abs(w3 - self.mid) <= self.half).all(axis=0)
+            self.acc_inside += np.where(inside, seconds, 0.0)
+            self.acc_outside += np.where(inside, 0.0, seconds)
+        return float(seconds.sum())
+
+    def rank_seconds(self) -> list[float]:
+        """Priced seconds per rank accumulated by :meth:`price_seconds`."""
+        out = [0.0] * len(CoefficientRank)
+        for j in range(self.n):
+            out[int(self.base_rank[j])] += float(self.acc_inside[j])
+            out[int(self.out_rank[j])] += float(self.acc_outside[j])
+        return out
+
+    def stage_kind(self, shape: StepShape) -> int:
+        """ONLY, FIRST, MIDDLE or LAST for the shape's pipeline stage."""
+        if shape.num_stages == 1:
+            return ONLY
+        if shape.stage == 0:
+            return FIRST
+        return LAST if shape.stage == shape.num_stages - 1 else MIDDLE
+
+    def evaluate(self, shape: StepShape) -> StepEvaluation:
+        """Price every term of ``shape``; seconds are per term, all launches included."""
+        a = np.array(self.aggregates(shape))
+        n = self.n
+        work = (self.matrix @ a).reshape(4, n)
+        roof = work[:3] * self.inv
+        per_launch = roof.max(axis=0) + self.overhead[shape.graph_mode] + work[3] * self.per_item
+        launched = work[:3].any(axis=0) | self.is_host
+        if shape.mode is StepMode.IDLE:
+            launched = self.is_host
+        per_launch = np.where(launched, per_launch, 0.0)
+        seconds = per_launch * self.counts[self.stage_kind(shape)]
+        inside = ((work[:3] >= self.lo) & (work[:3] <= self.hi)).all(axis=0)
+        ranks = np.where(inside, self.base_rank, self.out_rank)
+        return StepEvaluation(seconds, ranks, work, float(seconds.sum()))
+
+    def work_of(self, j: int, ev: StepEvaluation, hardware: str) -> PrimitiveWork:
+        """The PrimitiveWork of one launch of term ``j`` (for plugin methods and explain)."""
+        t = self.terms[j]
+        return PrimitiveWork(
+            family=t.family,
+            impl=t.impl,
+            hardware=hardware,
+            dtype=t.dtype,
+            flops=float(ev.work[0, j]),
+            bytes_moved=float(ev.work[1, j]),
+            link_bytes=float(ev.work[2, j]),
+            ranks=t.ranks,
+            shape=(round(float(ev.work[3, j])),) if t.family.startswith("host") else (),
+        )
+
+
+# ----------------------------------------------------------------------------------
+# Lowering a plan into terms.
+# ----------------------------------------------------------------------------------
+
+
+def _gemm(
+    layer: str,
+    impl: str,
+    dtype: str,
+    count: int,
+    n: float,
+    k: float,
+    wb: float,
+    ab: float,
+    rows: int = T,
+    where: str = "all",
+) -> Term:
+    """A GEMM with ``rows`` x k activations against an n x k weight."""
+    return Term(
+        family="gemm", impl=impl, dtype=dtype, layer=layer, count=count,
+        flops={rows: 2.0 * n * k},
+        bytes_moved={ONE: n * k * wb, rows: (k + n) * ab},
+        where=where,
+    )  # fmt: skip
+
+
+def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> CompiledPlan:
+    """Lower ``plan`` into priced terms for its model and chip (see module doc)."""
+    model = catalog.model(plan.model)
+    hw = catalog.chip(plan.hardware)
+    lay = plan.layout
+    tp, h = lay.tp, float(model.hidden_size)
+    d = float(model.head_dim)
+    hq = model.num_attention_heads / tp
+    hkv = float(memory.kv_heads_per_rank(model, tp))
+    act = 2.0
+    wdt = memory.dtype_key(plan.weights_dtype)
+    quant = plan.quantization
+    wb = memory.dtype_bytes("fp8") if wdt == "fp8" or quant == "fp8" else act
+    exp_b = memory.dtype_bytes("mxfp4") if quant == "mxfp4" else wb
+    cdt = "fp8" if wb == 1.0 else "bf16"
+    groups = {g.name: g for g in plan.kv_groups}
+    vocab_local = memory.pad_vocab(model.vocab_size) / tp
+    ar_link = 2.0 * (tp - 1) / tp * h * act
+    terms: list[Term] = []
+    n_allreduce = 0
+
+    for layer in plan.layers:
+        kind, impl, cnt = layer.kind, layer.impl, layer.count
+        if kind is LayerKind.EMBEDDING:
+            terms.append(
+                Term(
+                    "embedding", impl, "bf16", "embedding", cnt, {}, {T: 2 * h * act}, where="first"
+                )
+            )
+            if tp > 1:
+                terms.append(
+                    Term(
+                        "allreduce",
+                        "nccl",
+                        "bf16",
+                        "embedding",
+                        cnt,
+                        {},
+                        {},
+                        {T: ar_link},
+                        where="first",
+                        ranks=tp,
+                    )
+                )
+        elif kind is LayerKind.NORM:
+            terms.append(
+                Term("elementwise", impl, "bf16", "norm", cnt, {T: 4 * h}, {T: 4 * h * act})
+            )
+        elif kind is LayerKind.QKV_PROJ:
+            if model.mla is not None:
+                m = model.mla
+                ql = float(m.q_lora_rank or 0)
+                qk = float(m.qk_nope_head_dim + m.qk_rope_head_dim)
+                a_out = ql + m.kv_lora_rank + m.qk_rope_head_dim
+                terms.append(_gemm("qkv_a_proj", impl, cdt, cnt, a_out, h, wb, act))
+                terms.append(_gemm("q_b_proj", impl, cdt, cnt, hq * qk, ql or h, wb, act))
+            else:
+                terms.append(_gemm("qkv_proj", impl, cdt, cnt, (hq + 2 * hkv) * d, h, wb, act))
+                terms.append(
+                    Term(
+                        "elementwise",
+                        "rotary",
+                        "bf16",
+                        "rope",
+                        cnt,
+                        {T: 4 * (hq + hkv) * d},
+                        {T: 2 * (hq + hkv) * d * act},
+                    )
+                )
+        elif kind is LayerKind.ATTENTION:
+            g = groups.get(layer.kv_group or "") or (plan.kv_groups[0] if plan.kv_groups else None)
+            if g is None:
+                raise InputRefused.one("plan.kv_groups", (), "an attention layer needs a KV group")
+            kvb = float(g.bytes_per_token_per_layer)
+            windowed = g.attention == "sliding_window"
+            kd, pp, kp = (KDW, PPW, KPW) if windowed else (KD, PP, KP)
+            if model.mla is not None:
+                m = model.mla
+                lat = float(m.kv_lora_rank + m.qk_rope_head_dim)
+                qk = float(m.qk_nope_head_dim + m.qk_rope_head_dim)
+                up = float(m.kv_lora_rank) * hq * (m.qk_nope_head_dim + m.v_head_dim)
+                dec_flops = 2 * hq * (lat + m.kv_lora_rank)
+                pre_flops = 2 * hq * (qk + m.v_head_dim)
+                terms.append(
+                    Term(
+                        "attention_decode",
+                        impl,
+                        "bf16",
+                        "attention",
+                        cnt,
+                        {kd: dec_flops, QD: 2 * up},
+                        {kd: kvb, QD: hq * (lat + m.kv_lora_rank) * act},
+                    )
+                )
+                terms.append(
+                    Term(
+                        "attention_prefill",
+                        impl,
+                        "bf16",
+                        "attention",
+                        cnt,
+                        {pp: pre_flops, kp: 2 * up},
+                        {
+                            kp: kvb + hq * (qk + m.v_head_dim) * act,
+                            NP: hq * (qk + m.v_head_dim) * act,
+                        },
+                    )
+                )
+            else:
+                terms.append(
+                    Term(
+                        "attention_decode",
+                        impl,
+                        "bf16",
+                        "attention",
+                        cnt,
+                        {kd: 4 * hq * d},
+                        {kd: kvb, QD: 2 * hq * d * act, SD: 64.0},
+                    )
+                )
+                terms.append(
+                    Term(
+                        "attention_prefill",
+                        impl,
+                        "bf16",
+                        "attention",
+                        cnt,
+                        {pp: 4 * hq * d},
+                        {kp: kvb, NP: (2 * hq + 2 * hkv) * d * act, SP: 64.0},
+                    )
+                )
+        elif kind is LayerKind.O_PROJ:
+            v_dim = float(model.mla.v_head_dim) if model.mla is not None else d
+            terms.append(_gemm("o_proj", impl, cdt, cnt, h, hq * v_dim, wb, act))
+            if tp > 1:
+                terms.append(
+                    Term("allreduce", "nccl", "bf16", "o_proj", cnt, {}, {}, {T: ar_link}, ranks=tp)
+                )
+                n_allreduce += cnt
+        elif kind is LayerKind.MLP:
+            moe = model.moe
+            width = (
+                moe.dense_intermediate_size if moe is not None else model.intermediate_size
+            ) / tp
+            terms.append(_gemm("gate_up_proj", impl, cdt, cnt, 2 * width, h, wb, act))
+            terms.append(
+                Term(
+                    "elementwise",
+                    "silu_and_mul",
+                    "bf16",
+                    "act",
+                    cnt,
+                    {T: 4 * width},
+                    {T: 3 * width * act},
+                )
+            )
+            terms.append(_gemm("down_proj", impl, cdt, cnt, h, width, wb, act))
+            if tp > 1:
+                terms.append(
+                    Term("allreduce", "nccl", "bf16", "mlp", cnt, {}, {}, {T: ar_link}, ranks=tp)
+                )
+        elif kind is LayerKind.MOE:
+            moe = model.moe
+            if moe is None:
+                raise InputRefused.one("plan.layers", "moe", f"model {model.hf_id} has no MoE")
+            ep = lay.ep
+            local = math.ceil(moe.num_experts / ep) if ep > 1 else moe.num_experts
+            width = moe.expert_intermediate_size / (1 if ep > 1 else tp)
+            k = moe.experts_per_token
+            routed = (lay.dp * tp / ep) if ep > 1 else 1.0  # token multiplier per rank
+            terms.append(_gemm("router", "cublas", "bf16", cnt, moe.num_experts, h, act, act))
+            terms.append(
+                Term(
+                    "moe_gemm",
+                    impl,
+                    "fp4" if quant == "mxfp4" else cdt,
+                    "experts",
+                    cnt,
+                    {T: 2 * 3 * h * width * k * routed},
+                    {
+                        MOEF: local * 3 * h * width * exp_b,
+                        T: k * routed * (2 * h + 3 * width) * act,
+                    },
+                )
+            )
+            if moe.num_shared_experts:
+                sw = moe.shared_expert_intermediate_size / tp
+                terms.append(_gemm("shared_gate_up", "cublas", cdt, cnt, 2 * sw, h, wb, act))
+                terms.append(_gemm("shared_down", "cublas", cdt, cnt, h, sw, wb, act))
+            if ep > 1:
+                a2a = 2.0 * k * h * act * (ep - 1) / ep
+                terms.append(
+                    Term("alltoall", "nccl", "bf16", "moe", cnt, {}, {}, {T: a2a}, ranks=ep)
+                )
+            elif tp > 1:
+                terms.append(
+                    Term("allreduce", "nccl", "bf16", "moe", cnt, {}, {}, {T: ar_link}, ranks=tp)
+                )
+        elif kind is LayerKind.ELEMENTWISE:
+            terms.append(
+                Term("elementwise", impl, "bf16", "residual", cnt, {T: h}, {T: 3 * h * act})
+            )
+        elif kind is LayerKind.LOGITS:
+            terms.append(
+                _gemm("lm_head", impl, "bf16", cnt, vocab_local, h, act, act, rows=R, where="last")
+            )
+            if tp > 1:
+                terms.append(
+                    Term(
+                        "allgather",
+                        "nccl",
+                        "bf16",
+                        "logits",
+                        cnt,
+                        {},
+                        {},
+                        {R: vocab_local * (tp - 1) * 4.0},
+                        where="last",
+                        ranks=tp,
+                    )
+                )
+        elif kind is LayerKind.SAMPLER:
+            terms.append(
+                Term(
+                    "sampling",
+                    impl,
+                    "bf16",
+                    "sampler",
+                    cnt,
+                    {R: 8.0 * model.vocab_size},
+                    {R: 4 * 4.0 * model.vocab_size},
+                    where="last",
+                )
+            )
+    if lay.pp > 1:
+        terms.append(
+            Term(
+                "sendrecv",
+                "nccl",
+                "bf16",
+                "pp_stage",
+                1,
+                {},
+                {},
+                {T: 2 * h * act},
+                where="not_last",
+                ranks=2,
+            )
+        )
+    terms.append(Term("host_step", plan.host_work, "*", "host", 1, {}, {}, items={S: 1.0}))
+    terms.append(Term("host_request", plan.host_work, "*", "host", 1, {}, {}, items={NEWREQ: 1.0}))
+    return CompiledPlan(plan, model, hw, terms, catalog, registry)

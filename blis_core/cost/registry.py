@@ -1,0 +1,334 @@
+"""The coefficient registry: how fast each primitive family runs, with its trust rank (§9).
+
+Every entry prices one primitive family for a (kernel implementation, chip, dtype) key,
+``*`` meaning any, with one formula shared by all families::
+
+    seconds = overhead_us * 1e-6 + per_item_us * 1e-6 * items
+              + max(flops / (compute_efficiency * peak_flops[dtype]),
+                    bytes_moved / (memory_efficiency * memory_bandwidth),
+                    link_bytes / (link_efficiency * link_bandwidth))
+
+``items`` counts sequences or requests for the host families (``host_step``,
+``host_request``) and is 0 otherwise. ``method: roofline`` entries hold achievable
+fractions of peak; what they price ranks ``roofline`` whatever the provenance
+(``assumed``/``literature``) of the fractions. ``method: fitted`` entries price at their
+own rank, and as ``transferred`` outside their ``covered`` range (``flops``,
+``bytes_moved``, ``link_bytes``: ``[lo, hi]`` per work, per kernel; ``ranks``).
+
+Loading is like the catalog's: embedded (``blis_core/data/registry/*.yaml``) or a
+directory path that replaces it, with a content hash over the canonical parsed content.
+Refused, naming file, key and cause: two entries for one key, an unknown family, rank,
+method, parameter or unit, a coefficient for a chip the catalog lacks, and a negative or
+non-finite coefficient.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blis_core.contracts.cost import CoefficientRank
+from blis_core.contracts.errors import InputRefused
+from blis_core.cost.catalog import Catalog, content_hash, load_catalog, parse_quantity
+from blis_core.cost.catalog import read_yaml_documents as _read_yaml
+
+__all__ = [
+    "FAMILIES",
+    "CoefficientEntry",
+    "RankTotals",
+    "Registry",
+    "entries_to_yaml_doc",
+    "load_registry",
+]
+
+EMBEDDED_REGISTRY = "data/registry"
+
+FAMILIES: tuple[str, ...] = (
+    "gemm",
+    "moe_gemm",
+    "attention_prefill",
+    "attention_decode",
+    "elementwise",
+    "embedding",
+    "logits",
+    "sampling",
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "alltoall",
+    "sendrecv",
+    "kv_transfer",
+    "host_step",
+    "host_request",
+)
+_PARAMS = (
+    "compute_efficiency",
+    "memory_efficiency",
+    "link_efficiency",
+    "overhead_us",
+    "per_item_us",
+    "per_kernel_us",
+)
+_COVER_KEYS = ("flops", "bytes_moved", "link_bytes", "ranks")
+_METHODS = ("roofline", "fitted")
+_ENTRY_KEYS = {"family", "impl", "hardware", "dtype", "rank", "method", "params", "covered",
+               "source"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CoefficientEntry:
+    """One registry entry. ``rank`` is the provenance of the parameters; see module doc."""
+
+    family: str
+    impl: str
+    hardware: str
+    dtype: str
+    rank: CoefficientRank
+    method: str
+    params: Mapping[str, float]
+    covered: Mapping[str, tuple[float, float]]
+    source: str
+
+    @property
+    def price_rank(self) -> CoefficientRank:
+        """Rank of a price this entry gives inside its covered range."""
+        return CoefficientRank.ROOFLINE if self.method == "roofline" else self.rank
+
+    @property
+    def key(self) -> tuple[str, str, str, str, int]:
+        """Uniqueness key: (family, impl, hardware, dtype, price rank)."""
+        return (self.family, self.impl, self.hardware, self.dtype, int(self.price_rank))
+
+    def param(self, name: str, default: float) -> float:
+        """Parameter ``name``, or ``default`` when the entry does not set it."""
+        return self.params.get(name, default)
+
+    def to_json(self) -> dict[str, Any]:
+        """Canonical JSON-able form (used for hashing and for writing YAML)."""
+        return {
+            "family": self.family,
+            "impl": self.impl,
+            "hardware": self.hardware,
+            "dtype": self.dtype,
+            "rank": self.rank.name.lower(),
+            "method": self.method,
+            "params": dict(sorted(self.params.items())),
+            "covered": {k: list(v) for k, v in sorted(self.covered.items())},
+            "source": self.source,
+        }
+
+
+def _specificity(e: CoefficientEntry) -> int:
+    return (e.impl != "*") * 4 + (e.hardware != "*") * 2 + (e.dtype != "*")
+
+
+@dataclass
+class Registry:
+    """Validated registry content; :meth:`best` answers the most trusted entry for a key."""
+
+    entries: tuple[CoefficientEntry, ...]
+    content_hash: str
+    origin: str
+    _cache: dict[tuple[str, str, str, str], CoefficientEntry | None] = field(
+        default_factory=dict, repr=False
+    )
+
+    def best(self, family: str, impl: str, hardware: str, dtype: str) -> CoefficientEntry | None:
+        """The entry of the smallest price rank matching the key (then the most specific).
+
+        ``None`` only when no entry matches at all; the embedded registry holds a roofline
+        entry for every family on every chip (``*``), so this never happens with it.
+        """
+        key = (family, impl, hardware, dtype)
+        if key in self._cache:
+            return self._cache[key]
+        found = [
+            e
+            for e in self.entries
+            if e.family == family
+            and e.impl in ("*", impl)
+            and e.hardware in ("*", hardware)
+            and e.dtype in ("*", dtype)
+        ]
+        best = min(found, key=lambda e: (int(e.price_rank), -_specificity(e)), default=None)
+        self._cache[key] = best
+        return best
+
+    def roofline(
+        self, family: str, impl: str, hardware: str, dtype: str
+    ) -> CoefficientEntry | None:
+        """The most specific roofline entry for a key (the floor)."""
+        found = [
+            e
+            for e in self.entries
+            if e.method == "roofline"
+            and e.family == family
+            and e.impl in ("*", impl)
+            and e.hardware in ("*", hardware)
+            and e.dtype in ("*", dtype)
+        ]
+        return max(found, key=_specificity, default=None)
+
+
+class RankTotals:
+    """Running totals of priced seconds per rank (one per Environment, not global)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = [0.0] * len(CoefficientRank)
+
+    def add(self, rank: CoefficientRank | int, seconds: float) -> None:
+        """Count ``seconds`` of priced time at ``rank``."""
+        self.seconds[int(rank)] += seconds
+
+    def rank_shares(self) -> dict[str, float]:
+        """Each rank that priced anything and its share of all priced time (sums to 1)."""
+        total = sum(self.seconds)
+        if total <= 0.0:
+            return {}
+        return {
+            CoefficientRank(i).name.lower(): s / total for i, s in enumerate(self.seconds) if s > 0
+        }
+
+
+def _rank(value: object, path: str, label: str) -> CoefficientRank:
+    names = [r.name.lower() for r in CoefficientRank]
+    if not isinstance(value, str) or value not in names:
+        raise InputRefused.one(path, value, f"unknown rank; known: {names}", label)
+    return CoefficientRank[value.upper()]
+
+
+def _entry(raw: object, path: str, label: str, catalog: Catalog) -> CoefficientEntry:
+    if not isinstance(raw, Mapping):
+        raise InputRefused.one(path, raw, "expected a mapping", label)
+    unknown = set(raw) - _ENTRY_KEYS
+    if unknown:
+        raise InputRefused.one(f"{path}.{sorted(unknown)[0]}", None, "unknown field", label)
+    for need in ("family", "hardware", "rank", "method", "source"):
+        if raw.get(need) in (None, ""):
+            raise InputRefused.one(f"{path}.{need}", None, "missing", label)
+    family = str(raw["family"])
+    if family not in FAMILIES:
+        raise InputRefused.one(
+            f"{path}.family", family, f"unknown family; known: {FAMILIES}", label
+        )
+    hardware = str(raw["hardware"])
+    if hardware != "*" and hardware not in catalog.hardware:
+        raise InputRefused.one(
+            f"{path}.hardware", hardware, "coefficient for a chip the catalog lacks", label
+        )
+    method = str(raw["method"])
+    if method not in _METHODS:
+        raise InputRefused.one(
+            f"{path}.method", method, f"unknown method; known: {_METHODS}", label
+        )
+    params_raw = raw.get("params") or {}
+    if not isinstance(params_raw, Mapping):
+        raise InputRefused.one(f"{path}.params", params_raw, "expected a mapping", label)
+    params: dict[str, float] = {}
+    for name, value in params_raw.items():
+        ppath = f"{path}.params.{name}"
+        if name not in _PARAMS:
+            raise InputRefused.one(ppath, value, f"unknown parameter; known: {_PARAMS}", label)
+        if name.endswith("_us"):
+            number = parse_quantity(value, "us", ppath, label)
+        else:
+            number = _plain(value, ppath, label)
+        if not math.isfinite(number) or number < 0:
+            raise InputRefused.one(ppath, value, "coefficient must be finite and >= 0", label)
+        if name.endswith("efficiency") and not 0 < number <= 1.5:
+            raise InputRefused.one(ppath, value, "efficiency must be in (0, 1.5]", label)
+        params[str(name)] = number
+    covered_raw = raw.get("covered") or {}
+    if not isinstance(covered_raw, Mapping):
+        raise InputRefused.one(f"{path}.covered", covered_raw, "expected a mapping", label)
+    covered: dict[str, tuple[float, float]] = {}
+    for name, rng in covered_raw.items():
+        cpath = f"{path}.covered.{name}"
+        if name not in _COVER_KEYS:
+            raise InputRefused.one(cpath, rng, f"unknown range key; known: {_COVER_KEYS}", label)
+        if not isinstance(rng, list | tuple) or len(rng) != 2:
+            raise InputRefused.one(cpath, rng, "expected [lo, hi]", label)
+        lo, hi = _plain(rng[0], cpath, label), _plain(rng[1], cpath, label)
+        if lo < 0 or hi < lo or math.isnan(hi):
+            raise InputRefused.one(cpath, rng, "range must satisfy 0 <= lo <= hi", label)
+        covered[str(name)] = (lo, hi)
+    return CoefficientEntry(
+        family=family,
+        impl=str(raw.get("impl") or "*"),
+        hardware=hardware,
+        dtype=str(raw.get("dtype") or "*"),
+        rank=_rank(raw["rank"], f"{path}.rank", label),
+        method=method,
+        params=params,
+        covered=covered,
+        source=str(raw["source"]),
+    )
+
+
+def _plain(value: object, path: str, label: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputRefused.one(path, value, "expected a number", label)
+    number = float(value)
+    if not math.isfinite(number):
+        raise InputRefused.one(path, value, "coefficient must be finite and >= 0", label)
+    return number
+
+
+def build_registry(entries: Sequence[CoefficientEntry], origin: str, label: str = "") -> Registry:
+    """A Registry from entries; refuses two entries for one key."""
+    seen: dict[tuple[str, str, str, str, int], CoefficientEntry] = {}
+    for e in entries:
+        if e.key in seen:
+            raise InputRefused.one(
+                f"{e.family}/{e.impl}/{e.hardware}/{e.dtype}",
+                e.price_rank.name.lower(),
+                "two entries for one key",
+                label,
+            )
+        seen[e.key] = e
+    ordered = tuple(sorted(entries, key=lambda e: e.key))
+    return Registry(
+        entries=ordered,
+        content_hash=content_hash([e.to_json() for e in ordered]),
+        origin=origin,
+    )
+
+
+def load_registry(path: Path | None = None, catalog: Catalog | None = None) -> Registry:
+    """Load the embedded registry (``path`` None) or the one in directory/file ``path``.
+
+    Coefficients are checked against ``catalog`` (the embedded catalog when None): an
+    entry for a chip the catalog lacks is refused. Each file holds ``kind:
+    coefficients`` and ``entries``. See the module doc for what else is refused.
+    """
+    cat = catalog if catalog is not None else load_catalog(None)
+    entries: list[CoefficientEntry] = []
+    where: dict[tuple[str, str, str, str, int], str] = {}
+    for label, doc in _read_yaml(EMBEDDED_REGISTRY, path):
+        if not isinstance(doc, Mapping) or doc.get("kind") != "coefficients":
+            raise InputRefused.one("kind", None, "expected 'kind: coefficients'", label)
+        raw_entries = doc.get("entries")
+        if not isinstance(raw_entries, list):
+            raise InputRefused.one("entries", raw_entries, "expected a list", label)
+        for i, raw in enumerate(raw_entries):
+            e = _entry(raw, f"entries.{i}", label, cat)
+            if e.key in where:
+                raise InputRefused.one(
+                    f"entries.{i}",
+                    f"{e.family}/{e.impl}/{e.hardware}/{e.dtype}/{e.price_rank.name.lower()}",
+                    f"two entries for one key (first in {where[e.key]})",
+                    label,
+                )
+            where[e.key] = label
+            entries.append(e)
+    return build_registry(entries, "embedded" if path is None else str(path))
+
+
+def entries_to_yaml_doc(entries: Sequence[CoefficientEntry]) -> dict[str, Any]:
+    """A ``kind: coefficients`` document holding ``entries`` (for writing fitted files)."""
+    return {"kind": "coefficients", "entries": [e.to_json() for e in entries]}

@@ -1,0 +1,498 @@
+"""The DEVS simulation kernel (design §8.1 to §8.3).
+
+Components (atomic DEVS models: an engine instance, the router, a link, a client)
+interact only through timestamped :class:`Message` objects; none reads another's
+state. Simulated time is an integer number of microseconds.
+
+One *instant* (one call of :meth:`Simulation.step`) runs in three phases:
+
+1. **Outputs.** Every imminent component (its next internal time equals ``now_us``)
+   runs its output function, in name order. Only there may it call
+   :meth:`Component.send`.
+2. **Bags.** Every message due at ``now_us`` (zero-delay messages from phase 1 and
+   delayed messages sent earlier) is gathered; each receiver's bag is sorted by
+   ``(time_us, klass, sender, seq)``, where ``seq`` is the sender's own send count.
+   There is no global counter, so the order does not depend on how many other
+   messages the simulation has carried.
+3. **Transitions.** Every imminent or receiving component makes exactly one
+   transition, in name order: ``confluent`` if both, ``internal`` if only imminent,
+   ``external`` if only receiving. Each returns the absolute time of the
+   component's next internal event, or ``None`` for passive.
+
+A transition may schedule its next internal event at ``now_us`` and a message may
+have zero delay, so several instants can share one ``now_us``. Every such
+zero-delay run is bounded (design §8.3): more than ``zero_delay_bound`` consecutive
+repeated instants at one time raise :class:`SimulationError` naming the components
+that took part.
+
+After any exception escapes :meth:`Simulation.step`, the simulation is in an
+undefined state and must not be stepped again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from heapq import heappop, heappush
+from operator import attrgetter
+
+from blis_core.contracts.errors import SimulationError
+
+__all__ = ["DEFAULT_ZERO_DELAY_BOUND", "Component", "Message", "Simulation"]
+
+DEFAULT_ZERO_DELAY_BOUND = 10_000
+"""Default number of repeated instants allowed at one ``now_us`` before the kernel
+declares a zero-delay cycle."""
+
+_CYCLE_WINDOW = 256
+"""How many of the last repeated instants contribute names to a zero-delay cycle error."""
+
+_BAG_KEY = attrgetter("time_us", "klass", "sender", "seq")
+_INDEX_KEY = attrgetter("_devs_index")
+
+
+class Message:
+    """One timestamped message between two components.
+
+    Attributes:
+        time_us: delivery time (absolute, integer microseconds).
+        klass: message class; within one instant a lower class sorts first.
+        sender: name of the sending component.
+        seq: the sender's own send count (0 for its first message); together with
+            ``sender`` it identifies the message uniquely within one simulation.
+        dest: name of the receiving component.
+        port: the input port on the receiver (a free-form label).
+        payload: anything; the kernel never looks at it. Treat it as immutable.
+
+    Messages are created by :meth:`Component.send` only; treat them as immutable.
+    """
+
+    __slots__ = ("dest", "klass", "payload", "port", "sender", "seq", "time_us")
+
+    def __init__(
+        self,
+        time_us: int,
+        klass: int,
+        sender: str,
+        seq: int,
+        dest: str,
+        port: str,
+        payload: object,
+    ) -> None:
+        self.time_us = time_us
+        self.klass = klass
+        self.sender = sender
+        self.seq = seq
+        self.dest = dest
+        self.port = port
+        self.payload = payload
+
+    def sort_key(self) -> tuple[int, int, str, int]:
+        """The bag order: ``(time_us, klass, sender, seq)``."""
+        return (self.time_us, self.klass, self.sender, self.seq)
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(time_us={self.time_us}, klass={self.klass}, sender={self.sender!r}, "
+            f"seq={self.seq}, dest={self.dest!r}, port={self.port!r}, payload={self.payload!r})"
+        )
+
+
+class Component:
+    """Base class of an atomic DEVS model.
+
+    Subclasses override the hooks the kernel calls; each hook receives the current
+    time ``now_us``. A subclass must call ``super().__init__(name)``.
+
+    * :meth:`initial_time_us` — absolute time of the first internal event, or ``None``
+      (passive). Called once, when the :class:`Simulation` is built.
+    * :meth:`output` — the output function; the only place where :meth:`send` is
+      allowed. It must not change the component's state (DEVS λ).
+    * :meth:`internal`, :meth:`external`, :meth:`confluent` — the transitions; each
+      returns the absolute time of the next internal event (``>= now_us``) or
+      ``None`` for passive.
+
+    A component belongs to at most one :class:`Simulation`.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise SimulationError(f"component name must be a non-empty str, got {name!r}")
+        self.name = name
+        # Kernel bookkeeping, private to this module; the _devs_ prefix keeps
+        # subclasses from clobbering it by accident.
+        self._devs_outbox: list[Message] | None = None  # set only while output() runs
+        self._devs_now_us = 0
+        self._devs_sent = 0
+        self._devs_index = -1
+        self._devs_key = -1  # the one heap key of this component that is still valid
+        self._devs_imminent = False
+        self._devs_next_us: int | None = None
+
+    @property
+    def next_internal_us(self) -> int | None:
+        """The time of this component's next internal event as the kernel records it."""
+        return self._devs_next_us
+
+    @property
+    def sent_count(self) -> int:
+        """How many messages this component has sent (the next message's ``seq``)."""
+        return self._devs_sent
+
+    def send(
+        self,
+        dest: str,
+        port: str,
+        payload: object = None,
+        *,
+        delay_us: int = 0,
+        klass: int = 0,
+    ) -> None:
+        """Emit a message to component ``dest`` on input ``port``.
+
+        The message is delivered at ``now_us + delay_us``: with ``delay_us == 0`` in
+        this same instant (phase 2), otherwise later (a fixed transport delay).
+        ``klass`` orders messages within a receiver's bag (lower first).
+
+        Raises:
+            SimulationError: when called outside :meth:`output`, or when ``delay_us``
+                is not an int ``>= 0``. An unknown ``dest`` is refused by the kernel
+                right after the output function returns.
+        """
+        out = self._devs_outbox
+        if out is None:
+            raise SimulationError(
+                f"component {self.name!r}: send() to {dest!r} port {port!r} outside output(); "
+                "messages may only be sent by the output function"
+            )
+        if type(delay_us) is not int or delay_us < 0:
+            raise SimulationError(
+                f"component {self.name!r}: send() delay_us={delay_us!r} to {dest!r}; "
+                "must be an int >= 0"
+            )
+        out.append(
+            Message(
+                self._devs_now_us + delay_us, klass, self.name, self._devs_sent, dest, port, payload
+            )
+        )
+        self._devs_sent += 1
+
+    # -- hooks -------------------------------------------------------------------------
+
+    def initial_time_us(self) -> int | None:
+        """Absolute time of the first internal event; ``None`` (default) means passive."""
+        return None
+
+    def output(self, now_us: int) -> None:
+        """The output function, run when the component is imminent. Default: no output."""
+        return None
+
+    def internal(self, now_us: int) -> int | None:
+        """Internal transition: the scheduled internal event happens at ``now_us``.
+
+        Returns the next internal time or ``None``. The default refuses: a component
+        that schedules internal events must override this.
+        """
+        raise SimulationError(
+            f"component {self.name!r} has an internal event at {now_us} "
+            "but does not override internal()"
+        )
+
+    def external(self, now_us: int, bag: list[Message]) -> int | None:
+        """External transition: ``bag`` (sorted, non-empty) arrives at ``now_us``.
+
+        Returns the next internal time or ``None``. The default refuses, so that no
+        message is ever dropped silently.
+        """
+        raise SimulationError(
+            f"component {self.name!r} received {len(bag)} message(s) at {now_us} "
+            "but does not override external()"
+        )
+
+    def confluent(self, now_us: int, bag: list[Message]) -> int | None:
+        """Confluent transition: internal event and messages at the same instant.
+
+        Default: ``internal(now_us)`` then ``external(now_us, bag)``; the time
+        returned by ``internal`` is discarded and the one returned by ``external``
+        (which sees the state after the internal transition) is the next internal time.
+        """
+        self.internal(now_us)
+        return self.external(now_us, bag)
+
+
+class Simulation:
+    """Runs a fixed set of components under the three-phase DEVS instant.
+
+    Args:
+        components: the components; names must be unique. They are processed in
+            name order wherever an order is needed.
+        zero_delay_bound: how many repeated instants may follow the first one at
+            the same ``now_us`` before the kernel declares a zero-delay cycle.
+
+    Raises:
+        SimulationError: duplicate names, a component already used by another
+            simulation or not initialised by ``Component.__init__``, an invalid
+            initial time, or an invalid bound.
+    """
+
+    def __init__(
+        self,
+        components: Iterable[Component],
+        *,
+        zero_delay_bound: int = DEFAULT_ZERO_DELAY_BOUND,
+    ) -> None:
+        if type(zero_delay_bound) is not int or zero_delay_bound < 0:
+            raise SimulationError(f"zero_delay_bound={zero_delay_bound!r}; must be an int >= 0")
+        comps = list(components)
+        by_name: dict[str, Component] = {}
+        for c in comps:
+            if not isinstance(c, Component) or not hasattr(c, "_devs_index"):
+                raise SimulationError(
+                    f"{c!r} is not a Component initialised by Component.__init__(name)"
+                )
+            if c.name in by_name:
+                raise SimulationError(f"duplicate component name {c.name!r}")
+            if c._devs_index != -1:
+                raise SimulationError(f"component {c.name!r} already belongs to another Simulation")
+            by_name[c.name] = c
+        comps.sort(key=lambda c: c.name)
+        self._components: tuple[Component, ...] = tuple(comps)
+        self._by_name = by_name
+        # NOTE: a heap entry is a single int, time_us * stride + index, so that the heap
+        # compares ints only. index == len(components) marks "messages due at time_us".
+        self._stride = len(comps) + 1
+        self._heap: list[int] = []
+        self._pending: dict[int, list[Message]] = {}
+        self._now_us = 0
+        self._transitions = 0
+        self._deliveries = 0
+        self._zero_delay_bound = zero_delay_bound
+        self._last_instant_us = -1  # time of the last instant run
+        self._repeats = 0  # instants run at _last_instant_us after the first one
+        self._cycle_names: set[str] = set()
+        for i, c in enumerate(comps):
+            c._devs_index = i
+            t = c.initial_time_us()
+            if t is None:
+                continue
+            if type(t) is not int or t < 0:
+                raise SimulationError(
+                    f"component {c.name!r}: initial_time_us() returned {t!r}; "
+                    "must be an int >= 0 or None"
+                )
+            c._devs_next_us = t
+            c._devs_key = t * self._stride + i
+            heappush(self._heap, c._devs_key)
+
+    # -- read-only state ---------------------------------------------------------------
+
+    @property
+    def now_us(self) -> int:
+        """Current simulated time (integer microseconds)."""
+        return self._now_us
+
+    @property
+    def events(self) -> int:
+        """Transitions made plus messages delivered so far."""
+        return self._transitions + self._deliveries
+
+    @property
+    def transitions(self) -> int:
+        """Transitions (internal, external or confluent) made so far."""
+        return self._transitions
+
+    @property
+    def deliveries(self) -> int:
+        """Messages delivered so far."""
+        return self._deliveries
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        """The components, in name order."""
+        return self._components
+
+    def peek_us(self) -> int | None:
+        """Time of the next instant, or ``None`` when nothing is scheduled."""
+        key = self._top()
+        return None if key < 0 else key // self._stride
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, until_us: int | None = None) -> int:
+        """Run instants until none is left, or until the next one is after ``until_us``.
+
+        Every instant with time ``<= until_us`` is processed; afterwards ``now_us``
+        is ``until_us`` (when given). Returns the final ``now_us``.
+        """
+        if until_us is None:
+            step = self.step
+            while step():
+                pass
+            return self._now_us
+        if type(until_us) is not int or until_us < self._now_us:
+            raise SimulationError(
+                f"run(until_us={until_us!r}) at now_us={self._now_us}; must be an int >= now_us"
+            )
+        stride = self._stride
+        while True:
+            key = self._top()
+            if key < 0 or key // stride > until_us:
+                break
+            self.step()
+        self._now_us = until_us
+        return until_us
+
+    def _top(self) -> int:
+        """Drop stale heap entries; return the first valid key, or -1 when none."""
+        heap = self._heap
+        comps = self._components
+        stride = self._stride
+        n = stride - 1
+        # NOTE: lazy invalidation. A component has exactly one valid key (its
+        # _devs_key); every other key of it still in the heap is skipped here.
+        while heap:
+            key = heap[0]
+            idx = key % stride
+            if idx == n or comps[idx]._devs_key == key:
+                return key
+            heappop(heap)
+        return -1
+
+    def step(self) -> bool:
+        """Run one instant (the three phases). Returns ``False`` when nothing is left."""
+        key = self._top()
+        if key < 0:
+            return False
+        heap = self._heap
+        comps = self._components
+        stride = self._stride
+        n = stride - 1
+        now = key // stride
+        if now == self._last_instant_us:
+            self._repeats += 1
+        else:
+            self._last_instant_us = now
+            self._repeats = 0
+            if self._cycle_names:
+                self._cycle_names.clear()
+        self._now_us = now
+
+        # Gather imminent components (in name order: keys sort by index) and due messages.
+        base = now * stride
+        limit = base + stride
+        imminent: list[Component] = []
+        due: list[Message] | None = None
+        while heap and heap[0] < limit:
+            key = heappop(heap)
+            idx = key - base
+            if idx == n:
+                due = self._pending.pop(now)
+            else:
+                c = comps[idx]
+                if c._devs_key == key:
+                    c._devs_key = -1
+                    c._devs_imminent = True
+                    imminent.append(c)
+
+        # Phase 1: outputs.
+        if imminent:
+            out: list[Message] = []
+            for c in imminent:
+                c._devs_now_us = now
+                c._devs_outbox = out
+                try:
+                    c.output(now)
+                finally:
+                    c._devs_outbox = None
+            if out:
+                due = self._route(out, now, due)
+
+        # Phase 2: bags.
+        bags: dict[str, list[Message]] | None = None
+        if due:
+            self._deliveries += len(due)
+            bags = {}
+            for m in due:
+                b = bags.get(m.dest)
+                if b is None:
+                    bags[m.dest] = [m]
+                else:
+                    b.append(m)
+            by_name = self._by_name
+            active = imminent + [r for r in (by_name[d] for d in bags) if not r._devs_imminent]
+            if len(active) > 1:
+                active.sort(key=_INDEX_KEY)
+        else:
+            active = imminent
+
+        # Phase 3: exactly one transition per active component.
+        self._transitions += len(active)
+        for c in active:
+            bag = bags.get(c.name) if bags is not None else None
+            # NOTE: a one-message bag is already sorted; skip the sort call.
+            if bag is not None and len(bag) > 1:
+                bag.sort(key=_BAG_KEY)
+            if c._devs_imminent:
+                c._devs_imminent = False
+                nt = c.internal(now) if bag is None else c.confluent(now, bag)
+            else:
+                assert bag is not None
+                nt = c.external(now, bag)
+            if nt is None:
+                c._devs_next_us = None
+                c._devs_key = -1
+            elif type(nt) is int and nt >= now:
+                c._devs_next_us = nt
+                key = nt * stride + c._devs_index
+                if key != c._devs_key:
+                    c._devs_key = key
+                    heappush(heap, key)
+            else:
+                was_imminent = c in imminent
+                hook = (
+                    ("confluent" if bag is not None else "internal") if was_imminent else "external"
+                )
+                raise SimulationError(
+                    f"component {c.name!r}: {hook}() at now_us={now} returned next "
+                    f"internal time {nt!r}; must be an int >= now_us or None"
+                )
+
+        repeats = self._repeats
+        if repeats and repeats > self._zero_delay_bound - _CYCLE_WINDOW:
+            self._cycle_names.update(c.name for c in active)
+            if repeats > self._zero_delay_bound:
+                names = ", ".join(sorted(self._cycle_names))
+                raise SimulationError(
+                    f"zero-delay cycle at now_us={now}: {repeats} repeated instants exceed "
+                    f"zero_delay_bound={self._zero_delay_bound}; components in the cycle: "
+                    f"{names}"
+                )
+        return True
+
+    def _route(
+        self, out: list[Message], now: int, due: list[Message] | None
+    ) -> list[Message] | None:
+        """Check destinations; put zero-delay messages in ``due`` and delay the rest."""
+        by_name = self._by_name
+        pending = self._pending
+        heap = self._heap
+        marker = self._stride - 1
+        for m in out:
+            if m.dest not in by_name:
+                raise SimulationError(
+                    f"component {m.sender!r} sent a message to unknown destination "
+                    f"{m.dest!r} (port {m.port!r})"
+                )
+            t = m.time_us
+            if t == now:
+                if due is None:
+                    due = [m]
+                else:
+                    due.append(m)
+            else:
+                lst = pending.get(t)
+                if lst is None:
+                    pending[t] = [m]
+                    heappush(heap, t * self._stride + marker)
+                else:
+                    lst.append(m)
+        return due

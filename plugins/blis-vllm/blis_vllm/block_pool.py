@@ -1,0 +1,184 @@
+"""The pool of KV blocks: allocation, freeing, prefix caching and KV events.
+
+Port of ``vllm/v1/core/block_pool.py`` (vLLM 0.33.0) for one KV cache group:
+
+* block 0 is the null block and is never handed out, so usage is
+  ``1 - free / (num_gpu_blocks - 1)``;
+* ``free_blocks`` takes blocks in eviction order (the KV cache manager passes a
+  request's blocks reversed, so its tail is evicted first); blocks that never got a
+  hash are prepended to the free queue (reused first, LIFO), hashed blocks are
+  appended to its tail (LRU for the prefix cache);
+* a cached block stays in the hash map while free and is evicted lazily, only when
+  ``get_new_blocks`` hands it out again, emitting ``BlockRemoved``;
+* ``cache_full_blocks`` hashes newly full blocks and emits one ``BlockStored`` with
+  the parent hash, the blocks' token ids and the block size;
+* upstream does not de-duplicate: two blocks may carry the same hash, and a lookup
+  returns the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from blis_core.contracts.engine import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+
+from blis_vllm.kv_cache_utils import (
+    BlockHash,
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    external_block_hash,
+)
+from blis_vllm.request import Request
+
+__all__ = ["BlockPool"]
+
+
+class BlockPool:
+    """``num_gpu_blocks`` blocks (block 0 reserved as the null block)."""
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool, enable_kv_events: bool) -> None:
+        if num_gpu_blocks < 2:
+            raise ValueError(f"num_gpu_blocks must be >= 2, got {num_gpu_blocks}")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.enable_kv_events = enable_kv_events
+        self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        # hash -> {block_id: block}; insertion order gives "the first block".
+        self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self._events: list[KVEvent] = []
+
+    # -- lookup ---------------------------------------------------------------------
+
+    def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
+        """A cached block with ``block_hash``, or ``None``."""
+        blocks = self.cached_block_hash_to_block.get(block_hash)
+        if not blocks:
+            return None
+        return next(iter(blocks.values()))
+
+    # -- caching --------------------------------------------------------------------
+
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+    ) -> None:
+        """Hash and cache ``blocks[num_cached_blocks:num_full_blocks]`` of ``request``."""
+        if num_cached_blocks >= num_full_blocks:
+            return
+        hashes = request.block_hashes
+        assert hashes is not None and len(hashes) >= num_full_blocks
+        new_hashes: list[int] = []
+        for i in range(num_cached_blocks, num_full_blocks):
+            blk = blocks[i]
+            if blk.is_null:
+                continue
+            if blk.block_hash is not None:
+                # Already cached (a prefix-cache hit): it must be this position's hash.
+                assert blk.block_hash == hashes[i], "prefix-cache hit assigned the wrong block"
+                continue
+            blk.block_hash = hashes[i]
+            self.cached_block_hash_to_block.setdefault(hashes[i], {})[blk.block_id] = blk
+            new_hashes.append(external_block_hash(hashes[i]))
+        if self.enable_kv_events:
+            parent = (
+                None
+                if num_cached_blocks == 0
+                else external_block_hash(hashes[num_cached_blocks - 1])
+            )
+            self._events.append(
+                BlockStored(
+                    block_hashes=tuple(new_hashes),
+                    parent_block_hash=parent,
+                    token_ids=tuple(
+                        request.all_token_ids[
+                            num_cached_blocks * block_size : num_full_blocks * block_size
+                        ]
+                    ),
+                    block_size=block_size,
+                )
+            )
+
+    # -- allocation -----------------------------------------------------------------
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Take ``num_blocks`` from the head of the free queue, evicting cached ones."""
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        ret = self.free_block_queue.popleft_n(num_blocks)
+        for block in ret:
+            if self.enable_caching:
+                self._maybe_evict_cached_block(block)
+            assert block.ref_cnt == 0
+            block.ref_cnt += 1
+        return ret
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        block_hash = block.block_hash
+        if block_hash is None:
+            return False
+        blocks = self.cached_block_hash_to_block.get(block_hash)
+        if blocks is None or blocks.pop(block.block_id, None) is None:
+            return False
+        if not blocks:
+            del self.cached_block_hash_to_block[block_hash]
+        block.reset_hash()
+        if self.enable_kv_events:
+            self._events.append(BlockRemoved(block_hashes=(external_block_hash(block_hash),)))
+        return True
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """A prefix hit takes a reference; a free cached block leaves the free queue."""
+        for block in blocks:
+            if block.ref_cnt == 0 and not block.is_null:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference from each block, given in eviction order."""
+        evict_first: list[KVCacheBlock] = []
+        evict_last: list[KVCacheBlock] = []
+        for block in ordered_blocks:
+            if block.is_null:
+                continue
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                if block.block_hash is None or not self.enable_caching:
+                    evict_first.append(block)
+                else:
+                    evict_last.append(block)
+        self.free_block_queue.prepend_n(evict_first)
+        self.free_block_queue.append_n(evict_last)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every hash when no block is in use (only the null block)."""
+        if self.num_gpu_blocks - self.get_num_free_blocks() != 1:
+            return False
+        self.cached_block_hash_to_block = {}
+        for block in self.blocks:
+            block.reset_hash()
+        if self.enable_kv_events:
+            self._events.append(AllBlocksCleared())
+        return True
+
+    # -- accounting -----------------------------------------------------------------
+
+    def get_num_free_blocks(self) -> int:
+        """Blocks in the free queue (cached-but-free blocks count as free)."""
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """KV cache usage in [0, 1], the null block excluded."""
+        total = self.num_gpu_blocks - 1
+        return 1.0 - self.get_num_free_blocks() / total if total else 0.0
+
+    def take_events(self) -> list[KVEvent]:
+        """The KV events since the last call."""
+        events, self._events = self._events, []
+        return events

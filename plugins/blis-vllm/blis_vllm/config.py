@@ -1,0 +1,479 @@
+"""Resolve a pool's engine arguments exactly as vLLM 0.33.0 does, or refuse them.
+
+Ports the defaulting and validation of ``vllm/engine/arg_utils.py``
+(``EngineArgs.get_batch_defaults``, ``_set_default_max_num_seqs_and_batched_tokens_args``),
+``vllm/config/scheduler.py`` (``SchedulerConfig.verify_max_model_len``),
+``vllm/config/cache.py`` (defaults: ``block_size`` 16, ``gpu_memory_utilization``
+0.92, prefix caching on), ``vllm/config/model.py`` (``_get_and_verify_max_len``,
+``verify_with_parallel_config``), ``vllm/config/vllm.py`` (async scheduling default,
+``_set_cudagraph_sizes``) and ``vllm/config/compilation.py`` (mode and CUDA-graph
+mode defaults), all at vLLM 0.33.0.
+
+The usage context is the OpenAI API server (``vllm serve``), which is how every
+deployment BLIS simulates is started. Arguments use upstream ``EngineArgs`` names.
+A name upstream does not have is refused naming it; an upstream argument this port
+does not model yet is refused by name too (design §7.5), never ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchitecture
+from blis_core.contracts.errors import FieldError, InputRefused
+from blis_core.contracts.plan import ParallelLayout
+
+__all__ = [
+    "MODELLED_ARGS",
+    "NOT_MODELLED_ARGS",
+    "VllmSettings",
+    "default_capture_sizes",
+    "resolve_settings",
+]
+
+GIB = 1 << 30
+
+MODELLED_ARGS: frozenset[str] = frozenset(
+    {
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "max_model_len",
+        "block_size",
+        "gpu_memory_utilization",
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+        "long_prefill_token_threshold",
+        "long_prefill_token_threshold_adaptive",
+        "scheduling_policy",
+        "async_scheduling",
+        "speculative_config",
+        "num_speculative_tokens",
+        "compilation_config",
+        "enforce_eager",
+        "kv_cache_dtype",
+        "watermark",
+        "num_gpu_blocks_override",
+        "kv_cache_memory_bytes",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+    }
+)
+"""EngineArgs fields this port resolves and models."""
+
+NOT_MODELLED_ARGS: Mapping[str, str] = {
+    "kv_transfer_config": "KV connectors are not modelled yet (issue #4)",
+    "kv_offloading_size": "CPU KV offloading is not modelled yet (issue #4)",
+    "enable_lora": "LoRA is not modelled yet",
+    "max_num_active_seqs": "not modelled yet",
+    "prefill_schedule_interval": "prefill cadence is not modelled yet",
+    "performance_mode": "not modelled yet",
+    "enable_expert_parallel": "expert parallelism is not modelled yet",
+    "quantization": "taken from the catalog's model entry; overriding it is not modelled",
+}
+"""Upstream EngineArgs fields refused by name until modelled."""
+
+_REMOVED = "vLLM 0.33.0 has no such engine argument (the V0 option was removed)"
+_REMOVED_ARGS: Mapping[str, str] = {
+    "max_num_partial_prefills": _REMOVED,
+    "max_long_partial_prefills": _REMOVED,
+}
+
+_EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp"})
+_ASYNC_SPEC_METHODS = _EAGLE_METHODS | {"ngram", "ngram_gpu", "draft_model", "suffix"}
+_SPEC_METHODS = _ASYNC_SPEC_METHODS
+_CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+
+
+@dataclass(frozen=True, slots=True)
+class VllmSettings:
+    """The resolved configuration the scheduler, KV manager and engine run with."""
+
+    model: str
+    hardware: str
+    layout: ParallelLayout
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    block_size: int
+    gpu_memory_utilization: float
+    enable_chunked_prefill: bool
+    enable_prefix_caching: bool
+    long_prefill_token_threshold: int
+    long_prefill_token_threshold_adaptive: bool
+    scheduling_policy: str
+    async_scheduling: bool
+    speculative_method: str | None
+    num_speculative_tokens: int
+    num_lookahead_tokens: int
+    compilation_mode: int
+    cudagraph_mode: str
+    cudagraph_capture_sizes: tuple[int, ...]
+    kv_cache_dtype: str
+    watermark: float
+    num_gpu_blocks_override: int | None
+    kv_cache_memory_bytes: int | None
+    block_size_user_specified: bool
+
+    @property
+    def uniform_decode_query_len(self) -> int:
+        """Tokens a decode step scores per request (1 + drafts)."""
+        return 1 + self.num_speculative_tokens
+
+
+def _batch_defaults(hw: HardwareSpec) -> tuple[int, int]:
+    """``EngineArgs.get_batch_defaults`` for the OpenAI server usage context."""
+    mem = hw.memory_bytes
+    is_gb10 = hw.compute_capability == "12.1"
+    if mem >= 160 * GIB:
+        return 16384, 1024
+    if mem >= 70 * GIB and "a100" not in hw.id.lower() and not is_gb10:
+        return 8192, 1024
+    return 2048, 256
+
+
+def default_capture_sizes(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    uniform_decode_query_len: int,
+    compute_capability: str | None,
+    max_capture_size: int | None = None,
+) -> tuple[int, ...]:
+    """``VllmConfig._set_cudagraph_sizes`` with no user sizes (default performance mode)."""
+    family_100 = compute_capability is not None and compute_capability.startswith("10.")
+    default_max = 1024 if family_100 else 512
+    uniform_sizes: list[int] = []
+    if max_capture_size is None:
+        max_capture_size = min(max_num_seqs * uniform_decode_query_len * 2, default_max)
+        if uniform_decode_query_len > 1:
+            reqs = min(max_num_seqs, default_max)
+            counts = [n for n in (1, 2, 4) if n <= reqs]
+            counts += list(range(8, min(reqs + 1, 256), 8))
+            counts += list(range(256, reqs + 1, 16))
+            counts = sorted(set([*counts, reqs]))
+            uniform_sizes = sorted(
+                {
+                    n * uniform_decode_query_len
+                    for n in counts
+                    if n * uniform_decode_query_len <= max_capture_size
+                }
+            )
+        elif max_num_seqs <= max_capture_size:
+            uniform_sizes = [max_num_seqs]
+    max_capture_size = min(max_num_batched_tokens, max_capture_size)
+    sizes = [i for i in (1, 2, 4) if i <= max_capture_size]
+    if max_capture_size >= 8:
+        sizes += list(range(8, min(max_capture_size + 1, 256), 8))
+    if max_capture_size >= 256:
+        sizes += list(range(256, max_capture_size + 1, 16))
+    if max_num_batched_tokens <= max_capture_size and max_num_batched_tokens not in sizes:
+        sizes.append(max_num_batched_tokens)
+    sizes += [s for s in uniform_sizes if s <= max_num_batched_tokens]
+    return tuple(sorted(set(sizes)))
+
+
+def _arg_path(name: str) -> str:
+    return f"engine.args.{name}"
+
+
+def _typed(
+    args: Mapping[str, Any], name: str, kind: type | tuple[type, ...], errors: list[FieldError]
+) -> Any:
+    value = args.get(name)
+    if value is None:
+        return None
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind in (int, (int, float)))
+    if not ok:
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        errors.append(FieldError(_arg_path(name), value, f"must be {names}"))
+        return None
+    return value
+
+
+def resolve_settings(
+    args: Mapping[str, Any],
+    model: ModelArchitecture,
+    hw: HardwareSpec,
+    layout: ParallelLayout,
+) -> VllmSettings:
+    """Resolve ``args`` for ``model`` on ``hw`` with ``layout``; raise InputRefused.
+
+    Every problem found is reported together, each naming the argument, its value
+    and, where vLLM 0.33.0 refuses it, vLLM's own message.
+    """
+    errors: list[FieldError] = []
+    for name in args:
+        if name in _REMOVED_ARGS:
+            errors.append(FieldError(_arg_path(name), args[name], _REMOVED_ARGS[name]))
+        elif name in NOT_MODELLED_ARGS:
+            errors.append(
+                FieldError(
+                    _arg_path(name),
+                    args[name],
+                    f"not modelled by blis-vllm: {NOT_MODELLED_ARGS[name]}",
+                )
+            )
+        elif name not in MODELLED_ARGS:
+            errors.append(
+                FieldError(_arg_path(name), args[name], "unknown vLLM 0.33.0 engine argument")
+            )
+
+    for name, degree in (
+        ("tensor_parallel_size", layout.tp),
+        ("pipeline_parallel_size", layout.pp),
+        ("data_parallel_size", layout.dp),
+    ):
+        if name in args and args[name] != degree:
+            errors.append(
+                FieldError(_arg_path(name), args[name], f"contradicts the pool layout ({degree})")
+            )
+
+    # -- model / parallel (ModelConfig) -------------------------------------------------
+    if model.num_attention_heads % layout.tp:
+        errors.append(
+            FieldError(
+                "deployment.layout.tp",
+                layout.tp,
+                f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
+                f"by tensor parallel size ({layout.tp}).",
+            )
+        )
+    derived_max_len = model.max_position_embeddings
+    max_model_len = _typed(args, "max_model_len", int, errors)
+    if max_model_len is None or max_model_len == -1:
+        max_model_len = derived_max_len
+    elif max_model_len <= 0:
+        errors.append(FieldError(_arg_path("max_model_len"), max_model_len, "must be > 0 or -1"))
+        max_model_len = derived_max_len
+    elif max_model_len > derived_max_len:
+        errors.append(
+            FieldError(
+                _arg_path("max_model_len"),
+                max_model_len,
+                f"User-specified max_model_len ({max_model_len}) is greater than the derived "
+                f"max_model_len (max_position_embeddings={derived_max_len} or "
+                "model_max_length=None in model's config.json). To allow overriding this "
+                "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
+            )
+        )
+
+    # -- cache ---------------------------------------------------------------------------
+    block_size_arg = _typed(args, "block_size", int, errors)
+    block_size = 16 if block_size_arg is None else block_size_arg
+    if block_size <= 0:
+        errors.append(FieldError(_arg_path("block_size"), block_size, "must be > 0"))
+        block_size = 16
+    util = _typed(args, "gpu_memory_utilization", (int, float), errors)
+    util = 0.92 if util is None else float(util)
+    if not 0 < util <= 1:
+        errors.append(FieldError(_arg_path("gpu_memory_utilization"), util, "must be > 0 and <= 1"))
+    prefix = _typed(args, "enable_prefix_caching", bool, errors)
+    prefix = True if prefix is None else prefix
+    kv_dtype = _typed(args, "kv_cache_dtype", str, errors) or "auto"
+    if kv_dtype not in ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"):
+        errors.append(FieldError(_arg_path("kv_cache_dtype"), kv_dtype, "Invalid kv_cache_dtype"))
+    watermark = _typed(args, "watermark", (int, float), errors)
+    watermark = 0.0 if watermark is None else float(watermark)
+    if not 0 <= watermark < 1:
+        errors.append(FieldError(_arg_path("watermark"), watermark, "must be >= 0 and < 1"))
+    override = _typed(args, "num_gpu_blocks_override", int, errors)
+    kv_mem = _typed(args, "kv_cache_memory_bytes", int, errors)
+
+    # -- speculative decoding ------------------------------------------------------------
+    spec = args.get("speculative_config")
+    method: str | None = None
+    num_spec = 0
+    if spec is not None:
+        if not isinstance(spec, Mapping):
+            errors.append(FieldError(_arg_path("speculative_config"), spec, "must be a mapping"))
+        else:
+            method = spec.get("method")
+            n = spec.get("num_speculative_tokens")
+            if method not in _SPEC_METHODS:
+                errors.append(
+                    FieldError(
+                        _arg_path("speculative_config.method"),
+                        method,
+                        f"must be one of {sorted(_SPEC_METHODS)}",
+                    )
+                )
+            if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+                errors.append(
+                    FieldError(
+                        _arg_path("speculative_config.num_speculative_tokens"),
+                        n,
+                        "must be an int > 0",
+                    )
+                )
+            else:
+                num_spec = n
+    elif "num_speculative_tokens" in args:
+        errors.append(
+            FieldError(
+                _arg_path("num_speculative_tokens"),
+                args["num_speculative_tokens"],
+                "set it inside speculative_config together with its method",
+            )
+        )
+    lookahead = num_spec if method in _EAGLE_METHODS or method == "draft_model" else 0
+
+    # -- scheduler -----------------------------------------------------------------------
+    chunked = _typed(args, "enable_chunked_prefill", bool, errors)
+    chunked = True if chunked is None else chunked
+    policy = _typed(args, "scheduling_policy", str, errors) or "fcfs"
+    if policy not in ("fcfs", "priority"):
+        errors.append(
+            FieldError(
+                _arg_path("scheduling_policy"), policy, f"Unknown scheduling policy: {policy}"
+            )
+        )
+    threshold = _typed(args, "long_prefill_token_threshold", int, errors) or 0
+    adaptive = bool(_typed(args, "long_prefill_token_threshold_adaptive", bool, errors))
+    default_tokens, default_seqs = _batch_defaults(hw)
+    mnbt_arg = _typed(args, "max_num_batched_tokens", int, errors)
+    mns_arg = _typed(args, "max_num_seqs", int, errors)
+    max_num_seqs = default_seqs if mns_arg is None else mns_arg
+    if mnbt_arg is None:
+        mnbt = default_tokens if chunked else max(max_model_len, default_tokens)
+    else:
+        mnbt = mnbt_arg
+    if mnbt < 1 or max_num_seqs < 1:
+        errors.append(FieldError(_arg_path("max_num_batched_tokens"), mnbt, "must be >= 1"))
+    if mnbt < max_model_len and not chunked:
+        errors.append(
+            FieldError(
+                _arg_path("max_num_batched_tokens"),
+                mnbt,
+                f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_model_len}). "
+                "This effectively limits the maximum sequence length to max_num_batched_tokens "
+                "and makes vLLM reject longer sequences. Please increase max_num_batched_tokens "
+                "or decrease max_model_len.",
+            )
+        )
+    if mnbt < max_num_seqs:
+        errors.append(
+            FieldError(
+                _arg_path("max_num_batched_tokens"),
+                mnbt,
+                f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs "
+                f"({max_num_seqs}).",
+            )
+        )
+    if threshold < 0 or threshold > max_model_len:
+        errors.append(
+            FieldError(
+                _arg_path("long_prefill_token_threshold"),
+                threshold,
+                f"long_prefill_token_threshold ({threshold}) cannot be greater than the "
+                f"max_model_len ({max_model_len}).",
+            )
+        )
+
+    # -- async scheduling (VllmConfig.__post_init__) -------------------------------------
+    incompatible: str | None = None
+    if method is not None and method not in _ASYNC_SPEC_METHODS:
+        incompatible = f"{method}-based speculative decoding"
+    elif layout.pp > 1:
+        incompatible = "pipeline parallelism"
+    async_arg = _typed(args, "async_scheduling", bool, errors)
+    if async_arg is True and incompatible is not None:
+        errors.append(
+            FieldError(
+                _arg_path("async_scheduling"),
+                True,
+                f"Async scheduling is not supported by the V1 model runner with {incompatible}.",
+            )
+        )
+    async_sched = (incompatible is None) if async_arg is None else async_arg
+
+    # -- compilation and CUDA graphs -----------------------------------------------------
+    eager = bool(_typed(args, "enforce_eager", bool, errors))
+    comp = args.get("compilation_config") or {}
+    if not isinstance(comp, Mapping):
+        errors.append(FieldError(_arg_path("compilation_config"), comp, "must be a mapping"))
+        comp = {}
+    for key in comp:
+        if key not in (
+            "mode",
+            "cudagraph_mode",
+            "cudagraph_capture_sizes",
+            "max_cudagraph_capture_size",
+        ):
+            errors.append(
+                FieldError(
+                    _arg_path(f"compilation_config.{key}"), comp[key], "not modelled by blis-vllm"
+                )
+            )
+    mode = comp.get("mode", 0 if eager else 3)
+    if mode not in (0, 1, 2, 3):
+        errors.append(
+            FieldError(_arg_path("compilation_config.mode"), mode, "must be 0, 1, 2 or 3")
+        )
+    graph_mode = comp.get("cudagraph_mode")
+    if graph_mode is None:
+        graph_mode = "NONE" if eager or mode != 3 else "FULL_AND_PIECEWISE"
+    if graph_mode not in _CUDAGRAPH_MODES:
+        errors.append(
+            FieldError(
+                _arg_path("compilation_config.cudagraph_mode"),
+                graph_mode,
+                f"must be one of {_CUDAGRAPH_MODES}",
+            )
+        )
+    sizes: tuple[int, ...] = ()
+    if graph_mode != "NONE" and not eager:
+        user_sizes = comp.get("cudagraph_capture_sizes")
+        if user_sizes is not None:
+            sizes = tuple(sorted({int(s) for s in user_sizes if int(s) <= mnbt}))
+            if not sizes:
+                errors.append(
+                    FieldError(
+                        _arg_path("compilation_config.cudagraph_capture_sizes"),
+                        user_sizes,
+                        "cudagraph_capture_sizes should contain at least one element "
+                        "when using cuda graph.",
+                    )
+                )
+        else:
+            sizes = default_capture_sizes(
+                max_num_seqs,
+                mnbt,
+                1 + num_spec,
+                hw.compute_capability,
+                comp.get("max_cudagraph_capture_size"),
+            )
+
+    if errors:
+        raise InputRefused(errors, source=f"vllm@0.33.0 pool for {model.hf_id}")
+    # MLA on Hopper selects FLASH_ATTN_MLA / FLASHMLA; FlashMLA's kernel block is 64.
+    if block_size_arg is None and model.attention is AttentionKind.MLA:
+        block_size = 64
+    return VllmSettings(
+        model=model.hf_id,
+        hardware=hw.id,
+        layout=layout,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        block_size=block_size,
+        gpu_memory_utilization=util,
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=prefix,
+        long_prefill_token_threshold=threshold,
+        long_prefill_token_threshold_adaptive=adaptive,
+        scheduling_policy=policy,
+        async_scheduling=async_sched,
+        speculative_method=method,
+        num_speculative_tokens=num_spec,
+        num_lookahead_tokens=lookahead,
+        compilation_mode=int(mode),
+        cudagraph_mode=str(graph_mode),
+        cudagraph_capture_sizes=sizes,
+        kv_cache_dtype=kv_dtype,
+        watermark=watermark,
+        num_gpu_blocks_override=override,
+        kv_cache_memory_bytes=kv_mem,
+        block_size_user_specified=block_size_arg is not None,
+    )

@@ -1,0 +1,279 @@
+"""The vLLM engine instance and factory: the EngineCore loop in simulated time.
+
+Port of ``vllm/v1/engine/core.py`` ``EngineCore.step`` (synchronous) and
+``step_with_batch_queue`` (async scheduling, a batch queue of depth 2), vLLM 0.33.0:
+
+* ``schedule`` calls the scheduler and turns its output into a padded
+  :class:`StepShape`; with async scheduling the simulator may call it again before
+  the previous step completes (``plan.steps_in_flight == 2``), exactly as
+  ``step_with_batch_queue`` schedules step N+1 while step N runs;
+* ``complete`` plays the model runner's part: one sampled token per request whose
+  step reached the end of its known tokens, with ids from the deterministic
+  content key ``out/<request id>``; then ``update_from_output``.
+
+Padding follows ``CudagraphDispatcher`` with the default ``FULL_AND_PIECEWISE``: a
+uniform decode batch (every request scores ``1 + num_spec_tokens`` tokens) of at
+most the largest capture size runs a FULL graph padded to the next capture size; any
+other batch within the capture sizes runs PIECEWISE, padded the same way; a larger
+batch runs eagerly without padding.
+
+Input boundary: an arrival or abort is applied at once (upstream processes its
+input queue before every ``step`` call), so it takes effect at the next
+``schedule`` call; under async scheduling the step after the one already
+scheduled is usually that call, so an arrival usually joins the step after next.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Mapping
+
+from blis_core.contracts.catalog import ModelArchitecture
+from blis_core.contracts.engine import (
+    EnginePoolSpec,
+    Environment,
+    FinishedRequest,
+    StepOutcome,
+    TokenEmission,
+)
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import GraphMode, PoolPlan
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+
+from blis_vllm.config import VllmSettings, resolve_settings
+from blis_vllm.metrics import CACHE_CONFIG_INFO, MetricsSnapshot
+from blis_vllm.planning import build_partial_plan, decide_kv_budget
+from blis_vllm.request import Request, RequestStatus
+from blis_vllm.scheduler import AsyncScheduler, ModelRunnerOutput, Scheduler, SchedulerOutput
+from blis_vllm.version import ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
+
+__all__ = ["VllmEngine", "VllmEngineFactory", "pad_step"]
+
+
+def pad_step(num_tokens: int, uniform_decode: bool, plan: PoolPlan) -> tuple[int, GraphMode]:
+    """Launched token count and graph mode for a batch of ``num_tokens`` tokens."""
+    policy = plan.graph_policy
+    sizes = policy.capture_sizes
+    mode = policy.decode_mode if uniform_decode else policy.mixed_mode
+    if mode is GraphMode.NONE or not sizes or num_tokens > sizes[-1]:
+        return num_tokens, GraphMode.NONE
+    return sizes[bisect.bisect_left(sizes, num_tokens)], mode
+
+
+class VllmEngine:
+    """One vLLM 0.33.0 engine instance (EngineInstance)."""
+
+    def __init__(
+        self, settings: VllmSettings, plan: PoolPlan, model: ModelArchitecture, instance: str
+    ) -> None:
+        assert plan.kv_budget is not None
+        self._settings = settings
+        self._plan = plan
+        self._model = model
+        self.instance = instance
+        cls = AsyncScheduler if settings.async_scheduling else Scheduler
+        self.scheduler: Scheduler = cls(settings, plan.kv_budget.num_gpu_blocks)
+        self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
+        self._aborted: list[FinishedRequest] = []
+        self._metrics = MetricsSnapshot()
+
+    # -- EngineInstance ------------------------------------------------------------------
+
+    @property
+    def plan(self) -> PoolPlan:
+        """The run-phase plan."""
+        return self._plan
+
+    @property
+    def input_boundary(self) -> Mapping[str, str]:
+        """Arrivals and aborts take effect at the next ``schedule`` call."""
+        return {"arrival": "next_schedule", "abort": "next_schedule"}
+
+    def add_request(self, request: InferenceRequest, now_us: int) -> None:
+        """Queue a request; refuse an empty or too long prompt as vLLM's processor does."""
+        n = request.input_tokens
+        if n == 0:
+            raise InputRefused.one(
+                f"request.{request.request_id}.prompt", 0, "The decoder prompt cannot be empty"
+            )
+        if n > self._settings.max_model_len:
+            raise InputRefused.one(
+                f"request.{request.request_id}.prompt",
+                n,
+                f"The decoder prompt (length {n}) is longer than the maximum model length of "
+                f"{self._settings.max_model_len}. Make sure that `max_model_len` is no smaller "
+                "than the number of text tokens.",
+            )
+        if request.request_id in self.scheduler.requests:
+            raise InputRefused.one(
+                f"request.{request.request_id}", request.request_id, "duplicate request id"
+            )
+        self.scheduler.add_request(
+            Request(
+                request,
+                vocab_size=self._model.vocab_size,
+                block_size=self._settings.block_size,
+                hash_blocks=self._settings.enable_prefix_caching,
+            )
+        )
+
+    def abort_request(self, request_id: str, now_us: int) -> None:
+        """Finish a request as aborted; unknown or finished ids are ignored."""
+        for r in self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED):
+            self._aborted.append(FinishedRequest(r.request_id, "abort", r.num_output_tokens))
+
+    def schedule(self, now_us: int) -> StepShape | None:
+        """Schedule the next step, or ``None`` when no tokens can be scheduled now."""
+        if len(self._in_flight) >= self._plan.steps_in_flight:
+            return None
+        if not self.scheduler.has_unfinished_requests():
+            return None
+        out = self.scheduler.schedule()
+        if out.total_num_scheduled_tokens == 0:
+            return None
+        shape = self._make_shape(out)
+        self._in_flight.append((shape, out))
+        return shape
+
+    def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
+        """The oldest in-flight step finished: sample its tokens and update state."""
+        if not self._in_flight:
+            raise RuntimeError("complete() called with no step in flight")
+        expected, out = self._in_flight.popleft()
+        if expected.step_id != shape.step_id:
+            raise RuntimeError(
+                f"steps complete in schedule order: expected {expected.step_id}, "
+                f"got {shape.step_id}"
+            )
+        sampled: dict[str, list[int]] = {}
+        for rid in out.sampling:
+            request = self.scheduler.requests.get(rid)
+            if request is not None and not request.is_finished():
+                sampled[rid] = [request.next_output_token_id()]
+        result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled))
+        kv = self.scheduler.kv_cache_manager
+        finished = [*self._aborted, *(FinishedRequest(r, why, n) for r, why, n in result.finished)]
+        self._aborted = []
+        stats = kv.prefix_cache_stats
+        self._metrics = MetricsSnapshot(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_cache_usage=kv.usage,
+            prefix_cache_queries=stats.queries,
+            prefix_cache_hits=stats.hits,
+            num_preemptions=self.scheduler.num_preemptions_total,
+        )
+        return StepOutcome(
+            step_id=shape.step_id,
+            emitted=tuple(TokenEmission(r, n) for r, n in result.new_tokens.items()),
+            finished=tuple(finished),
+            preempted=tuple(out.preempted_req_ids),
+            kv_events=tuple(kv.take_events()),
+        )
+
+    def scrape(self) -> Mapping[str, float]:
+        """vLLM's metrics as of the last completed step."""
+        return self._metrics.as_prometheus()
+
+    def cache_config_info(self) -> Mapping[str, str]:
+        """Labels of ``vllm:cache_config_info`` (CacheConfig.metrics_info, engine 0)."""
+        s = self._settings
+        assert self._plan.kv_budget is not None
+        return {
+            "__name__": CACHE_CONFIG_INFO,
+            "block_size": str(s.block_size),
+            "gpu_memory_utilization": str(s.gpu_memory_utilization),
+            "cache_dtype": s.kv_cache_dtype,
+            "enable_prefix_caching": str(s.enable_prefix_caching),
+            "num_gpu_blocks": str(self._plan.kv_budget.num_gpu_blocks),
+            "num_gpu_blocks_override": str(s.num_gpu_blocks_override),
+            "kv_cache_memory_bytes": str(s.kv_cache_memory_bytes),
+            "engine": "0",
+        }
+
+    def num_unfinished(self) -> int:
+        """Requests waiting or running."""
+        return self.scheduler.get_num_unfinished_requests()
+
+    # -- shapes --------------------------------------------------------------------------
+
+    def _make_shape(self, out: SchedulerOutput) -> StepShape:
+        seqs = tuple(
+            SeqChunk(new_tokens=n, context_tokens=out.context_tokens[rid])
+            for rid, n in out.num_scheduled_tokens.items()
+        )
+        q = self._settings.uniform_decode_query_len
+        uniform = all(c.new_tokens == q for c in seqs)
+        num_spec = sum(len(t) for t in out.scheduled_spec_decode_tokens.values())
+        decoding = [
+            rid in out.sampling and out.context_tokens[rid] > 0 for rid in out.num_scheduled_tokens
+        ]
+        if uniform and num_spec > 0:
+            mode = StepMode.VERIFY
+        elif uniform and all(decoding):
+            mode = StepMode.DECODE_ONLY
+        elif not any(
+            out.context_tokens[rid] >= self._prompt_len(rid) for rid in out.num_scheduled_tokens
+        ):
+            mode = StepMode.EXTEND_ONLY
+        else:
+            mode = StepMode.MIXED
+        num_tokens = sum(c.new_tokens for c in seqs)
+        padded, graph = pad_step(num_tokens, uniform, self._plan)
+        return StepShape(
+            step_id=out.step_id,
+            mode=mode,
+            seqs=seqs,
+            padded_tokens=padded,
+            graph_mode=graph,
+            num_spec_tokens=num_spec,
+        )
+
+    def _prompt_len(self, rid: str) -> int:
+        request = self.scheduler.requests.get(rid)
+        return request.num_prompt_tokens if request is not None else 0
+
+
+class VllmEngineFactory:
+    """EngineFactory for vLLM 0.33.0."""
+
+    kind = ENGINE_KIND
+    upstream_release = UPSTREAM_RELEASE
+    plugin_version = PLUGIN_VERSION
+
+    def resolve(self, spec: EnginePoolSpec, env: Environment) -> VllmSettings:
+        """The resolved engine arguments of ``spec`` (refuses what 0.33.0 refuses)."""
+        model = env.model(spec.model)
+        hw = env.hardware(spec.hardware)
+        return resolve_settings(spec.args, model, hw, spec.layout)
+
+    def plan(self, spec: EnginePoolSpec, env: Environment) -> PoolPlan:
+        """Resolve, lower and size the KV cache (both construction phases)."""
+        model = env.model(spec.model)
+        hw = env.hardware(spec.hardware)
+        settings = resolve_settings(spec.args, model, hw, spec.layout)
+        partial = build_partial_plan(settings, model, hw, env)
+        return decide_kv_budget(partial, settings, hw, env)
+
+    def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> VllmEngine:
+        """A running engine; refuses what the run phase does not model yet."""
+        model = env.model(spec.model)
+        hw = env.hardware(spec.hardware)
+        settings = resolve_settings(spec.args, model, hw, spec.layout)
+        if settings.speculative_method is not None:
+            raise InputRefused.one(
+                "engine.args.speculative_config",
+                settings.speculative_method,
+                "speculative decoding is planned but its acceptance is not modelled yet (issue #4)",
+            )
+        if spec.layout.pp > 1 or spec.layout.dp > 1:
+            raise InputRefused.one(
+                "deployment.layout",
+                spec.layout.model_dump(),
+                "pipeline and data parallelism are not modelled yet by blis-vllm (issue #4)",
+            )
+        partial = build_partial_plan(settings, model, hw, env)
+        plan = decide_kv_budget(partial, settings, hw, env)
+        return VllmEngine(settings, plan, model, instance)

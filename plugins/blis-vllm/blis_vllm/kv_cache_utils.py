@@ -1,0 +1,163 @@
+"""KV-cache blocks, the free-block queue and the block-hash chain.
+
+Port of ``vllm/v1/core/kv_cache_utils.py`` (vLLM 0.33.0): :class:`KVCacheBlock`,
+:class:`FreeKVCacheBlockQueue` (a doubly linked list of free blocks in eviction
+order, with O(1) removal from the middle when a cached block is hit) and
+``hash_block_tokens`` (a block's hash chains its parent's hash, its token ids and its
+extra keys).
+
+The hash function differs on purpose: upstream hashes a pickled/CBOR tuple with the
+configured ``prefix_caching_hash_algo`` (default ``sha256``); here a block hash is the
+SHA-256 of a canonical byte encoding (parent hash bytes, then the token ids as
+big-endian uint32, then the extra keys' UTF-8 text). Equal inputs give equal hashes
+in every process, which is all the scheduler relies on; the oracle harness compares
+decisions, and maps hashes, rather than comparing hash bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+
+__all__ = [
+    "NONE_HASH",
+    "BlockHash",
+    "FreeKVCacheBlockQueue",
+    "KVCacheBlock",
+    "external_block_hash",
+    "hash_block_tokens",
+]
+
+BlockHash = bytes
+"""A block hash: 32 bytes of SHA-256."""
+
+NONE_HASH: BlockHash = hashlib.sha256(b"vllm-none-hash").digest()
+"""Parent hash of the first block of every chain (upstream's fixed seed for sha256)."""
+
+_BIG_ENDIAN_HOST = array("I", [1]).tobytes()[0] == 0
+
+
+def hash_block_tokens(
+    parent_block_hash: BlockHash | None,
+    block_token_ids: Sequence[int],
+    extra_keys: tuple[str, ...] = (),
+) -> BlockHash:
+    """Hash of one full block chained on its parent (``None``: the first block)."""
+    words = array("I", block_token_ids)
+    if not _BIG_ENDIAN_HOST:
+        words.byteswap()
+    h = hashlib.sha256(parent_block_hash or NONE_HASH)
+    h.update(len(block_token_ids).to_bytes(4, "big"))
+    h.update(words.tobytes())
+    for key in extra_keys:
+        h.update(b"\x00" + key.encode())
+    return h.digest()
+
+
+def external_block_hash(block_hash: BlockHash) -> int:
+    """The integer form KV events carry (upstream ``maybe_convert_block_hash``)."""
+    return int.from_bytes(block_hash, "big") & ((1 << 64) - 1)
+
+
+class KVCacheBlock:
+    """One KV block: id, reference count, hash when cached, free-list links."""
+
+    __slots__ = ("block_hash", "block_id", "is_null", "next_free", "prev_free", "ref_cnt")
+
+    def __init__(self, block_id: int) -> None:
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: BlockHash | None = None
+        self.prev_free: KVCacheBlock | None = None
+        self.next_free: KVCacheBlock | None = None
+        self.is_null = False
+
+    def reset_hash(self) -> None:
+        """Forget the hash when the block is evicted from the prefix cache."""
+        self.block_hash = None
+
+    def __repr__(self) -> str:
+        cached = self.block_hash is not None
+        return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, cached={cached})"
+
+
+class FreeKVCacheBlockQueue:
+    """Free blocks in eviction order: the head is taken (and evicted) first.
+
+    Upstream keeps fake head and tail sentinels so no operation branches on an empty
+    list; this port does the same. Initially every block is free, in id order.
+    """
+
+    def __init__(self, blocks: Sequence[KVCacheBlock]) -> None:
+        self.num_free_blocks = len(blocks)
+        self._head = KVCacheBlock(-1)
+        self._tail = KVCacheBlock(-1)
+        prev = self._head
+        for block in blocks:
+            prev.next_free = block
+            block.prev_free = prev
+            prev = block
+        prev.next_free = self._tail
+        self._tail.prev_free = prev
+
+    def popleft(self) -> KVCacheBlock:
+        """Take the first free block; refuses an empty queue."""
+        first = self._head.next_free
+        if first is None or first is self._tail:
+            raise ValueError("No free blocks available")
+        self._unlink(first)
+        return first
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        """Take the first ``n`` free blocks, in order."""
+        if n > self.num_free_blocks:
+            raise ValueError(f"Cannot get {n} free blocks from the pool")
+        return [self.popleft() for _ in range(n)]
+
+    def remove(self, block: KVCacheBlock) -> None:
+        """Remove a block from the middle of the queue (a cached block was hit)."""
+        self._unlink(block)
+
+    def append(self, block: KVCacheBlock) -> None:
+        """Put a block at the tail (evicted last)."""
+        last = self._tail.prev_free
+        assert last is not None
+        last.next_free = block
+        block.prev_free = last
+        block.next_free = self._tail
+        self._tail.prev_free = block
+        self.num_free_blocks += 1
+
+    def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Put blocks at the tail in the given order."""
+        for block in blocks:
+            self.append(block)
+
+    def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Put blocks at the head, keeping their order (the first is taken first)."""
+        for block in reversed(blocks):
+            first = self._head.next_free
+            assert first is not None
+            block.prev_free = self._head
+            block.next_free = first
+            first.prev_free = block
+            self._head.next_free = block
+            self.num_free_blocks += 1
+
+    def get_all_free_blocks(self) -> list[KVCacheBlock]:
+        """Every free block, head first (for tests and invariants)."""
+        out: list[KVCacheBlock] = []
+        cur = self._head.next_free
+        while cur is not None and cur is not self._tail:
+            out.append(cur)
+            cur = cur.next_free
+        return out
+
+    def _unlink(self, block: KVCacheBlock) -> None:
+        if block.prev_free is None or block.next_free is None:
+            raise RuntimeError(f"remove() called on a block not in the free queue: {block}")
+        block.prev_free.next_free = block.next_free
+        block.next_free.prev_free = block.prev_free
+        block.prev_free = block.next_free = None
+        self.num_free_blocks -= 1

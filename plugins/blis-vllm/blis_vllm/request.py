@@ -1,0 +1,168 @@
+"""The scheduler's view of one request.
+
+Port of the parts of ``vllm/v1/request.py`` (vLLM 0.33.0) the scheduler and the KV
+cache manager read: status, prompt and output token ids, ``num_computed_tokens``,
+async-scheduling placeholders and in-flight counts, speculative token ids, priority
+ordering (``__lt__``: priority, then arrival time, then request id) and the block
+hashes of full blocks, extended as tokens are appended (upstream's
+``get_request_block_hasher``).
+
+Token ids come from :func:`blis_core.contracts.request.prompt_token_ids` and, for
+generated tokens, from the content key :func:`output_content_key`, so that two
+requests sharing a prompt segment share block hashes exactly.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from blis_core.contracts.request import (
+    InferenceRequest,
+    output_content_key,
+    prompt_token_ids,
+    segment_token_ids,
+)
+
+from blis_vllm.kv_cache_utils import BlockHash, hash_block_tokens
+
+__all__ = ["Request", "RequestStatus"]
+
+
+class RequestStatus(IntEnum):
+    """Upstream's ``RequestStatus``; every value above PREEMPTED is finished."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED_STOPPED = 3
+    FINISHED_LENGTH_CAPPED = 4
+    FINISHED_ABORTED = 5
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the status is one of the finished states."""
+        return self > RequestStatus.PREEMPTED
+
+    @property
+    def finish_reason(self) -> str:
+        """Upstream's ``FinishReason`` string for a finished status."""
+        return {
+            RequestStatus.FINISHED_STOPPED: "stop",
+            RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+            RequestStatus.FINISHED_ABORTED: "abort",
+        }.get(self, "")
+
+
+class Request:
+    """Mutable scheduling state of one request inside one engine instance."""
+
+    __slots__ = (
+        "_vocab_size",
+        "all_token_ids",
+        "arrival_time_us",
+        "block_hashes",
+        "block_size",
+        "drop_stale_output",
+        "ignore_eos",
+        "is_prefill_chunk",
+        "max_tokens",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_in_flight_tokens",
+        "num_output_placeholders",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "num_stale_output_tokens",
+        "priority",
+        "request_id",
+        "spec_token_ids",
+        "status",
+    )
+
+    def __init__(
+        self,
+        source: InferenceRequest,
+        vocab_size: int,
+        block_size: int,
+        hash_blocks: bool,
+    ) -> None:
+        self.request_id = source.request_id
+        self.priority = source.priority
+        self.arrival_time_us = source.arrival_us
+        self.max_tokens = source.max_output_tokens
+        self.ignore_eos = source.ignore_eos
+        self._vocab_size = vocab_size
+        self.block_size = block_size
+        self.all_token_ids: list[int] = prompt_token_ids(source.prompt, vocab_size)
+        self.num_prompt_tokens = len(self.all_token_ids)
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = -1
+        self.num_output_placeholders = 0
+        self.num_in_flight_tokens = 0
+        self.num_stale_output_tokens = 0
+        self.drop_stale_output = False
+        self.num_preemptions = 0
+        self.spec_token_ids: list[int] = []
+        self.is_prefill_chunk = False
+        self.block_hashes: list[BlockHash] | None = [] if hash_blocks else None
+        self._extend_block_hashes()
+
+    # -- token accounting (upstream properties) --------------------------------------
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens."""
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Generated tokens so far."""
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        """Tokens plus speculative tokens awaiting verification."""
+        return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    def is_finished(self) -> bool:
+        """Whether the request has reached a finished status."""
+        return self.status.is_finished
+
+    def next_output_token_id(self) -> int:
+        """The deterministic id of the next generated token (content key ``out/<id>``)."""
+        idx = self.num_output_tokens
+        return segment_token_ids(
+            output_content_key(self.request_id), self._vocab_size, idx, idx + 1
+        )[0]
+
+    def append_output_token_ids(self, token_id: int) -> None:
+        """Append one generated token and hash any block it completes."""
+        self.all_token_ids.append(token_id)
+        self._extend_block_hashes()
+
+    def _extend_block_hashes(self) -> None:
+        hashes = self.block_hashes
+        if hashes is None:
+            return
+        bs = self.block_size
+        while (len(hashes) + 1) * bs <= len(self.all_token_ids):
+            start = len(hashes) * bs
+            parent = hashes[-1] if hashes else None
+            hashes.append(hash_block_tokens(parent, self.all_token_ids[start : start + bs]))
+
+    # -- priority ordering ----------------------------------------------------------
+
+    def __lt__(self, other: Request) -> bool:
+        """Upstream order: lower priority value, then earlier arrival, then id."""
+        if self.priority != other.priority:
+            return self.priority < other.priority
+        if self.arrival_time_us != other.arrival_time_us:
+            return self.arrival_time_us < other.arrival_time_us
+        return self.request_id < other.request_id
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, {self.status.name}, computed={self.num_computed_tokens}"
+            f", tokens={self.num_tokens})"
+        )

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import pytest
+from blis_core.contracts.engine import BlockRemoved, BlockStored
+from vllm_fakes import req
+
+from blis_vllm.kv_cache_manager import KVCacheManager
+from blis_vllm.request import Request
+
+
+def _request(rid: str, key: str, n: int) -> Request:
+    return Request(req(rid, (key, n)), vocab_size=1000, block_size=4, hash_blocks=True)
+
+
+def test_null_block_and_usage() -> None:
+    kv = KVCacheManager(11, block_size=4, max_model_len=100, enable_caching=True)
+    assert kv.block_pool.get_num_free_blocks() == 10
+    r = _request("a", "k", 9)
+    assert kv.allocate_slots(r, 9) is not None
+    assert all(b.block_id != 0 for b in kv.get_blocks("a"))
+    assert kv.usage == pytest.approx(0.3)
+
+
+def test_freed_request_tail_is_evicted_first_and_eviction_is_lazy() -> None:
+    kv = KVCacheManager(9, block_size=4, max_model_len=100, enable_caching=True)
+    r = _request("a", "k", 12)  # three full blocks
+    kv.allocate_slots(r, 12)
+    ids = [b.block_id for b in kv.get_blocks("a")]
+    stored = kv.take_events()
+    assert len(stored) == 1 and isinstance(stored[0], BlockStored)
+    assert stored[0].parent_block_hash is None and len(stored[0].block_hashes) == 3
+    assert stored[0].token_ids == tuple(r.all_token_ids[:12]) and stored[0].block_size == 4
+    kv.free(r)
+    free = [b.block_id for b in kv.block_pool.free_block_queue.get_all_free_blocks()]
+    # Cached blocks go to the tail, the request's last block first.
+    assert free[-3:] == list(reversed(ids))
+    # Still cached while free: a new request with the same prompt hits them.
+    again = _request("b", "k", 13)
+    hit, n = kv.get_computed_blocks(again)
+    assert [b.block_id for b in hit] == ids and n == 12
+    # Allocating every other free block first, then the cached ones: the tail of "a"
+    # (its last block) is evicted first, with a BlockRemoved.
+    other = _request("c", "z", 4 * 5)
+    kv.allocate_slots(other, 20)
+    events = kv.take_events()
+    assert events and not any(isinstance(e, BlockRemoved) for e in events)
+    more = _request("d", "y", 4)
+    kv.allocate_slots(more, 4)
+    removed = [e for e in kv.take_events() if isinstance(e, BlockRemoved)]
+    assert len(removed) == 1
+    assert kv.get_blocks("d")[0].block_id == ids[-1]
+
+
+def test_fresh_blocks_are_reused_first() -> None:
+    kv = KVCacheManager(9, block_size=4, max_model_len=100, enable_caching=True)
+    r = _request("a", "k", 6)  # one full (cached) block, one partial (fresh)
+    kv.allocate_slots(r, 6)
+    full, partial = kv.get_blocks("a")
+    kv.free(r)
+    free = kv.block_pool.free_block_queue.get_all_free_blocks()
+    assert free[0] is partial and free[-1] is full

@@ -1,0 +1,171 @@
+from __future__ import annotations
+
+from blis_core.contracts.engine import BlockStored, EngineInstance
+from blis_core.contracts.plan import GraphMode
+from blis_core.contracts.shape import StepMode
+from vllm_fakes import req, tiny_engine
+
+from blis_vllm.engine import VllmEngine
+from blis_vllm.metrics import (
+    KV_CACHE_USAGE_PERC,
+    NUM_PREEMPTIONS,
+    NUM_REQUESTS_RUNNING,
+    NUM_REQUESTS_WAITING,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+)
+
+
+def _drain(engine: VllmEngine, limit: int = 10_000) -> dict[str, int]:
+    tokens: dict[str, int] = {}
+    now = 0
+    for _ in range(limit):
+        shape = engine.schedule(now)
+        if shape is None:
+            break
+        now += 1000
+        outcome = engine.complete(shape, now)
+        for e in outcome.emitted:
+            tokens[e.request_id] = tokens.get(e.request_id, 0) + e.num_tokens
+    return tokens
+
+
+def test_engine_satisfies_the_contract_protocol() -> None:
+    assert isinstance(tiny_engine(), EngineInstance)
+
+
+def test_requests_run_to_completion_sync_and_async() -> None:
+    for async_sched in (False, True):
+        engine = tiny_engine(async_scheduling=async_sched, max_num_seqs=8)
+        assert engine.plan.steps_in_flight == (2 if async_sched else 1)
+        for i in range(5):
+            engine.add_request(req(f"r{i}", (f"k{i}", 40 + i), max_tokens=7), 0)
+        tokens: dict[str, int] = {}
+        now = 0
+        inflight = []
+        for _ in range(1000):
+            while (shape := engine.schedule(now)) is not None:
+                inflight.append(shape)
+            if not inflight:
+                break
+            now += 1000
+            out = engine.complete(inflight.pop(0), now)
+            for e in out.emitted:
+                tokens[e.request_id] = tokens.get(e.request_id, 0) + e.num_tokens
+        assert tokens == {f"r{i}": 7 for i in range(5)}, async_sched
+        assert engine.num_unfinished() == 0
+        assert engine.scheduler.kv_cache_manager.usage == 0.0
+
+
+def test_async_scheduling_boundary_arrival_joins_the_step_after_next() -> None:
+    engine = tiny_engine(async_scheduling=True)
+    assert engine.input_boundary["arrival"] == "next_schedule"
+    engine.add_request(req("a", ("a", 20), max_tokens=10), 0)
+    s1 = engine.schedule(0)
+    s2 = engine.schedule(0)  # scheduled while s1 runs: a's decode with a placeholder
+    assert s1 is not None and s2 is not None
+    assert engine.schedule(0) is None  # the batch queue holds two steps
+    engine.add_request(req("b", ("b", 20), max_tokens=10), 500)  # arrives during s1
+    engine.complete(s1, 1000)
+    s3 = engine.schedule(1000)
+    assert s3 is not None
+    assert [c.new_tokens for c in s2.seqs] == [1]
+    assert len(s3.seqs) == 2 and s3.seqs[1].new_tokens == 20  # b joins the step after next
+
+
+def test_sync_scheduling_has_one_step_in_flight() -> None:
+    engine = tiny_engine(async_scheduling=False)
+    engine.add_request(req("a", ("a", 20)), 0)
+    assert engine.schedule(0) is not None
+    assert engine.schedule(0) is None
+
+
+def test_decode_batches_pad_to_capture_sizes_with_full_graphs() -> None:
+    engine = tiny_engine(async_scheduling=False, max_num_seqs=16, max_num_batched_tokens=2048)
+    assert engine.plan.graph_policy.capture_sizes[:4] == (1, 2, 4, 8)
+    for i in range(3):
+        engine.add_request(req(f"r{i}", (f"k{i}", 10), max_tokens=5), 0)
+    prefill = engine.schedule(0)
+    assert prefill is not None
+    assert prefill.mode is StepMode.EXTEND_ONLY
+    assert prefill.padded_tokens == 32 and prefill.graph_mode is GraphMode.PIECEWISE
+    engine.complete(prefill, 1)
+    decode = engine.schedule(1)
+    assert decode is not None and decode.mode is StepMode.DECODE_ONLY
+    assert decode.scheduled_tokens == 3
+    assert decode.padded_tokens == 4 and decode.graph_mode is GraphMode.FULL
+
+
+def test_batches_beyond_the_largest_capture_size_run_eagerly_unpadded() -> None:
+    engine = tiny_engine(async_scheduling=False, max_num_seqs=16, max_num_batched_tokens=2048)
+    assert engine.plan.graph_policy.capture_sizes[-1] == 32
+    engine.add_request(req("big", ("big", 1000)), 0)
+    shape = engine.schedule(0)
+    assert shape is not None
+    assert shape.padded_tokens == 1000 and shape.graph_mode is GraphMode.NONE
+
+
+def test_enforce_eager_never_pads() -> None:
+    engine = tiny_engine(async_scheduling=False, enforce_eager=True)
+    engine.add_request(req("a", ("a", 3)), 0)
+    shape = engine.schedule(0)
+    assert shape is not None and shape.padded_tokens == 3 and shape.graph_mode is GraphMode.NONE
+
+
+def test_prefix_hit_at_engine_level_and_metrics() -> None:
+    engine = tiny_engine(async_scheduling=False)
+    names = {
+        NUM_REQUESTS_RUNNING,
+        NUM_REQUESTS_WAITING,
+        KV_CACHE_USAGE_PERC,
+        PREFIX_CACHE_QUERIES,
+        PREFIX_CACHE_HITS,
+        NUM_PREEMPTIONS,
+    }
+    assert set(engine.scrape()) == names
+    engine.add_request(req("a", ("sys", 64), ("u/a", 10), max_tokens=2), 0)
+    s = engine.schedule(0)
+    assert s is not None
+    out = engine.complete(s, 1)
+    stored = [e for e in out.kv_events if isinstance(e, BlockStored)]
+    assert stored and sum(len(e.block_hashes) for e in stored) == 4
+    engine.add_request(req("b", ("sys", 64), ("u/b", 10), max_tokens=2), 1)
+    s2 = engine.schedule(1)
+    assert s2 is not None
+    assert [(c.new_tokens, c.context_tokens) for c in s2.seqs] == [(1, 74), (10, 64)]
+    engine.complete(s2, 2)
+    m = engine.scrape()
+    assert m[PREFIX_CACHE_QUERIES] == 74 + 74 and m[PREFIX_CACHE_HITS] == 64
+    # "a" finished with its second token at this step; "b" runs on.
+    assert m[NUM_REQUESTS_RUNNING] == 1.0 and m[NUM_REQUESTS_WAITING] == 0.0
+    assert 0.0 < m[KV_CACHE_USAGE_PERC] <= 1.0
+    info = engine.cache_config_info()
+    assert info["__name__"] == "vllm:cache_config_info"
+    assert info["block_size"] == "16" and info["num_gpu_blocks"] == "64"
+
+
+def test_preemptions_are_reported_and_counted() -> None:
+    engine = tiny_engine(num_gpu_blocks=9, async_scheduling=False, max_num_seqs=4)
+    engine.add_request(req("a", ("a", 48), max_tokens=40), 0)
+    engine.add_request(req("b", ("b", 48), max_tokens=40), 0)
+    preempted: list[str] = []
+    now = 0
+    while (shape := engine.schedule(now)) is not None:
+        now += 1
+        preempted += engine.complete(shape, now).preempted
+    assert preempted and preempted[0] == "b"
+    assert engine.scrape()[NUM_PREEMPTIONS] == len(preempted)
+
+
+def test_abort_is_reported_at_the_next_completion() -> None:
+    engine = tiny_engine(async_scheduling=False)
+    engine.add_request(req("a", ("a", 20), max_tokens=50), 0)
+    engine.add_request(req("b", ("b", 20), max_tokens=50), 0)
+    s = engine.schedule(0)
+    assert s is not None
+    engine.abort_request("a", 1)
+    engine.abort_request("nope", 1)
+    out = engine.complete(s, 2)
+    assert [(f.request_id, f.reason) for f in out.finished] == [("a", "abort")]
+    assert [e.request_id for e in out.emitted] == ["b"]
+    assert engine.num_unfinished() == 1

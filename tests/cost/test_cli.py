@@ -1,0 +1,84 @@
+"""The cost model's command line: output and exit status 2 on refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from blis_core.cost.cli import main
+
+
+def test_catalog_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["catalog", "list", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "H100-SXM" in doc["hardware"] and "openai/gpt-oss-120b" in doc["models"]
+
+
+def test_cost_memory_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "cost",
+        "memory",
+        "--model",
+        "meta-llama/Llama-2-7b-hf",
+        "--hardware",
+        "H100-SXM",
+        "--json",
+    ]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["weights_bytes_per_rank"] == 6_738_415_616 * 2
+    assert doc["kv_bytes_per_token_per_rank"] == 16384 * 32
+
+
+def test_cost_price(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shape = {
+        "step_id": 3,
+        "mode": "decode_only",
+        "padded_tokens": 2,
+        "seqs": [{"new_tokens": 1, "context_tokens": 100}, {"new_tokens": 1, "context_tokens": 7}],
+    }
+    f = tmp_path / "shape.json"
+    f.write_text(json.dumps(shape))
+    args = ["cost", "price", "--model", "meta-llama/Llama-2-70b-hf", "--hardware", "H100-SXM",
+            "--tp", "4", "--shape", str(f), "--json"]  # fmt: skip
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["duration_us"] > 0 and {p["rank"] for p in doc["parts"]} >= {"calibrated"}
+
+
+def test_refusals_exit_2_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cost", "memory", "--model", "acme/none", "--hardware", "H100-SXM"]) == 2
+    err = capsys.readouterr().err
+    assert "model" in err and "acme/none" in err and "unknown model" in err
+    assert "Traceback" not in err
+    bad = tmp_path / "shape.json"
+    bad.write_text(json.dumps({"step_id": 1, "mode": "mixed", "padded_tokens": 1,
+                               "seqs": [{"new_tokens": 5, "context_tokens": 0}]}))  # fmt: skip
+    args = ["cost", "price", "--model", "meta-llama/Llama-2-7b-hf", "--hardware", "H100-SXM",
+            "--shape", str(bad)]  # fmt: skip
+    assert main(args) == 2
+    assert "shape.padded_tokens" in capsys.readouterr().err
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    assert main(["catalog", "add-model", str(cfg), "--id", "x/y"]) == 2
+    assert "hidden_size" in capsys.readouterr().err
+
+
+def test_add_model_writes_catalog(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 1024,
+        "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "intermediate_size": 4096, "vocab_size": 32000, "max_position_embeddings": 2048,
+        "torch_dtype": "bfloat16"}))  # fmt: skip
+    assert (
+        main(
+            ["catalog", "add-model", str(cfg), "--id", "me/tiny", "--catalog", str(tmp_path / "c")]
+        )
+        == 0
+    )
+    assert main(["catalog", "list", "--catalog", str(tmp_path / "c"), "--json"]) == 0
+    assert "me/tiny" in json.loads(capsys.readouterr().out.split("\n", 1)[1])["models"]

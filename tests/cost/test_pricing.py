@@ -1,0 +1,137 @@
+"""Step pricing: breakdown, ranks, consistency, monotonicity and refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blis_core.contracts.cost import CoefficientRank
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from blis_core.contracts.time import seconds_to_us
+from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog, load_registry
+
+_CAT = load_catalog()
+_ENV = SimEnvironment(_CAT, load_registry(None, _CAT), (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+
+
+def _plan(
+    catalog: Catalog, model: str = "meta-llama/Llama-2-7b-hf", chip: str = "H100-SXM", **layout: int
+) -> PoolPlan:
+    return default_plan(
+        catalog.model(model), catalog.chip(chip), ParallelLayout(**layout), max_num_seqs=256
+    )
+
+
+def _decode(batch: int, context: int) -> StepShape:
+    return StepShape(
+        1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, context) for _ in range(batch)), batch
+    )
+
+
+def test_explain_matches_price_and_lists_ranks(env: SimEnvironment, catalog: Catalog) -> None:
+    plan = _plan(catalog)
+    shape = _decode(64, 1000)
+    price = env.explain_step(plan, shape)
+    assert price.duration_us == env.price_step(plan, shape)
+    assert price.duration_us == seconds_to_us(sum(p.seconds for p in price.parts))
+    families = {p.family for p in price.parts}
+    assert {
+        "gemm",
+        "attention_decode",
+        "elementwise",
+        "logits" if False else "gemm",
+        "host_step",
+    } <= families
+    ranks = {p.rank for p in price.parts}
+    assert CoefficientRank.CALIBRATED in ranks and CoefficientRank.ROOFLINE in ranks
+    shares = env.rank_shares()
+    assert sum(shares.values()) == pytest.approx(1.0) and "calibrated" in shares
+
+
+def test_every_catalog_model_prices_on_every_chip(env: SimEnvironment, catalog: Catalog) -> None:
+    mixed = StepShape(1, StepMode.MIXED, (SeqChunk(500, 100), SeqChunk(1, 700)), 512)
+    for model in catalog.models:
+        for chip in catalog.hardware:
+            tp = 8 if model in ("deepseek-ai/DeepSeek-V3",) else 2
+            plan = _plan(catalog, model, chip, tp=tp)
+            assert env.price_step(plan, mixed) > 0
+            assert env.price_step(plan, _decode(8, 300)) > 0
+
+
+def test_tp_adds_allreduce_and_pp_prices_a_stage(env: SimEnvironment, catalog: Catalog) -> None:
+    plan = _plan(catalog, "meta-llama/Llama-2-70b-hf", tp=4, pp=2)
+    first = StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 50),), 1, num_stages=2, stage=0)
+    last = dataclasses.replace(first, stage=1)
+    fam_first = {p.family for p in env.explain_step(plan, first).parts}
+    fam_last = {p.family for p in env.explain_step(plan, last).parts}
+    assert "allreduce" in fam_first and "sendrecv" in fam_first and "sampling" not in fam_first
+    assert "sampling" in fam_last and "sendrecv" not in fam_last and "embedding" not in fam_last
+
+
+def test_moe_and_mla_and_graphs(env: SimEnvironment, catalog: Catalog) -> None:
+    plan = _plan(catalog, "deepseek-ai/DeepSeek-V3", "H200-SXM", tp=8)
+    parts = env.explain_step(plan, _decode(32, 2000)).parts
+    assert {"moe_gemm", "attention_decode"} <= {p.family for p in parts}
+    llama = _plan(catalog)
+    eager = env.price_step(llama, _decode(32, 500))
+    graphed = env.price_step(
+        llama, dataclasses.replace(_decode(32, 500), graph_mode=GraphMode.FULL)
+    )
+    assert graphed < eager
+    idle = StepShape(2, StepMode.IDLE, (), 0)
+    assert 0 < env.price_step(llama, idle) < graphed
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.integers(1, 200),
+    extra=st.integers(1, 56),
+    context=st.integers(0, 4000),
+    more=st.integers(1, 4000),
+    model=st.sampled_from(
+        [
+            "meta-llama/Llama-2-7b-hf",
+            "mistralai/Mixtral-8x7B-v0.1",
+            "openai/gpt-oss-20b",
+            "deepseek-ai/DeepSeek-V3",
+        ]
+    ),
+    chip=st.sampled_from(["H100-SXM", "A100-80GB-SXM", "MI300X"]),
+)
+def test_decode_roofline_time_monotone(
+    batch: int, extra: int, context: int, more: int, model: str, chip: str
+) -> None:
+    plan = _plan(_CAT, model, chip, tp=8 if "DeepSeek" in model else 1)
+    base = _ENV.explain_step(plan, _decode(batch, context))
+    bigger_batch = _ENV.explain_step(plan, _decode(batch + extra, context))
+    longer = _ENV.explain_step(plan, _decode(batch, context + more))
+    t0 = sum(p.seconds for p in base.parts)
+    assert sum(p.seconds for p in bigger_batch.parts) >= t0
+    assert sum(p.seconds for p in longer.parts) >= t0
+
+
+def test_shape_inconsistent_with_plan_refused(env: SimEnvironment, catalog: Catalog) -> None:
+    plan = _plan(catalog)
+    cases = [
+        (StepShape(1, StepMode.MIXED, (SeqChunk(100, 0),), 50), "shape.padded_tokens", 50),
+        (StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 5),), 1, num_stages=2),
+         "shape.num_stages", None),
+        (StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 5),), 1, dp_rank_tokens=(1, 1)),
+         "shape.dp_rank_tokens", (1, 1)),
+        (_decode(300, 10), "shape.seqs", 300),
+        (StepShape(1, StepMode.MIXED, (SeqChunk(5, -3),), 5), "shape.seqs", None),
+    ]  # fmt: skip
+    for shape, path, value in cases:
+        with pytest.raises(InputRefused) as exc:
+            env.price_step(plan, shape)
+        err = exc.value.errors[0]
+        assert err.path == path and err.cause
+        if value is not None:
+            assert err.value == value
+    with pytest.raises(InputRefused):
+        env.explain_step(plan, StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, -5),), 1))

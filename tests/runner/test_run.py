@@ -1,0 +1,158 @@
+"""End-to-end runs with the throw-away toy engine: fates, determinism, replay, hooks."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blis_core.contracts.errors import InputRefused
+from blis_core.io.scenario import parse_scenario
+from blis_core.runner import DataSources, make_host, run_scenario, write_result
+
+TOY = ("blis-toy", "blis.engines", "toy", "toy_engine")
+OBSERVER = ("blis-observer", "blis.scorers", "observer", "observer")
+
+
+def _scenario(**over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": "toy",
+        "seed": 3,
+        "deployment": {
+            "pools": [
+                {
+                    "name": "p",
+                    "engine": {"kind": "toy", "version": "1.0"},
+                    "model": "meta-llama/Llama-2-7b-hf",
+                    "hardware": "H100-SXM",
+                    "replicas": 2,
+                    "args": {"max_num_seqs": 16},
+                }
+            ],
+            "router": {"kind": "round-robin", "version": "1"},
+        },
+        "workload": {
+            "arrival": {"process": "poisson", "rate_per_s": 20},
+            "input_len": {"family": "uniform", "min": 50, "max": 400},
+            "output_len": {"family": "uniform", "min": 5, "max": 40},
+            "num_requests": 120,
+        },
+        "frame": {"replications": 2},
+    }
+    doc.update(over)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def data() -> DataSources:
+    return DataSources.load()
+
+
+def _run(doc: dict[str, Any], data: DataSources) -> str:
+    return write_result(run_scenario(parse_scenario(doc, "test"), make_host(), data))
+
+
+def test_every_arrival_gets_a_fate_and_metrics(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    result = run_scenario(parse_scenario(_scenario(), "t"), make_host(), data)
+    for rep in result.replications:
+        assert rep.fates.arrivals == rep.fates.completed == 120
+        assert rep.metrics["ttft"]["count"] == 120
+        assert rep.steps > 0
+    assert result.estimates["ttft"]["mean"].ci_low is not None  # two replications
+    assert result.replications[0].seed != result.replications[1].seed
+    stamps = {(s.group, s.name) for s in result.stack.plugins}
+    assert ("blis.engines", "toy") in stamps and ("blis.routers", "round-robin") in stamps
+
+
+def test_byte_gate_same_scenario_same_bytes(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    assert _run(_scenario(), data) == _run(_scenario(), data)
+    assert _run(_scenario(), data) != _run(_scenario(seed=4), data)
+
+
+def test_horizon_fates(install_plugins: Callable[..., None], data: DataSources) -> None:
+    install_plugins(TOY)
+    doc = _scenario(frame={"horizon_s": 1.0})
+    doc["workload"]["arrival"]["rate_per_s"] = 200
+    doc["workload"]["num_requests"] = 400
+    rep = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0]
+    f = rep.fates
+    unfinished = f.in_flight_at_horizon + f.queued_at_horizon + f.not_started
+    assert unfinished > 0 and f.completed > 0
+    assert f.arrivals == f.completed + unfinished + f.timed_out + sum(f.dropped.values())
+
+
+def test_refusals_before_simulation(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    doc = _scenario()
+    pool = doc["deployment"]["pools"][0]
+    pool["engine"]["version"] = "9.9"
+    pool["hardware"] = "TPU-v9"
+    doc["deployment"]["router"] = None
+    with pytest.raises(InputRefused) as info:
+        run_scenario(parse_scenario(doc, "t"), make_host(), data)
+    paths = sorted(e.path for e in info.value.errors)
+    assert paths == [
+        "deployment.pools.0.engine",
+        "deployment.pools.0.hardware",
+        "deployment.router",
+    ]
+    assert "newest release" in str(info.value)
+
+
+def test_upstream_condition_refused_from_engine_plan(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    doc = _scenario()
+    doc["deployment"]["pools"][0]["layout"] = {"tp": 3}
+    with pytest.raises(InputRefused, match="divisible by tensor parallel size"):
+        run_scenario(parse_scenario(doc, "t"), make_host(), data)
+
+
+def test_observation_hooks_are_called(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, OBSERVER)
+    host = make_host()
+    host.load("blis.scorers", "observer")
+    observer = importlib.import_module("observer")
+    observer.CALLS.clear()
+    run_scenario(parse_scenario(_scenario(), "t"), host, data)
+    names = {name for name, _ in observer.CALLS}
+    assert {"blis_engine_planned", "blis_step_priced", "blis_route_decided"} <= names
+    assert "blis_result_written" in names
+
+
+def test_async_engine_runs(install_plugins: Callable[..., None], data: DataSources) -> None:
+    install_plugins(TOY)
+    doc = _scenario()
+    doc["deployment"]["pools"][0]["args"]["async"] = True
+    rep = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0]
+    assert rep.fates.completed == 120
+
+
+def test_replay_cli_reproduces(install_plugins: Callable[..., None], tmp_path: Path) -> None:
+    from blis_core.cli import main
+
+    install_plugins(TOY)
+    import yaml
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(_scenario()), encoding="utf-8")
+    out = tmp_path / "r.json"
+    assert main(["run", str(scenario), "--out", str(out)]) == 0
+    assert main(["replay", str(out)]) == 0
+    tampered = out.read_text().replace('"seed":3', '"seed":5')
+    out.write_text(tampered)
+    assert main(["replay", str(out)]) == 1

@@ -1,0 +1,389 @@
+"""Tests of the DEVS kernel: the three-phase instant, bags, transitions and refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from blis_core.contracts.errors import SimulationError
+from blis_core.sim import DEFAULT_ZERO_DELAY_BOUND, Component, Message, Simulation
+
+Log = list[tuple[int, str, str]]
+
+
+class Recorder(Component):
+    """A scriptable component that logs every hook call as (now_us, name, hook)."""
+
+    def __init__(
+        self,
+        name: str,
+        log: Log,
+        *,
+        first_us: int | None = None,
+        outputs: Callable[[Recorder, int], None] | None = None,
+        after_internal: Callable[[int], int | None] = lambda now: None,
+        after_external: Callable[[int, list[Message]], int | None] = lambda now, bag: None,
+    ) -> None:
+        super().__init__(name)
+        self.log = log
+        self.first_us = first_us
+        self.outputs = outputs
+        self.after_internal = after_internal
+        self.after_external = after_external
+        self.bags: list[tuple[int, list[Message]]] = []
+
+    def initial_time_us(self) -> int | None:
+        return self.first_us
+
+    def output(self, now_us: int) -> None:
+        self.log.append((now_us, self.name, "output"))
+        if self.outputs is not None:
+            self.outputs(self, now_us)
+
+    def internal(self, now_us: int) -> int | None:
+        self.log.append((now_us, self.name, "internal"))
+        return self.after_internal(now_us)
+
+    def external(self, now_us: int, bag: list[Message]) -> int | None:
+        self.log.append((now_us, self.name, "external"))
+        self.bags.append((now_us, list(bag)))
+        return self.after_external(now_us, bag)
+
+
+class Player(Component):
+    """Holds the ball ``hold_us`` then passes it with ``delay_us``; stops after ``rounds``."""
+
+    def __init__(
+        self, name: str, peer: str, log: Log, *, serve: bool, hold_us: int = 1, rounds: int = 3
+    ) -> None:
+        super().__init__(name)
+        self.peer, self.log, self.serve = peer, log, serve
+        self.hold_us, self.rounds = hold_us, rounds
+
+    def initial_time_us(self) -> int | None:
+        return 0 if self.serve else None
+
+    def output(self, now_us: int) -> None:
+        self.log.append((now_us, self.name, "send"))
+        self.send(self.peer, "ball", self.rounds)
+
+    def internal(self, now_us: int) -> int | None:
+        self.rounds -= 1
+        return None
+
+    def external(self, now_us: int, bag: list[Message]) -> int | None:
+        self.log.append((now_us, self.name, "recv"))
+        return now_us + self.hold_us if self.rounds > 0 else None
+
+
+def test_ping_pong_alternates_and_counts_events() -> None:
+    log: Log = []
+    sim = Simulation(
+        [Player("b", "a", log, serve=False, rounds=2), Player("a", "b", log, serve=True)]
+    )
+    assert sim.run() == 4
+    assert log == [
+        (0, "a", "send"), (0, "b", "recv"),
+        (1, "b", "send"), (1, "a", "recv"),
+        (2, "a", "send"), (2, "b", "recv"),
+        (3, "b", "send"), (3, "a", "recv"),
+        (4, "a", "send"), (4, "b", "recv"),
+    ]  # fmt: skip
+    # each instant: one internal, one delivery, one external
+    assert sim.events == 15
+    assert sim.transitions == 10 and sim.deliveries == 5
+    assert sim.now_us == 4
+    assert not sim.step()
+
+
+def test_bag_sorted_by_time_klass_sender_seq() -> None:
+    log: Log = []
+
+    def z_out(c: Recorder, now: int) -> None:
+        c.send("sink", "p", "z0-k1", klass=1)
+        c.send("sink", "p", "z1-k0", klass=0)
+
+    def a_out(c: Recorder, now: int) -> None:
+        if now == 2:
+            c.send("sink", "p", "a-delayed-k1", delay_us=3, klass=1)
+        else:
+            c.send("sink", "p", "a1-k1", klass=1)
+            c.send("sink", "p", "a2-k0", klass=0)
+
+    def m_out(c: Recorder, now: int) -> None:
+        c.send("sink", "p", "m0-k0", klass=0)
+
+    sink = Recorder("sink", log)
+    comps = [
+        Recorder("z", log, first_us=5, outputs=z_out),
+        Recorder(
+            "a", log, first_us=2, outputs=a_out, after_internal=lambda n: 5 if n == 2 else None
+        ),
+        Recorder("m", log, first_us=5, outputs=m_out),
+        sink,
+    ]
+    sim = Simulation(comps)
+    sim.run()
+    assert len(sink.bags) == 1
+    now, bag = sink.bags[0]
+    assert now == 5
+    assert [m.payload for m in bag] == ["a2-k0", "m0-k0", "z1-k0", "a-delayed-k1", "a1-k1", "z0-k1"]
+    assert [(m.sender, m.seq) for m in bag] == [
+        ("a", 2), ("m", 0), ("z", 1), ("a", 0), ("a", 1), ("z", 0)
+    ]  # fmt: skip
+    assert all(m.time_us == 5 and m.dest == "sink" and m.port == "p" for m in bag)
+    assert bag == sorted(bag, key=Message.sort_key)
+
+
+def test_seq_is_per_sender_and_per_simulation() -> None:
+    def build() -> tuple[Simulation, Recorder]:
+        log: Log = []
+        sink = Recorder("sink", log)
+
+        def out(c: Recorder, now: int) -> None:
+            c.send("sink", "p", now)
+
+        src = Recorder(
+            "src", log, first_us=0, outputs=out, after_internal=lambda n: n + 1 if n < 2 else None
+        )
+        other = Recorder("other", log, first_us=1, outputs=out)
+        return Simulation([src, other, sink]), sink
+
+    for _ in range(2):  # a second simulation starts its counts at 0 again
+        sim, sink = build()
+        sim.run()
+        seqs = [(m.sender, m.seq) for _, bag in sink.bags for m in bag]
+        assert seqs == [("src", 0), ("other", 0), ("src", 1), ("src", 2)]
+
+
+def test_transition_kind_follows_imminence_and_messages() -> None:
+    log: Log = []
+
+    def to_both(c: Recorder, now: int) -> None:
+        c.send("both", "p")
+        c.send("ext", "p")
+
+    class Both(Recorder):
+        def confluent(self, now_us: int, bag: list[Message]) -> int | None:
+            self.log.append((now_us, self.name, "confluent"))
+            return None
+
+    comps = [
+        Recorder("src", log, first_us=3, outputs=to_both),
+        Both("both", log, first_us=3),
+        Recorder("ext", log),
+        Recorder("int", log, first_us=3),
+    ]
+    Simulation(comps).run()
+    transitions = [(t, n, h) for t, n, h in log if h != "output"]
+    assert transitions == [
+        (3, "both", "confluent"),
+        (3, "ext", "external"),
+        (3, "int", "internal"),
+        (3, "src", "internal"),
+    ]
+
+
+def test_default_confluent_is_internal_then_external() -> None:
+    log: Log = []
+    comps = [
+        Recorder("src", log, first_us=1, outputs=lambda c, n: c.send("dst", "p")),
+        Recorder(
+            "dst", log, first_us=1, after_internal=lambda n: 99, after_external=lambda n, b: 7
+        ),
+    ]
+    sim = Simulation(comps)
+    sim.step()
+    assert [e for e in log if e[1] == "dst"] == [
+        (1, "dst", "output"),
+        (1, "dst", "internal"),
+        (1, "dst", "external"),
+    ]
+    assert comps[1].next_internal_us == 7  # external's answer wins
+
+
+def test_exactly_one_transition_per_component_per_instant() -> None:
+    log: Log = []
+
+    def two_to_hub(c: Recorder, now: int) -> None:
+        c.send("hub", "p")
+        c.send("hub", "q")
+
+    senders = [Recorder(f"s{i}", log, first_us=4, outputs=two_to_hub) for i in range(5)]
+    hub = Recorder("hub", log, first_us=4, after_external=lambda n, b: None)
+    sim = Simulation([*senders, hub])
+    assert sim.step()
+    hub_transitions = [e for e in log if e[1] == "hub" and e[2] != "output"]
+    assert hub_transitions == [(4, "hub", "internal"), (4, "hub", "external")]  # one confluent
+    assert len(hub.bags) == 1 and len(hub.bags[0][1]) == 10
+    assert sim.transitions == 6 and sim.deliveries == 10
+    assert not sim.step()
+
+
+def test_rescheduling_back_and_forth_fires_once() -> None:
+    # The receiver moves its next event 10 -> 20 -> 10; the stale heap entries must
+    # not make it imminent twice at 10 (lazy invalidation).
+    log: Log = []
+    plan = iter([10, 20, 10])
+    comps = [
+        Recorder("src", log, first_us=0, outputs=lambda c, n: c.send("rcv", "p"),
+                 after_internal=lambda n: n + 1 if n < 2 else None),
+        Recorder("rcv", log, after_external=lambda n, b: next(plan)),
+    ]  # fmt: skip
+    sim = Simulation(comps)
+    sim.run()
+    assert [e for e in log if e[1] == "rcv" and e[2] == "internal"] == [(10, "rcv", "internal")]
+    assert sim.now_us == 10
+
+
+def test_delayed_message_arrives_after_its_delay() -> None:
+    log: Log = []
+    dst = Recorder("dst", log)
+    comps = [
+        Recorder("src", log, first_us=3, outputs=lambda c, n: c.send("dst", "p", "x", delay_us=7)),
+        dst,
+    ]
+    sim = Simulation(comps)
+    assert sim.peek_us() == 3
+    sim.step()
+    assert dst.bags == []
+    assert sim.peek_us() == 10
+    sim.step()
+    assert sim.now_us == 10
+    [(now, [msg])] = dst.bags
+    assert now == 10 and msg.time_us == 10 and msg.payload == "x" and msg.sender == "src"
+
+
+def test_run_until_stops_and_sets_now() -> None:
+    log: Log = []
+    ticker = Recorder("t", log, first_us=0, after_internal=lambda n: n + 10)
+    sim = Simulation([ticker])
+    assert sim.run(until_us=25) == 25
+    assert [e[0] for e in log if e[2] == "internal"] == [0, 10, 20]
+    assert sim.now_us == 25
+    assert sim.run(until_us=30) == 30
+    assert [e[0] for e in log if e[2] == "internal"] == [0, 10, 20, 30]
+    with pytest.raises(SimulationError, match="until_us"):
+        sim.run(until_us=5)
+
+
+def test_send_outside_output_is_refused() -> None:
+    class Rogue(Component):
+        def initial_time_us(self) -> int | None:
+            return 0
+
+        def internal(self, now_us: int) -> int | None:
+            self.send("rogue", "p")
+            return None
+
+    with pytest.raises(SimulationError, match=r"'rogue'.*outside output"):
+        Simulation([Rogue("rogue")]).run()
+    with pytest.raises(SimulationError, match="outside output"):
+        Rogue("idle").send("x", "p")
+
+
+def test_send_refuses_bad_delay() -> None:
+    log: Log = []
+    src = Recorder("src", log, first_us=0, outputs=lambda c, n: c.send("src", "p", delay_us=-1))
+    with pytest.raises(SimulationError, match="delay_us=-1"):
+        Simulation([src]).run()
+
+
+def test_unknown_destination_names_sender_and_dest() -> None:
+    log: Log = []
+    src = Recorder("src", log, first_us=0, outputs=lambda c, n: c.send("nowhere", "p", delay_us=5))
+    with pytest.raises(SimulationError, match=r"'src'.*'nowhere'"):
+        Simulation([src]).run()
+
+
+def test_duplicate_names_and_reuse_are_refused() -> None:
+    log: Log = []
+    with pytest.raises(SimulationError, match="duplicate component name 'x'"):
+        Simulation([Recorder("x", log), Recorder("x", log)])
+    c = Recorder("c", log)
+    Simulation([c])
+    with pytest.raises(SimulationError, match="another Simulation"):
+        Simulation([c])
+
+
+def test_uninitialised_component_is_refused() -> None:
+    class Forgetful(Component):
+        def __init__(self) -> None:
+            pass
+
+    with pytest.raises(SimulationError, match=r"Component\.__init__"):
+        Simulation([Forgetful()])
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 4.0 + 1.0, True])
+def test_time_advance_into_the_past_or_not_int_is_refused(bad: object) -> None:
+    log: Log = []
+    c = Recorder("late", log, first_us=5, after_internal=lambda n: bad)  # type: ignore[arg-type,return-value]
+    with pytest.raises(SimulationError, match=r"'late': internal\(\) at now_us=5"):
+        Simulation([c]).run()
+
+
+def test_negative_initial_time_is_refused() -> None:
+    with pytest.raises(SimulationError, match="initial_time_us"):
+        Simulation([Recorder("neg", [], first_us=-3)])
+
+
+def test_messages_are_never_dropped_silently() -> None:
+    class Deaf(Component):
+        pass
+
+    log: Log = []
+    src = Recorder("src", log, first_us=0, outputs=lambda c, n: c.send("deaf", "p"))
+    with pytest.raises(SimulationError, match=r"'deaf' received 1 message"):
+        Simulation([src, Deaf("deaf")]).run()
+
+
+def _echo_pair(log: Log, hops_a: int | None) -> list[Component]:
+    """Two components bouncing a message with zero delay and zero time advance."""
+    left = {"a": hops_a}
+
+    def a_ext(now: int, bag: list[Message]) -> int | None:
+        if left["a"] is None:
+            return now
+        left["a"] -= 1
+        return now if left["a"] > 0 else None
+
+    return [
+        Recorder("a", log, first_us=0, outputs=lambda c, n: c.send("b", "p"), after_external=a_ext),
+        Recorder("b", log, outputs=lambda c, n: c.send("a", "p"), after_external=lambda n, b: n),
+        Recorder("bystander", log, first_us=0, after_internal=lambda n: None),
+    ]
+
+
+def test_zero_delay_cycle_error_names_the_cycle() -> None:
+    log: Log = []
+    sim = Simulation(_echo_pair(log, None), zero_delay_bound=50)
+    with pytest.raises(SimulationError, match="zero-delay cycle") as info:
+        sim.run()
+    message = str(info.value)
+    assert "components in the cycle: a, b" in message
+    assert "bystander" not in message
+    assert "zero_delay_bound=50" in message
+    assert sim.now_us == 0
+
+
+def test_zero_delay_bound_allows_exactly_bound_repeats() -> None:
+    # a: output at iteration 0; then a/b alternate; a stops after its k-th external.
+    for hops, expect_ok in ((10, True), (11, False)):
+        log: Log = []
+        comps = _echo_pair(log, hops)
+        # a's k-th external happens at repeat 2k-1; its last output at 2k-2 reaches b,
+        # whose last output reaches a at repeat 2k-1. With hops=10 that is repeat 19.
+        sim = Simulation(comps, zero_delay_bound=19)
+        if expect_ok:
+            sim.run()
+        else:
+            with pytest.raises(SimulationError, match="zero-delay cycle"):
+                sim.run()
+
+
+def test_default_bound() -> None:
+    assert DEFAULT_ZERO_DELAY_BOUND == 10_000
+    with pytest.raises(SimulationError, match="zero_delay_bound"):
+        Simulation([], zero_delay_bound=-1)
