@@ -106,7 +106,11 @@ def _partial_checks(data: dict[str, Any], sources: Any) -> list[Any]:
     from blis_core.contracts.scenario import PoolSpec
 
     errors: list[FieldError] = []
-    pools = (data.get("deployment") or {}).get("pools") if isinstance(data.get("deployment"), dict) else None
+    pools = (
+        (data.get("deployment") or {}).get("pools")
+        if isinstance(data.get("deployment"), dict)
+        else None
+    )
     if not isinstance(pools, list):
         return errors
     host = _host()
@@ -172,13 +176,26 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="BLIS plugins")
-    for col in ("group", "name", "distribution", "version", "provides", "upstream release", "status"):
+    for col in (
+        "group",
+        "name",
+        "distribution",
+        "version",
+        "provides",
+        "upstream release",
+        "status",
+    ):
         table.add_column(col)
     for r in rows:
         status = r["status"] if not r["error"] else f"{r['status']}: {r['error']}"
         table.add_row(
-            r["group"], r["name"], r["distribution"], r["version"], r["provides"],
-            r["upstream_release"], status,
+            r["group"],
+            r["name"],
+            r["distribution"],
+            r["version"],
+            r["provides"],
+            r["upstream_release"],
+            status,
         )
     Console().print(table)
     return 0
@@ -195,7 +212,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise InputRefused.one("", str(path), f"not a BLIS Result: {err}") from None
     catalog = None if recorded.data.catalog_source == "embedded" else recorded.data.catalog_source
-    registry = None if recorded.data.registry_source == "embedded" else recorded.data.registry_source
+    registry = (
+        None if recorded.data.registry_source == "embedded" else recorded.data.registry_source
+    )
     sources = DataSources.load(catalog, registry)
     result = run_scenario(recorded.scenario, _host(), sources, base_dir=path.resolve().parent)
     again = write_result(result)
@@ -242,7 +261,9 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         budget = plan.kv_budget
         print(f"engine            {plan.engine}")
-        print(f"model             {plan.model} on {plan.hardware}, layout {plan.layout.model_dump()}")
+        print(
+            f"model             {plan.model} on {plan.hardware}, layout {plan.layout.model_dump()}"
+        )
         print(f"max_num_seqs      {plan.max_num_seqs}")
         print(f"max_num_batched   {plan.max_num_batched_tokens}")
         print(f"max_model_len     {plan.max_model_len}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from blis_core.contracts.result import Result
+from blis_core.contracts.result import Estimate, Result
 
 __all__ = ["print_summary"]
 
@@ -19,12 +19,25 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
         f"{rep0.steps} engine steps and {rep0.events} events in replication 0"
     )
     fates = Table(title="Request fates (replication 0)")
-    for col in ("arrivals", "completed", "dropped", "timed out", "in flight", "queued", "not started"):
+    for col in (
+        "arrivals",
+        "completed",
+        "dropped",
+        "timed out",
+        "in flight",
+        "queued",
+        "not started",
+    ):
         fates.add_column(col, justify="right")
     f = rep0.fates
     fates.add_row(
-        str(f.arrivals), str(f.completed), str(sum(f.dropped.values())), str(f.timed_out),
-        str(f.in_flight_at_horizon), str(f.queued_at_horizon), str(f.not_started),
+        str(f.arrivals),
+        str(f.completed),
+        str(sum(f.dropped.values())),
+        str(f.timed_out),
+        str(f.in_flight_at_horizon),
+        str(f.queued_at_horizon),
+        str(f.not_started),
     )
     console.print(fates)
     if any(r.overloaded for r in result.replications):
@@ -39,16 +52,20 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
     for name, stats in result.estimates.items():
         if not stats:
             continue
-        def cell(stat: str) -> str:
+
+        def cell(stat: str, stats: dict[str, Estimate] = stats) -> str:
             est = stats.get(stat)
             if est is None:
                 return "-"
             ci = "" if est.ci_low is None else f" [{est.ci_low:.2f}, {est.ci_high:.2f}]"
             return f"{est.mean:.2f}{ci}"
+
         if "value" in stats:
             table.add_row(name, units.get(name, ""), cell("value"), "", "", "")
         else:
-            table.add_row(name, units.get(name, ""), cell("mean"), cell("p50"), cell("p90"), cell("p99"))
+            table.add_row(
+                name, units.get(name, ""), cell("mean"), cell("p50"), cell("p90"), cell("p99")
+            )
     console.print(table)
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.rank_shares.items()))
     console.print(f"priced by: {shares or '-'}")

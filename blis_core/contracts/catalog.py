@@ -18,8 +18,8 @@ __all__ = [
     "FabricSpec",
     "HardwareSpec",
     "MLASpec",
-    "ModelArchitecture",
     "MoESpec",
+    "ModelArchitecture",
 ]
 
 
@@ -55,12 +55,16 @@ class HardwareSpec(Document):
         "reservations; None: use memory_bytes",
     )
     memory_bandwidth_bytes_per_s: float = Field(gt=0)
-    peak_flops: dict[str, float] = Field(description="dense FLOP/s by dtype: bf16, fp16, fp8, fp4, int8")
+    peak_flops: dict[str, float] = Field(
+        description="dense FLOP/s by dtype: bf16, fp16, fp8, fp4, int8"
+    )
     scale_up_fabric: str | None = Field(description="FabricSpec id, or None for PCIe-only parts")
     pcie_fabric: str
     max_gpus_per_node: int = Field(gt=0)
     tdp_watts: float = Field(gt=0)
-    compute_capability: str | None = Field(default=None, description="e.g. 9.0 for Hopper; None on AMD")
+    compute_capability: str | None = Field(
+        default=None, description="e.g. 9.0 for Hopper; None on AMD"
+    )
     source: str
 
     @model_validator(mode="after")
@@ -120,7 +124,9 @@ class ModelArchitecture(Document):
     qkv_bias: bool = False
     attention_sinks: bool = False
     dtype: str = Field(description="weights dtype: bfloat16, float16, float8_e4m3fn, mxfp4 …")
-    quantization: str | None = Field(default=None, description="quantization method, e.g. fp8, mxfp4")
+    quantization: str | None = Field(
+        default=None, description="quantization method, e.g. fp8, mxfp4"
+    )
     num_mtp_layers: int = Field(default=0, ge=0)
     source: str
 

@@ -87,7 +87,7 @@ class ReplicationResult(Document):
     overloaded: bool
     overload_evidence: str
     metrics: dict[str, dict[str, float]] = Field(
-        description="metric name -> statistic name -> value (latency metrics omitted when overloaded)"
+        description="metric -> statistic -> value (latency metrics omitted when overloaded)"
     )
     rank_shares: dict[str, float] = Field(description="coefficient rank -> share of priced time")
     steps: int

@@ -40,6 +40,8 @@ class ScorerFactory(Protocol):
     name: str
     version: str
 
-    def score(self, result: Result, observed: Mapping[str, float], unit: str) -> tuple[ScoringRecord, ...]:
+    def score(
+        self, result: Result, observed: Mapping[str, float], unit: str
+    ) -> tuple[ScoringRecord, ...]:
         """Score ``result`` against measured figures keyed ``metric.statistic``."""
         ...

@@ -159,9 +159,7 @@ class PluginHost:
 
     def discovered(self, group: str | None = None) -> list[PluginRecord]:
         """Every plugin record (builtins first), optionally of one group."""
-        return [
-            r for k, r in sorted(self.records.items()) if group is None or r.group == group
-        ]
+        return [r for k, r in sorted(self.records.items()) if group is None or r.group == group]
 
     # ------------------------------------------------------------------ loading
 
@@ -252,23 +250,27 @@ class PluginHost:
         Refuses an unknown kind (listing the installed ones) and a version no installed
         plugin models (naming the newest release that is modelled).
         """
-        return self._select(self.engines, "blis.engines", "engine", kind, version)
+        factory: EngineFactory = self._select(self.engines, "blis.engines", "engine", kind, version)
+        return factory
 
     def select_router(self, kind: str, version: str | None) -> RouterFactory:
         """The router factory for ``kind@version`` (same rules as engines)."""
-        return self._select(self.routers, "blis.routers", "router", kind, version)
+        factory: RouterFactory = self._select(self.routers, "blis.routers", "router", kind, version)
+        return factory
 
     def _select(
         self, reg: NamedRegistry[Any], group: str, what: str, kind: str, version: str | None
     ) -> Any:
-        if not any(k.split("@", 1)[0] == kind for k in reg.keys()) and (group, kind) in self.records:
+        known = reg.keys()
+        if not any(k.split("@", 1)[0] == kind for k in known) and (group, kind) in self.records:
             self.load(group, kind)
+        keys = reg.keys()
         releases = sorted(
-            (k.split("@", 1)[1] for k in reg.keys() if k.split("@", 1)[0] == kind), key=release_key
+            (k.split("@", 1)[1] for k in keys if k.split("@", 1)[0] == kind), key=release_key
         )
         if not releases:
             kinds = sorted(
-                {k.split("@", 1)[0] for k in reg.keys()}
+                {k.split("@", 1)[0] for k in keys}
                 | {n for (g, n), r in self.records.items() if g == group and r.status != "blocked"}
             )
             raise PluginError(
@@ -289,12 +291,13 @@ class PluginHost:
 
     def stamp(self, group: str, key: str, version: str) -> PluginStamp:
         """The Result stamp of a registered item (``key`` as in its registry)."""
-        reg: NamedRegistry[Any] = {
+        registries: dict[str, NamedRegistry[Any]] = {
             "blis.engines": self.engines,
             "blis.routers": self.routers,
             "blis.cost_methods": self.cost_methods,
             "blis.scorers": self.scorers,
-        }[group]
+        }
+        reg = registries[group]
         owner = reg.owner(key)
         g, _, n = owner.partition(":")
         rec = self.records[(g, n)]

@@ -31,14 +31,14 @@ def _construct_mapping(loader: _StrictSafeLoader, node: yaml.MappingNode) -> dic
 
 _StrictSafeLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
+    _construct_mapping,
 )
 
 
 def load_yaml_text(text: str, source: str) -> Any:
     """Parse YAML text with the safe loader; a syntax error is refused naming ``source``."""
     try:
-        return yaml.load(text, Loader=_StrictSafeLoader)  # noqa: S506 - strict *safe* loader
+        return yaml.load(text, Loader=_StrictSafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -51,10 +51,15 @@ def load_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
-        raise InputRefused.one("", str(path), f"cannot read file: {err.strerror}", str(path)) from None
+        raise InputRefused.one(
+            "", str(path), f"cannot read file: {err.strerror}", str(path)
+        ) from None
     data = load_yaml_text(text, str(path))
     if not isinstance(data, dict):
         raise InputRefused.one(
-            "", type(data).__name__, "the document must be a YAML mapping at the top level", str(path)
+            "",
+            type(data).__name__,
+            "the document must be a YAML mapping at the top level",
+            str(path),
         )
     return data

@@ -114,7 +114,12 @@ METRICS: dict[str, MetricDefinition] = {
 }
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e", "ntpot", "scheduling_delay")
-RATE_METRICS = ("request_throughput", "input_token_throughput", "output_token_throughput", "goodput")
+RATE_METRICS = (
+    "request_throughput",
+    "input_token_throughput",
+    "output_token_throughput",
+    "goodput",
+)
 
 
 def definition(name: str) -> MetricDefinition:

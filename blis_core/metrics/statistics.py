@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from scipy import stats as sps
+from scipy import stats as sps  # type: ignore[import-untyped, unused-ignore]
 
 from blis_core.contracts.result import Estimate, FateCounts
 from blis_core.contracts.scenario import ExperimentalFrame

@@ -16,6 +16,7 @@ from blis_core.contracts.engine import EngineFactory, EnginePoolSpec, Environmen
 from blis_core.contracts.errors import FieldError, InputRefused, PluginError
 from blis_core.contracts.result import (
     DataStamp,
+    Estimate,
     PluginStamp,
     ReplicationResult,
     Result,
@@ -341,7 +342,7 @@ def run_scenario(
         reps.append(_replicate(scenario, r, host, data, base_dir, stamps))
         if progress is not None:
             progress(r + 1, n)
-    estimates: dict[str, dict[str, object]] = {}
+    estimates: dict[str, dict[str, Estimate]] = {}
     for name in scenario.frame.metrics:
         per_stat: dict[str, list[float]] = {}
         for rep in reps:
@@ -359,7 +360,7 @@ def run_scenario(
         data=data.stamp(),
         metric_definitions=tuple(METRICS[m] for m in scenario.frame.metrics if m in METRICS),
         replications=tuple(reps),
-        estimates=estimates,  # type: ignore[arg-type]
+        estimates=estimates,
         validity=validity_of(scenario),
     )
     result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})

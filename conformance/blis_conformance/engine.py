@@ -107,7 +107,7 @@ class EngineConformance:
         self, engine: EngineInstance, env: Environment
     ) -> None:
         reqs = [_request(i, 50 + 37 * i, 3 + i % 5) for i in range(12)]
-        shapes, outcomes = drive_engine(engine, env, reqs)
+        _, outcomes = drive_engine(engine, env, reqs)
         emitted: dict[str, int] = {}
         finished = {}
         for o in outcomes:

@@ -10,7 +10,9 @@ from blis_core.contracts.engine import Environment
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "conformance: a test inherited from a BLIS conformance suite")
+    config.addinivalue_line(
+        "markers", "conformance: a test inherited from a BLIS conformance suite"
+    )
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
 from blis_conformance import RouterConformance
 from blis_conformance.router import FixedRuntime, endpoints
+
 from blis_core.builtin.round_robin import RoundRobinFactory
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.request import InferenceRequest, PromptSegment

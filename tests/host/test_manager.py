@@ -9,7 +9,6 @@ import pytest
 from blis_core.contracts.errors import PluginError
 from blis_core.host.manager import BLOCK_ENV, PluginHost, release_key
 
-
 TOY = ("blis-toy", "blis.engines", "toy", "toy_engine")
 
 

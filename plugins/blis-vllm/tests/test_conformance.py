@@ -5,6 +5,7 @@ from __future__ import annotations
 from blis_conformance import EngineConformance, PrefixCachingConformance
 from blis_core.contracts.engine import EnginePoolSpec
 from blis_core.contracts.plan import ParallelLayout
+
 from blis_vllm import VllmEngineFactory
 
 _SPEC = EnginePoolSpec(
