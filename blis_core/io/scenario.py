@@ -48,9 +48,9 @@ def _user_path(loc: tuple[int | str, ...], data: object) -> list[str]:
     parts: list[str] = []
     node = data
     for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node:
+        if isinstance(node, dict) and part in node:  # noqa: SIM114 (mypy narrows per branch)
             node = node[part]
-        elif isinstance(node, list | tuple) and isinstance(part, int) and part < len(node):  # noqa: SIM114 - mypy narrows each branch
+        elif isinstance(node, list | tuple) and isinstance(part, int) and part < len(node):
             node = node[part]
         elif data is not None and i < len(loc) - 1:
             continue  # not a key the user wrote: a union tag or a validator name
