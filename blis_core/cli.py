@@ -380,6 +380,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``blis`` console script."""
+    import structlog
+
+    # Logs go to stderr, so that --json output on stdout stays a document.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from blis_core.contracts.cost import CoefficientRank
+from blis_core.contracts.cost import CoefficientRank, CostMethod
 from blis_core.contracts.engine import Environment
 from blis_core.cost import SimEnvironment
 from blis_core.sim.rng import RandomStreams
@@ -16,12 +16,21 @@ if TYPE_CHECKING:
 __all__ = ["make_environment", "merge_rank_shares"]
 
 
-def make_environment(data: DataSources, instance: str, streams: RandomStreams) -> SimEnvironment:
-    """An Environment for ``instance``: its substreams are (instance, purpose, entity)."""
+def make_environment(
+    data: DataSources,
+    instance: str,
+    streams: RandomStreams,
+    cost_methods: Sequence[CostMethod] = (),
+) -> SimEnvironment:
+    """An Environment for ``instance``: its substreams are (instance, purpose, entity).
+
+    ``cost_methods`` are the plugins' methods; a step is priced by the most trusted rank
+    any method (or the registry's own entries) answers with.
+    """
     return SimEnvironment(
         data.catalog,
         data.registry,
-        (),
+        tuple(cost_methods),
         substream=lambda purpose, entity: streams.get(instance, purpose, entity),
     )
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from blis_core import __version__
 from blis_core.contracts.engine import EngineFactory, EnginePoolSpec, Environment
 from blis_core.contracts.errors import FieldError, InputRefused, PluginError
@@ -45,6 +47,8 @@ from blis_core.sim.rng import RandomStreams, stream_key_digest
 from blis_core.workload.source import WorkloadSource
 
 __all__ = ["DataSources", "check_scenario", "replication_seed", "run_scenario", "write_result"]
+
+_log = structlog.get_logger("blis.run")
 
 CLIENT = "client"
 ROUTER = "router"
@@ -205,6 +209,11 @@ def _build(
     envs: list[Environment] = []
     endpoints: dict[str, EndpointSnapshot] = {}
     step_observer = host.step_observer()
+    cost_methods = list(host.cost_methods)
+    for method in cost_methods:
+        stamps[f"blis.cost_methods:{method.name}"] = host.stamp(
+            "blis.cost_methods", method.name, "-"
+        )
     for pool in scenario.deployment.pools:
         factory = host.select_engine(pool.engine.kind, pool.engine.version)
         key = f"{factory.kind}@{factory.upstream_release}"
@@ -212,7 +221,7 @@ def _build(
         spec = _pool_spec(pool)
         for r in range(pool.replicas):
             instance = f"{pool.name}-{r}"
-            env = make_environment(data, instance, streams)
+            env = make_environment(data, instance, streams, cost_methods)
             engine = factory.build(spec, env, instance)
             if r == 0:
                 host.engine_planned(pool.name, engine.plan)
@@ -335,6 +344,9 @@ def run_scenario(
     errors = check_scenario(scenario, host, data, base_dir)
     if errors:
         raise InputRefused(errors, scenario.name)
+    for rec in host.load_all(groups=("blis.cost_methods",)):
+        if rec.status == "failed":
+            _log.warning("cost method plugin not loaded", plugin=rec.name, cause=rec.error)
     stamps: dict[str, PluginStamp] = {}
     reps: list[ReplicationResult] = []
     n = scenario.frame.replications

@@ -31,6 +31,7 @@ from scipy import stats  # type: ignore[import-untyped, unused-ignore]
 
 from blis_core.contracts.base import Document
 from blis_core.contracts.workload import (
+    ConstantArrival,
     EmpiricalLength,
     ExponentialLength,
     FixedLength,
@@ -116,10 +117,10 @@ class LengthFit(Document):
 class ArrivalFamilyFit(Document):
     """Inter-arrival family fitted on training gaps, KS-tested on held-out gaps."""
 
-    family: Literal["exponential", "gamma"]
+    family: Literal["constant", "exponential", "gamma"]
     rate_per_s: float
     cv: float
-    test: Literal["ks"] = "ks"
+    test: Literal["ks", "exact"] = "ks"
     statistic: float
     p_value: float
 
@@ -133,21 +134,23 @@ class ArrivalFit(Document):
     seed: int
     alpha: float
     fits: list[ArrivalFamilyFit]
-    best: Literal["exponential", "gamma"]
+    best: Literal["constant", "exponential", "gamma"]
     source: str | None = None
 
     def best_fit(self) -> ArrivalFamilyFit:
         """The chosen family's fit."""
         return next(f for f in self.fits if f.family == self.best)
 
-    def to_spec(self) -> PoissonArrival | GammaArrival:
-        """Poisson (exponential gaps) or Gamma arrival spec with ``source`` filled in."""
+    def to_spec(self) -> ConstantArrival | PoissonArrival | GammaArrival:
+        """Constant, Poisson (exponential gaps) or Gamma arrival spec with ``source`` filled in."""
         fit = self.best_fit()
         note = (
             f"fit ({fit.family}) on {self.n_train} gaps; held-out KS on {self.n_test} gaps: "
             f"D={fit.statistic:.4g}, p={fit.p_value:.3g}"
         )
         source = f"{self.source}: {note}" if self.source else note
+        if fit.family == "constant":
+            return ConstantArrival(rate_per_s=fit.rate_per_s, source=source)
         if fit.family == "exponential":
             return PoissonArrival(rate_per_s=fit.rate_per_s, source=source)
         return GammaArrival(rate_per_s=fit.rate_per_s, cv=fit.cv, source=source)
@@ -302,6 +305,9 @@ def fit_lengths(
     )
 
 
+_CONSTANT_TOLERANCE_S = 1e-6
+
+
 def fit_arrivals(
     arrival_us: Sequence[int] | npt.NDArray[np.integer],
     holdout_fraction: float = 0.3,
@@ -329,9 +335,24 @@ def fit_arrivals(
     if not mean > 0:
         raise ValueError("inter-arrival gaps are all zero; no rate can be fitted")
     rate = 1.0 / mean
-    positive = train_f[train_f > 0]
-    shape = float(stats.gamma.fit(positive, floc=0)[0]) if len(positive) >= 2 else 1.0
     fits: list[ArrivalFamilyFit] = []
+    if float(train_f.std()) <= _CONSTANT_TOLERANCE_S:
+        # Every training gap is the same: a constant-rate process, where a Gamma MLE has
+        # no finite shape. Its held-out test is exact: the share of gaps off by > 1 us.
+        off = float(np.mean(np.abs(test_f - mean) > _CONSTANT_TOLERANCE_S))
+        fits.append(
+            ArrivalFamilyFit(
+                family="constant",
+                rate_per_s=rate,
+                cv=0.0,
+                test="exact",
+                statistic=off,
+                p_value=1.0 if off == 0.0 else 0.0,
+            )
+        )
+    positive = train_f[train_f > 0]
+    varied = len(positive) >= 2 and float(positive.std()) > _CONSTANT_TOLERANCE_S
+    shape = float(stats.gamma.fit(positive, floc=0)[0]) if varied else 1.0
     ks_exp = stats.kstest(test_f, stats.expon(scale=mean).cdf)
     fits.append(
         ArrivalFamilyFit(

@@ -13,7 +13,7 @@ class FlatCost:
     name = "flat"
 
     def price(self, work: PrimitiveWork) -> tuple[float, CoefficientRank] | None:
-        return (1e-6, CoefficientRank.ASSUMED) if work.family == "gemm" else None
+        return (1e-6, CoefficientRank.MEASURED) if work.family == "gemm" else None
 
 
 class CountScorer:

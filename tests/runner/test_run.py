@@ -156,3 +156,12 @@ def test_replay_cli_reproduces(install_plugins: Callable[..., None], tmp_path: P
     tampered = out.read_text().replace('"seed":3', '"seed":5')
     out.write_text(tampered)
     assert main(["replay", str(out)]) == 1
+
+
+def test_plugin_cost_methods_price_steps(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, ("blis-extra", "blis.cost_methods", "extra", "extra_kinds"))
+    result = run_scenario(parse_scenario(_scenario(), "t"), make_host(), data)
+    assert "measured" in result.replications[0].rank_shares
+    assert ("blis.cost_methods", "flat") in {(s.group, s.name) for s in result.stack.plugins}

@@ -128,3 +128,15 @@ def test_bad_arguments() -> None:
         fit_lengths([1, 2])
     with pytest.raises(ValueError):
         fit_arrivals([0, 1, 2])
+
+
+def test_constant_arrivals_fit_as_constant() -> None:
+    from blis_core.contracts.workload import ConstantArrival
+    from blis_core.workload.fit import fit_arrivals
+
+    fit = fit_arrivals([i * 100_000 for i in range(200)])
+    assert fit.best == "constant"
+    spec = fit.to_spec()
+    assert isinstance(spec, ConstantArrival) and spec.rate_per_s == pytest.approx(10.0)
+    jittered = fit_arrivals([i * 100_000 + (i % 3) * 5_000 for i in range(200)])
+    assert jittered.best != "constant"

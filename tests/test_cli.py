@@ -1,0 +1,154 @@
+"""The command line: exit statuses, messages without tracebacks, documents."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from blis_core.cli import main
+
+TOY = ("blis-toy", "blis.engines", "toy", "toy_engine")
+
+SCENARIO = {
+    "name": "cli",
+    "deployment": {
+        "pools": [
+            {
+                "name": "p",
+                "engine": {"kind": "toy", "version": "1.0"},
+                "model": "meta-llama/Llama-2-7b-hf",
+                "hardware": "H100-SXM",
+            }
+        ]
+    },
+    "workload": {
+        "arrival": {"process": "poisson", "rate_per_s": 5},
+        "input_len": {"family": "fixed", "value": 100},
+        "output_len": {"family": "fixed", "value": 10},
+        "num_requests": 30,
+    },
+}
+
+
+def _write(tmp_path: Path, doc: object) -> str:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return str(path)
+
+
+def test_validate_reports_three_mistakes_as_three_errors(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    doc = json.loads(json.dumps(SCENARIO))
+    doc["workload"]["arrival"]["rate_per_s"] = 0  # 1: zero rate
+    doc["deployment"]["pools"][0]["hardware"] = "H900"  # 2: unknown hardware
+    doc["deployment"]["pools"][0]["engine"]["version"] = "7.7"  # 3: unmodelled version
+    assert main(["validate", _write(tmp_path, doc)]) == 2
+    err = capsys.readouterr().err
+    assert "3 error(s)" in err
+    assert "workload.arrival.rate_per_s: 0" in err
+    assert "deployment.pools.0.hardware: 'H900': unknown hardware" in err
+    assert "toy@7.7 is not modelled" in err and "newest" in err
+    assert "Traceback" not in err
+
+
+def test_validate_accepts_a_good_scenario(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    assert main(["validate", _write(tmp_path, SCENARIO)]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("- just\n- a list\n", "mapping"),
+        ("name: x\nbogus: 1\n", "bogus"),
+        ("name: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_bad_yaml_exits_2_without_traceback(
+    tmp_path: Path, text: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_run_json_is_the_canonical_result(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    assert main(["run", _write(tmp_path, SCENARIO), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["replications"][0]["fates"]["completed"] == 30
+    assert doc["content_hash"].startswith("sha256:")
+
+
+def test_engine_override_refuses_unmodelled_release(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    assert main(["run", _write(tmp_path, SCENARIO), "--engine", "toy@0.1"]) == 2
+    assert "newest release of 'toy' that is modelled is 2.0" in capsys.readouterr().err
+
+
+def test_schema_writes_every_document(tmp_path: Path) -> None:
+    assert main(["schema", "--out", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "scenario.schema.json" in names and "result.schema.json" in names
+    assert "step-shape.schema.json" in names and "pool-plan.schema.json" in names
+    schema = json.loads((tmp_path / "scenario.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+
+
+def test_plugins_lists_name_distribution_version_release(
+    install_plugins: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY, ("blis-broken", "blis.engines", "broken", "broken_import"))
+    assert main(["plugins", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    toy = [r for r in rows if r["name"] == "toy"]
+    assert {r["upstream_release"] for r in toy} == {"1.0", "2.0"}
+    assert toy[0]["distribution"] == "blis-toy" and toy[0]["version"] == "0.1"
+    broken = next(r for r in rows if r["name"] == "broken")
+    assert broken["status"] == "failed" and "nonexistent_gpu_lib" in broken["error"]
+
+
+def test_plan_prints_the_pool_plan(
+    install_plugins: Callable[..., None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    argv = ["plan", "--engine", "toy@1.0", "--model", "meta-llama/Llama-2-7b-hf"]
+    assert main([*argv, "--hardware", "H100-SXM", "--max-num-seqs", "7", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["max_num_seqs"] == 7 and plan["kv_budget"]["num_gpu_blocks"] > 0
+
+
+def test_workload_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = ["arrival_s,input_tokens,output_tokens"]
+    rows += [f"{i * 0.1:.3f},{100 + (i * 37) % 400},{20 + (i * 11) % 80}" for i in range(400)]
+    trace = tmp_path / "t.csv"
+    trace.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert main(["workload", "fit", str(trace)]) == 0
+    assert "p_value" in capsys.readouterr().out
+
+
+def test_console_script_runs_without_traceback_on_missing_file() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "blis_core.cli", "validate", "/nonexistent/s.yaml"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "cannot read file" in proc.stderr and "Traceback" not in proc.stderr
