@@ -63,18 +63,18 @@ class ClientComponent(Component):
                 self._push(req)
                 self._open_head = req.request_id
 
-    def _next_time(self) -> int | None:
+    def _next_time(self, now_us: int) -> int | None:
         times = []
         if self._pending:
             times.append(self._pending[0][0])
         if self._deadlines:
             times.append(self._deadlines[0][0])
         if self._aborts:
-            times.append(self._devs_now_us)
+            times.append(now_us)
         return min(times) if times else None
 
     def initial_time_us(self) -> int | None:
-        return self._next_time()
+        return self._next_time(0)
 
     def output(self, now_us: int) -> None:
         for rid in self._aborts:
@@ -88,7 +88,7 @@ class ClientComponent(Component):
         self._aborts.clear()
         self._send_due(now_us)
         self._expire(now_us)
-        return self._next_time()
+        return self._next_time(now_us)
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         for msg in bag:
@@ -96,6 +96,9 @@ class ClientComponent(Component):
             if msg.port == "step":
                 assert isinstance(payload, StepReport)
                 self._on_step(payload, now_us)
+            elif msg.port == "accepted":
+                for rid in payload:  # type: ignore[attr-defined]
+                    self._ledger.dispatched(rid, now_us)
             elif msg.port == "dropped":
                 assert isinstance(payload, Dropped)
                 if not self._ledger.has_fate(payload.request_id):
@@ -105,7 +108,7 @@ class ClientComponent(Component):
                 continue
             else:
                 raise SimulationError(f"client {self.name!r}: unknown input port {msg.port!r}")
-        return self._next_time()
+        return self._next_time(now_us)
 
     def confluent(self, now_us: int, bag: list[Message]) -> int | None:
         self.internal(now_us)
@@ -115,19 +118,24 @@ class ClientComponent(Component):
 
     def _send_due(self, now_us: int) -> None:
         pending = self._pending
+        # Exactly the requests the output function just sent: those due now. Pulling the
+        # next open-loop request may add another due now; it is sent in the next
+        # (zero-delay) instant.
+        sent: list[InferenceRequest] = []
         while pending and pending[0][0] == now_us:
-            _, _, req = heapq.heappop(pending)
+            sent.append(heapq.heappop(pending)[2])
+        if pending and pending[0][0] < now_us:
+            raise SimulationError(
+                f"client {self.name!r}: request {pending[0][2].request_id!r} was due at "
+                f"{pending[0][0]} us, before now ({now_us} us)"
+            )
+        for req in sent:
             self._ledger.arrived(req.request_id, now_us, req.input_tokens)
             if req.deadline_us is not None:
                 heapq.heappush(self._deadlines, (req.deadline_us, req.request_id))
             if req.request_id == self._open_head:
                 self._open_head = None
                 self._pull()
-        if pending and pending[0][0] < now_us:
-            raise SimulationError(
-                f"client {self.name!r}: request {pending[0][2].request_id!r} was due at "
-                f"{pending[0][0]} us, before now ({now_us} us)"
-            )
 
     def _expire(self, now_us: int) -> None:
         while self._deadlines and self._deadlines[0][0] <= now_us:

@@ -32,7 +32,7 @@ class EngineComponent(Component):
 
     Ports in: ``request`` (InferenceRequest), ``abort`` (request id).
     Ports out: ``step`` (StepReport) to the client and, when there is a router, to it;
-    ``dropped`` (Dropped) to the client; ``metrics`` (MetricsScrape) to the router every
+    ``accepted`` (request ids the engine queued) and ``dropped`` (Dropped) to the client; ``metrics`` (MetricsScrape) to the router every
     ``scrape_interval_us``.
     """
 
@@ -63,15 +63,16 @@ class EngineComponent(Component):
         self._exec_end_us = -1
         self._reports: list[StepReport] = []
         self._dropped: list[Dropped] = []
+        self._accepted: list[str] = []
         self._next_scrape_us = scrape_interval_us if router is not None else -1
         self._scrape_due = False
         self.steps = 0
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _next_time(self) -> int | None:
-        if self._reports or self._dropped or self._scrape_due:
-            return self._devs_now_us
+    def _next_time(self, now_us: int) -> int | None:
+        if self._reports or self._dropped or self._accepted or self._scrape_due:
+            return now_us
         times = [t for t in (self._exec_end_us, self._next_scrape_us) if t >= 0]
         return min(times) if times else None
 
@@ -104,6 +105,7 @@ class EngineComponent(Component):
                 assert isinstance(req, InferenceRequest)
                 try:
                     self.engine.add_request(req, now_us)
+                    self._accepted.append(req.request_id)
                 except InputRefused as err:
                     cause = err.errors[0].cause
                     self._dropped.append(Dropped(req.request_id, f"engine refused: {cause}"))
@@ -132,6 +134,8 @@ class EngineComponent(Component):
             self.send(self._client, "step", report)
             if self._router is not None:
                 self.send(self._router, "step", report, delay_us=self._kv_event_delay_us)
+        if self._accepted:
+            self.send(self._client, "accepted", tuple(self._accepted))
         for dropped in self._dropped:
             self.send(self._client, "dropped", dropped)
         if self._scrape_due:
@@ -145,24 +149,25 @@ class EngineComponent(Component):
     def internal(self, now_us: int) -> int | None:
         self._clear_emitted()
         self._advance(now_us)
-        return self._next_time()
+        return self._next_time(now_us)
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         self._accept(now_us, bag)
         if not self._in_flight:
             self._fill(now_us)
-        return self._next_time()
+        return self._next_time(now_us)
 
     def confluent(self, now_us: int, bag: list[Message]) -> int | None:
         self._clear_emitted()
         self._accept(now_us, bag)
         self._advance(now_us)
-        return self._next_time()
+        return self._next_time(now_us)
 
     def _clear_emitted(self) -> None:
         # The output function has just sent these (the component was imminent).
         self._reports.clear()
         self._dropped.clear()
+        self._accepted.clear()
         self._scrape_due = False
 
     def _advance(self, now_us: int) -> None:

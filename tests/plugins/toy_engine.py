@@ -63,6 +63,11 @@ class ToyEngine:
     def add_request(self, request: InferenceRequest, now_us: int) -> None:
         if request.input_tokens + request.max_output_tokens > self._plan.max_model_len:
             raise InputRefused.one("prompt", request.input_tokens, "longer than max_model_len")
+        if request.input_tokens > self._plan.max_num_batched_tokens:
+            # the toy engine never chunks a prompt, so it could never schedule this one
+            raise InputRefused.one(
+                "prompt", request.input_tokens, "longer than max_num_batched_tokens"
+            )
         r = _Req(request)
         self._waiting.append(r)
         self._by_id[request.request_id] = r

@@ -165,3 +165,28 @@ def test_plugin_cost_methods_price_steps(
     result = run_scenario(parse_scenario(_scenario(), "t"), make_host(), data)
     assert "measured" in result.replications[0].rank_shares
     assert ("blis.cost_methods", "flat") in {(s.group, s.name) for s in result.stack.plugins}
+
+
+def test_simultaneous_arrivals_are_all_sent(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    doc = _scenario()
+    # 0.4 us apart: many requests share a microsecond after rounding
+    doc["workload"]["arrival"] = {"process": "constant", "rate_per_s": 2_500_000}
+    doc["frame"] = {"replications": 1}
+    rep = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0]
+    assert rep.fates.arrivals == rep.fates.completed == 120
+
+
+def test_requests_are_marked_queued_when_an_engine_accepts_them(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    doc = _scenario(frame={"horizon_s": 0.5})
+    doc["workload"]["arrival"]["rate_per_s"] = 2000
+    doc["workload"]["num_requests"] = 1000
+    doc["deployment"]["pools"][0]["args"]["max_num_seqs"] = 2
+    f = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].fates
+    assert f.queued_at_horizon > 0
+    assert f.not_started == 0  # the round-robin router dispatches at once
