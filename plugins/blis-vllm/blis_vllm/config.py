@@ -116,6 +116,10 @@ class VllmSettings:
     num_gpu_blocks_override: int | None
     kv_cache_memory_bytes: int | None
     block_size_user_specified: bool
+    scheduler_reserve_full_isl: bool = True
+    """``SchedulerConfig.scheduler_reserve_full_isl`` (vLLM 0.33.0
+    ``config/scheduler.py``, default ``True``): admit a waiting request only if its
+    whole current sequence fits in the free KV blocks, not just its first chunk."""
 
     @property
     def uniform_decode_query_len(self) -> int:

@@ -118,11 +118,19 @@ class KVCacheManager:
         new_computed_blocks: list[KVCacheBlock] | None = None,
         num_lookahead_tokens: int = 0,
         has_scheduled_reqs: bool = True,
+        full_sequence_must_fit: bool = False,
     ) -> list[KVCacheBlock] | None:
         """Give ``request`` slots for its new tokens; ``None`` when blocks are short.
 
         ``num_new_tokens`` may include unverified draft tokens; lookahead slots are
         allocated for a drafter with its own KV (EAGLE, draft model).
+
+        ``full_sequence_must_fit`` (the scheduler's ``scheduler_reserve_full_isl``,
+        on by default in 0.33.0) first refuses a request unless the blocks for its
+        whole current sequence (``min(num_tokens, max_model_len)``), less its
+        prefix hits, plus the watermark are free: vLLM 0.33.0
+        ``v1/core/kv_cache_manager.py`` ``KVCacheManager.allocate_slots``, the
+        ``if full_sequence_must_fit:`` block before the per-chunk check.
         """
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError(
@@ -142,14 +150,18 @@ class KVCacheManager:
         )
 
         req_blocks = self.req_to_blocks.get(request.request_id)
+        if full_sequence_must_fit:
+            full_required = _cdiv(min(request.num_tokens, self.max_model_len), self.block_size)
+            if (
+                self._num_blocks_to_allocate(request, full_required, hit_blocks, req_blocks)
+                + watermark
+                > self.block_pool.get_num_free_blocks()
+            ):
+                return None
         num_required = _cdiv(num_tokens_need_slot, self.block_size)
-        if request.request_id in self.num_cached_block:
-            # A running request has no new prefix hits.
-            num_to_allocate = max(num_required - len(req_blocks or ()), 0)
-        else:
-            num_local_blocks = len(hit_blocks) + len(req_blocks or ())
-            num_evictable = sum(1 for b in hit_blocks if b.ref_cnt == 0 and not b.is_null)
-            num_to_allocate = max(num_required - num_local_blocks, 0) + num_evictable
+        num_to_allocate = self._num_blocks_to_allocate(
+            request, num_required, hit_blocks, req_blocks
+        )
         if num_to_allocate + watermark > self.block_pool.get_num_free_blocks():
             return None
 
@@ -159,12 +171,31 @@ class KVCacheManager:
             if self.enable_caching:
                 self.block_pool.touch(hit_blocks)
             req_blocks.extend(hit_blocks)
-            self.num_cached_block.setdefault(request.request_id, 0)
+            # The hit blocks are cached already: vLLM 0.33.0
+            # ``single_type_kv_cache_manager.py`` ``add_local_computed_blocks`` sets
+            # ``num_cached_block[request_id] = len(req_blocks)``, so the next
+            # ``cache_blocks`` (and its BlockStored event) starts after the hit.
+            self.num_cached_block[request.request_id] = len(req_blocks)
         num_new_blocks = num_required - len(req_blocks)
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
         req_blocks.extend(new_blocks)
         self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
+
+    def _num_blocks_to_allocate(
+        self,
+        request: Request,
+        num_required: int,
+        hit_blocks: list[KVCacheBlock],
+        req_blocks: list[KVCacheBlock] | None,
+    ) -> int:
+        """``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` (full attention)."""
+        if request.request_id in self.num_cached_block:
+            # A running request has no new prefix hits.
+            return max(num_required - len(req_blocks or ()), 0)
+        num_local_blocks = len(hit_blocks) + len(req_blocks or ())
+        num_evictable = sum(1 for b in hit_blocks if b.ref_cnt == 0 and not b.is_null)
+        return max(num_required - num_local_blocks, 0) + num_evictable
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the full blocks among the first ``num_tokens`` tokens of ``request``."""

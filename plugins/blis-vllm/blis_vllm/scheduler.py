@@ -140,6 +140,7 @@ class Scheduler:
         kv = self.kv_cache_manager
 
         # First, the RUNNING requests.
+        prefill_scheduled = False
         req_index = 0
         while req_index < len(self.running) and token_budget > 0:
             request = self.running[req_index]
@@ -197,6 +198,7 @@ class Scheduler:
                 break
 
             scheduled_running.append(request)
+            prefill_scheduled |= request.is_prefill_chunk
             out.num_scheduled_tokens[request.request_id] = num_new
             out.context_tokens[request.request_id] = request.num_computed_tokens
             token_budget -= num_new
@@ -234,6 +236,21 @@ class Scheduler:
                     num_hit if request.num_computed_tokens == 0 else request.num_computed_tokens
                 )
                 num_new = request.num_tokens - num_computed
+                pad_spec_decode = False
+                if (
+                    self.num_spec_tokens > 0
+                    and num_new == 1
+                    and not prefill_scheduled
+                    and (scheduled_running or num_computed > 0)
+                ):
+                    # Pad a resumed decode to the uniform spec-decode size (vLLM 0.33.0
+                    # ``v1/core/sched/scheduler.py`` ``schedule``, ``pad_spec_decode``).
+                    padded = 1 + self.num_spec_tokens
+                    if num_computed + padded + 1 <= self.max_model_len:
+                        if padded > token_budget:
+                            break
+                        num_new = padded
+                        pad_spec_decode = True
                 if 0 < threshold < num_new:
                     num_new = threshold
                 if not self.settings.enable_chunked_prefill and num_new > token_budget:
@@ -246,6 +263,7 @@ class Scheduler:
                     new_computed_blocks=hit_blocks,
                     num_lookahead_tokens=self.num_lookahead_tokens,
                     has_scheduled_reqs=bool(self.running),
+                    full_sequence_must_fit=self.settings.scheduler_reserve_full_isl,
                 )
                 if new_blocks is None:
                     break
@@ -261,6 +279,10 @@ class Scheduler:
                 token_budget -= num_new
                 request.status = RequestStatus.RUNNING
                 request.num_computed_tokens = num_computed
+                if pad_spec_decode:
+                    out.scheduled_spec_decode_tokens[request.request_id] = [
+                        -1
+                    ] * self.num_spec_tokens
                 if request.num_cached_tokens < 0:
                     request.num_cached_tokens = num_computed
             if skipped:

@@ -1,0 +1,240 @@
+"""Deliberate breaks of ported functions, for the T7 mutation sweep.
+
+Each :class:`Mutant` rewrites one snippet in the source of one port method
+(``blis_vllm.<module>.<Class>.<method>``), compiles the rewritten method in the
+module's own globals and installs it on the class for the duration of a
+``with mutant.applied():`` block. Every mutant is a plausible porting slip of a
+decision upstream makes (the vLLM 0.33.0 function each one breaks is named); the
+sweep requires the oracle to catch each one on the standard scenarios.
+
+Not in the list, because no scenario the port models can reach it: dropping the
+"skip a waiting request whose stale output is still in flight" check of
+``schedule``. With one pipeline stage the batch queue holds two steps, so a request
+preempted while step N runs has that output drained by ``update_from_output(N)``
+before the next ``schedule()``; the check matters only with deeper pipelines
+(pipeline parallelism), which the port refuses. The oracle confirmed this: the
+mutant survived all standard scenarios, and ``SchedulerStats.num_skipped_waiting_reqs``
+stayed 0 on the upstream side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MUTANTS", "Mutant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """Replace ``old`` by ``new`` (each exactly once) in ``module.cls.method``."""
+
+    name: str
+    module: str
+    cls: str
+    method: str
+    old: str
+    new: str
+    breaks: str
+    """The upstream decision broken (vLLM 0.33.0 file and function)."""
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """Install the mutated method; restore the original on exit."""
+        mod = importlib.import_module(f"blis_vllm.{self.module}")
+        klass = getattr(mod, self.cls)
+        original = klass.__dict__[self.method]
+        src = inspect.getsource(original)
+        count = src.count(self.old)
+        if count != 1:
+            raise AssertionError(
+                f"mutant {self.name}: snippet found {count} times in {self.cls}.{self.method}"
+            )
+        mutated = textwrap.dedent(src.replace(self.old, self.new))
+        namespace: dict[str, Any] = dict(vars(mod))
+        exec(compile(mutated, f"<mutant {self.name}>", "exec"), namespace)
+        setattr(klass, self.method, namespace[self.method])
+        try:
+            yield
+        finally:
+            setattr(klass, self.method, original)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "prefix-hit-cap-off-by-one",
+        "kv_cache_manager",
+        "KVCacheManager",
+        "get_computed_blocks",
+        "max_length = request.num_tokens - 1",
+        "max_length = request.num_tokens",
+        "kv_cache_manager.py get_computed_blocks: a hit stops at num_tokens - 1",
+    ),
+    Mutant(
+        "free-head-first",
+        "kv_cache_manager",
+        "KVCacheManager",
+        "free",
+        "self.block_pool.free_blocks(reversed(blocks))",
+        "self.block_pool.free_blocks(blocks)",
+        "single_type_kv_cache_manager.py free: blocks freed tail first",
+    ),
+    Mutant(
+        "free-queue-no-lifo",
+        "block_pool",
+        "BlockPool",
+        "free_blocks",
+        "self.free_block_queue.prepend_n(evict_first)",
+        "self.free_block_queue.append_n(evict_first)",
+        "block_pool.py free_blocks: unhashed blocks are prepended (reused first)",
+    ),
+    Mutant(
+        "preempt-first-not-last",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "victim = self.running.pop()",
+        "victim = self.running.pop(0)",
+        "scheduler.py schedule: FCFS preempts self.running[-1]",
+    ),
+    Mutant(
+        "priority-preempt-highest",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "victim = max(self.running, key=lambda r: (r.priority, r.arrival_time_us))",
+        "victim = max(self.running, key=lambda r: (r.priority, -r.arrival_time_us))",
+        "scheduler.py schedule: priority preempts max (priority, arrival_time)",
+    ),
+    Mutant(
+        "ignore-long-prefill-threshold",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "threshold = self.settings.long_prefill_token_threshold if num_eligible > 1 else 0",
+        "threshold = 0",
+        "scheduler.py schedule: long_prefill_token_threshold caps a chunk",
+    ),
+    Mutant(
+        "threshold-even-when-alone",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "threshold = self.settings.long_prefill_token_threshold if num_eligible > 1 else 0",
+        "threshold = self.settings.long_prefill_token_threshold if num_eligible > 0 else 0",
+        "scheduler.py schedule: no cap when one request is eligible",
+    ),
+    Mutant(
+        "waiting-budget-not-charged",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "                token_budget -= num_new\n                request.status",
+        "                token_budget -= num_new - 1\n                request.status",
+        "scheduler.py schedule: token_budget -= num_new_tokens for admitted requests",
+    ),
+    Mutant(
+        "max-model-len-cap-off-by-one",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "self.max_model_len - request.num_computed_tokens - 1)",
+        "self.max_model_len - request.num_computed_tokens)",
+        "scheduler.py schedule: num_new <= max_model_len - computed - 1",
+    ),
+    Mutant(
+        "stop-one-token-late",
+        "scheduler",
+        "Scheduler",
+        "_check_stop",
+        "or request.num_output_tokens >= request.max_tokens",
+        "or request.num_output_tokens > request.max_tokens",
+        "sched/utils.py check_stop: num_output_tokens >= max_tokens",
+    ),
+    Mutant(
+        "no-lazy-eviction",
+        "block_pool",
+        "BlockPool",
+        "get_new_blocks",
+        "self._maybe_evict_cached_block(block)",
+        "pass",
+        "block_pool.py get_new_blocks: a reused cached block is evicted (BlockRemoved)",
+    ),
+    Mutant(
+        "ignore-watermark",
+        "kv_cache_manager",
+        "KVCacheManager",
+        "allocate_slots",
+        "watermark = self.watermark_blocks",
+        "watermark = 0",
+        "kv_cache_manager.py allocate_slots: watermark for waiting/preempted requests",
+    ),
+    Mutant(
+        "no-full-isl-reservation",
+        "kv_cache_manager",
+        "KVCacheManager",
+        "allocate_slots",
+        "if full_sequence_must_fit:\n            full_required",
+        "if False:\n            full_required",
+        "kv_cache_manager.py allocate_slots: full_sequence_must_fit (reserve_full_isl)",
+    ),
+    Mutant(
+        "hit-blocks-recached",
+        "kv_cache_manager",
+        "KVCacheManager",
+        "allocate_slots",
+        "self.num_cached_block[request.request_id] = len(req_blocks)",
+        "self.num_cached_block.setdefault(request.request_id, 0)",
+        "single_type_kv_cache_manager.py add_local_computed_blocks: num_cached_block",
+    ),
+    Mutant(
+        "evictable-hits-not-counted",
+        "kv_cache_manager",
+        "KVCacheManager",
+        "_num_blocks_to_allocate",
+        "num_evictable = sum(1 for b in hit_blocks if b.ref_cnt == 0 and not b.is_null)",
+        "num_evictable = 0",
+        "single_type_kv_cache_manager.py get_num_blocks_to_allocate: evictable hits",
+    ),
+    Mutant(
+        "priority-order-ignores-arrival",
+        "request",
+        "Request",
+        "__lt__",
+        "if self.arrival_time_us != other.arrival_time_us:",
+        "if False:",
+        "request.py Request.__lt__: priority, then arrival_time, then request_id",
+    ),
+    Mutant(
+        "async-no-max-tokens-skip",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        ">= request.num_prompt_tokens + request.max_tokens",
+        ">= request.num_prompt_tokens + request.max_tokens + 1",
+        "scheduler.py schedule: async skip when the in-flight step reaches max_tokens",
+    ),
+    Mutant(
+        "prefix-stats-prompt-only",
+        "kv_cache_manager",
+        "KVCacheManager",
+        "record_prefix_cache_stats",
+        "self.prefix_cache_stats.record(request.num_tokens,",
+        "self.prefix_cache_stats.record(request.num_prompt_tokens,",
+        "kv_cache_manager.py record_prefix_cache_stats: queries = request.num_tokens",
+    ),
+    Mutant(
+        "no-spec-decode-padding",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "                        num_new = padded\n",
+        "                        num_new = 1\n",
+        "scheduler.py schedule: pad_spec_decode for resumed decodes",
+    ),
+)

@@ -1,0 +1,237 @@
+"""Seeded scenario families for the oracle.
+
+Each family draws a :class:`~harness.Scenario` from a seed with :class:`random.Random`
+(no global state), so a failing case is rebuilt from its family and seed alone.
+Families aim at one behaviour of ``vllm/v1/core/sched/scheduler.py`` (vLLM 0.33.0)
+each, with every other knob also drawn at random:
+
+* ``chunked``: long prompts against a small ``max_num_batched_tokens``;
+* ``prefix``: requests sharing system prompts and earlier turns (prefix-cache hits,
+  ``touch`` of free cached blocks, LRU eviction order, KV events);
+* ``pressure``: few KV blocks, so allocation fails and running requests are preempted;
+* ``priority``: ``policy="priority"`` with random priorities under KV pressure;
+* ``async``: ``async_scheduling=True`` (``AsyncScheduler``, batch queue of 2),
+  including preemption with output in flight (stale output) and aborts;
+* ``threshold``: ``long_prefill_token_threshold`` (adaptive or not) and disabled
+  chunked prefill;
+* ``mixed``: everything at once, including aborts and the watermark;
+* ``spec``: ngram speculative decoding (sync and async) at scheduler level, drafts
+  and acceptance drawn from the scenario's seeded stream.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from harness import Abort, Arrival, Scenario, ScenarioConfig, make_request
+
+__all__ = ["FAMILIES", "STANDARD_COUNTS", "make_scenario", "standard_scenarios"]
+
+
+def _config(rng: random.Random, **overrides: object) -> ScenarioConfig:
+    block_size = rng.choice([4, 8, 16, 16, 32])
+    max_model_len = rng.choice([256, 512, 1024])
+    max_num_seqs = rng.choice([2, 4, 8, 16, 32])
+    mnbt = rng.choice([32, 64, 128, 256, 512])
+    mnbt = max(mnbt, max_num_seqs)
+    chunked = rng.random() < 0.85
+    if not chunked:
+        mnbt = max(mnbt, max_model_len)
+    base: dict[str, object] = {
+        "num_gpu_blocks": rng.randint(
+            max_model_len // block_size + 2, max_model_len // block_size + 120
+        ),
+        "block_size": block_size,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": mnbt,
+        "max_model_len": max_model_len,
+        "enable_chunked_prefill": chunked,
+        "enable_prefix_caching": rng.random() < 0.8,
+        "policy": "priority" if rng.random() < 0.25 else "fcfs",
+        "long_prefill_token_threshold": rng.choice([0, 0, 0, 16, 48, 100]),
+        "long_prefill_token_threshold_adaptive": rng.random() < 0.3,
+        "async_scheduling": rng.random() < 0.4,
+        "watermark": rng.choice([0.0, 0.0, 0.0, 0.01, 0.05]),
+    }
+    base.update(overrides)
+    if int(base["long_prefill_token_threshold"]) > int(base["max_model_len"]):  # type: ignore[call-overload]
+        base["long_prefill_token_threshold"] = 0
+    return ScenarioConfig(**base)  # type: ignore[arg-type]
+
+
+def _requests(
+    rng: random.Random,
+    cfg: ScenarioConfig,
+    n: int,
+    *,
+    shared: float,
+    spread: int,
+    long_frac: float = 0.2,
+    priorities: bool = False,
+    abort_frac: float = 0.0,
+) -> tuple[tuple[Arrival, ...], tuple[Abort, ...]]:
+    """``n`` requests arriving over ``spread`` iterations."""
+    limit = cfg.max_model_len
+    systems = [(f"sys/{i}", rng.randint(1, 3 * cfg.block_size + 5)) for i in range(3)]
+    arrivals: list[Arrival] = []
+    aborts: list[Abort] = []
+    earlier: list[list[tuple[str, int]]] = []
+    for i in range(n):
+        rid = f"r{i:03d}"
+        segs: list[tuple[str, int]] = []
+        if earlier and rng.random() < shared * 0.5:
+            # A later turn: an earlier prompt plus more.
+            segs = list(rng.choice(earlier))
+        elif rng.random() < shared:
+            segs.append(rng.choice(systems))
+        if rng.random() < long_frac:
+            own = rng.randint(limit // 4, limit // 2)
+        else:
+            own = rng.randint(1, 3 * cfg.block_size + 7)
+        segs.append((f"user/{rid}", own))
+        total = sum(n for _, n in segs)
+        if total > limit - 2:
+            segs = [(f"user/{rid}", rng.randint(1, limit // 2))]
+            total = segs[0][1]
+        earlier.append(segs)
+        max_tokens = rng.choice([1, 2, 3, 5, 8, 16, 32, 64])
+        if rng.random() < 0.1:
+            max_tokens = limit  # stopped by max_model_len
+        step = rng.randint(0, spread)
+        prio = rng.randint(-2, 3) if priorities else 0
+        arrival_us = step * 1000 + rng.randint(0, 999)
+        if rng.random() < 0.1:
+            arrival_us = step * 1000  # ties broken by request id
+        arrivals.append(Arrival(step, make_request(rid, segs, max_tokens, arrival_us, prio)))
+        if rng.random() < abort_frac:
+            aborts.append(Abort(step + rng.randint(0, 12), rid))
+    arrivals.sort(key=lambda a: (a.step, a.request.request_id))
+    return tuple(arrivals), tuple(aborts)
+
+
+def _chunked(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng, enable_chunked_prefill=True, max_num_batched_tokens=rng.choice([16, 32, 64]))
+    cfg = ScenarioConfig(**{**_asdict(cfg), "max_num_seqs": min(cfg.max_num_seqs, 16)})
+    return cfg, {"n": rng.randint(4, 14), "shared": 0.2, "spread": 10, "long_frac": 0.5}
+
+
+def _asdict(cfg: ScenarioConfig) -> dict[str, object]:
+    return {f: getattr(cfg, f) for f in cfg.__slots__}  # type: ignore[attr-defined]
+
+
+def _prefix(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng, enable_prefix_caching=True)
+    return cfg, {"n": rng.randint(6, 20), "shared": 0.9, "spread": 25}
+
+
+def _pressure(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng)
+    blocks = rng.randint(
+        cfg.max_model_len // cfg.block_size + 2, cfg.max_model_len // cfg.block_size + 12
+    )
+    cfg = ScenarioConfig(**{**_asdict(cfg), "num_gpu_blocks": blocks})
+    return cfg, {"n": rng.randint(6, 18), "shared": 0.5, "spread": 8}
+
+
+def _priority(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng, policy="priority")
+    blocks = rng.randint(
+        cfg.max_model_len // cfg.block_size + 2, cfg.max_model_len // cfg.block_size + 20
+    )
+    cfg = ScenarioConfig(**{**_asdict(cfg), "num_gpu_blocks": blocks})
+    return cfg, {"n": rng.randint(6, 18), "shared": 0.4, "spread": 15, "priorities": True}
+
+
+def _async(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng, async_scheduling=True)
+    if rng.random() < 0.6:
+        blocks = rng.randint(
+            cfg.max_model_len // cfg.block_size + 2, cfg.max_model_len // cfg.block_size + 12
+        )
+        cfg = ScenarioConfig(**{**_asdict(cfg), "num_gpu_blocks": blocks})
+    return cfg, {
+        "n": rng.randint(5, 16),
+        "shared": 0.5,
+        "spread": 12,
+        "priorities": cfg.policy == "priority",
+        "abort_frac": 0.15,
+    }
+
+
+def _threshold(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(
+        rng,
+        long_prefill_token_threshold=rng.choice([8, 16, 33, 64]),
+        long_prefill_token_threshold_adaptive=rng.random() < 0.5,
+    )
+    return cfg, {"n": rng.randint(4, 14), "shared": 0.3, "spread": 10, "long_frac": 0.5}
+
+
+def _mixed(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng)
+    return cfg, {
+        "n": rng.randint(4, 24),
+        "shared": rng.random(),
+        "spread": rng.randint(0, 30),
+        "priorities": cfg.policy == "priority",
+        "abort_frac": 0.1,
+    }
+
+
+def _spec(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng, num_speculative_tokens=rng.randint(1, 4))
+    if rng.random() < 0.5:
+        blocks = rng.randint(
+            cfg.max_model_len // cfg.block_size + 2, cfg.max_model_len // cfg.block_size + 16
+        )
+        cfg = ScenarioConfig(**{**_asdict(cfg), "num_gpu_blocks": blocks})
+    return cfg, {
+        "n": rng.randint(4, 16),
+        "shared": 0.5,
+        "spread": 12,
+        "priorities": cfg.policy == "priority",
+        "abort_frac": 0.05,
+    }
+
+
+FAMILIES: dict[str, Callable[[random.Random], tuple[ScenarioConfig, dict[str, object]]]] = {
+    "chunked": _chunked,
+    "prefix": _prefix,
+    "pressure": _pressure,
+    "priority": _priority,
+    "async": _async,
+    "threshold": _threshold,
+    "mixed": _mixed,
+    "spec": _spec,
+}
+
+STANDARD_COUNTS: dict[str, int] = {
+    "chunked": 60,
+    "prefix": 90,
+    "pressure": 90,
+    "priority": 70,
+    "async": 110,
+    "threshold": 50,
+    "mixed": 80,
+    "spec": 70,
+}
+"""Scenarios per family in the standard set (620 in all)."""
+
+
+def make_scenario(family: str, seed: int) -> Scenario:
+    """Scenario ``seed`` of ``family``."""
+    rng = random.Random(f"{family}:{seed}")
+    cfg, kw = FAMILIES[family](rng)
+    arrivals, aborts = _requests(rng, cfg, **kw)  # type: ignore[arg-type]
+    return Scenario(
+        name=f"{family}-{seed}", seed=seed, config=cfg, arrivals=arrivals, aborts=aborts
+    )
+
+
+def standard_scenarios(scale: float = 1.0) -> list[tuple[str, int]]:
+    """``(family, seed)`` of the standard set, ``scale`` times each family's count."""
+    out: list[tuple[str, int]] = []
+    for fam, n in STANDARD_COUNTS.items():
+        out.extend((fam, s) for s in range(max(1, round(n * scale))))
+    return out
