@@ -1,0 +1,415 @@
+"""Instantiate a decoded configuration into a scheduler.
+
+Port of ``pkg/epp/config/loader/configloader.go`` (``InstantiateAndConfigure``,
+``buildSchedulerConfig``), ``defaults.go`` (``ensureSchedulingLayer``),
+``validation.go`` and ``pkg/epp/datalayer/data_graph.go``
+(``CreateMissingDataProducers``) of llm-d-router v0.10.0. In upstream's order:
+
+1. every plugin has a type, a unique name and a registered type (an unregistered type
+   is refused by name; a type upstream registers that BLIS does not model is refused by
+   name with the reason from ``surface.yaml``); feature gates are known;
+2. plugins are built in declaration order with strictly decoded parameters;
+3. a data key a plugin consumes that no plugin produces gets its default producer,
+   named after its type (``approx-prefix-cache-producer`` for ``prefix-cache-scorer``,
+   ``inflight-load-producer`` for ``active-request-scorer``); a key naming a producer
+   that does not exist is refused;
+4. scheduling defaults: with no profile, one profile ``default`` holding every filter,
+   scorer and picker; with one profile and no profile handler, a
+   ``single-profile-handler``; with no picker anywhere, a ``max-score-picker``; every
+   profile without a picker gets the picker; a scorer without a weight gets weight 1;
+5. profiles are validated (names present and unique, references defined) and built;
+   exactly one profile handler; the single-profile handler takes one profile only.
+
+Where upstream iterates a Go map (collecting plugins for the default profile, choosing
+the picker to inject when several exist) BLIS takes declaration order.
+
+Sections BLIS does not act on: ``featureGates: [flowControl]`` is refused (flow control is
+not modelled); with the gate off upstream ignores ``flowControl`` settings other than the
+saturation detector, and so does BLIS. The saturation detector upstream injects
+(``utilization-detector``) only sheds requests whose InferenceObjective priority is
+negative; BLIS has no InferenceObjectives (every request has priority 0), so it is inert.
+Parsers and data-layer sources are checked to name defined plugins and are otherwise inert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from blis_core.contracts.errors import FieldError, InputRefused
+from blis_core.contracts.router import RouterRuntime
+from blis_llmd_router.config import (
+    DEFAULT_CONFIG_PATH,
+    DEFAULT_SCORER_WEIGHT,
+    EndpointPickerConfig,
+    PluginSpec,
+    SchedulingPluginRef,
+    SchedulingProfileSpec,
+    decode_config,
+)
+from blis_llmd_router.context import BuildContext
+from blis_llmd_router.framework import (
+    DataProducer,
+    EventObserver,
+    Filter,
+    Picker,
+    Plugin,
+    PreRequest,
+    ProfileHandler,
+    Scheduler,
+    SchedulerProfile,
+    Scorer,
+    WeightedScorer,
+)
+from blis_llmd_router.producers import ApproxPrefixCacheProducer, InFlightLoadProducer
+from blis_llmd_router.registry import REGISTRY, surface
+from blis_llmd_router.scorers import ActiveRequestScorer, PrefixCacheScorer
+
+__all__ = ["FEATURE_GATES", "LoadedConfig", "load"]
+
+FEATURE_GATES: Mapping[str, bool] = {"flowControl": False, "haPopulateNonLeaderDatastore": True}
+"""Gates upstream registers (``cmd/epp/runner/runner.go``) and their defaults."""
+
+_SINGLE = "single-profile-handler"
+_MAX_SCORE = "max-score-picker"
+
+
+@dataclass(slots=True)
+class LoadedConfig:
+    """A built router configuration: the effective document and its plugins."""
+
+    config: EndpointPickerConfig
+    plugins: dict[str, Plugin]
+    scheduler: Scheduler
+    producers: list[DataProducer] = field(default_factory=list)
+    pre_request: list[PreRequest] = field(default_factory=list)
+    observers: list[EventObserver] = field(default_factory=list)
+    injected: list[str] = field(default_factory=list)
+
+
+def _refuse_type(ptype: str) -> str | None:
+    if ptype in REGISTRY:
+        return None
+    entry = surface().get(ptype)
+    if entry is None:
+        return f"plugin type {ptype!r} is not registered"
+    return f"plugin type {ptype!r} is not modelled by blis-llmd-router: {entry.reason}"
+
+
+def _validate_plugins(cfg: EndpointPickerConfig, path: str) -> None:
+    errors: list[FieldError] = []
+    seen: set[str] = set()
+    for i, spec in enumerate(cfg.plugins):
+        where = f"{path}.plugins.{i}"
+        if not spec.type:
+            errors.append(
+                FieldError(f"{where}.type", None, f"plugin {spec.name!r} is missing a type")
+            )
+            continue
+        if spec.name in seen:
+            errors.append(
+                FieldError(f"{where}.name", spec.name, f"duplicate plugin name {spec.name!r}")
+            )
+        seen.add(spec.name)
+        cause = _refuse_type(spec.type)
+        if cause is not None:
+            errors.append(FieldError(f"{where}.type", spec.type, cause))
+    if errors:
+        raise InputRefused(errors)
+
+
+def _validate_gates(cfg: EndpointPickerConfig, path: str) -> None:
+    errors: list[FieldError] = []
+    for i, gate in enumerate(cfg.feature_gates):
+        name, _, raw = gate.partition("=")
+        where = f"{path}.featureGates.{i}"
+        if name not in FEATURE_GATES:
+            errors.append(
+                FieldError(where, gate, f"feature gate {name!r} is unknown or unregistered")
+            )
+            continue
+        value = True
+        if raw:
+            low = raw.strip().lower()
+            if low not in ("1", "t", "true", "0", "f", "false"):
+                errors.append(
+                    FieldError(
+                        where, gate, f"{raw!r} is not a valid value for the feature gate {name}"
+                    )
+                )
+                continue
+            value = low in ("1", "t", "true")
+        if name == "flowControl" and value:
+            errors.append(
+                FieldError(
+                    where,
+                    gate,
+                    "feature gate 'flowControl' is not modelled by blis-llmd-router"
+                    " (flow control queueing, fairness and eviction are not yet ported)",
+                )
+            )
+    if errors:
+        raise InputRefused(errors)
+
+
+def _add_default(
+    cfg: EndpointPickerConfig,
+    plugins: dict[str, Plugin],
+    ptype: str,
+    ctx: BuildContext,
+    path: str,
+    injected: list[str],
+) -> Plugin:
+    plugin = REGISTRY[ptype](ptype, None, ctx, f"{path}.plugins.<default {ptype}>")
+    plugins[ptype] = plugin
+    cfg.plugins.append(PluginSpec(ptype, ptype))
+    injected.append(ptype)
+    return plugin
+
+
+def _ensure_producers(
+    cfg: EndpointPickerConfig,
+    plugins: dict[str, Plugin],
+    ctx: BuildContext,
+    path: str,
+    injected: list[str],
+) -> None:
+    errors: list[FieldError] = []
+    for name, plugin in list(plugins.items()):
+        cls: type[ApproxPrefixCacheProducer] | type[InFlightLoadProducer]
+        if isinstance(plugin, PrefixCacheScorer):
+            want, cls = plugin.producer_name, ApproxPrefixCacheProducer
+        elif isinstance(plugin, ActiveRequestScorer):
+            want, cls = plugin.producer_name, InFlightLoadProducer
+        else:
+            continue
+        if isinstance(plugins.get(want), cls):
+            continue
+        if want == cls.plugin_type and want not in plugins:
+            _add_default(cfg, plugins, want, ctx, path, injected)
+            continue
+        errors.append(
+            FieldError(
+                f"{path}.plugins",
+                want,
+                f"plugin {name!r} consumes data produced by {want!r}, which is not a configured"
+                f" {cls.plugin_type} (no default producer found for missing data key)",
+            )
+        )
+    if errors:
+        raise InputRefused(errors)
+
+
+def _ensure_scheduling_layer(
+    cfg: EndpointPickerConfig,
+    plugins: dict[str, Plugin],
+    ctx: BuildContext,
+    path: str,
+    injected: list[str],
+) -> None:
+    if not cfg.scheduling_profiles:
+        cfg.scheduling_profiles = [
+            SchedulingProfileSpec(
+                "default",
+                [
+                    SchedulingPluginRef(n)
+                    for n, p in plugins.items()
+                    if isinstance(p, Filter | Scorer | Picker)
+                ],
+            )
+        ]
+    if len(cfg.scheduling_profiles) == 1 and not any(
+        isinstance(p, ProfileHandler) for p in plugins.values()
+    ):
+        _add_default(cfg, plugins, _SINGLE, ctx, path, injected)
+    picker_name = next((n for n, p in plugins.items() if isinstance(p, Picker)), "")
+    if not picker_name:
+        _add_default(cfg, plugins, _MAX_SCORE, ctx, path, injected)
+        picker_name = _MAX_SCORE
+    for prof in cfg.scheduling_profiles:
+        has_picker = False
+        for ref in prof.plugins:
+            p = plugins.get(ref.plugin_ref)
+            if isinstance(p, Scorer) and ref.weight is None:
+                ref.weight = DEFAULT_SCORER_WEIGHT
+            if isinstance(p, Picker):
+                has_picker = True
+        if not has_picker:
+            prof.plugins.append(SchedulingPluginRef(picker_name))
+
+
+def _validate_references(
+    cfg: EndpointPickerConfig, plugins: Mapping[str, Plugin], path: str
+) -> None:
+    errors: list[FieldError] = []
+    seen: set[str] = set()
+    for i, prof in enumerate(cfg.scheduling_profiles):
+        where = f"{path}.schedulingProfiles.{i}"
+        if not prof.name:
+            errors.append(
+                FieldError(f"{where}.name", None, f"schedulingProfiles[{i}] is missing a name")
+            )
+        elif prof.name in seen:
+            errors.append(
+                FieldError(f"{where}.name", prof.name, f"duplicate profile name {prof.name!r}")
+            )
+        seen.add(prof.name)
+        for j, ref in enumerate(prof.plugins):
+            if not ref.plugin_ref:
+                errors.append(
+                    FieldError(f"{where}.plugins.{j}.pluginRef", None, "is missing a 'pluginRef'")
+                )
+            elif ref.plugin_ref not in plugins:
+                errors.append(
+                    FieldError(
+                        f"{where}.plugins.{j}.pluginRef",
+                        ref.plugin_ref,
+                        f"profile {prof.name!r} references undefined plugin {ref.plugin_ref!r}",
+                    )
+                )
+    fc = cfg.flow_control or {}
+    sd = fc.get("saturationDetector")
+    if isinstance(sd, Mapping):
+        ref_name = sd.get("pluginRef") or ""
+        if not ref_name:
+            errors.append(
+                FieldError(
+                    f"{path}.flowControl.saturationDetector.pluginRef",
+                    ref_name,
+                    "saturation detector plugin reference is empty",
+                )
+            )
+        elif ref_name not in plugins:
+            errors.append(
+                FieldError(
+                    f"{path}.flowControl.saturationDetector.pluginRef",
+                    ref_name,
+                    f"saturation detector references undefined plugin {ref_name!r}",
+                )
+            )
+    rh = cfg.request_handler or {}
+    for i, pc in enumerate(rh.get("parsers") or []):
+        ref_name = pc.get("pluginRef") or ""
+        if ref_name not in plugins:
+            errors.append(
+                FieldError(
+                    f"{path}.requestHandler.parsers.{i}.pluginRef",
+                    ref_name,
+                    f"parser references undefined plugin {ref_name!r}",
+                )
+            )
+    dl = cfg.data_layer or {}
+    if dl.get("crossReplicaSyncerPluginRef"):
+        errors.append(
+            FieldError(
+                f"{path}.dataLayer.crossReplicaSyncerPluginRef",
+                dl["crossReplicaSyncerPluginRef"],
+                "cross-replica state sync is not modelled (BLIS runs one router replica)",
+            )
+        )
+    for i, src in enumerate(dl.get("sources") or []):
+        refs = [(f"{path}.dataLayer.sources.{i}.pluginRef", src.get("pluginRef") or "")]
+        refs += [
+            (f"{path}.dataLayer.sources.{i}.extractors.{j}.pluginRef", ext.get("pluginRef") or "")
+            for j, ext in enumerate(src.get("extractors") or [])
+        ]
+        for where, ref_name in refs:
+            if ref_name not in plugins:
+                errors.append(
+                    FieldError(where, ref_name, f"the plugin {ref_name!r} is not registered")
+                )
+    if errors:
+        raise InputRefused(errors)
+
+
+def _build_scheduler(
+    cfg: EndpointPickerConfig, plugins: Mapping[str, Plugin], path: str
+) -> Scheduler:
+    profiles: dict[str, SchedulerProfile] = {}
+    errors: list[FieldError] = []
+    for i, spec in enumerate(cfg.scheduling_profiles):
+        prof = SchedulerProfile(spec.name)
+        for j, ref in enumerate(spec.plugins):
+            p = plugins[ref.plugin_ref]
+            if isinstance(p, Scorer):
+                prof.scorers.append(
+                    WeightedScorer(p, DEFAULT_SCORER_WEIGHT if ref.weight is None else ref.weight)
+                )
+            if isinstance(p, Filter):
+                prof.filters.append(p)
+            if isinstance(p, Picker):
+                if prof.picker is not None:
+                    errors.append(
+                        FieldError(
+                            f"{path}.schedulingProfiles.{i}.plugins.{j}.pluginRef",
+                            ref.plugin_ref,
+                            f"failed to set {ref.plugin_ref!r} as picker, profile {spec.name!r}"
+                            f" already has picker {prof.picker.name!r}",
+                        )
+                    )
+                else:
+                    prof.picker = p
+        profiles[spec.name] = prof
+    handlers = [p for p in plugins.values() if isinstance(p, ProfileHandler)]
+    if len(handlers) > 1:
+        errors.append(
+            FieldError(
+                f"{path}.plugins",
+                [h.name for h in handlers],
+                "multiple profile handlers found; only one is allowed",
+            )
+        )
+    elif not handlers:
+        errors.append(FieldError(f"{path}.plugins", None, "no profile handler configured"))
+    elif handlers[0].plugin_type == _SINGLE and len(profiles) > 1:
+        errors.append(
+            FieldError(
+                f"{path}.schedulingProfiles",
+                sorted(profiles),
+                "SingleProfileHandler cannot support multiple scheduling profiles",
+            )
+        )
+    if errors:
+        raise InputRefused(errors)
+    return Scheduler(handlers[0], profiles)
+
+
+def load(
+    doc: Mapping[str, Any] | EndpointPickerConfig | None,
+    runtime: RouterRuntime,
+    path: str = DEFAULT_CONFIG_PATH,
+) -> LoadedConfig:
+    """Decode (unless already decoded), instantiate and wire a configuration.
+
+    :raises InputRefused: naming the field, value and cause of every problem.
+    """
+    cfg = doc if isinstance(doc, EndpointPickerConfig) else decode_config(doc, path)
+    _validate_plugins(cfg, path)
+    _validate_gates(cfg, path)
+    ctx = BuildContext(runtime)
+    plugins: dict[str, Plugin] = {}
+    errors: list[FieldError] = []
+    for i, spec in enumerate(cfg.plugins):
+        try:
+            plugins[spec.name] = REGISTRY[spec.type](
+                spec.name, spec.parameters, ctx, f"{path}.plugins.{i}.parameters"
+            )
+        except InputRefused as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise InputRefused(errors)
+    injected: list[str] = []
+    _ensure_producers(cfg, plugins, ctx, path, injected)
+    _ensure_scheduling_layer(cfg, plugins, ctx, path, injected)
+    _validate_references(cfg, plugins, path)
+    scheduler = _build_scheduler(cfg, plugins, path)
+    return LoadedConfig(
+        config=cfg,
+        plugins=plugins,
+        scheduler=scheduler,
+        producers=[p for p in plugins.values() if isinstance(p, DataProducer)],
+        pre_request=[p for p in plugins.values() if isinstance(p, PreRequest)],
+        observers=[p for p in plugins.values() if isinstance(p, EventObserver)],
+        injected=injected,
+    )

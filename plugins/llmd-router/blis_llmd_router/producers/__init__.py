@@ -1,0 +1,8 @@
+"""Request data producers ported from llm-d-router v0.10.0 ``.../requestcontrol/dataproducer``."""
+
+from __future__ import annotations
+
+from blis_llmd_router.producers.approximate_prefix import ApproxPrefixCacheProducer
+from blis_llmd_router.producers.inflight_load import InFlightLoadProducer
+
+__all__ = ["ApproxPrefixCacheProducer", "InFlightLoadProducer"]

@@ -1,0 +1,52 @@
+"""Chained block hashes of a tokenised prompt.
+
+Port of ``pkg/epp/framework/plugins/requestcontrol/dataproducer/prefixhash/hashing.go``
+(llm-d-router v0.10.0). The prompt's token ids are cut into blocks of
+``block_size_tokens`` (the last block may be shorter and is hashed too). A block's id is
+XXH64 of its tokens as little-endian uint32s; its hash is XXH64 of
+``le64(block id) ‖ le64(previous hash)``, where the first previous hash is XXH64 of the
+target model name (followed by the cache salt, when there is one). At most
+``max_prefix_blocks`` hashes are made.
+
+Upstream hashes ``TokenizedPrompt.PerPromptTokens``, one list per prompt; a BLIS request
+has one prompt. Its zero-config tokenizer (the ``estimate`` backend) packs 4 bytes of
+prompt text per uint32; BLIS prompts have token ids and no text, so the ids are hashed
+(what upstream does with a real tokenizer or pre-tokenised input).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from blis_llmd_router.producers.xxh64 import xxh64
+
+__all__ = ["block_hashes", "block_id"]
+
+
+def block_id(tokens: Sequence[int]) -> int:
+    """``HashBlock.Hash``: XXH64 of the tokens as little-endian uint32 (0 for none)."""
+    if not tokens:
+        return 0
+    return xxh64(struct.pack(f"<{len(tokens)}I", *tokens))
+
+
+def block_hashes(
+    token_ids: Sequence[int],
+    block_size_tokens: int,
+    max_prefix_blocks: int,
+    target_model: str = "",
+    cache_salt: str = "",
+) -> list[int]:
+    """The chained hashes of ``token_ids``' blocks (``computeBlockHashes``)."""
+    if not token_ids or block_size_tokens <= 0:
+        return []
+    prev = xxh64(target_model.encode() + cache_salt.encode())
+    out: list[int] = []
+    for start in range(0, len(token_ids), block_size_tokens):
+        if len(out) >= max_prefix_blocks:
+            break
+        bid = block_id(token_ids[start : start + block_size_tokens])
+        prev = xxh64(struct.pack("<QQ", bid, prev))
+        out.append(prev)
+    return out

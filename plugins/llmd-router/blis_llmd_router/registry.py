@@ -1,0 +1,116 @@
+"""Plugin types: the ones ported, and the surface list of every upstream type.
+
+Port of the registration table ``cmd/epp/runner/runner.go`` (``registerInTreePlugins``,
+llm-d-router v0.10.0) restricted to what BLIS implements: :data:`REGISTRY` maps each
+implemented type to its factory. ``surface.yaml`` lists every type upstream registers
+with one status, ``implemented`` or ``refused-by-name`` with a reason;
+:func:`surface` reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from blis_llmd_router.context import PluginFactory
+from blis_llmd_router.filters.bylabel import ByLabelFilter, LabelSelectorFilter, role_filter
+from blis_llmd_router.params import ParamSpec
+from blis_llmd_router.pickers import MaxScorePicker, RandomPicker, WeightedRandomPicker
+from blis_llmd_router.producers import ApproxPrefixCacheProducer, InFlightLoadProducer
+from blis_llmd_router.producers.inert import inert_factory
+from blis_llmd_router.profiles import SingleProfileHandler
+from blis_llmd_router.scorers import (
+    ActiveRequestScorer,
+    KVCacheUtilizationScorer,
+    LoadAwareScorer,
+    PrefixCacheScorer,
+    QueueScorer,
+    RunningRequestsSizeScorer,
+)
+
+__all__ = ["REGISTRY", "SurfaceEntry", "surface"]
+
+_TOKEN_PRODUCER_PARAMS = {
+    "modelName": ParamSpec("str", ""),
+    "vllm": ParamSpec("object", None),
+    "estimate": ParamSpec("object", None),
+    "udsTokenizerConfig": ParamSpec("object", None),
+}
+
+_PARSERS = (
+    "openai-parser",
+    "anthropic-parser",
+    "vllmhttp-parser",
+    "passthrough-parser",
+    "vllmgrpc-parser",
+    "vertexai-parser",
+)
+
+REGISTRY: Mapping[str, PluginFactory] = {
+    # scorers
+    QueueScorer.plugin_type: QueueScorer.create,
+    KVCacheUtilizationScorer.plugin_type: KVCacheUtilizationScorer.create,
+    RunningRequestsSizeScorer.plugin_type: RunningRequestsSizeScorer.create,
+    LoadAwareScorer.plugin_type: LoadAwareScorer.create,
+    ActiveRequestScorer.plugin_type: ActiveRequestScorer.create,
+    PrefixCacheScorer.plugin_type: PrefixCacheScorer.create,
+    # pickers
+    MaxScorePicker.plugin_type: MaxScorePicker.create,
+    RandomPicker.plugin_type: RandomPicker.create,
+    WeightedRandomPicker.plugin_type: WeightedRandomPicker.create,
+    # filters
+    "decode-filter": role_filter("decode-filter"),
+    "prefill-filter": role_filter("prefill-filter"),
+    "encode-filter": role_filter("encode-filter"),
+    ByLabelFilter.plugin_type: ByLabelFilter.create,
+    LabelSelectorFilter.plugin_type: LabelSelectorFilter.create,
+    "by-label-selector": LabelSelectorFilter.create_deprecated,
+    # profile handlers
+    SingleProfileHandler.plugin_type: SingleProfileHandler.create,
+    # data producers
+    ApproxPrefixCacheProducer.plugin_type: ApproxPrefixCacheProducer.create,
+    InFlightLoadProducer.plugin_type: InFlightLoadProducer.create,
+    # substituted or inert
+    "token-producer": inert_factory("token-producer", _TOKEN_PRODUCER_PARAMS),
+    "metrics-data-source": inert_factory("metrics-data-source", {}),
+    "core-metrics-extractor": inert_factory("core-metrics-extractor", {}),
+    "endpoint-notification-source": inert_factory("endpoint-notification-source", {}),
+    **{p: inert_factory(p, {}) for p in _PARSERS},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceEntry:
+    """One upstream plugin type and its status in this port."""
+
+    plugin_type: str
+    status: str
+    stability: str
+    upstream: str
+    reason: str = ""
+    port: str = ""
+    deprecated: bool = False
+
+
+@cache
+def surface() -> Mapping[str, SurfaceEntry]:
+    """Every plugin type llm-d-router v0.10.0 registers, from ``surface.yaml``."""
+    text = resources.files("blis_llmd_router").joinpath("surface.yaml").read_text()
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return {
+        t: SurfaceEntry(
+            plugin_type=t,
+            status=str(v["status"]),
+            stability=str(v.get("stability", "")),
+            upstream=str(v.get("upstream", "")),
+            reason=str(v.get("reason", "")),
+            port=str(v.get("port", "")),
+            deprecated=bool(v.get("deprecated", False)),
+        )
+        for t, v in doc["types"].items()
+    }

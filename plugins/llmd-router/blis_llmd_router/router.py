@@ -1,0 +1,89 @@
+"""The router: one decision per request, as upstream's Director makes it.
+
+Port of the scheduling path of ``pkg/epp/requestcontrol/director.go`` (``HandleRequest``,
+llm-d-router v0.10.0): no candidate → 503 ("failed to find endpoint candidates for
+serving the request"); data producers annotate the candidates; the scheduler runs; a
+failed schedule → 429 (upstream wraps it as ``ResourceExhausted``); on success the
+``PreRequest`` plugins record the decision and the request goes to the primary
+profile's first target. Admission (sheddable requests against the saturation detector)
+is inert in BLIS, which has no InferenceObjectives (every request has priority 0).
+
+``observe`` feeds ``first_token`` and ``completed`` events to the plugins that track
+in-flight requests. ``kv_events`` are not read: the approximate prefix producer learns
+from decisions, not from engine events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import EndpointSnapshot, RouterEvent, RoutingDecision
+from blis_llmd_router.framework import (
+    Endpoint,
+    ScheduleTrace,
+    SchedulingError,
+    SchedulingRequest,
+    SchedulingResult,
+)
+from blis_llmd_router.loader import LoadedConfig
+from blis_llmd_router.producers import ApproxPrefixCacheProducer
+
+__all__ = ["LlmdRouter"]
+
+
+class LlmdRouter:
+    """A running llm-d router (see :class:`~blis_llmd_router.plugin.LlmdRouterFactory`)."""
+
+    def __init__(self, loaded: LoadedConfig) -> None:
+        self.loaded = loaded
+
+    def schedule(
+        self,
+        request: InferenceRequest,
+        endpoints: Sequence[EndpointSnapshot],
+        trace: ScheduleTrace | None = None,
+    ) -> tuple[RoutingDecision, SchedulingResult | None, list[Endpoint]]:
+        """One decision with its scheduling result and the annotated candidates."""
+        if not endpoints:
+            return (
+                RoutingDecision(
+                    None, 503, "failed to find endpoint candidates for serving the request"
+                ),
+                None,
+                [],
+            )
+        sreq = SchedulingRequest(request)
+        candidates = [Endpoint.from_snapshot(s) for s in endpoints]
+        for producer in self.loaded.producers:
+            producer.produce(sreq, candidates)
+        try:
+            result = self.loaded.scheduler.schedule(sreq, candidates, trace)
+        except SchedulingError as exc:
+            for producer in self.loaded.producers:
+                if isinstance(producer, ApproxPrefixCacheProducer):
+                    producer.discard(sreq.request_id)
+            return (
+                RoutingDecision(None, 429, f"failed to find target endpoint: {exc}"),
+                None,
+                candidates,
+            )
+        for plugin in self.loaded.pre_request:
+            plugin.pre_request(sreq, result)
+        primary = result.profile_results[result.primary_profile_name]
+        assert primary is not None  # process_results refuses a failed primary
+        target = primary.target_endpoints[0].name if primary.target_endpoints else None
+        if target is None:
+            return RoutingDecision(None, 429, "failed to find target endpoint"), result, candidates
+        return RoutingDecision(target), result, candidates
+
+    def route(
+        self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]
+    ) -> RoutingDecision:
+        """Decide where ``request`` goes among ``endpoints`` (candidate order as given)."""
+        return self.schedule(request, endpoints)[0]
+
+    def observe(self, event: RouterEvent) -> None:
+        """Relay ``first_token`` / ``completed`` to the in-flight trackers."""
+        for plugin in self.loaded.observers:
+            plugin.on_event(event)

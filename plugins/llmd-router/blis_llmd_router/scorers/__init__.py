@@ -1,0 +1,19 @@
+"""Scorers ported from llm-d-router v0.10.0 ``pkg/epp/framework/plugins/scheduling/scorer``."""
+
+from __future__ import annotations
+
+from blis_llmd_router.scorers.active_request import ActiveRequestScorer
+from blis_llmd_router.scorers.kvcache_utilization import KVCacheUtilizationScorer
+from blis_llmd_router.scorers.load_aware import LoadAwareScorer
+from blis_llmd_router.scorers.prefix import PrefixCacheScorer
+from blis_llmd_router.scorers.queue import QueueScorer
+from blis_llmd_router.scorers.running_requests import RunningRequestsSizeScorer
+
+__all__ = [
+    "ActiveRequestScorer",
+    "KVCacheUtilizationScorer",
+    "LoadAwareScorer",
+    "PrefixCacheScorer",
+    "QueueScorer",
+    "RunningRequestsSizeScorer",
+]
