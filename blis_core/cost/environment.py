@@ -187,14 +187,18 @@ class SimEnvironment:
                     ranks[j] = int(answer[1])
         return StepEvaluation(seconds, ranks, ev.work, float(seconds.sum()))
 
-    def rank_shares(self) -> dict[str, float]:
-        """Which ranks priced the steps so far and each rank's share of priced time."""
+    def rank_totals(self) -> RankTotals:
+        """Seconds of priced time per rank so far, over every step this Environment priced."""
         merged = RankTotals()
         merged.seconds = list(self.totals.seconds)
         for cp in self._compiled.values():
             for rank, seconds in enumerate(cp.rank_seconds()):
                 merged.add(rank, seconds)
-        return merged.rank_shares()
+        return merged
+
+    def rank_shares(self) -> dict[str, float]:
+        """Which ranks priced the steps so far and each rank's share of priced time."""
+        return self.rank_totals().rank_shares()
 
     # -- transfers ---------------------------------------------------------------------
 

@@ -32,8 +32,8 @@ class EngineComponent(Component):
 
     Ports in: ``request`` (InferenceRequest), ``abort`` (request id).
     Ports out: ``step`` (StepReport) to the client and, when there is a router, to it;
-    ``accepted`` (request ids the engine queued) and ``dropped`` (Dropped) to the client; ``metrics`` (MetricsScrape) to the router every
-    ``scrape_interval_us``.
+    ``accepted`` (request ids the engine queued) and ``dropped`` (Dropped) to the client;
+    ``metrics`` (MetricsScrape) to the router every ``scrape_interval_us``.
     """
 
     def __init__(

@@ -40,7 +40,7 @@ def merge_rank_shares(envs: Sequence[Environment]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for env in envs:
         assert isinstance(env, SimEnvironment)
-        for rank, seconds in enumerate(env.totals.seconds):
+        for rank, seconds in enumerate(env.rank_totals().seconds):
             if seconds > 0:
                 name = CoefficientRank(rank).name.lower()
                 totals[name] = totals.get(name, 0.0) + seconds

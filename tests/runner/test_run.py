@@ -190,3 +190,13 @@ def test_requests_are_marked_queued_when_an_engine_accepts_them(
     f = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].fates
     assert f.queued_at_horizon > 0
     assert f.not_started == 0  # the round-robin router dispatches at once
+
+
+def test_rank_shares_cover_all_priced_time(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    doc = _scenario(frame={"replications": 1})
+    shares = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].rank_shares
+    assert shares and abs(sum(shares.values()) - 1.0) < 1e-9
+    assert "calibrated" in shares  # H100 GEMMs are priced by the Vidur fit
