@@ -155,8 +155,18 @@ class Environment(Protocol):
         """The catalog's facts for a link kind."""
         ...
 
+    def device_memory_bytes(self, hardware_id: str) -> int:
+        """Total memory the device runtime reports for one accelerator (e.g. what
+        ``torch.cuda.mem_get_info`` gives as total): less than the datasheet figure."""
+        ...
+
     def weight_bytes_per_rank(self, plan: PoolPlan) -> int:
         """Resident weight bytes on one rank, with the plan's quantization."""
+        ...
+
+    def non_torch_bytes(self, plan: PoolPlan) -> int:
+        """Memory outside the framework's allocator on one rank (CUDA context, NCCL and
+        cuBLAS workspaces)."""
         ...
 
     def activation_peak_bytes(self, plan: PoolPlan, num_tokens: int) -> int:

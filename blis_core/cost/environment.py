@@ -110,8 +110,7 @@ class SimEnvironment:
     def non_torch_bytes(self, plan: PoolPlan) -> int:
         """Estimated non-torch memory per rank (CUDA libraries, NCCL buffers); assumed.
 
-        Not part of the Environment protocol; a vLLM port subtracts it as vLLM's
-        ``non_torch_increase``.
+        A vLLM port subtracts it as vLLM's ``non_torch_increase``.
         """
         return memory.non_torch_bytes(plan.layout)
 

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import math
-from typing import Protocol, runtime_checkable
 
 from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchitecture
 from blis_core.contracts.engine import Environment
@@ -42,7 +41,6 @@ from blis_vllm.config import VllmSettings
 from blis_vllm.version import ENGINE_KIND, UPSTREAM_RELEASE
 
 __all__ = [
-    "SupportsNonTorchMemory",
     "build_partial_plan",
     "decide_kv_budget",
     "graph_policy",
@@ -51,20 +49,6 @@ __all__ = [
 ]
 
 GIB = 1 << 30
-
-
-@runtime_checkable
-class SupportsNonTorchMemory(Protocol):
-    """Optional Environment extension: memory outside PyTorch's allocator per rank.
-
-    vLLM counts CUDA context, NCCL and cuBLAS workspaces as ``non_torch`` memory in
-    ``non_kv_cache_memory``. The contract's Environment has no such method yet (a
-    requested contract change); an Environment that offers it is used.
-    """
-
-    def nontorch_bytes_per_rank(self, plan: PoolPlan) -> int:
-        """Bytes outside the torch allocator on one rank."""
-        ...
 
 
 def _cc_major(hw: HardwareSpec) -> int | None:
@@ -272,11 +256,14 @@ def decide_kv_budget(
     weights = env.weight_bytes_per_rank(plan)
     activation = env.activation_peak_bytes(plan, settings.max_num_batched_tokens)
     graphs = env.graph_memory_bytes(plan) if plan.graph_policy.capture_sizes else 0
-    nontorch = env.nontorch_bytes_per_rank(plan) if isinstance(env, SupportsNonTorchMemory) else 0
+    nontorch = env.non_torch_bytes(plan)
     if settings.kv_cache_memory_bytes is not None:
         available = settings.kv_cache_memory_bytes
     else:
-        requested = math.ceil(hw.memory_bytes * settings.gpu_memory_utilization)
+        # gpu_worker.py (0.33.0): requested_memory = total_memory * gpu_memory_utilization,
+        # where total_memory is what torch.cuda.mem_get_info() reports for the device.
+        total = env.device_memory_bytes(hw.id)
+        requested = math.ceil(total * settings.gpu_memory_utilization)
         available = requested - (weights + nontorch + activation) - graphs
     source = f"vllm@{UPSTREAM_RELEASE} pool for {plan.model}"
     if available <= 0:

@@ -100,6 +100,12 @@ class FakeEnvironment:
     def fabric(self, fabric_id: str) -> FabricSpec:
         raise KeyError(fabric_id)
 
+    def device_memory_bytes(self, hardware_id: str) -> int:
+        return self._hw.memory_bytes
+
+    def non_torch_bytes(self, plan: PoolPlan) -> int:
+        return 0
+
     def weight_bytes_per_rank(self, plan: PoolPlan) -> int:
         return self.weight_bytes
 
