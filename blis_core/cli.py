@@ -299,6 +299,54 @@ def _engine_args(extra: list[str]) -> dict[str, Any]:
     return out
 
 
+def _cmd_route_explain(args: argparse.Namespace) -> int:
+    from blis_core.contracts.router import ExplainingRouterFactory
+    from blis_core.io.yaml_safe import load_yaml_mapping
+    from blis_core.route_explain import ExplainRequest, ExplainState, parse
+
+    kind, version = _kind_version(args.router, "--router")
+    factory = _host().select_router(kind, version)
+    if not isinstance(factory, ExplainingRouterFactory):
+        raise InputRefused.one("--router", args.router, "this router cannot explain decisions")
+    config = load_yaml_mapping(Path(args.config)) if args.config else {}
+    state = parse(ExplainState, load_yaml_mapping(Path(args.state)), args.state)
+    request = parse(ExplainRequest, load_yaml_mapping(Path(args.request)), args.request)
+    report = factory.explain(config, [e.snapshot() for e in state.endpoints], request.request())
+    if args.json:
+        json.dump(report, sys.stdout, indent=2, sort_keys=True, default=str)
+        sys.stdout.write("\n")
+        return 0
+    _print_explain(report)
+    return 0
+
+
+def _print_explain(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for name, prof in (report.get("profiles") or {}).items():
+        console.print(f"[bold]profile {name}[/bold]: candidates {', '.join(prof['candidates'])}")
+        for f in prof.get("filters", []):
+            console.print(f"  filter {f['name']} ({f['type']}): {', '.join(f['survivors']) or '-'}")
+        table = Table(title=f"scores ({name})")
+        table.add_column("endpoint")
+        scorers = prof.get("scorers", [])
+        for sc in scorers:
+            table.add_column(f"{sc['name']} x{sc['weight']:g}", justify="right")
+        table.add_column("total", justify="right")
+        for ep, total in prof.get("totals", {}).items():
+            cells = [f"{sc['scores'].get(ep, 0.0):.4f}" for sc in scorers]
+            table.add_row(ep, *cells, f"{total:.4f}")
+        console.print(table)
+        picker = prof.get("picker") or {}
+        console.print(f"  picker {picker.get('name', '-')}: {', '.join(prof.get('picked', []))}")
+    console.print(
+        f"[bold]pick[/bold]: {report.get('pick')} (status {report.get('status')}"
+        + (f", {report['reason']})" if report.get("reason") else ")")
+    )
+
+
 def _cmd_workload_fit(args: argparse.Namespace) -> int:
     from blis_core.workload.fit import fit_trace
 
@@ -362,6 +410,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     data_args(p)
     p.set_defaults(func=None, plan=True)
+
+    p = sub.add_parser("route", help="router tools")
+    rsub = p.add_subparsers(dest="route_command", required=True)
+    r = rsub.add_parser("explain", help="run one routing decision and show every stage")
+    r.add_argument("--router", default="llm-d@v0.10.0", help="KIND@VERSION of the router")
+    r.add_argument("--config", help="the router's configuration file (default: its default)")
+    r.add_argument("--state", required=True, help="endpoint state (JSON or YAML)")
+    r.add_argument("--request", required=True, help="the request (JSON or YAML)")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_cmd_route_explain)
 
     p = sub.add_parser("workload", help="workload tools")
     wsub = p.add_subparsers(dest="workload_command", required=True)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EndpointSnapshot",
+    "ExplainingRouterFactory",
     "RouterEvent",
     "RouterFactory",
     "RouterInstance",
@@ -113,4 +114,22 @@ class RouterFactory(Protocol):
 
     def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
         """Build a router from its own configuration document (refusing bad fields)."""
+        ...
+
+
+@runtime_checkable
+class ExplainingRouterFactory(RouterFactory, Protocol):
+    """A router factory that can show how it reaches one decision (``blis route explain``)."""
+
+    def explain(
+        self,
+        config: Mapping[str, Any],
+        endpoints: Sequence[EndpointSnapshot],
+        request: InferenceRequest,
+    ) -> Mapping[str, Any]:
+        """Run one decision and return every stage of it as plain JSON-able data.
+
+        The result has at least ``pick`` (endpoint name or ``None``), ``status`` and
+        ``reason``; routers add their own stages (filters, scores, totals).
+        """
         ...

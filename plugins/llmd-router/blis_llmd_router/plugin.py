@@ -9,11 +9,17 @@ llm-d-inference-scheduler), plugin version ``v0.10.0-blis.1`` (PEP 440:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from blis_core.contracts.registry import Registrar
-from blis_core.contracts.router import RouterFactory, RouterInstance, RouterRuntime
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import (
+    EndpointSnapshot,
+    RouterFactory,
+    RouterInstance,
+    RouterRuntime,
+)
 from blis_core.hookspecs import hookimpl
 from blis_llmd_router.loader import load
 from blis_llmd_router.router import LlmdRouter
@@ -34,6 +40,21 @@ class LlmdRouterFactory:
     def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
         """A router for ``config``; refuses what upstream refuses and what BLIS does not model."""
         return LlmdRouter(load(config, runtime))
+
+    def explain(
+        self,
+        config: Mapping[str, Any],
+        endpoints: Sequence[EndpointSnapshot],
+        request: InferenceRequest,
+    ) -> Mapping[str, Any]:
+        """One decision with each filter's survivors, scores, totals and the pick.
+
+        An empty ``config`` is upstream's default configuration (see
+        :func:`~blis_llmd_router.explain.explain`).
+        """
+        from blis_llmd_router.explain import explain
+
+        return explain(dict(config) or None, endpoints, request)
 
 
 @hookimpl
