@@ -8,12 +8,15 @@ plugin passes them or fails them the same way inside and outside this repository
 
 from __future__ import annotations
 
+from blis_conformance.cost import CostMethodConformance, ScorerConformance
 from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
 from blis_conformance.router import RouterConformance
 
 __all__ = [
+    "CostMethodConformance",
     "EngineConformance",
     "PrefixCachingConformance",
     "RouterConformance",
+    "ScorerConformance",
     "drive_engine",
 ]

@@ -143,3 +143,27 @@ def test_step_explained_reaches_plugins(install_plugins: Callable[..., None]) ->
     price = StepPrice(duration_us=7, parts=())
     host.step_explained("i", StepShape(1, StepMode.IDLE, (), 0), price)  # blis_step_explained
     assert observer.CALLS == [("blis_step_explained", price)]
+
+
+def test_throwaway_cost_method_and_scorer_pass_their_suites() -> None:
+    import sys
+
+    from tests.conftest import PLUGINS_DIR
+
+    sys.path.insert(0, str(PLUGINS_DIR))
+    try:
+        import extra_kinds
+    finally:
+        sys.path.remove(str(PLUGINS_DIR))
+    from blis_conformance import CostMethodConformance, ScorerConformance
+
+    class CostSuite(CostMethodConformance):
+        method = extra_kinds.FlatCost()
+
+    class ScorerSuite(ScorerConformance):
+        scorer = extra_kinds.CountScorer()  # type: ignore[assignment]
+
+    CostSuite().test_has_a_name()
+    CostSuite().test_answers_are_finite_non_negative_seconds_with_a_rank()
+    CostSuite().test_same_work_same_price()
+    ScorerSuite().test_metadata()
