@@ -347,6 +347,58 @@ def _print_explain(report: Any) -> None:
     )
 
 
+def _cmd_surface(args: argparse.Namespace) -> int:
+    from blis_core.contracts.engine import SurfaceReporting
+
+    kind, version = _kind_version(args.component, "KIND")
+    host = _host()
+    factory: Any = None
+    for group, select in (
+        ("blis.engines", host.select_engine),
+        ("blis.routers", host.select_router),
+    ):
+        releases = host.releases(group, kind)
+        if releases:
+            factory = select(kind, version or releases[-1])
+            break
+    if factory is None:
+        raise InputRefused.one(
+            "KIND", args.component, "no engine or router of this kind is installed"
+        )
+    title = f"surface of {factory.kind}@{factory.upstream_release}"
+    if not isinstance(factory, SurfaceReporting):
+        raise InputRefused.one("KIND", args.component, "this plugin publishes no surface list")
+    lists = factory.surface()
+    counts = {
+        name: dict(sorted(_count(items.values()).items())) for name, items in sorted(lists.items())
+    }
+    if args.json:
+        json.dump({"counts": counts, "items": lists}, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    statuses = sorted({s for c in counts.values() for s in c})
+    table = Table(title=title)
+    table.add_column("list")
+    for status in statuses:
+        table.add_column(status, justify="right")
+    table.add_column("total", justify="right")
+    for name, c in counts.items():
+        table.add_row(name, *(str(c.get(s, 0)) for s in statuses), str(sum(c.values())))
+    Console().print(table)
+    return 0
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        key = str(v).split(":", 1)[0]
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
 def _cmd_workload_fit(args: argparse.Namespace) -> int:
     from blis_core.workload.fit import fit_trace
 
@@ -410,6 +462,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     data_args(p)
     p.set_defaults(func=None, plan=True)
+
+    p = sub.add_parser("surface", help="counts of an engine's or router's surface and fields")
+    p.add_argument("component", metavar="KIND", help="e.g. vllm, vllm@0.33.0, llm-d")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_surface)
 
     p = sub.add_parser("route", help="router tools")
     rsub = p.add_subparsers(dest="route_command", required=True)

@@ -45,6 +45,7 @@ __all__ = [
     "KVEvent",
     "LinkLoad",
     "StepOutcome",
+    "SurfaceReporting",
     "TokenEmission",
 ]
 
@@ -253,4 +254,18 @@ class EngineFactory(Protocol):
 
     def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> EngineInstance:
         """Build a running engine instance named ``instance``."""
+        ...
+
+
+@runtime_checkable
+class SurfaceReporting(Protocol):
+    """A plugin factory that reports its surface and field lists (``blis surface KIND``).
+
+    ``surface()`` maps each list (``models``, ``attention_backends``, ``fields`` …) to the
+    items of that list with their status (``modelled``, ``refused``, ``out_of_scope:…``,
+    ``proven_inert``), as generated from the upstream's own registration tables.
+    """
+
+    def surface(self) -> Mapping[str, Mapping[str, str]]:
+        """List name -> item -> status."""
         ...

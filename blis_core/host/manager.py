@@ -258,19 +258,24 @@ class PluginHost:
         factory: RouterFactory = self._select(self.routers, "blis.routers", "router", kind, version)
         return factory
 
-    def _select(
-        self, reg: NamedRegistry[Any], group: str, what: str, kind: str, version: str | None
-    ) -> Any:
+    def releases(self, group: str, kind: str) -> list[str]:
+        """Releases of ``kind`` that installed plugins model, oldest first (loads on demand)."""
+        reg = self._registry(group)
         known = reg.keys()
         if not any(k.split("@", 1)[0] == kind for k in known) and (group, kind) in self.records:
             self.load(group, kind)
-        keys = reg.keys()
-        releases = sorted(
-            (k.split("@", 1)[1] for k in keys if k.split("@", 1)[0] == kind), key=release_key
+            known = reg.keys()
+        return sorted(
+            (k.split("@", 1)[1] for k in known if k.split("@", 1)[0] == kind), key=release_key
         )
+
+    def _select(
+        self, reg: NamedRegistry[Any], group: str, what: str, kind: str, version: str | None
+    ) -> Any:
+        releases = self.releases(group, kind)
         if not releases:
             kinds = sorted(
-                {k.split("@", 1)[0] for k in keys}
+                {k.split("@", 1)[0] for k in reg.keys()}
                 | {n for (g, n), r in self.records.items() if g == group and r.status != "blocked"}
             )
             raise PluginError(
@@ -289,15 +294,18 @@ class PluginHost:
             )
         return item
 
-    def stamp(self, group: str, key: str, version: str) -> PluginStamp:
-        """The Result stamp of a registered item (``key`` as in its registry)."""
+    def _registry(self, group: str) -> NamedRegistry[Any]:
         registries: dict[str, NamedRegistry[Any]] = {
             "blis.engines": self.engines,
             "blis.routers": self.routers,
             "blis.cost_methods": self.cost_methods,
             "blis.scorers": self.scorers,
         }
-        reg = registries[group]
+        return registries[group]
+
+    def stamp(self, group: str, key: str, version: str) -> PluginStamp:
+        """The Result stamp of a registered item (``key`` as in its registry)."""
+        reg = self._registry(group)
         owner = reg.owner(key)
         g, _, n = owner.partition(":")
         rec = self.records[(g, n)]

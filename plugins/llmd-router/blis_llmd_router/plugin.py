@@ -41,6 +41,12 @@ class LlmdRouterFactory:
         """A router for ``config``; refuses what upstream refuses and what BLIS does not model."""
         return LlmdRouter(load(config, runtime))
 
+    def surface(self) -> Mapping[str, Mapping[str, str]]:
+        """Every plugin type v0.10.0 registers, with its status here (``blis surface llm-d``)."""
+        from blis_llmd_router.registry import surface
+
+        return {"plugin_types": {t: e.status for t, e in sorted(surface().items())}}
+
     def explain(
         self,
         config: Mapping[str, Any],

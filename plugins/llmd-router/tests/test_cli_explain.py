@@ -55,3 +55,12 @@ def test_explain_refuses_bad_state(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["route", "explain", "--state", str(bad), "--request", req]) == 2
     err = capsys.readouterr().err
     assert "endpoints.0.kv_usage: 1.5" in err and "endpoints.0.colour" in err
+
+
+def test_surface_command_counts_plugin_types(capsys: pytest.CaptureFixture[str]) -> None:
+    from blis_llmd_router.registry import surface
+
+    assert main(["surface", "llm-d", "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]["plugin_types"]
+    assert sum(counts.values()) == len(surface())
+    assert set(counts) <= {"implemented", "refused-by-name"}
