@@ -224,7 +224,12 @@ class EngineInstance(Protocol):
         ...
 
     def schedule(self, now_us: int) -> StepShape | None:
-        """Form the next step, or ``None`` when there is nothing to run."""
+        """Form the next step, or ``None`` when there is nothing to run now.
+
+        The simulator calls it after every ``complete`` and after every input while no
+        step is in flight, so ``None`` may also mean "nothing until a step in flight
+        completes" (asynchronous scheduling).
+        """
         ...
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
@@ -232,7 +237,11 @@ class EngineInstance(Protocol):
         ...
 
     def scrape(self) -> Mapping[str, float]:
-        """Metrics under the upstream's Prometheus names, as a scrape would read them."""
+        """Metrics under the upstream's Prometheus names, as a scrape would read them.
+
+        An info metric's numeric labels are given as ``<metric name>:<label>`` (e.g.
+        ``vllm:cache_config_info:block_size``).
+        """
         ...
 
     def num_unfinished(self) -> int:

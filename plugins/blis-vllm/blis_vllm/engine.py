@@ -174,8 +174,17 @@ class VllmEngine:
         )
 
     def scrape(self) -> Mapping[str, float]:
-        """vLLM's metrics as of the last completed step."""
-        return self._metrics.as_prometheus()
+        """vLLM's metrics as of the last completed step.
+
+        The numeric labels of the info metric ``vllm:cache_config_info`` (``block_size``,
+        ``num_gpu_blocks``) appear as ``vllm:cache_config_info:<label>``, the contract's
+        convention for info metrics (the router's prefix producer auto-tunes from them).
+        """
+        metrics = dict(self._metrics.as_prometheus())
+        info = self.cache_config_info()
+        for label in ("block_size", "num_gpu_blocks"):
+            metrics[f"{CACHE_CONFIG_INFO}:{label}"] = float(info[label])
+        return metrics
 
     def cache_config_info(self) -> Mapping[str, str]:
         """Labels of ``vllm:cache_config_info`` (CacheConfig.metrics_info, engine 0)."""

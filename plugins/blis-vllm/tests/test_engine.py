@@ -121,6 +121,8 @@ def test_prefix_hit_at_engine_level_and_metrics() -> None:
         PREFIX_CACHE_QUERIES,
         PREFIX_CACHE_HITS,
         NUM_PREEMPTIONS,
+        "vllm:cache_config_info:block_size",
+        "vllm:cache_config_info:num_gpu_blocks",
     }
     assert set(engine.scrape()) == names
     engine.add_request(req("a", ("sys", 64), ("u/a", 10), max_tokens=2), 0)
@@ -142,6 +144,7 @@ def test_prefix_hit_at_engine_level_and_metrics() -> None:
     info = engine.cache_config_info()
     assert info["__name__"] == "vllm:cache_config_info"
     assert info["block_size"] == "16" and info["num_gpu_blocks"] == "64"
+    assert m["vllm:cache_config_info:block_size"] == 16.0
 
 
 def test_preemptions_are_reported_and_counted() -> None:
