@@ -45,12 +45,15 @@ class Stack(Document):
 
 
 class DataStamp(Document):
-    """Which catalog and coefficient registry priced the run, by content hash."""
+    """Which data the run used, by content hash: catalog, registry and any replayed trace."""
 
     catalog_hash: str
     registry_hash: str
     catalog_source: str = Field(description="'embedded' or the path given")
     registry_source: str
+    trace_hash: str | None = Field(
+        default=None, description="sha256 of the replayed trace file's bytes, if any"
+    )
 
 
 class MetricDefinition(Document):

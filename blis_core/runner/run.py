@@ -7,6 +7,7 @@ the client, and the DEVS kernel runs the components.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,7 +370,7 @@ def run_scenario(
         scenario=scenario,
         scenario_hash=content_hash(scenario.model_dump(mode="json")),
         stack=Stack(blis_core=__version__, plugins=tuple(stamps[k] for k in sorted(stamps))),
-        data=data.stamp(),
+        data=data.stamp().model_copy(update={"trace_hash": _trace_hash(scenario, base_dir)}),
         metric_definitions=tuple(METRICS[m] for m in scenario.frame.metrics if m in METRICS),
         replications=tuple(reps),
         estimates=estimates,
@@ -378,6 +379,16 @@ def run_scenario(
     result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})
     host.result_written(result)
     return result
+
+
+def _trace_hash(scenario: Scenario, base_dir: Path | None) -> str | None:
+    trace = scenario.workload.trace
+    if trace is None:
+        return None
+    path = Path(trace.path)
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _hashable(result: Result) -> object:

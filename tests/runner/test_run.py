@@ -200,3 +200,21 @@ def test_rank_shares_cover_all_priced_time(
     shares = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].rank_shares
     assert shares and abs(sum(shares.values()) - 1.0) < 1e-9
     assert "calibrated" in shares  # H100 GEMMs are priced by the Vidur fit
+
+
+def test_replayed_trace_is_hashed_into_the_result(
+    install_plugins: Callable[..., None], data: DataSources, tmp_path: Path
+) -> None:
+    install_plugins(TOY)
+    trace = tmp_path / "trace.csv"
+    rows = ["arrival_s,input_tokens,output_tokens"]
+    rows += [f"{i * 0.05:.2f},{100 + i},{5 + i % 7}" for i in range(40)]
+    trace.write_text("\n".join(rows) + "\n")
+    doc = _scenario(workload={"trace": {"path": "trace.csv"}}, frame={"replications": 1})
+    result = run_scenario(parse_scenario(doc, "t"), make_host(), data, base_dir=tmp_path)
+    assert result.replications[0].fates.completed == 40
+    first = result.data.trace_hash
+    assert first is not None and first.startswith("sha256:")
+    trace.write_text("\n".join(rows[:-1]) + "\n")
+    again = run_scenario(parse_scenario(doc, "t"), make_host(), data, base_dir=tmp_path)
+    assert again.data.trace_hash != first
