@@ -32,10 +32,10 @@ __all__ = [
 class ParallelLayout(Document):
     """Tensor, pipeline, data and expert parallel degrees of one pool instance."""
 
-    tp: int = Field(default=1, gt=0)
-    pp: int = Field(default=1, gt=0)
-    dp: int = Field(default=1, gt=0)
-    ep: int = Field(default=1, gt=0)
+    tp: int = Field(default=1, gt=0, description="tensor-parallel degree")
+    pp: int = Field(default=1, gt=0, description="pipeline-parallel degree")
+    dp: int = Field(default=1, gt=0, description="data-parallel degree")
+    ep: int = Field(default=1, gt=0, description="expert-parallel degree")
 
     @property
     def gpus(self) -> int:

@@ -43,8 +43,8 @@ class ComponentSelection(Document):
     BLIS with another release refuses it instead of silently running something else.
     """
 
-    kind: str = Field(min_length=1)
-    version: str = Field(min_length=1)
+    kind: str = Field(min_length=1, description="plugin kind, e.g. vllm, llm-d")
+    version: str = Field(min_length=1, description="upstream release modelled, e.g. 0.33.0")
 
     def __str__(self) -> str:
         return f"{self.kind}@{self.version}"
@@ -53,14 +53,26 @@ class ComponentSelection(Document):
 class PoolSpec(Document):
     """A pool of identical engine instances."""
 
-    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    engine: ComponentSelection
+    name: str = Field(
+        min_length=1,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="pool name; instances are <name>-0, <name>-1, ...",
+    )
+    engine: ComponentSelection = Field(description="the engine and the release it models")
     model: str = Field(min_length=1, description="Hugging Face id, a catalog key")
     hardware: str = Field(min_length=1, description="catalog key of the accelerator")
-    replicas: int = Field(default=1, gt=0)
-    layout: ParallelLayout = ParallelLayout()
-    role: str = Field(default="both", pattern=r"^(both|prefill|decode)$")
-    labels: dict[str, str] = Field(default_factory=dict)
+    replicas: int = Field(default=1, gt=0, description="identical engine instances")
+    layout: ParallelLayout = Field(
+        default=ParallelLayout(), description="tensor/pipeline/data/expert parallel degrees"
+    )
+    role: str = Field(
+        default="both",
+        pattern=r"^(both|prefill|decode)$",
+        description="what the router may send here (P/D disaggregation)",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="endpoint labels a router's filters may read"
+    )
     args: dict[str, Any] = Field(
         default_factory=dict, description="the engine's own arguments, by upstream name"
     )
@@ -73,12 +85,20 @@ class RouterSpec(Document):
     or ``config_path`` a file holding it; not both.
     """
 
-    kind: str = Field(min_length=1)
-    version: str = Field(min_length=1)
-    config: dict[str, Any] | None = None
-    config_path: str | None = None
-    scrape_interval_us: int = Field(default=50_000, gt=0)
-    kv_event_delay_us: int = Field(default=0, ge=0)
+    kind: str = Field(min_length=1, description="router kind, e.g. llm-d, round-robin")
+    version: str = Field(min_length=1, description="upstream release modelled, e.g. v0.10.0")
+    config: dict[str, Any] | None = Field(
+        default=None, description="the router's own configuration document, inline"
+    )
+    config_path: str | None = Field(
+        default=None, description="a file holding it (relative to the scenario file)"
+    )
+    scrape_interval_us: int = Field(
+        default=50_000, gt=0, description="how often engine metrics are scraped"
+    )
+    kv_event_delay_us: int = Field(
+        default=0, ge=0, description="transport delay of engine steps' KV events to the router"
+    )
 
     @model_validator(mode="after")
     def _one_config(self) -> RouterSpec:
@@ -90,8 +110,10 @@ class RouterSpec(Document):
 class Deployment(Document):
     """Pools and the router: what runs."""
 
-    pools: tuple[PoolSpec, ...]
-    router: RouterSpec | None = None
+    pools: tuple[PoolSpec, ...] = Field(description="pools of engine instances (at least one)")
+    router: RouterSpec | None = Field(
+        default=None, description="required when there is more than one engine instance"
+    )
 
     @model_validator(mode="after")
     def _names_unique(self) -> Deployment:
@@ -107,9 +129,9 @@ class Deployment(Document):
 class ServiceLevelObjectives(Document):
     """Per-request objectives for goodput; a request meets them when all set ones hold."""
 
-    ttft_ms: float | None = Field(default=None, gt=0)
-    tpot_ms: float | None = Field(default=None, gt=0)
-    e2e_ms: float | None = Field(default=None, gt=0)
+    ttft_ms: float | None = Field(default=None, gt=0, description="time to first token bound")
+    tpot_ms: float | None = Field(default=None, gt=0, description="time per output token bound")
+    e2e_ms: float | None = Field(default=None, gt=0, description="end-to-end latency bound")
 
 
 class ExperimentalFrame(Document):
@@ -122,10 +144,17 @@ class ExperimentalFrame(Document):
     from the scenario seed.
     """
 
-    horizon_s: float | None = Field(default=None, gt=0)
-    warmup_s: float = Field(default=0.0, ge=0)
-    replications: int = Field(default=1, gt=0, le=1000)
-    metrics: tuple[str, ...] = (
+    horizon_s: float | None = Field(
+        default=None, gt=0, description="stop here even if requests are unfinished"
+    )
+    warmup_s: float = Field(
+        default=0.0, ge=0, description="requests arriving earlier are left out of statistics"
+    )
+    replications: int = Field(
+        default=1, gt=0, le=1000, description="independent runs on derived seeds"
+    )
+    metrics: tuple[str, ...] = Field(
+        default=(
         "ttft",
         "itl",
         "tpot",
@@ -136,10 +165,18 @@ class ExperimentalFrame(Document):
         "input_token_throughput",
         "output_token_throughput",
         "goodput",
+        ),
+        description="metric registry names to report (blis_core.metrics.METRICS)",
     )
-    percentiles: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0)
-    slo: ServiceLevelObjectives = ServiceLevelObjectives()
-    confidence: float = Field(default=0.95, gt=0, lt=1)
+    percentiles: tuple[float, ...] = Field(
+        default=(50.0, 90.0, 95.0, 99.0), description="percentiles of latency metrics"
+    )
+    slo: ServiceLevelObjectives = Field(
+        default=ServiceLevelObjectives(), description="objectives for goodput"
+    )
+    confidence: float = Field(
+        default=0.95, gt=0, lt=1, description="level of the confidence intervals"
+    )
 
     @field_validator("percentiles")
     @classmethod
@@ -153,9 +190,13 @@ class ExperimentalFrame(Document):
 class Scenario(Document):
     """A whole run: deployment, workload, frame and seed."""
 
-    name: str = Field(min_length=1)
-    description: str = ""
-    seed: int = Field(default=0, ge=0, lt=2**63)
-    deployment: Deployment
-    workload: WorkloadSpec
-    frame: ExperimentalFrame = ExperimentalFrame()
+    name: str = Field(min_length=1, description="the scenario's name")
+    description: str = Field(default="", description="free text")
+    seed: int = Field(
+        default=0, ge=0, lt=2**63, description="the root of every random substream"
+    )
+    deployment: Deployment = Field(description="what runs")
+    workload: WorkloadSpec = Field(description="what is sent")
+    frame: ExperimentalFrame = Field(
+        default=ExperimentalFrame(), description="when and what is measured"
+    )
