@@ -80,36 +80,39 @@ _CHUNK_TOKENS = 4096
 
 
 @lru_cache(maxsize=4096)
-def _token_chunk(content_key: str, chunk_index: int, vocab_size: int) -> tuple[int, ...]:
+def _chunk_words(content_key: str, chunk_index: int) -> array[int]:
     words = array("I")
     words.frombytes(
         hashlib.shake_128(f"{content_key}\x00{chunk_index}".encode()).digest(4 * _CHUNK_TOKENS)
     )
-    # Token id 0 is avoided: several tokenizers reserve it for padding. The byte order
-    # is fixed so that every platform materialises the same ids.
+    # The byte order is fixed so that every platform materialises the same ids.
     if array("I", [1]).tobytes()[0] != 1:
         words.byteswap()
-    return tuple(1 + w % (vocab_size - 1) for w in words)
+    return words
 
 
-def segment_token_ids(
-    content_key: str, vocab_size: int, start: int, stop: int
-) -> list[int]:
+def segment_token_ids(content_key: str, vocab_size: int, start: int, stop: int) -> list[int]:
     """Token ids ``[start, stop)`` of the content named ``content_key``.
 
     Deterministic across processes and platforms (SHAKE-128 of the key and the
-    4096-token chunk index). ``vocab_size`` must be at least 2.
+    4096-token chunk index). Token id 0 is never produced (several tokenizers reserve
+    it for padding). ``vocab_size`` must be at least 2.
     """
     if vocab_size < 2:
         raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
     if not 0 <= start <= stop:
         raise ValueError(f"need 0 <= start <= stop, got start={start} stop={stop}")
+    modulus = vocab_size - 1
     out: list[int] = []
     pos = start
     while pos < stop:
         chunk, offset = divmod(pos, _CHUNK_TOKENS)
         take = min(stop - pos, _CHUNK_TOKENS - offset)
-        out.extend(_token_chunk(content_key, chunk, vocab_size)[offset : offset + take])
+        # NOTE: only the requested slice is mapped to ids; decoding asks for one token
+        # at a time, so mapping whole chunks would dominate a run's profile.
+        out.extend(
+            1 + w % modulus for w in _chunk_words(content_key, chunk)[offset : offset + take]
+        )
         pos += take
     return out
 
