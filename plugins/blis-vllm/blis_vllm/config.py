@@ -13,6 +13,19 @@ The usage context is the OpenAI API server (``vllm serve``), which is how every
 deployment BLIS simulates is started. Arguments use upstream ``EngineArgs`` names.
 A name upstream does not have is refused naming it; an upstream argument this port
 does not model yet is refused by name too (design §7.5), never ignored.
+
+Which ``EngineArgs`` field is which comes from the field list ``data/fields.yaml``
+(generated from vLLM 0.33.0's ``dataclasses.fields(EngineArgs)``, see
+:mod:`blis_vllm.surface`): ``modelled`` fields are :data:`MODELLED_ARGS`;
+``proven_inert`` fields (:data:`INERT_ARGS`) are accepted and cannot change any
+decision or price; ``refused`` and ``out_of_scope:*`` fields are
+:data:`NOT_MODELLED_ARGS`, refused naming the field.
+
+Default rule: upstream's ``EngineArgs`` is a plain dataclass and cannot tell a field
+set to its default from a field left out, so a not-modelled field given exactly its
+upstream default (a plain value in ``fields.yaml``) selects the behaviour this port
+models and is accepted; any other value is refused by name. The model's architecture
+and weight quantization must be ``modelled`` in the surface list (``surface.yaml``).
 """
 
 from __future__ import annotations
@@ -25,7 +38,10 @@ from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchit
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
+from blis_vllm.surface import field_list, surface_lists
+
 __all__ = [
+    "INERT_ARGS",
     "MODELLED_ARGS",
     "NOT_MODELLED_ARGS",
     "VllmSettings",
@@ -49,8 +65,11 @@ MODELLED_ARGS: frozenset[str] = frozenset(
         "scheduling_policy",
         "async_scheduling",
         "speculative_config",
-        "num_speculative_tokens",
         "compilation_config",
+        "cudagraph_capture_sizes",
+        "max_cudagraph_capture_size",
+        "scheduler_reserve_full_isl",
+        "model",
         "enforce_eager",
         "kv_cache_dtype",
         "watermark",
@@ -63,22 +82,48 @@ MODELLED_ARGS: frozenset[str] = frozenset(
 )
 """EngineArgs fields this port resolves and models."""
 
-NOT_MODELLED_ARGS: Mapping[str, str] = {
-    "kv_transfer_config": "KV connectors are not modelled yet (issue #4)",
-    "kv_offloading_size": "CPU KV offloading is not modelled yet (issue #4)",
-    "enable_lora": "LoRA is not modelled yet",
-    "max_num_active_seqs": "not modelled yet",
-    "prefill_schedule_interval": "prefill cadence is not modelled yet",
-    "performance_mode": "not modelled yet",
-    "enable_expert_parallel": "expert parallelism is not modelled yet",
-    "quantization": "taken from the catalog's model entry; overriding it is not modelled",
+
+def _not_modelled_args() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, entry in field_list().items():
+        status = str(entry["status"])
+        if status == "refused":
+            out[name] = f"{entry['reason']} ({entry['issue']})"
+        elif status.startswith("out_of_scope:"):
+            out[name] = f"out of scope ({status.split(':', 1)[1]}): {entry['why']}"
+    return out
+
+
+NOT_MODELLED_ARGS: Mapping[str, str] = _not_modelled_args()
+"""Upstream EngineArgs fields refused by name until modelled (``refused`` and
+``out_of_scope:*`` in ``fields.yaml``), each with its reason and issue."""
+
+INERT_ARGS: frozenset[str] = frozenset(
+    name for name, entry in field_list().items() if entry["status"] == "proven_inert"
+)
+"""EngineArgs fields accepted and ignored: each is ``proven_inert`` in ``fields.yaml``
+(it cannot change any scheduling, KV or step decision or price), with its proof."""
+
+_UPSTREAM_DEFAULTS: Mapping[str, Any] = {
+    name: entry["default"] for name, entry in field_list().items() if "default" in entry
 }
-"""Upstream EngineArgs fields refused by name until modelled."""
+"""Plain upstream defaults of ``EngineArgs`` fields (``fields.yaml``)."""
+
+
+def is_upstream_default(name: str, value: Any) -> bool:
+    """Whether ``value`` is exactly vLLM 0.33.0's plain default of field ``name``."""
+    if name not in _UPSTREAM_DEFAULTS:
+        return False
+    default = _UPSTREAM_DEFAULTS[name]
+    return bool(value == default) and isinstance(value, bool) == isinstance(default, bool)
+
 
 _REMOVED = "vLLM 0.33.0 has no such engine argument (the V0 option was removed)"
 _REMOVED_ARGS: Mapping[str, str] = {
     "max_num_partial_prefills": _REMOVED,
     "max_long_partial_prefills": _REMOVED,
+    "num_speculative_tokens": "vLLM 0.33.0 has no such engine argument; "
+    "set it inside speculative_config together with its method",
 }
 
 _EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp"})
@@ -196,6 +241,34 @@ def _typed(
     return value
 
 
+def _surface_errors(args: Mapping[str, Any], model: ModelArchitecture) -> list[FieldError]:
+    """The model must be the pool's, and its architecture and quantization modelled."""
+    errors: list[FieldError] = []
+    if "model" in args and args["model"] != model.hf_id:
+        errors.append(
+            FieldError(
+                _arg_path("model"), args["model"], f"contradicts the pool model ({model.hf_id})"
+            )
+        )
+    lists = surface_lists()
+    for path, list_name, item in (
+        ("model.architecture", "models", model.architecture),
+        ("model.quantization", "quantization", model.quantization),
+    ):
+        if item is None:
+            continue
+        entry = lists[list_name].get(item)
+        if entry is None:
+            errors.append(
+                FieldError(path, item, f"vLLM 0.33.0 registers no such {list_name} entry")
+            )
+        elif entry["status"] != "modelled":
+            detail = entry.get("reason") or entry.get("why")
+            issue = f" ({entry['issue']})" if "issue" in entry else ""
+            errors.append(FieldError(path, item, f"not modelled by blis-vllm: {detail}{issue}"))
+    return errors
+
+
 def resolve_settings(
     args: Mapping[str, Any],
     model: ModelArchitecture,
@@ -211,7 +284,11 @@ def resolve_settings(
     for name in args:
         if name in _REMOVED_ARGS:
             errors.append(FieldError(_arg_path(name), args[name], _REMOVED_ARGS[name]))
+        elif name in MODELLED_ARGS or name in INERT_ARGS:
+            continue
         elif name in NOT_MODELLED_ARGS:
+            if is_upstream_default(name, args[name]):
+                continue  # the default is what this port models (module docstring)
             errors.append(
                 FieldError(
                     _arg_path(name),
@@ -219,10 +296,11 @@ def resolve_settings(
                     f"not modelled by blis-vllm: {NOT_MODELLED_ARGS[name]}",
                 )
             )
-        elif name not in MODELLED_ARGS:
+        else:
             errors.append(
                 FieldError(_arg_path(name), args[name], "unknown vLLM 0.33.0 engine argument")
             )
+    errors.extend(_surface_errors(args, model))
 
     for name, degree in (
         ("tensor_parallel_size", layout.tp),
@@ -313,17 +391,11 @@ def resolve_settings(
                 )
             else:
                 num_spec = n
-    elif "num_speculative_tokens" in args:
-        errors.append(
-            FieldError(
-                _arg_path("num_speculative_tokens"),
-                args["num_speculative_tokens"],
-                "set it inside speculative_config together with its method",
-            )
-        )
     lookahead = num_spec if method in _EAGLE_METHODS or method == "draft_model" else 0
 
     # -- scheduler -----------------------------------------------------------------------
+    reserve = _typed(args, "scheduler_reserve_full_isl", bool, errors)
+    reserve_full_isl = True if reserve is None else reserve
     chunked = _typed(args, "enable_chunked_prefill", bool, errors)
     chunked = True if chunked is None else chunked
     policy = _typed(args, "scheduling_policy", str, errors) or "fcfs"
@@ -398,6 +470,21 @@ def resolve_settings(
     if not isinstance(comp, Mapping):
         errors.append(FieldError(_arg_path("compilation_config"), comp, "must be a mapping"))
         comp = {}
+    comp = dict(comp)
+    # EngineArgs.create_engine_config copies the top-level CUDA-graph size arguments into
+    # CompilationConfig, refusing both forms at once.
+    for key in ("cudagraph_capture_sizes", "max_cudagraph_capture_size"):
+        if args.get(key) is None:
+            continue
+        if comp.get(key) is not None:
+            errors.append(
+                FieldError(
+                    _arg_path(key),
+                    args[key],
+                    f"{key} and compilation_config.{key} are mutually exclusive",
+                )
+            )
+        comp[key] = args[key]
     for key in comp:
         if key not in (
             "mode",
@@ -480,4 +567,5 @@ def resolve_settings(
         num_gpu_blocks_override=override,
         kv_cache_memory_bytes=kv_mem,
         block_size_user_specified=block_size_arg is not None,
+        scheduler_reserve_full_isl=reserve_full_isl,
     )

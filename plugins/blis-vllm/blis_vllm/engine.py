@@ -47,6 +47,7 @@ from blis_vllm.metrics import CACHE_CONFIG_INFO, MetricsSnapshot
 from blis_vllm.planning import build_partial_plan, decide_kv_budget
 from blis_vllm.request import Request, RequestStatus
 from blis_vllm.scheduler import AsyncScheduler, ModelRunnerOutput, Scheduler, SchedulerOutput
+from blis_vllm.surface import surface_statuses
 from blis_vllm.version import ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
 
 __all__ = ["VllmEngine", "VllmEngineFactory", "pad_step"]
@@ -257,6 +258,15 @@ class VllmEngineFactory:
         model = env.model(spec.model)
         hw = env.hardware(spec.hardware)
         return resolve_settings(spec.args, model, hw, spec.layout)
+
+    def surface(self) -> Mapping[str, Mapping[str, str]]:
+        """vLLM 0.33.0's surface and field lists with their statuses (``blis surface vllm``).
+
+        Lists ``models``, ``attention_backends``, ``kv_connectors``, ``quantization``,
+        ``schedulers``, ``speculative_methods`` and ``fields``, read from
+        ``data/surface.yaml`` and ``data/fields.yaml`` (SurfaceReporting, design §7.5).
+        """
+        return surface_statuses()
 
     def plan(self, spec: EnginePoolSpec, env: Environment) -> PoolPlan:
         """Resolve, lower and size the KV cache (both construction phases)."""

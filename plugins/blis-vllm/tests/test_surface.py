@@ -1,0 +1,277 @@
+"""The surface list and the field list of vLLM 0.33.0 (design §4, §7.5).
+
+``data/surface.yaml`` and ``data/fields.yaml`` are generated from vLLM 0.33.0's own
+registration tables by ``tools/generate_surface.py``; ``oracle/test_surface_current.py``
+checks they are current. These tests check the classification is complete and that the
+engine behaves as each status says:
+
+* every ``modelled`` field is accepted by ``resolve_settings``;
+* every ``refused`` or ``out_of_scope:*`` field is refused naming it when given a value
+  other than its upstream default, and accepted at its plain upstream default (vLLM
+  0.33.0's ``EngineArgs`` is a plain dataclass and cannot tell an explicit default from
+  an omitted field, so the default selects the behaviour the port models);
+* every ``proven_inert`` field is accepted and changes neither the resolved settings nor
+  the plan (:func:`test_inert_field_changes_no_decision`, the proof each names).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blis_core.cli import main
+from blis_core.contracts.engine import SurfaceReporting
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.cost.catalog import load_catalog
+from vllm_fakes import H100, LLAMA2_7B, FakeEnvironment, pool_spec
+
+from blis_vllm.config import (
+    INERT_ARGS,
+    MODELLED_ARGS,
+    NOT_MODELLED_ARGS,
+    VllmSettings,
+    is_upstream_default,
+    resolve_settings,
+)
+from blis_vllm.engine import VllmEngineFactory
+from blis_vllm.planning import select_attention_backend
+from blis_vllm.surface import (
+    FIELD_STATUSES,
+    LIST_NAMES,
+    SURFACE_STATUSES,
+    field_list,
+    surface_lists,
+    surface_statuses,
+)
+
+PLUGIN_ROOT = Path(__file__).resolve().parents[1]
+FIELDS = field_list()
+LISTS = surface_lists()
+
+
+def _resolve(**args: Any) -> VllmSettings:
+    return resolve_settings(args, LLAMA2_7B, H100, ParallelLayout())
+
+
+def _fields_with(*statuses: str) -> list[str]:
+    return sorted(
+        n for n, e in FIELDS.items() if any(str(e["status"]).startswith(s) for s in statuses)
+    )
+
+
+def _other_value(name: str) -> Any:
+    """A value for ``name`` that is not its upstream default."""
+    entry = FIELDS[name]
+    if "default" not in entry or entry["default"] is None:
+        return "blis-test-value"
+    default = entry["default"]
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, int | float):
+        return default + 1
+    if isinstance(default, str):
+        return default + "-blis-test"
+    if isinstance(default, list):
+        return [*default, "blis-test-value"]
+    return {**default, "blis_test": 1}
+
+
+# -- completeness -------------------------------------------------------------------------
+
+
+def test_lists_are_the_seven_reported_ones() -> None:
+    assert tuple(sorted(LISTS)) == tuple(sorted(LIST_NAMES))
+    assert set(surface_statuses()) == {*LIST_NAMES, "fields"}
+    assert isinstance(VllmEngineFactory(), SurfaceReporting)
+    assert VllmEngineFactory().surface() == surface_statuses()
+
+
+@pytest.mark.parametrize("list_name", [*LIST_NAMES, "fields"])
+def test_every_item_is_classified_with_an_allowed_status(list_name: str) -> None:
+    items = FIELDS if list_name == "fields" else LISTS[list_name]
+    allowed = FIELD_STATUSES if list_name == "fields" else SURFACE_STATUSES
+    assert items, list_name
+    bad = {n: e["status"] for n, e in items.items() if e["status"] not in allowed}
+    assert not bad, f"{list_name}: unclassified or unknown statuses {bad}"
+    for name, e in items.items():
+        status = str(e["status"])
+        if status == "refused":
+            assert e.get("reason") and e.get("issue"), f"{list_name}.{name}: reason and issue"
+        elif status.startswith("out_of_scope:"):
+            assert e.get("why"), f"{list_name}.{name}: out of scope needs why"
+        elif status == "proven_inert":
+            assert e.get("why") and e.get("proof"), f"{list_name}.{name}: why and proof"
+
+
+def _test_functions(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def test_every_inert_proof_names_an_existing_test() -> None:
+    for name in _fields_with("proven_inert"):
+        proof = str(FIELDS[name]["proof"])
+        file, _, func = proof.partition("::")
+        path = PLUGIN_ROOT / file
+        assert path.is_file() and file.startswith("tests/"), f"{name}: {proof}"
+        assert func.startswith("test_") and func in _test_functions(path), f"{name}: {proof}"
+
+
+# -- fields against resolve_settings ------------------------------------------------------
+
+_MODELLED_SAMPLES: dict[str, Any] = {
+    "model": LLAMA2_7B.hf_id,
+    "max_num_batched_tokens": 4096,
+    "max_num_seqs": 64,
+    "max_model_len": 2048,
+    "block_size": 32,
+    "gpu_memory_utilization": 0.8,
+    "enable_chunked_prefill": True,
+    "enable_prefix_caching": False,
+    "long_prefill_token_threshold": 128,
+    "long_prefill_token_threshold_adaptive": True,
+    "scheduling_policy": "priority",
+    "async_scheduling": False,
+    "speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+    "compilation_config": {"mode": 3},
+    "cudagraph_capture_sizes": [1, 2, 4, 8],
+    "max_cudagraph_capture_size": 64,
+    "enforce_eager": True,
+    "kv_cache_dtype": "fp8",
+    "watermark": 0.01,
+    "num_gpu_blocks_override": 100,
+    "kv_cache_memory_bytes": 1 << 30,
+    "scheduler_reserve_full_isl": False,
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+    "data_parallel_size": 1,
+}
+
+
+def test_field_statuses_partition_the_argument_sets() -> None:
+    assert set(_fields_with("modelled")) == MODELLED_ARGS
+    assert set(_fields_with("proven_inert")) == INERT_ARGS
+    assert set(_fields_with("refused", "out_of_scope:")) == set(NOT_MODELLED_ARGS)
+    assert set(FIELDS) == MODELLED_ARGS | INERT_ARGS | set(NOT_MODELLED_ARGS)
+    assert set(_MODELLED_SAMPLES) == MODELLED_ARGS
+
+
+@pytest.mark.parametrize("name", _fields_with("modelled"))
+def test_modelled_field_is_accepted(name: str) -> None:
+    _resolve(**{name: _MODELLED_SAMPLES[name]})
+    if "default" in FIELDS[name] and name != "model":
+        _resolve(**{name: FIELDS[name]["default"]})
+
+
+@pytest.mark.parametrize("name", _fields_with("refused", "out_of_scope:"))
+def test_not_modelled_field_is_refused_by_name(name: str) -> None:
+    value = _other_value(name)
+    assert not is_upstream_default(name, value)
+    with pytest.raises(InputRefused) as exc:
+        _resolve(**{name: value})
+    causes = {e.path: e.cause for e in exc.value.errors}
+    assert f"engine.args.{name}" in causes, causes
+    assert causes[f"engine.args.{name}"].startswith("not modelled by blis-vllm: ")
+    assert f"engine.args.{name}" in str(exc.value)
+    if "default" in FIELDS[name]:
+        # The upstream default is what the port models: accepted as a no-op.
+        assert _resolve(**{name: FIELDS[name]["default"]}) == _resolve()
+
+
+@pytest.mark.parametrize("name", _fields_with("proven_inert"))
+def test_inert_field_changes_no_decision(name: str) -> None:
+    """Proof for every ``proven_inert`` field: accepted, with settings and plan unchanged.
+
+    Each field's ``why`` in ``fields.yaml`` says why vLLM 0.33.0 cannot let it change a
+    scheduling, KV or step decision or a price (logging, tokenizer, API server,
+    weight loading, rendezvous); this checks the port keeps it that way.
+    """
+    value = _other_value(name)
+    assert _resolve(**{name: value}) == _resolve()
+    factory = VllmEngineFactory()
+    env = FakeEnvironment()
+    assert factory.plan(pool_spec(**{name: value}), env) == factory.plan(pool_spec(), env)
+
+
+# -- surface lists against the port -------------------------------------------------------
+
+
+def test_modelled_architectures_and_quantizations_are_the_catalogs() -> None:
+    catalog = load_catalog()
+    models = LISTS["models"]
+    archs = {m.architecture for m in catalog.models.values()}
+    modelled = {a for a, e in models.items() if e["status"] == "modelled"}
+    assert modelled == archs, "a modelled architecture must be one the catalog can run"
+    quants = {m.quantization for m in catalog.models.values()} - {None}
+    modelled_q = {q for q, e in LISTS["quantization"].items() if e["status"] == "modelled"}
+    assert modelled_q == quants
+
+
+def test_modelled_attention_backends_are_the_ones_the_port_selects() -> None:
+    catalog = load_catalog()
+    chosen = {
+        select_attention_backend(m, hw)
+        for m in catalog.models.values()
+        for hw in catalog.hardware.values()
+    }
+    backends = LISTS["attention_backends"]
+    assert chosen <= set(backends), chosen - set(backends)
+    assert chosen == {b for b, e in backends.items() if e["status"] == "modelled"}
+
+
+def test_modelled_schedulers_are_the_ported_ones() -> None:
+    modelled = {s for s, e in LISTS["schedulers"].items() if e["status"] == "modelled"}
+    assert modelled == {
+        "vllm.v1.core.sched.scheduler.Scheduler",
+        "vllm.v1.core.sched.async_scheduler.AsyncScheduler",
+    }
+
+
+def test_refused_architecture_and_quantization_are_refused_by_name() -> None:
+    gemma = LLAMA2_7B.model_copy(update={"architecture": "Gemma3ForCausalLM"})
+    with pytest.raises(InputRefused) as exc:
+        resolve_settings({}, gemma, H100, ParallelLayout())
+    assert "model.architecture" in str(exc.value) and "Gemma3ForCausalLM" in str(exc.value)
+    awq = LLAMA2_7B.model_copy(update={"quantization": "awq"})
+    with pytest.raises(InputRefused) as exc:
+        resolve_settings({}, awq, H100, ParallelLayout())
+    assert "model.quantization" in str(exc.value) and "'awq'" in str(exc.value)
+    unknown = LLAMA2_7B.model_copy(update={"architecture": "NoSuchForCausalLM"})
+    with pytest.raises(InputRefused, match="registers no such models entry"):
+        resolve_settings({}, unknown, H100, ParallelLayout())
+
+
+def test_model_argument_must_be_the_pools() -> None:
+    with pytest.raises(InputRefused, match="contradicts the pool model"):
+        _resolve(model="Qwen/Qwen3-0.6B")
+
+
+def test_top_level_cudagraph_sizes_reach_the_compilation_config() -> None:
+    s = _resolve(cudagraph_capture_sizes=[1, 2, 4, 8])
+    assert s.cudagraph_capture_sizes == (1, 2, 4, 8)
+    assert _resolve(max_cudagraph_capture_size=64).cudagraph_capture_sizes[-1] == 64
+    with pytest.raises(InputRefused, match="mutually exclusive"):
+        _resolve(cudagraph_capture_sizes=[8], compilation_config={"cudagraph_capture_sizes": [8]})
+
+
+def test_scheduler_reserve_full_isl_is_resolved() -> None:
+    assert _resolve().scheduler_reserve_full_isl is True
+    assert _resolve(scheduler_reserve_full_isl=False).scheduler_reserve_full_isl is False
+
+
+# -- blis surface vllm --------------------------------------------------------------------
+
+
+def test_surface_command_counts_sum_to_list_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["surface", "vllm", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lists = surface_statuses()
+    assert set(out["counts"]) == set(lists)
+    for name, items in lists.items():
+        counts = out["counts"][name]
+        assert sum(counts.values()) == len(items), name
+        assert set(counts) <= {"modelled", "refused", "out_of_scope", "proven_inert"}
