@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-from blis_core.io.scenario import load_scenario
-from blis_core.runner import DataSources, make_host, run_scenario
+from blis_core.io.scenario import load_scenario  # noqa: E402 - after the sys.path fix
+from blis_core.runner import DataSources, make_host, run_scenario  # noqa: E402
 
 SCENARIOS = {
     "default (vLLM, Llama-2-7B, 1200 requests)": None,
