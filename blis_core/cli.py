@@ -311,7 +311,14 @@ def _cmd_route_explain(args: argparse.Namespace) -> int:
     config = load_yaml_mapping(Path(args.config)) if args.config else {}
     state = parse(ExplainState, load_yaml_mapping(Path(args.state)), args.state)
     request = parse(ExplainRequest, load_yaml_mapping(Path(args.request)), args.request)
-    report = factory.explain(config, [e.snapshot() for e in state.endpoints], request.request())
+    from blis_core.runner.router_component import SimRouterRuntime
+    from blis_core.runner.run import DataSources
+    from blis_core.sim.rng import RandomStreams
+
+    models = SimRouterRuntime("router", RandomStreams(0), DataSources.load().catalog.models)
+    report = factory.explain(
+        config, [e.snapshot() for e in state.endpoints], request.request(), models
+    )
     if args.json:
         json.dump(report, sys.stdout, indent=2, sort_keys=True, default=str)
         sys.stdout.write("\n")

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.engine import KVEvent
 from blis_core.contracts.request import InferenceRequest
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EndpointSnapshot",
     "ExplainingRouterFactory",
+    "ModelFacts",
     "RouterEvent",
     "RouterFactory",
     "RouterInstance",
@@ -90,6 +92,20 @@ class RouterRuntime(Protocol):
 
 
 @runtime_checkable
+class ModelFacts(Protocol):
+    """Catalog facts about models, which the simulator's router runtime also provides.
+
+    A router that tokenises prompts as the engine does (prefix-cache scoring on real
+    token ids) needs the served model's vocabulary; it asks the runtime, never a catalog
+    of its own, so a run with ``--catalog`` stays consistent.
+    """
+
+    def model(self, hf_id: str) -> ModelArchitecture | None:
+        """The architecture of ``hf_id``, or ``None`` when the run's catalog lacks it."""
+        ...
+
+
+@runtime_checkable
 class RouterInstance(Protocol):
     """A running router."""
 
@@ -126,8 +142,11 @@ class ExplainingRouterFactory(RouterFactory, Protocol):
         config: Mapping[str, Any],
         endpoints: Sequence[EndpointSnapshot],
         request: InferenceRequest,
+        models: ModelFacts | None = None,
     ) -> Mapping[str, Any]:
         """Run one decision and return every stage of it as plain JSON-able data.
+
+        ``models`` gives catalog facts, as the simulator's runtime does in a run.
 
         The result has at least ``pick`` (endpoint name or ``None``), ``status`` and
         ``reason``; routers add their own stages (filters, scores, totals).

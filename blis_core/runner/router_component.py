@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import (
@@ -30,12 +31,23 @@ RouteObserver = Callable[[InferenceRequest, RoutingDecision, int], None]
 
 
 class SimRouterRuntime:
-    """The router's clock and substreams, owned by the simulator."""
+    """The router's clock and substreams, owned by the simulator, and the run's model
+    facts (:class:`~blis_core.contracts.router.ModelFacts`)."""
 
-    def __init__(self, name: str, streams: RandomStreams) -> None:
+    def __init__(
+        self,
+        name: str,
+        streams: RandomStreams,
+        models: Mapping[str, ModelArchitecture] | None = None,
+    ) -> None:
         self._name = name
         self._streams = streams
+        self._models = dict(models or {})
         self._now_us = 0
+
+    def model(self, hf_id: str) -> ModelArchitecture | None:
+        """The run's catalog entry for ``hf_id`` (``ModelFacts``), or ``None``."""
+        return self._models.get(hf_id)
 
     @property
     def now_us(self) -> int:

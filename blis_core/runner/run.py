@@ -254,7 +254,7 @@ def _build(
         stamps[f"blis.routers:{rkey}"] = host.stamp(
             "blis.routers", rkey, rfactory.upstream_release
         )
-        runtime = SimRouterRuntime(ROUTER, streams)
+        runtime = SimRouterRuntime(ROUTER, streams, data.catalog.models)
         config = dict(router_spec.config or {})
         if router_spec.config_path is not None:
             from blis_core.io.yaml_safe import load_yaml_mapping

@@ -16,10 +16,18 @@ __all__ = ["CostMethodConformance", "ScorerConformance", "sample_work"]
 def sample_work(hardware: str = "H100-SXM") -> list[PrimitiveWork]:
     """A spread of primitive work items, one per family, on ``hardware``."""
     return [
-        PrimitiveWork("gemm", "cublas", hardware, "bfloat16", flops=2e12, bytes_moved=4e8,
-                      shape=(2048, 4096, 4096)),
-        PrimitiveWork("attention_decode", "FLASH_ATTN", hardware, "bfloat16", flops=1e9,
-                      bytes_moved=2e9),
+        PrimitiveWork(
+            "gemm",
+            "cublas",
+            hardware,
+            "bfloat16",
+            flops=2e12,
+            bytes_moved=4e8,
+            shape=(2048, 4096, 4096),
+        ),
+        PrimitiveWork(
+            "attention_decode", "FLASH_ATTN", hardware, "bfloat16", flops=1e9, bytes_moved=2e9
+        ),
         PrimitiveWork("elementwise", "torch", hardware, "bfloat16", bytes_moved=1e8),
         PrimitiveWork("allreduce", "nccl", hardware, "bfloat16", link_bytes=6e7, ranks=4),
         PrimitiveWork("host_step", "python", hardware, "bfloat16"),

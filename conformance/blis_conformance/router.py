@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
+from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.router import (
     EndpointSnapshot,
@@ -19,11 +21,22 @@ __all__ = ["FixedRuntime", "RouterConformance", "endpoints"]
 
 
 class FixedRuntime:
-    """A runtime with a settable clock and seeded substreams (sha-free, test only)."""
+    """A runtime with a settable clock, seeded substreams and optional model facts.
 
-    def __init__(self, seed: int = 0) -> None:
+    ``models`` (Hugging Face id -> architecture) makes it a
+    :class:`~blis_core.contracts.router.ModelFacts`, as the simulator's runtime is.
+    """
+
+    def __init__(
+        self, seed: int = 0, models: Mapping[str, ModelArchitecture] | None = None
+    ) -> None:
         self.now_us = 0
         self._seed = seed
+        self._models = dict(models or {})
+
+    def model(self, hf_id: str) -> ModelArchitecture | None:
+        """The architecture of ``hf_id`` among the given models, or ``None``."""
+        return self._models.get(hf_id)
 
     def substream(self, purpose: str, entity: str) -> np.random.Generator:
         key = [self._seed, *purpose.encode(), 0, *entity.encode()]

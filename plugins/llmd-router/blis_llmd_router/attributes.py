@@ -16,6 +16,7 @@ __all__ = [
     "INFLIGHT_LOAD_PRODUCER_TYPE",
     "IN_FLIGHT_LOAD_DATA_TYPE",
     "PREFIX_MATCH_DATA_TYPE",
+    "UNCACHED_REQUEST_TOKENS_DATA_TYPE",
     "InFlightLoad",
     "PrefixCacheMatchInfo",
     "data_key",
@@ -23,6 +24,7 @@ __all__ = [
 
 PREFIX_MATCH_DATA_TYPE = "PrefixCacheMatchInfoDataKey"
 IN_FLIGHT_LOAD_DATA_TYPE = "InFlightLoadDataKey"
+UNCACHED_REQUEST_TOKENS_DATA_TYPE = "UncachedRequestTokensDataKey"
 APPROX_PREFIX_PRODUCER_TYPE = "approx-prefix-cache-producer"
 INFLIGHT_LOAD_PRODUCER_TYPE = "inflight-load-producer"
 

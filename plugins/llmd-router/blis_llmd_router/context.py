@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from blis_core.contracts.router import RouterRuntime
@@ -21,6 +21,8 @@ class BuildContext:
     """
 
     runtime: RouterRuntime
+    plugins: Mapping[str, Plugin] = field(default_factory=dict)
+    """The plugins built so far, in declaration order (upstream ``Handle.GetAllPlugins``)."""
 
 
 PluginFactory = Callable[[str, Mapping[str, Any] | None, BuildContext, str], Plugin]

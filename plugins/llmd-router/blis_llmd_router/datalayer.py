@@ -97,6 +97,7 @@ class EndpointMetrics:
     """Upstream ``fwkdl.Metrics``, the fields the ported plugins read.
 
     ``kv_cache_usage_percent`` is a fraction in 0..1 (upstream's name notwithstanding).
+    ``update_time_us`` is upstream's ``UpdateTime``: when the scrape was taken.
     """
 
     waiting_queue_size: int = 0
@@ -104,6 +105,7 @@ class EndpointMetrics:
     kv_cache_usage_percent: float = 0.0
     cache_block_size: int = 0
     cache_num_blocks: int = 0
+    update_time_us: int = 0
 
 
 def metrics_from_snapshot(snapshot: EndpointSnapshot) -> EndpointMetrics:
@@ -124,6 +126,7 @@ def metrics_from_snapshot(snapshot: EndpointSnapshot) -> EndpointMetrics:
         kv_cache_usage_percent=float(m.get(names.kv_usage, 0.0)),
         cache_block_size=block_size,
         cache_num_blocks=num_blocks,
+        update_time_us=snapshot.scraped_at_us,
     )
 
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.request import InferenceRequest
-from blis_core.contracts.router import EndpointSnapshot, RouterEvent
+from blis_core.contracts.router import EndpointSnapshot, ModelFacts, RouterEvent
 from blis_llmd_router.attributes import InFlightLoad, PrefixCacheMatchInfo
 from blis_llmd_router.config import EndpointPickerConfig, load_yaml
 from blis_llmd_router.framework import ScheduleTrace
@@ -31,9 +32,14 @@ __all__ = ["ExplainRuntime", "explain"]
 class ExplainRuntime:
     """A fixed clock and seeded substreams, for decisions outside a simulation."""
 
-    def __init__(self, seed: int = 0, now_us: int = 0) -> None:
+    def __init__(self, seed: int = 0, now_us: int = 0, models: ModelFacts | None = None) -> None:
         self._seed = seed
         self._now_us = now_us
+        self._models = models
+
+    def model(self, hf_id: str) -> ModelArchitecture | None:
+        """Catalog facts from the ``models`` given, or ``None`` (:class:`ModelFacts`)."""
+        return None if self._models is None else self._models.model(hf_id)
 
     @property
     def now_us(self) -> int:
@@ -54,6 +60,7 @@ def explain(
     seed: int = 0,
     history: Sequence[tuple[InferenceRequest, Sequence[EndpointSnapshot]]] = (),
     completed: Sequence[str] = (),
+    models: ModelFacts | None = None,
 ) -> dict[str, Any]:
     """Run one decision and return every stage of it as a plain dict.
 
@@ -70,7 +77,7 @@ def explain(
     """
     if isinstance(config, str):
         config = load_yaml(config)
-    router = LlmdRouter(load(config, ExplainRuntime(seed)))
+    router = LlmdRouter(load(config, ExplainRuntime(seed, models=models)))
     for prior, prior_endpoints in history:
         decision = router.route(prior, prior_endpoints)
         if decision.endpoint is not None:

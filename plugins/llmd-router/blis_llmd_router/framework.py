@@ -74,20 +74,35 @@ class SchedulingRequest:
     ``token_ids`` is materialised on first use (only prefix-aware plugins need it).
     """
 
-    __slots__ = ("_tokens", "headers", "request", "request_id", "target_model")
+    __slots__ = (
+        "_tokens",
+        "headers",
+        "priority",
+        "request",
+        "request_id",
+        "target_model",
+        "vocab_size",
+    )
 
-    def __init__(self, request: InferenceRequest) -> None:
+    def __init__(self, request: InferenceRequest, vocab_size: int = TOKENIZER_VOCAB_SIZE) -> None:
         self.request = request
         self.request_id = request.request_id
         self.headers: Mapping[str, str] = dict(request.headers)
         self.target_model = self.headers.get("model", "")
+        self.priority = request.priority
+        self.vocab_size = vocab_size
         self._tokens: tuple[int, ...] | None = None
 
     @property
     def token_ids(self) -> tuple[int, ...]:
-        """The prompt's token ids (see :data:`TOKENIZER_VOCAB_SIZE`)."""
+        """The prompt's token ids in the token producer's vocabulary (``vocab_size``).
+
+        :data:`TOKENIZER_VOCAB_SIZE` (upstream's ``estimate`` backend) unless a
+        ``token-producer`` names a catalog model (see
+        :mod:`blis_llmd_router.producers.tokenizer`).
+        """
         if self._tokens is None:
-            self._tokens = tuple(prompt_token_ids(self.request.prompt, TOKENIZER_VOCAB_SIZE))
+            self._tokens = tuple(prompt_token_ids(self.request.prompt, self.vocab_size))
         return self._tokens
 
     @classmethod

@@ -11,8 +11,9 @@ Port of ``pkg/epp/config/loader/configloader.go`` (``InstantiateAndConfigure``,
 2. plugins are built in declaration order with strictly decoded parameters;
 3. a data key a plugin consumes that no plugin produces gets its default producer,
    named after its type (``approx-prefix-cache-producer`` for ``prefix-cache-scorer``,
-   ``inflight-load-producer`` for ``active-request-scorer``); a key naming a producer
-   that does not exist is refused;
+   ``inflight-load-producer`` for ``active-request-scorer``, ``token-load-scorer`` and
+   ``concurrency-detector``, ``token-producer`` for the prefix and in-flight producers);
+   a key naming a producer that does not exist is refused;
 4. scheduling defaults: with no profile, one profile ``default`` holding every filter,
    scorer and picker; with one profile and no profile handler, a
    ``single-profile-handler``; with no picker anywhere, a ``max-score-picker``; every
@@ -23,12 +24,15 @@ Port of ``pkg/epp/config/loader/configloader.go`` (``InstantiateAndConfigure``,
 Where upstream iterates a Go map (collecting plugins for the default profile, choosing
 the picker to inject when several exist) BLIS takes declaration order.
 
-Sections BLIS does not act on: ``featureGates: [flowControl]`` is refused (flow control is
-not modelled); with the gate off upstream ignores ``flowControl`` settings other than the
-saturation detector, and so does BLIS. The saturation detector upstream injects
-(``utilization-detector``) only sheds requests whose InferenceObjective priority is
-negative; BLIS has no InferenceObjectives (every request has priority 0), so it is inert.
-Parsers and data-layer sources are checked to name defined plugins and are otherwise inert.
+6. ``ensureSaturationDetector``: ``flowControl.saturationDetector`` defaults to
+   ``utilization-detector``, injected when not configured; the referenced plugin must be a
+   saturation detector. It sheds negative-priority requests (:mod:`blis_llmd_router.flowcontrol`).
+
+The data-layer DAG orders producers; BLIS runs the prefix producers first, then the rest
+in declaration order. ``featureGates: [flowControl]`` is refused (queueing needs a router
+contract that can hold a request, see README); with the gate off upstream ignores
+``flowControl`` settings other than the saturation detector, and so does BLIS. Parsers and
+data-layer sources are checked to name defined plugins and are otherwise inert.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ from blis_llmd_router.config import (
     decode_config,
 )
 from blis_llmd_router.context import BuildContext
+from blis_llmd_router.flowcontrol import ConcurrencyDetector, SaturationDetector
 from blis_llmd_router.framework import (
+    TOKENIZER_VOCAB_SIZE,
     DataProducer,
     EventObserver,
     Filter,
@@ -62,9 +68,19 @@ from blis_llmd_router.framework import (
     Scorer,
     WeightedScorer,
 )
-from blis_llmd_router.producers import ApproxPrefixCacheProducer, InFlightLoadProducer
+from blis_llmd_router.producers import (
+    ApproxPrefixCacheProducer,
+    InFlightLoadProducer,
+    PrecisePrefixCacheProducer,
+    TokenProducer,
+)
 from blis_llmd_router.registry import REGISTRY, surface
-from blis_llmd_router.scorers import ActiveRequestScorer, PrefixCacheScorer
+from blis_llmd_router.scorers import (
+    ActiveRequestScorer,
+    PrecisePrefixCacheScorer,
+    PrefixCacheScorer,
+    TokenLoadScorer,
+)
 
 __all__ = ["FEATURE_GATES", "LoadedConfig", "load"]
 
@@ -73,6 +89,13 @@ FEATURE_GATES: Mapping[str, bool] = {"flowControl": False, "haPopulateNonLeaderD
 
 _SINGLE = "single-profile-handler"
 _MAX_SCORE = "max-score-picker"
+_UTILIZATION = "utilization-detector"
+_TOKEN_PRODUCER = "token-producer"
+_PREFIX_PRODUCERS = (
+    ApproxPrefixCacheProducer,
+    PrecisePrefixCacheProducer,
+    PrecisePrefixCacheScorer,
+)
 
 
 @dataclass(slots=True)
@@ -86,6 +109,8 @@ class LoadedConfig:
     pre_request: list[PreRequest] = field(default_factory=list)
     observers: list[EventObserver] = field(default_factory=list)
     injected: list[str] = field(default_factory=list)
+    saturation_detector: SaturationDetector | None = None
+    vocab_size: int = TOKENIZER_VOCAB_SIZE
 
 
 def _refuse_type(ptype: str) -> str | None:
@@ -146,7 +171,8 @@ def _validate_gates(cfg: EndpointPickerConfig, path: str) -> None:
                     where,
                     gate,
                     "feature gate 'flowControl' is not modelled by blis-llmd-router"
-                    " (flow control queueing, fairness and eviction are not yet ported)",
+                    " (flow control queues requests and releases them later; the BLIS router"
+                    " contract cannot hold a request yet)",
                 )
             )
     if errors:
@@ -175,18 +201,23 @@ def _ensure_producers(
     path: str,
     injected: list[str],
 ) -> None:
+    """``CreateMissingDataProducers``: default producers for consumed keys nobody produces."""
     errors: list[FieldError] = []
     for name, plugin in list(plugins.items()):
-        cls: type[ApproxPrefixCacheProducer] | type[InFlightLoadProducer]
+        want: str
+        classes: tuple[type[Plugin], ...]
+        default: str
         if isinstance(plugin, PrefixCacheScorer):
-            want, cls = plugin.producer_name, ApproxPrefixCacheProducer
-        elif isinstance(plugin, ActiveRequestScorer):
-            want, cls = plugin.producer_name, InFlightLoadProducer
+            want, classes = plugin.producer_name, _PREFIX_PRODUCERS
+            default = ApproxPrefixCacheProducer.plugin_type
+        elif isinstance(plugin, ActiveRequestScorer | TokenLoadScorer | ConcurrencyDetector):
+            want, classes = plugin.producer_name, (InFlightLoadProducer,)
+            default = InFlightLoadProducer.plugin_type
         else:
             continue
-        if isinstance(plugins.get(want), cls):
+        if isinstance(plugins.get(want), classes):
             continue
-        if want == cls.plugin_type and want not in plugins:
+        if want == default and want not in plugins:
             _add_default(cfg, plugins, want, ctx, path, injected)
             continue
         errors.append(
@@ -194,11 +225,42 @@ def _ensure_producers(
                 f"{path}.plugins",
                 want,
                 f"plugin {name!r} consumes data produced by {want!r}, which is not a configured"
-                f" {cls.plugin_type} (no default producer found for missing data key)",
+                f" {default} (no default producer found for missing data key)",
             )
         )
     if errors:
         raise InputRefused(errors)
+    # Prefix and in-flight producers consume the tokenised prompt (TokenizedPromptDataKey).
+    needs_tokens = any(
+        isinstance(p, (*_PREFIX_PRODUCERS, InFlightLoadProducer)) for p in plugins.values()
+    )
+    if needs_tokens and not any(isinstance(p, TokenProducer) for p in plugins.values()):
+        if _TOKEN_PRODUCER in plugins:
+            raise InputRefused.one(
+                f"{path}.plugins",
+                _TOKEN_PRODUCER,
+                f"a plugin named {_TOKEN_PRODUCER!r} exists but is not a token-producer (no"
+                " default producer found for missing data key TokenizedPrompt)",
+            )
+        _add_default(cfg, plugins, _TOKEN_PRODUCER, ctx, path, injected)
+
+
+def _ensure_saturation_detector(
+    cfg: EndpointPickerConfig,
+    plugins: dict[str, Plugin],
+    ctx: BuildContext,
+    path: str,
+    injected: list[str],
+) -> None:
+    """``ensureSaturationDetector``: ``utilization-detector`` unless one is referenced."""
+    fc = dict(cfg.flow_control or {})
+    sd = dict(fc.get("saturationDetector") or {})
+    if not sd.get("pluginRef"):
+        sd["pluginRef"] = _UTILIZATION
+    fc["saturationDetector"] = sd
+    cfg.flow_control = fc
+    if sd["pluginRef"] == _UTILIZATION and _UTILIZATION not in plugins:
+        _add_default(cfg, plugins, _UTILIZATION, ctx, path, injected)
 
 
 def _ensure_scheduling_layer(
@@ -387,8 +449,8 @@ def load(
     cfg = doc if isinstance(doc, EndpointPickerConfig) else decode_config(doc, path)
     _validate_plugins(cfg, path)
     _validate_gates(cfg, path)
-    ctx = BuildContext(runtime)
     plugins: dict[str, Plugin] = {}
+    ctx = BuildContext(runtime, plugins)
     errors: list[FieldError] = []
     for i, spec in enumerate(cfg.plugins):
         try:
@@ -402,14 +464,47 @@ def load(
     injected: list[str] = []
     _ensure_producers(cfg, plugins, ctx, path, injected)
     _ensure_scheduling_layer(cfg, plugins, ctx, path, injected)
+    _ensure_saturation_detector(cfg, plugins, ctx, path, injected)
     _validate_references(cfg, plugins, path)
     scheduler = _build_scheduler(cfg, plugins, path)
+    detector = _saturation_detector(cfg, plugins, path)
+    tokenizer = next((p for p in plugins.values() if isinstance(p, TokenProducer)), None)
+    for p in plugins.values():
+        if isinstance(p, PrecisePrefixCacheProducer) and tokenizer is not None:
+            p.model_name = tokenizer.model_name
+        if isinstance(p, PrecisePrefixCacheScorer) and tokenizer is not None:
+            p.producer.model_name = tokenizer.model_name
+        if isinstance(p, ConcurrencyDetector):
+            producer = plugins.get(p.producer_name)
+            p.producer = producer if isinstance(producer, InFlightLoadProducer) else None
+    producers = [p for p in plugins.values() if isinstance(p, DataProducer)]
+    # The data-layer DAG runs prefix producers before the in-flight producer, which reads
+    # their match info (sorted() is stable: declaration order otherwise).
+    producers.sort(key=lambda p: 0 if isinstance(p, _PREFIX_PRODUCERS) else 1)
     return LoadedConfig(
         config=cfg,
         plugins=plugins,
         scheduler=scheduler,
-        producers=[p for p in plugins.values() if isinstance(p, DataProducer)],
+        producers=producers,
         pre_request=[p for p in plugins.values() if isinstance(p, PreRequest)],
         observers=[p for p in plugins.values() if isinstance(p, EventObserver)],
         injected=injected,
+        saturation_detector=detector,
+        vocab_size=tokenizer.vocab_size if tokenizer is not None else TOKENIZER_VOCAB_SIZE,
     )
+
+
+def _saturation_detector(
+    cfg: EndpointPickerConfig, plugins: Mapping[str, Plugin], path: str
+) -> SaturationDetector | None:
+    ref = ((cfg.flow_control or {}).get("saturationDetector") or {}).get("pluginRef") or ""
+    plugin = plugins.get(ref)
+    if plugin is None:
+        return None
+    if not isinstance(plugin, SaturationDetector):
+        raise InputRefused.one(
+            f"{path}.flowControl.saturationDetector.pluginRef",
+            ref,
+            f"plugin {ref!r} is not a saturation detector",
+        )
+    return plugin

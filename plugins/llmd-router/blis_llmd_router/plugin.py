@@ -16,6 +16,7 @@ from blis_core.contracts.registry import Registrar
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import (
     EndpointSnapshot,
+    ModelFacts,
     RouterFactory,
     RouterInstance,
     RouterRuntime,
@@ -52,15 +53,16 @@ class LlmdRouterFactory:
         config: Mapping[str, Any],
         endpoints: Sequence[EndpointSnapshot],
         request: InferenceRequest,
+        models: ModelFacts | None = None,
     ) -> Mapping[str, Any]:
         """One decision with each filter's survivors, scores, totals and the pick.
 
         An empty ``config`` is upstream's default configuration (see
-        :func:`~blis_llmd_router.explain.explain`).
+        :func:`~blis_llmd_router.explain.explain`); ``models`` gives catalog facts.
         """
         from blis_llmd_router.explain import explain
 
-        return explain(dict(config) or None, endpoints, request)
+        return explain(dict(config) or None, endpoints, request, models=models)
 
 
 @hookimpl

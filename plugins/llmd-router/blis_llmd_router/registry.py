@@ -19,9 +19,14 @@ import yaml
 
 from blis_llmd_router.context import PluginFactory
 from blis_llmd_router.filters.bylabel import ByLabelFilter, LabelSelectorFilter, role_filter
-from blis_llmd_router.params import ParamSpec
+from blis_llmd_router.flowcontrol import ConcurrencyDetector, UtilizationDetector
 from blis_llmd_router.pickers import MaxScorePicker, RandomPicker, WeightedRandomPicker
-from blis_llmd_router.producers import ApproxPrefixCacheProducer, InFlightLoadProducer
+from blis_llmd_router.producers import (
+    ApproxPrefixCacheProducer,
+    InFlightLoadProducer,
+    PrecisePrefixCacheProducer,
+    TokenProducer,
+)
 from blis_llmd_router.producers.inert import inert_factory
 from blis_llmd_router.profiles import SingleProfileHandler
 from blis_llmd_router.scorers import (
@@ -31,16 +36,11 @@ from blis_llmd_router.scorers import (
     PrefixCacheScorer,
     QueueScorer,
     RunningRequestsSizeScorer,
+    TokenLoadScorer,
+    create_precise_prefix_cache_scorer,
 )
 
 __all__ = ["REGISTRY", "SurfaceEntry", "surface"]
-
-_TOKEN_PRODUCER_PARAMS = {
-    "modelName": ParamSpec("str", ""),
-    "vllm": ParamSpec("object", None),
-    "estimate": ParamSpec("object", None),
-    "udsTokenizerConfig": ParamSpec("object", None),
-}
 
 _PARSERS = (
     "openai-parser",
@@ -59,6 +59,8 @@ REGISTRY: Mapping[str, PluginFactory] = {
     LoadAwareScorer.plugin_type: LoadAwareScorer.create,
     ActiveRequestScorer.plugin_type: ActiveRequestScorer.create,
     PrefixCacheScorer.plugin_type: PrefixCacheScorer.create,
+    "precise-prefix-cache-scorer": create_precise_prefix_cache_scorer,
+    TokenLoadScorer.plugin_type: TokenLoadScorer.create,
     # pickers
     MaxScorePicker.plugin_type: MaxScorePicker.create,
     RandomPicker.plugin_type: RandomPicker.create,
@@ -75,8 +77,12 @@ REGISTRY: Mapping[str, PluginFactory] = {
     # data producers
     ApproxPrefixCacheProducer.plugin_type: ApproxPrefixCacheProducer.create,
     InFlightLoadProducer.plugin_type: InFlightLoadProducer.create,
+    PrecisePrefixCacheProducer.plugin_type: PrecisePrefixCacheProducer.create,
+    TokenProducer.plugin_type: TokenProducer.create,
+    # saturation detectors
+    UtilizationDetector.plugin_type: UtilizationDetector.create,
+    ConcurrencyDetector.plugin_type: ConcurrencyDetector.create,
     # substituted or inert
-    "token-producer": inert_factory("token-producer", _TOKEN_PRODUCER_PARAMS),
     "metrics-data-source": inert_factory("metrics-data-source", {}),
     "core-metrics-extractor": inert_factory("core-metrics-extractor", {}),
     "endpoint-notification-source": inert_factory("endpoint-notification-source", {}),

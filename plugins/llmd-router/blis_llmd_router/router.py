@@ -1,16 +1,17 @@
 """The router: one decision per request, as upstream's Director makes it.
 
 Port of the scheduling path of ``pkg/epp/requestcontrol/director.go`` (``HandleRequest``,
-llm-d-router v0.10.0): no candidate → 503 ("failed to find endpoint candidates for
-serving the request"); data producers annotate the candidates; the scheduler runs; a
-failed schedule → 429 (upstream wraps it as ``ResourceExhausted``); on success the
-``PreRequest`` plugins record the decision and the request goes to the primary
-profile's first target. Admission (sheddable requests against the saturation detector)
-is inert in BLIS, which has no InferenceObjectives (every request has priority 0).
+llm-d-router v0.10.0) and of ``pkg/epp/requestcontrol/admission.go``
+(``LegacyAdmissionController``): a sheddable request (negative priority; BLIS reads the
+objective priority from ``request.priority``) meeting a saturated pool → 429 "system
+saturated, sheddable request dropped"; no candidate → 503 ("failed to find endpoint
+candidates for serving the request"); data producers annotate the candidates; the
+scheduler runs; a failed schedule → 429 (upstream wraps it as ``ResourceExhausted``); on
+success the ``PreRequest`` plugins record the decision and the request goes to the
+primary profile's first target.
 
 ``observe`` feeds ``first_token`` and ``completed`` events to the plugins that track
-in-flight requests. ``kv_events`` are not read: the approximate prefix producer learns
-from decisions, not from engine events.
+in-flight requests, and ``kv_events`` to the precise prefix cache's block index.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent, RoutingDecision
+from blis_llmd_router.flowcontrol import reject_if_sheddable_and_saturated
 from blis_llmd_router.framework import (
     Endpoint,
     ScheduleTrace,
@@ -27,7 +29,8 @@ from blis_llmd_router.framework import (
     SchedulingResult,
 )
 from blis_llmd_router.loader import LoadedConfig
-from blis_llmd_router.producers import ApproxPrefixCacheProducer
+from blis_llmd_router.producers import ApproxPrefixCacheProducer, PrecisePrefixCacheProducer
+from blis_llmd_router.scorers import PrecisePrefixCacheScorer
 
 __all__ = ["LlmdRouter"]
 
@@ -45,6 +48,13 @@ class LlmdRouter:
         trace: ScheduleTrace | None = None,
     ) -> tuple[RoutingDecision, SchedulingResult | None, list[Endpoint]]:
         """One decision with its scheduling result and the annotated candidates."""
+        detector = self.loaded.saturation_detector
+        if detector is not None:
+            reason = reject_if_sheddable_and_saturated(
+                detector, [Endpoint.from_snapshot(s) for s in endpoints], request.priority
+            )
+            if reason is not None:
+                return RoutingDecision(None, 429, reason), None, []
         if not endpoints:
             return (
                 RoutingDecision(
@@ -53,7 +63,7 @@ class LlmdRouter:
                 None,
                 [],
             )
-        sreq = SchedulingRequest(request)
+        sreq = SchedulingRequest(request, self.loaded.vocab_size)
         candidates = [Endpoint.from_snapshot(s) for s in endpoints]
         for producer in self.loaded.producers:
             producer.produce(sreq, candidates)
@@ -61,7 +71,12 @@ class LlmdRouter:
             result = self.loaded.scheduler.schedule(sreq, candidates, trace)
         except SchedulingError as exc:
             for producer in self.loaded.producers:
-                if isinstance(producer, ApproxPrefixCacheProducer):
+                if isinstance(
+                    producer,
+                    ApproxPrefixCacheProducer
+                    | PrecisePrefixCacheProducer
+                    | PrecisePrefixCacheScorer,
+                ):
                     producer.discard(sreq.request_id)
             return (
                 RoutingDecision(None, 429, f"failed to find target endpoint: {exc}"),
@@ -84,6 +99,6 @@ class LlmdRouter:
         return self.schedule(request, endpoints)[0]
 
     def observe(self, event: RouterEvent) -> None:
-        """Relay ``first_token`` / ``completed`` to the in-flight trackers."""
+        """Relay ``first_token`` / ``completed`` / ``kv_events`` to the plugins that hear them."""
         for plugin in self.loaded.observers:
             plugin.on_event(event)

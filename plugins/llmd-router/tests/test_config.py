@@ -11,6 +11,7 @@ from blis_llmd_router import decode_config, load, load_yaml
 from blis_llmd_router.framework import WeightedScorer
 
 from blis_core.contracts.errors import InputRefused
+from blis_core.cost.catalog import load_catalog
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -48,8 +49,10 @@ def test_no_config_is_upstream_default() -> None:
         assert loaded.scheduler.handler.plugin_type == "single-profile-handler"
         assert set(loaded.injected) == {
             "approx-prefix-cache-producer",
+            "token-producer",
             "single-profile-handler",
             "max-score-picker",
+            "utilization-detector",
         }
 
 
@@ -69,7 +72,7 @@ def test_defaults_injected() -> None:
     assert weights(loaded, "p") == {"queue-scorer": 1.0, "la": 4.0}
     assert loaded.scheduler.handler.plugin_type == "single-profile-handler"
     assert loaded.scheduler.profiles["p"].picker is not None
-    assert loaded.injected == ["single-profile-handler", "max-score-picker"]
+    assert loaded.injected == ["single-profile-handler", "max-score-picker", "utilization-detector"]
     # the effective document records the injected plugins and the default weight
     d = loaded.config.to_dict()
     assert {"name": "max-score-picker", "type": "max-score-picker"} in d["plugins"]
@@ -264,9 +267,7 @@ SAMPLES_REFUSED = {
     "epp-mm-embeddings-cache-config.yaml": {
         "mm-embeddings-cache-producer",
         "mm-embeddings-cache-scorer",
-        "precise-prefix-cache-producer",
     },
-    "epp-precise-prefix-cache-config.yaml": {"precise-prefix-cache-producer"},
     "pd-epp-config.yaml": {"disagg-profile-handler", "prefix-based-pd-decider"},
     "pd-topology-epp-config.yaml": {
         "topology-extractor",
@@ -275,7 +276,7 @@ SAMPLES_REFUSED = {
         "disagg-profile-handler",
         "prefix-based-pd-decider",
     },
-    "probabilistic-admitter-epp-config.yaml": {"probabilistic-admitter", "utilization-detector"},
+    "probabilistic-admitter-epp-config.yaml": {"probabilistic-admitter"},
     "sim-e-p-d-epp-config.yaml": {
         "disagg-profile-handler",
         "always-disagg-multimodal-decider",
@@ -288,18 +289,25 @@ SAMPLES_REFUSED = {
         "endpoint-attribute-filter",
         "endpoint-attribute-scorer",
     },
-    "sim-epp-kvcache-config.yaml": {"precise-prefix-cache-producer"},
-    "sim-epp-no-hit-lru.yaml": {"precise-prefix-cache-producer", "no-hit-lru-scorer"},
-    "sim-epp-tokenizer-vllm-http-config.yaml": {"precise-prefix-cache-producer"},
+    "sim-epp-no-hit-lru.yaml": {"no-hit-lru-scorer"},
     "sim-pd-epp-config.yaml": {"prefix-based-pd-decider", "disagg-profile-handler"},
     "sim-program-aware-config.yaml": {"program-aware-fairness"},
     "soft-reflective-ceiling-epp-config.yaml": {"soft-reflective-ceiling-policy"},
 }
 
 
+# Samples whose types are all implemented but whose token-producer names a model BLIS has
+# no tokenizer for (not in the model catalog): refused at ``modelName``.
+SAMPLES_REFUSED_MODEL = {
+    "epp-precise-prefix-cache-config.yaml": "hf-repo/model-name",
+    "sim-epp-kvcache-config.yaml": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+    "sim-epp-tokenizer-vllm-http-config.yaml": "${MODEL_NAME}",
+}
+
+
 def test_every_fixture_is_classified() -> None:
     names = {p.name for p in FIXTURES.glob("*.yaml")}
-    assert names == SAMPLES_LOADING | set(SAMPLES_REFUSED)
+    assert names == SAMPLES_LOADING | set(SAMPLES_REFUSED) | set(SAMPLES_REFUSED_MODEL)
     for p in FIXTURES.glob("*.yaml"):
         assert p.read_text().startswith("# Source: github.com/llm-d/llm-d-router deploy/config/")
 
@@ -317,3 +325,29 @@ def test_sample_refused_by_unimplemented_type(name: str) -> None:
     types = {e.value for e in exc.value.errors}
     assert types == SAMPLES_REFUSED[name]
     assert all(e.path.endswith(".type") and "not modelled" in e.cause for e in exc.value.errors)
+
+
+CATALOG_MODELS = load_catalog().models
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES_REFUSED_MODEL))
+def test_sample_refused_by_tokenizer_model(name: str) -> None:
+    with pytest.raises(InputRefused) as exc:
+        load(load_yaml((FIXTURES / name).read_text()), FixedRuntime(models=CATALOG_MODELS))
+    (err,) = exc.value.errors
+    assert err.path.endswith(".modelName") and err.value == SAMPLES_REFUSED_MODEL[name]
+    assert "not in the run's model catalog" in err.cause
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES_REFUSED_MODEL))
+def test_precise_sample_loads_with_a_catalog_model(name: str) -> None:
+    text = (
+        (FIXTURES / name)
+        .read_text()
+        .replace(SAMPLES_REFUSED_MODEL[name], "meta-llama/Llama-2-7b-hf")
+    )
+    loaded = load(load_yaml(text), FixedRuntime(models=CATALOG_MODELS))
+    assert loaded.vocab_size == 32000
+    with pytest.raises(InputRefused, match="not in the run's model catalog"):
+        load(load_yaml(text), FixedRuntime())  # a runtime without model facts
+    assert "precise-prefix-cache-producer" in loaded.plugins

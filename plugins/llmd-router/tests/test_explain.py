@@ -86,8 +86,10 @@ def test_explain_default_config_with_prefix_history() -> None:
     first = explain(None, eps, req("r1", "doc", 640))
     assert first["injected"] == [
         "approx-prefix-cache-producer",
+        "token-producer",
         "single-profile-handler",
         "max-score-picker",
+        "utilization-detector",
     ]
     picked = first["pick"]
     out = explain(None, eps, req("r2", "doc", 640), history=[(req("r1", "doc", 640), eps)])

@@ -4,5 +4,12 @@ from __future__ import annotations
 
 from blis_llmd_router.producers.approximate_prefix import ApproxPrefixCacheProducer
 from blis_llmd_router.producers.inflight_load import InFlightLoadProducer
+from blis_llmd_router.producers.precise_prefix import PrecisePrefixCacheProducer
+from blis_llmd_router.producers.tokenizer import TokenProducer
 
-__all__ = ["ApproxPrefixCacheProducer", "InFlightLoadProducer"]
+__all__ = [
+    "ApproxPrefixCacheProducer",
+    "InFlightLoadProducer",
+    "PrecisePrefixCacheProducer",
+    "TokenProducer",
+]

@@ -1,10 +1,8 @@
 """Plugins BLIS accepts whose work the simulator does itself.
 
-* ``token-producer`` (``.../dataproducer/tokenizer/tokenizer.go``, llm-d-router v0.10.0):
-  upstream tokenises the prompt text (vLLM ``/render``, a UDS tokenizer, or the
-  ``estimate`` byte-packing backend). A BLIS prompt has token ids, not text, so every
-  backend is replaced by :attr:`~blis_llmd_router.framework.SchedulingRequest.token_ids`;
-  its parameters are accepted and do not change a decision.
+Ports of llm-d-router v0.10.0 registrations (``cmd/epp/runner/runner.go``); the
+``token-producer`` is ported in :mod:`blis_llmd_router.producers.tokenizer`.
+
 * ``metrics-data-source`` / ``endpoint-notification-source`` (``.../datalayer/source``):
   upstream polls each pod and watches endpoints; BLIS hands the router the scrape in each
   :class:`~blis_core.contracts.router.EndpointSnapshot` and the endpoints per decision.

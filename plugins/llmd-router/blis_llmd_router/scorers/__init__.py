@@ -5,15 +5,23 @@ from __future__ import annotations
 from blis_llmd_router.scorers.active_request import ActiveRequestScorer
 from blis_llmd_router.scorers.kvcache_utilization import KVCacheUtilizationScorer
 from blis_llmd_router.scorers.load_aware import LoadAwareScorer
+from blis_llmd_router.scorers.precise_prefix import (
+    PrecisePrefixCacheScorer,
+    create_precise_prefix_cache_scorer,
+)
 from blis_llmd_router.scorers.prefix import PrefixCacheScorer
 from blis_llmd_router.scorers.queue import QueueScorer
 from blis_llmd_router.scorers.running_requests import RunningRequestsSizeScorer
+from blis_llmd_router.scorers.token_load import TokenLoadScorer
 
 __all__ = [
     "ActiveRequestScorer",
     "KVCacheUtilizationScorer",
     "LoadAwareScorer",
+    "PrecisePrefixCacheScorer",
     "PrefixCacheScorer",
     "QueueScorer",
     "RunningRequestsSizeScorer",
+    "TokenLoadScorer",
+    "create_precise_prefix_cache_scorer",
 ]
