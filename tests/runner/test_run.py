@@ -218,3 +218,15 @@ def test_replayed_trace_is_hashed_into_the_result(
     trace.write_text("\n".join(rows[:-1]) + "\n")
     again = run_scenario(parse_scenario(doc, "t"), make_host(), data, base_dir=tmp_path)
     assert again.data.trace_hash != first
+
+
+def test_router_runtime_offers_the_runs_model_facts(data: DataSources) -> None:
+    from blis_core.contracts.router import ModelFacts
+    from blis_core.runner.router_component import SimRouterRuntime
+    from blis_core.sim.rng import RandomStreams
+
+    runtime = SimRouterRuntime("router", RandomStreams(1), data.catalog.models)
+    assert isinstance(runtime, ModelFacts)
+    model = runtime.model("meta-llama/Llama-2-7b-hf")
+    assert model is not None and model.vocab_size == 32000
+    assert runtime.model("no/such-model") is None
