@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EndpointSnapshot",
     "ExplainingRouterFactory",
+    "HoldingRouter",
     "ModelFacts",
     "RouterEvent",
     "RouterFactory",
@@ -51,10 +52,11 @@ class EndpointSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class RoutingDecision:
-    """Where a request goes, or why it is refused.
+    """Where a request goes, or why it is refused, or that the router holds it.
 
     ``status`` is the HTTP status the router returns (200 when dispatched; 429 when
-    shed; 503 when no endpoint fits). ``prefill_endpoint`` is set for P/D.
+    shed; 503 when no endpoint fits). ``prefill_endpoint`` is set for P/D. ``held``
+    (only from a :class:`HoldingRouter`) means the request waits in the router's queue.
     """
 
     endpoint: str | None
@@ -62,13 +64,20 @@ class RoutingDecision:
     reason: str = ""
     prefill_endpoint: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
+    held: bool = False
+
+    @classmethod
+    def hold(cls, reason: str = "queued") -> RoutingDecision:
+        """The router keeps the request (flow control); it decides later, in ``poll``."""
+        return cls(endpoint=None, status=0, reason=reason, held=True)
 
 
 @dataclass(frozen=True, slots=True)
 class RouterEvent:
     """Something the router hears about after a decision.
 
-    ``kind`` is ``dispatched``, ``first_token``, ``completed`` or ``kv_events``.
+    ``kind`` is ``dispatched``, ``first_token``, ``completed``, ``kv_events``, or
+    ``aborted`` (the client gave up on a request the router still held).
     """
 
     kind: str
@@ -117,6 +126,26 @@ class RouterInstance(Protocol):
 
     def observe(self, event: RouterEvent) -> None:
         """Update in-flight counters or indexes after a decision."""
+        ...
+
+
+@runtime_checkable
+class HoldingRouter(RouterInstance, Protocol):
+    """A router that may hold requests in a queue (llm-d flow control).
+
+    When ``route`` answers :meth:`RoutingDecision.hold`, the simulator keeps the request
+    at the router and calls ``poll`` after every event the router observes (scrapes,
+    first tokens, completions) and at ``next_wakeup_us``; ``poll`` returns the held
+    requests it now decides — dispatched, or refused (e.g. 429 on TTL or capacity) —
+    by request id. A request still held at the horizon is ``not_started``.
+    """
+
+    def poll(self, endpoints: Sequence[EndpointSnapshot]) -> Sequence[tuple[str, RoutingDecision]]:
+        """Decisions for held requests that are ready now (never a new ``held``)."""
+        ...
+
+    def next_wakeup_us(self) -> int | None:
+        """When ``poll`` must run next even if nothing else happens (a TTL), or ``None``."""
         ...
 
 

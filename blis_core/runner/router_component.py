@@ -17,6 +17,7 @@ from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import (
     EndpointSnapshot,
+    HoldingRouter,
     RouterEvent,
     RouterInstance,
     RoutingDecision,
@@ -68,6 +69,8 @@ class RouterComponent(Component):
 
     Ports in: ``request``, ``abort`` (from the client), ``metrics`` and ``step`` (from
     engines). Ports out: ``request``/``abort`` to engines, ``dropped`` to the client.
+    A :class:`~blis_core.contracts.router.HoldingRouter` may hold requests; they are
+    polled after every input and at the router's own wake-up time.
     """
 
     def __init__(
@@ -89,6 +92,8 @@ class RouterComponent(Component):
         self._observe_route = route_observer
         self._dispatched: dict[str, str] = {}
         self._awaiting_first_token: set[str] = set()
+        self._holding: HoldingRouter | None = router if isinstance(router, HoldingRouter) else None
+        self._held: dict[str, InferenceRequest] = {}
         self._outbox: list[tuple[str, str, object]] = []
 
     def output(self, now_us: int) -> None:
@@ -97,7 +102,33 @@ class RouterComponent(Component):
 
     def internal(self, now_us: int) -> int | None:
         self._outbox.clear()
-        return None
+        self._runtime.set_now(now_us)
+        self._poll(now_us)
+        return self._next_time(now_us)
+
+    def _next_time(self, now_us: int) -> int | None:
+        if self._outbox:
+            return now_us
+        if self._holding is None or not self._held:
+            return None
+        wake = self._holding.next_wakeup_us()
+        if wake is not None and wake < now_us:
+            raise SimulationError(
+                f"router {self.name!r}: next_wakeup_us() {wake} is before now ({now_us} us)"
+            )
+        return wake
+
+    def _poll(self, now_us: int) -> None:
+        if self._holding is None or not self._held:
+            return
+        for rid, decision in self._holding.poll(tuple(self._snapshots.values())):
+            request = self._held.pop(rid, None)
+            if request is None or decision.held:
+                raise SimulationError(
+                    f"router {self.name!r}: poll() returned {rid!r} ({decision}), which is not "
+                    "a held request or is held again"
+                )
+            self._apply(request, decision, now_us)
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         self._runtime.set_now(now_us)
@@ -110,12 +141,16 @@ class RouterComponent(Component):
             elif port == "step":
                 self._relay_step(msg.payload)  # type: ignore[arg-type]
             elif port == "abort":
-                target = self._dispatched.get(str(msg.payload))
+                rid = str(msg.payload)
+                target = self._dispatched.get(rid)
                 if target is not None:
-                    self._outbox.append((target, "abort", msg.payload))
+                    self._outbox.append((target, "abort", rid))
+                elif self._held.pop(rid, None) is not None:
+                    self._router.observe(RouterEvent("aborted", "", rid))
             else:
                 raise SimulationError(f"router {self.name!r}: unknown input port {port!r}")
-        return now_us if self._outbox else None
+        self._poll(now_us)
+        return self._next_time(now_us)
 
     def confluent(self, now_us: int, bag: list[Message]) -> int | None:
         self._outbox.clear()
@@ -123,6 +158,17 @@ class RouterComponent(Component):
 
     def _route(self, request: InferenceRequest, now_us: int) -> None:
         decision = self._router.route(request, tuple(self._snapshots.values()))
+        if decision.held:
+            if self._holding is None:
+                raise SimulationError(
+                    f"router {self.name!r} held {request.request_id!r} but does not implement "
+                    "HoldingRouter (poll, next_wakeup_us)"
+                )
+            self._held[request.request_id] = request
+            return
+        self._apply(request, decision, now_us)
+
+    def _apply(self, request: InferenceRequest, decision: RoutingDecision, now_us: int) -> None:
         if self._observe_route is not None:
             self._observe_route(request, decision, now_us)
         target = decision.endpoint

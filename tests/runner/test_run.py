@@ -230,3 +230,38 @@ def test_router_runtime_offers_the_runs_model_facts(data: DataSources) -> None:
     model = runtime.model("meta-llama/Llama-2-7b-hf")
     assert model is not None and model.vocab_size == 32000
     assert runtime.model("no/such-model") is None
+
+
+GATE = ("blis-gate", "blis.routers", "gate", "gate_router")
+
+
+def test_holding_router_queues_and_releases(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, GATE)
+    gate = importlib.import_module("gate_router")
+    gate.STATS.update(max_in_flight=0, held=0, expired=0)
+    doc = _scenario(frame={"replications": 1})
+    doc["deployment"]["router"] = {"kind": "gate", "version": "1", "config": {"limit": 3}}
+    doc["workload"]["arrival"]["rate_per_s"] = 200
+    rep = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0]
+    assert rep.fates.completed == 120
+    assert gate.STATS["held"] > 0 and gate.STATS["max_in_flight"] == 3
+
+
+def test_holding_router_refuses_on_its_own_timer(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, GATE)
+    gate = importlib.import_module("gate_router")
+    gate.STATS.update(max_in_flight=0, held=0, expired=0)
+    doc = _scenario(frame={"replications": 1})
+    doc["deployment"]["router"] = {
+        "kind": "gate",
+        "version": "1",
+        "config": {"limit": 1, "ttl_us": 20_000},
+    }
+    doc["workload"]["arrival"]["rate_per_s"] = 500
+    f = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].fates
+    assert f.dropped.get("router 429: ttl", 0) == gate.STATS["expired"] > 0
+    assert f.completed + f.dropped["router 429: ttl"] == 120

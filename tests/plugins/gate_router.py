@@ -1,0 +1,91 @@
+"""A throw-away holding router: at most ``limit`` requests in flight, FCFS queue, TTL.
+
+Exercises the simulator's HoldingRouter support (flow control): requests over the limit
+are held; ``poll`` releases them as others complete, and refuses with 429 those held
+longer than ``ttl_us``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import (
+    EndpointSnapshot,
+    RouterEvent,
+    RouterFactory,
+    RouterInstance,
+    RouterRuntime,
+    RoutingDecision,
+)
+from blis_core.hookspecs import hookimpl
+
+STATS: dict[str, int] = {"max_in_flight": 0, "held": 0, "expired": 0}
+
+
+class GateRouter:
+    def __init__(self, runtime: RouterRuntime, limit: int, ttl_us: int) -> None:
+        self._runtime = runtime
+        self._limit = limit
+        self._ttl_us = ttl_us
+        self._in_flight: set[str] = set()
+        self._queue: deque[tuple[str, int]] = deque()
+        self._next = 0
+
+    def _pick(self, endpoints: Sequence[EndpointSnapshot]) -> RoutingDecision:
+        pick = endpoints[self._next % len(endpoints)]
+        self._next += 1
+        return RoutingDecision(endpoint=pick.name)
+
+    def route(
+        self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]
+    ) -> RoutingDecision:
+        if len(self._in_flight) >= self._limit or self._queue:
+            self._queue.append((request.request_id, self._runtime.now_us))
+            STATS["held"] += 1
+            return RoutingDecision.hold()
+        return self._pick(endpoints)
+
+    def observe(self, event: RouterEvent) -> None:
+        if event.kind == "dispatched":
+            self._in_flight.add(event.request_id)
+            STATS["max_in_flight"] = max(STATS["max_in_flight"], len(self._in_flight))
+        elif event.kind == "completed":
+            self._in_flight.discard(event.request_id)
+        elif event.kind == "aborted":
+            self._queue = deque(q for q in self._queue if q[0] != event.request_id)
+
+    def poll(self, endpoints: Sequence[EndpointSnapshot]) -> list[tuple[str, RoutingDecision]]:
+        now = self._runtime.now_us
+        out: list[tuple[str, RoutingDecision]] = []
+        while self._queue and self._queue[0][1] + self._ttl_us <= now:
+            rid, _ = self._queue.popleft()
+            STATS["expired"] += 1
+            out.append((rid, RoutingDecision(endpoint=None, status=429, reason="ttl")))
+        while (
+            self._queue
+            and len(self._in_flight) + len([d for _, d in out if d.endpoint]) < self._limit
+        ):
+            rid, _ = self._queue.popleft()
+            out.append((rid, self._pick(endpoints)))
+        return out
+
+    def next_wakeup_us(self) -> int | None:
+        return self._queue[0][1] + self._ttl_us if self._queue else None
+
+
+class GateFactory:
+    kind = "gate"
+    upstream_release = "1"
+    plugin_version = "1"
+
+    def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
+        return GateRouter(runtime, int(config.get("limit", 4)), int(config.get("ttl_us", 10**9)))
+
+
+@hookimpl
+def blis_register_routers(registry: Any) -> None:
+    factory: RouterFactory = GateFactory()
+    registry.add(factory)
