@@ -133,7 +133,7 @@ class CompiledPlan:
         kernel_launch_s = 0.0
         host_j = -1
         for j, term in enumerate(self.terms):
-            entry = registry.best(term.family, term.impl, hw.id, term.dtype)
+            entry = registry.best(term.family, term.impl, hw.id, term.dtype, term.ranks)
             if entry is None:
                 raise InputRefused.one(
                     "registry",

@@ -132,17 +132,22 @@ class Registry:
     entries: tuple[CoefficientEntry, ...]
     content_hash: str
     origin: str
-    _cache: dict[tuple[str, str, str, str], CoefficientEntry | None] = field(
+    _cache: dict[tuple[str, str, str, str, int | None], CoefficientEntry | None] = field(
         default_factory=dict, repr=False
     )
 
-    def best(self, family: str, impl: str, hardware: str, dtype: str) -> CoefficientEntry | None:
+    def best(
+        self, family: str, impl: str, hardware: str, dtype: str, ranks: int | None = None
+    ) -> CoefficientEntry | None:
         """The entry of the smallest price rank matching the key (then the most specific).
 
-        ``None`` only when no entry matches at all; the embedded registry holds a roofline
-        entry for every family on every chip (``*``), so this never happens with it.
+        With ``ranks`` (the number of ranks a collective spans, known when a plan is
+        compiled), an entry whose covered ``ranks`` range excludes it counts as
+        ``transferred``, so an entry fitted elsewhere never shadows one that covers the
+        case. ``None`` only when no entry matches at all; the embedded registry holds a
+        roofline entry for every family on every chip (``*``), so this never happens with it.
         """
-        key = (family, impl, hardware, dtype)
+        key = (family, impl, hardware, dtype, ranks)
         if key in self._cache:
             return self._cache[key]
         found = [
@@ -153,7 +158,14 @@ class Registry:
             and e.hardware in ("*", hardware)
             and e.dtype in ("*", dtype)
         ]
-        best = min(found, key=lambda e: (int(e.price_rank), -_specificity(e)), default=None)
+
+        def effective(e: CoefficientEntry) -> int:
+            rng = e.covered.get("ranks")
+            if ranks is not None and rng is not None and not rng[0] <= ranks <= rng[1]:
+                return max(int(e.price_rank), int(CoefficientRank.TRANSFERRED))
+            return int(e.price_rank)
+
+        best = min(found, key=lambda e: (effective(e), -_specificity(e)), default=None)
         self._cache[key] = best
         return best
 

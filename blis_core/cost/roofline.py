@@ -132,7 +132,7 @@ class RegistryMethod:
         """Seconds and rank for ``work``, or None when nothing matches (not with the
         embedded registry, which has a roofline entry for every family)."""
         hw = self._catalog.hardware.get(work.hardware)
-        entry = self._registry.best(work.family, work.impl, work.hardware, work.dtype)
+        entry = self._registry.best(work.family, work.impl, work.hardware, work.dtype, work.ranks)
         if hw is None or entry is None:
             return None
         c = entry_constants(entry, hw, work.dtype, link_bandwidth(self._catalog, hw))

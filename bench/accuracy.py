@@ -1,0 +1,785 @@
+"""Accuracy of BLIS against real vLLM serving runs (inference-sim-training ground truth).
+
+Usage::
+
+    python bench/accuracy.py [--data DIR] [--only EXP ...] [--max-requests N]
+                             [--registry DIR] [--json PATH|-] [--jobs J]
+
+For every experiment of ``DIR`` (default ``../shared/data/ground-truth/inference-sim-training``
+relative to the repository root) it replays the recorded requests through vLLM 0.33.0
+(``blis-vllm``) on H100-SXM with the run's model, TP degree and launch arguments, and
+compares the simulated per-request TTFT and E2E and per-stage statistics with the
+measured ones. It prints signed relative errors ``(sim - measured) / measured`` per
+experiment, stage and metric, and the mean absolute error per metric.
+
+How the replay is built (the data's own README and our checks of it):
+
+* Arrivals: the recorded ``arrival_time_us``; every load stage is simulated on its own
+  (inference-perf drains a stage before starting the next; the measured gap between
+  stages is longer than the slowest request), starting from an empty engine whose
+  prefix cache is warmed by a lead-in (below).
+* Output lengths: ``ignore_eos`` with ``max_tokens = output_len`` of the profile, so
+  every request generated exactly ``output_len`` tokens. The replay's
+  ``output_tokens`` are the client's re-tokenised counts: they vary (0..272) but the
+  measured decode time ``e2e - ttft`` does not correlate with them (|r| < 0.02 in all
+  ten runs), so they are not used.
+* Prompts (prefix groups): inference-perf's ``shared_prefix`` generator with multi-turn
+  chat and no history. The input lengths repeat with period exactly 100 in every run
+  (98-99 % of rows equal the row 100 earlier), so the runs used N = 100 prompts (10
+  system prompts x 10 users, as the workload module notes; the ``profile.yaml`` group
+  counts were not what ran); request ``i`` of a stage sends prompt ``i mod 100``
+  (system prompt of its group, then its own question), identical on every repeat, so
+  the whole prompt is a prefix-cache hit after its first use. The group of each prompt
+  comes from a fixed random permutation (the generator's is not recorded); the system
+  prompt is ``round(system_prompt_len * 1.045)`` tokens (inference-perf < 0.5 token
+  inflation, the workload module's figure), the question the rest of the input.
+* Engine: ``max_num_seqs`` 128, ``max_num_batched_tokens`` 2048, ``max_model_len`` 4096,
+  ``gpu_memory_utilization`` 0.9, prefix caching on, ``num_gpu_blocks_override`` = the
+  ``kv_blocks_total_gpu`` vLLM reported; async scheduling and CUDA graphs at their
+  defaults.
+
+Metrics, each defined once and computed the same way for both sides over the same
+requests (the compared window):
+
+* ``ttft``: first token time minus send time, per request;
+* ``e2e``: last token time minus send time, per request;
+* ``tpot``: ``(e2e - ttft) / (output_len - 1)`` per request, the mean decode time per
+  generated token. inference-perf's own TPOT/ITL divide by SSE events (about two per
+  token, its ITL median is ~40 us), so they are about half of this and are not compared;
+* statistics per stage: mean, p50 and p90 of each; ``ttft_req``/``e2e_req``: the mean
+  absolute per-request relative error (request i simulated vs request i measured).
+
+``--max-requests N`` keeps runs short: each stage compares a contiguous window of
+``N / stages`` requests starting at a quarter of the stage, preceded by a lead-in of up
+to 400 requests that warms the engine and its prefix cache and is not compared.
+Uses the runner's internal ``_build``/``_run_until_done`` to read per-request records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "ground-truth" / "inference-sim-training"
+HARDWARE = "H100-SXM"
+PROMPTS = 100  # prompts per stage cycle (10 system prompts x 10 users)
+USERS = 10
+TOKEN_INFLATION = 1.045
+LEAD_IN = 400
+STAT_METRICS = ("ttft", "tpot", "e2e")
+STATS = ("mean", "p50", "p90")
+REQ_METRICS = ("ttft_req", "e2e_req")
+COLUMNS = tuple(f"{m}_{s}" for m in STAT_METRICS for s in STATS) + REQ_METRICS
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass
+class Stage:
+    """One load stage of an experiment: its rows and the window compared."""
+
+    index: int
+    rate: float
+    first: int  # first row of the stage
+    count: int  # rows in the stage
+    window: tuple[int, int] = (0, 0)  # compared rows [lo, hi) (absolute)
+    start: int = 0  # first simulated row (lead-in start)
+
+
+@dataclass
+class Experiment:
+    """One ground-truth run: its launch arguments, requests and measurements."""
+
+    name: str
+    model: str
+    tp: int
+    kv_blocks: int
+    output_len: int
+    system_prompt_len: int
+    arrival_us: npt.NDArray[np.int64]
+    input_tokens: npt.NDArray[np.int64]
+    ttft_s: FloatArray
+    e2e_s: FloatArray
+    ok: npt.NDArray[np.bool_]
+    stages: list[Stage] = field(default_factory=list)
+
+
+def load_experiment(data: Path, name: str) -> Experiment:
+    """Read ``replay/<name>.json``, its ground truth, and ``server/<name>/`` profiles."""
+    replay = json.loads((data / "replay" / f"{name}.json").read_text())
+    truth = json.loads((data / "replay" / f"{name}_ground_truth.json").read_text())
+    server = data / "server" / name
+    profile = json.loads((server / "profile.yaml").read_text())  # one-line JSON
+    exp_cfg = _simple_yaml(server / "exp-config.yaml")
+    reqs = replay["requests"]
+    if len(truth) != len(reqs):
+        raise SystemExit(f"{name}: {len(reqs)} requests but {len(truth)} ground-truth rows")
+    sp = profile["data"]["shared_prefix"]
+    exp = Experiment(
+        name=name,
+        model=str(exp_cfg["model"]),
+        tp=int(exp_cfg["tensor_parallelism"]),
+        kv_blocks=int(replay["config"]["kv_blocks_total_gpu"]),
+        output_len=int(sp["output_len"]),
+        system_prompt_len=int(sp["system_prompt_len"]),
+        arrival_us=np.array([r["arrival_time_us"] for r in reqs], dtype=np.int64),
+        input_tokens=np.array([r["input_tokens"] for r in reqs], dtype=np.int64),
+        ttft_s=np.array([t["ttft_s"] for t in truth], dtype=np.float64),
+        e2e_s=np.array([t["e2e_s"] for t in truth], dtype=np.float64),
+        ok=np.array(
+            [not (r["has_error"] or t["has_error"]) for r, t in zip(reqs, truth, strict=True)]
+        ),
+    )
+    first = 0
+    for i, st in enumerate(profile["load"]["stages"]):
+        count = round(float(st["rate"]) * float(st["duration"]))
+        exp.stages.append(Stage(i, float(st["rate"]), first, count))
+        first += count
+    if first != len(reqs):
+        raise SystemExit(f"{name}: stages hold {first} requests, the replay {len(reqs)}")
+    return exp
+
+
+def _simple_yaml(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition(":")
+        if sep and not line.startswith((" ", "#")):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def choose_windows(exp: Experiment, max_requests: int | None, lead_in: int = LEAD_IN) -> None:
+    """Set each stage's compared window and simulated start (see module doc)."""
+    for st in exp.stages:
+        lo, hi = st.first, st.first + st.count
+        if max_requests is not None:
+            per = max(1, max_requests // len(exp.stages))
+            if per < st.count:
+                lo = st.first + min(st.count // 4, st.count - per)
+                hi = lo + per
+        st.window = (lo, hi)
+        st.start = max(st.first, lo - lead_in)
+
+
+# ----------------------------------------------------------------------------------
+# Simulation
+# ----------------------------------------------------------------------------------
+
+
+def _group_of_prompt(seed: int = 0) -> list[int]:
+    perm = np.random.default_rng(seed).permutation(PROMPTS)
+    return [int(p) // USERS for p in perm]
+
+
+@contextmanager
+def _replay_content(system_len: int) -> Iterator[None]:
+    """Make the runner's trace replay build shared-prefix prompts (see module doc).
+
+    Rows carry ``prefix_group = "<slot>"`` (the prompt index, ``i mod 100``); the prompt
+    becomes the group's system prompt then the slot's question, identical on repeats.
+    """
+    import blis_core.workload.source as source_mod
+    from blis_core.contracts.request import InferenceRequest, PromptSegment
+    from blis_core.workload.arrivals import ScheduledArrival
+    from blis_core.workload.trace import TraceContent
+
+    groups = _group_of_prompt()
+
+    class ReplayContent(TraceContent):
+        def build(
+            self, item: ScheduledArrival, request_id: str, arrival_us: int
+        ) -> InferenceRequest:
+            req = super().build(item, request_id, arrival_us)
+            slot = int(req.prefix_group.rsplit("/", 1)[1]) if req.prefix_group else 0
+            group = groups[slot]
+            n_in = req.input_tokens
+            shared = min(system_len, n_in - 1)
+            prompt = (
+                PromptSegment(f"{self._entity}/sys/{group}", shared),
+                PromptSegment(f"{self._entity}/question/{slot}", n_in - shared),
+            )
+            return dataclasses.replace(
+                req, prompt=prompt, prefix_group=f"{self._entity}/sys/{group}"
+            )
+
+    name = "TraceContent"
+    saved = getattr(source_mod, name)
+    setattr(source_mod, name, ReplayContent)
+    try:
+        yield
+    finally:
+        setattr(source_mod, name, saved)
+
+
+@dataclass
+class SimStage:
+    """Simulated per-request times of one stage's compared window (NaN: not finished)."""
+
+    ttft_s: FloatArray
+    e2e_s: FloatArray
+    wall_s: float
+    steps: int
+
+
+def simulate_stage(exp: Experiment, st: Stage, registry: str | None, tmp: Path) -> SimStage:
+    """Replay rows ``[st.start, st.window[1])`` of ``exp`` and return the window's times."""
+    from blis_core.io.scenario import parse_scenario
+    from blis_core.runner.builtins import make_host
+    from blis_core.runner.run import DataSources, _build, _run_until_done
+
+    lo, hi = st.start, st.window[1]
+    t0 = float(exp.arrival_us[lo])
+    csv = tmp / f"{exp.name}-s{st.index}.csv"
+    with open(csv, "w", encoding="utf-8") as fh:
+        fh.write("arrival_s,input_tokens,output_tokens,prefix_group\n")
+        for i in range(lo, hi):
+            slot = (i - st.first) % PROMPTS
+            fh.write(
+                f"{(float(exp.arrival_us[i]) - t0) / 1e6:.6f},{int(exp.input_tokens[i])},"
+                f"{exp.output_len},{slot}\n"
+            )
+    system_len = math.floor(exp.system_prompt_len * TOKEN_INFLATION + 0.5)
+    doc: dict[str, Any] = {
+        "name": f"accuracy-{exp.name}-s{st.index}",
+        "seed": 1,
+        "deployment": {
+            "pools": [
+                {
+                    "name": "pool",
+                    "engine": {"kind": "vllm", "version": "0.33.0"},
+                    "model": exp.model,
+                    "hardware": HARDWARE,
+                    "layout": {"tp": exp.tp},
+                    "args": {
+                        "max_num_seqs": 128,
+                        "max_num_batched_tokens": 2048,
+                        "max_model_len": 4096,
+                        "gpu_memory_utilization": 0.9,
+                        "enable_prefix_caching": True,
+                        "num_gpu_blocks_override": exp.kv_blocks,
+                    },
+                }
+            ]
+        },
+        "workload": {
+            "trace": {"path": str(csv), "format": "csv", "prefix_len_tokens": 1},
+            "ignore_eos": True,
+        },
+    }
+    scenario = parse_scenario(doc, "accuracy")
+    data = DataSources.load(None, registry)
+    started = time.perf_counter()
+    with _replay_content(system_len):
+        cluster = _build(scenario, 1, make_host(), data, None, {})
+    _run_until_done(cluster, None)
+    wall = time.perf_counter() - started
+    n = hi - lo
+    ttft = np.full(n, np.nan)
+    e2e = np.full(n, np.nan)
+    prefix = scenario.workload.request_id_prefix
+    for k in range(n):
+        rec = cluster.ledger.records.get(f"{prefix}{k}")
+        if rec is None or rec.first_token_us < 0 or rec.fate != "completed":
+            continue
+        ttft[k] = (rec.first_token_us - rec.arrival_us) / 1e6
+        e2e[k] = (rec.last_token_us - rec.arrival_us) / 1e6
+    skip = st.window[0] - lo
+    steps = sum(e.steps for e in cluster.engines)
+    return SimStage(ttft[skip:], e2e[skip:], wall, steps)
+
+
+# ----------------------------------------------------------------------------------
+# Comparison
+# ----------------------------------------------------------------------------------
+
+
+def _stats(values: FloatArray) -> dict[str, float]:
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return {s: math.nan for s in STATS}
+    return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)),
+            "p90": float(np.percentile(v, 90))}  # fmt: skip
+
+
+def compare_stage(exp: Experiment, st: Stage, sim: SimStage) -> dict[str, Any]:
+    """Measured and simulated statistics of one stage's window and their relative errors."""
+    lo, hi = st.window
+    ok = exp.ok[lo:hi] & np.isfinite(sim.e2e_s)
+    denom = max(1, exp.output_len - 1)
+    meas = {
+        "ttft": exp.ttft_s[lo:hi][ok],
+        "e2e": exp.e2e_s[lo:hi][ok],
+        "tpot": (exp.e2e_s[lo:hi][ok] - exp.ttft_s[lo:hi][ok]) / denom,
+    }
+    simv = {
+        "ttft": sim.ttft_s[ok],
+        "e2e": sim.e2e_s[ok],
+        "tpot": (sim.e2e_s[ok] - sim.ttft_s[ok]) / denom,
+    }
+    measured: dict[str, float] = {}
+    simulated: dict[str, float] = {}
+    for m in STAT_METRICS:
+        for s, v in _stats(meas[m]).items():
+            measured[f"{m}_{s}"] = v
+        for s, v in _stats(simv[m]).items():
+            simulated[f"{m}_{s}"] = v
+    errors = {k: (simulated[k] - measured[k]) / measured[k] for k in measured}
+    for m in ("ttft", "e2e"):
+        errors[f"{m}_req"] = (
+            float(np.mean(np.abs(simv[m] - meas[m]) / meas[m])) if ok.any() else math.nan
+        )
+    return {
+        "experiment": exp.name,
+        "model": exp.model,
+        "stage": st.index,
+        "rate": st.rate,
+        "window": [lo - st.first, hi - st.first],
+        "compared": int(ok.sum()),
+        "unfinished": int((~np.isfinite(sim.e2e_s)).sum()),
+        "measured": measured,
+        "simulated": simulated,
+        "error": errors,
+        "sim_wall_s": round(sim.wall_s, 2),
+        "steps": sim.steps,
+    }
+
+
+def _job(args: tuple[Path, str, int, int | None, str | None, int]) -> dict[str, Any]:
+    data, name, stage, max_requests, registry, lead_in = args
+    exp = load_experiment(data, name)
+    choose_windows(exp, max_requests, lead_in)
+    st = exp.stages[stage]
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = simulate_stage(exp, st, registry, Path(tmp))
+    return compare_stage(exp, st, sim)
+
+
+def experiments_in(data: Path) -> list[str]:
+    """Experiment names: ``replay/<name>.json`` files with a ground truth beside them."""
+    names = []
+    for p in sorted((data / "replay").glob("*.json")):
+        if p.name.endswith("_ground_truth.json"):
+            continue
+        if (data / "replay" / f"{p.stem}_ground_truth.json").exists():
+            names.append(p.stem)
+    return names
+
+
+def run(
+    data: Path,
+    only: Sequence[str] = (),
+    max_requests: int | None = None,
+    registry: str | None = None,
+    jobs: int = 1,
+    lead_in: int = LEAD_IN,
+) -> list[dict[str, Any]]:
+    """Every (experiment, stage) row compared; ``only`` filters names by substring."""
+    names = [n for n in experiments_in(data) if not only or any(o in n for o in only)]
+    if not names:
+        raise SystemExit(f"no experiment in {data} matches {list(only)}")
+    tasks = []
+    for name in names:
+        exp = load_experiment(data, name)
+        for st in exp.stages:
+            tasks.append((data, name, st.index, max_requests, registry, lead_in))
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            return list(pool.map(_job, tasks))
+    return [_job(t) for t in tasks]
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean absolute relative error per metric over all rows (NaN rows skipped)."""
+    out: dict[str, float] = {}
+    for c in COLUMNS:
+        v = [abs(r["error"][c]) for r in rows if math.isfinite(r["error"][c])]
+        out[c] = float(np.mean(v)) if v else math.nan
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# Calibration: grid search with leave-one-model-out cross validation (``--fit``)
+# ----------------------------------------------------------------------------------
+
+FIT_FILE = "calibrated-vllm-serving.yaml"
+HOST_WORK = "vllm-0.33.0/async"
+# Prior values: what the registry held before this calibration (roofline.yaml assumed
+# fractions, the Vidur-calibrated all-reduce latency).
+PRIOR: dict[str, float] = {"attn": 0.6, "host": 300.0, "allreduce": 22.600351, "moe": 0.7}
+GRID: dict[str, tuple[float, ...]] = {
+    "attn": (0.7, 0.8, 0.9),
+    "host": (50.0, 200.0),
+    "allreduce": (8.0, 15.0, 22.600351),
+    "moe": (0.75, 0.85, 0.95),
+}
+FIT_METRICS = ("ttft_mean", "tpot_mean", "e2e_mean")
+
+
+def relevant(model: str, tp: int) -> tuple[str, ...]:
+    """Parameters that change a model's step prices (others leave its results equal)."""
+    names = ["attn", "host"]
+    if tp > 1:
+        names.append("allreduce")
+    if "mixtral" in model.lower():
+        names.append("moe")
+    return tuple(names)
+
+
+def fitted_entries(params: dict[str, float], covered: dict[str, Any] | None = None,
+                   source: str = "") -> list[dict[str, Any]]:  # fmt: skip
+    """The calibrated registry entries for one parameter vector (YAML-ready dicts)."""
+    cov = covered or {}
+    src = source or "bench/accuracy.py --fit (candidate)"
+    return [
+        {"family": "attention_decode", "impl": "*", "hardware": HARDWARE, "dtype": "bf16",
+         "rank": "calibrated", "method": "fitted",
+         "params": {"compute_efficiency": 0.5, "memory_efficiency": params["attn"],
+                    "overhead_us": 5.0},
+         "covered": cov.get("attention_decode", {}), "source": src},
+        {"family": "moe_gemm", "impl": "*", "hardware": HARDWARE, "dtype": "bf16",
+         "rank": "calibrated", "method": "fitted",
+         "params": {"compute_efficiency": 0.5, "memory_efficiency": params["moe"],
+                    "overhead_us": 8.0},
+         "covered": cov.get("moe_gemm", {}), "source": src},
+        {"family": "host_step", "impl": HOST_WORK, "hardware": HARDWARE, "dtype": "*",
+         "rank": "calibrated", "method": "fitted",
+         "params": {"overhead_us": params["host"], "per_item_us": 5.0, "per_kernel_us": 4.0},
+         "covered": cov.get("host_step", {}), "source": src},
+        {"family": "allreduce", "impl": "nccl", "hardware": HARDWARE, "dtype": "bf16",
+         "rank": "calibrated", "method": "fitted",
+         "params": {"link_efficiency": 0.72, "overhead_us": params["allreduce"]},
+         "covered": cov.get("allreduce", {"ranks": [2, 4]}), "source": src},
+    ]  # fmt: skip
+
+
+def registry_dir(params: dict[str, float] | None, root: Path) -> str:
+    """A registry directory: the embedded files except ``FIT_FILE``, plus ``params``'
+    entries (None: the prior, i.e. without any of this calibration)."""
+    import yaml
+
+    key = "prior" if params is None else "-".join(f"{k}{params[k]:g}" for k in sorted(params))
+    out = root / key
+    if out.exists():
+        return str(out)
+    out.mkdir(parents=True)
+    src = REPO / "blis_core" / "data" / "registry"
+    for f in sorted(src.glob("*.yaml")):
+        if f.name != FIT_FILE:
+            (out / f.name).write_text(f.read_text())
+    if params is not None:
+        doc = {"kind": "coefficients", "entries": fitted_entries(params)}
+        (out / "zz-candidate.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(out)
+
+
+def _log_err(row: dict[str, Any], metric: str) -> float:
+    m, s = row["measured"][metric], row["simulated"][metric]
+    if not (math.isfinite(m) and math.isfinite(s)) or m <= 0 or s <= 0:
+        return math.log(3.0)
+    return min(abs(math.log(s / m)), math.log(3.0))
+
+
+def row_loss(row: dict[str, Any]) -> float:
+    """Fit loss of one stage row: mean |log(sim/measured)| of TTFT, TPOT and E2E means
+    (each capped at log 3, so an overloaded row counts but cannot dominate)."""
+    return sum(_log_err(row, m) for m in FIT_METRICS) / len(FIT_METRICS)
+
+
+def _simulate_missing(
+    tasks: list[tuple[str, tuple[Path, str, int, int | None, str | None, int]]],
+    results: dict[str, dict[str, Any]],
+    jobs: int,
+    cache: Path,
+) -> None:
+    """Run the stage simulations of ``tasks`` not yet in ``results``; store their loss and
+    errors under their keys and save ``results`` to ``cache``."""
+    todo = [(k, t) for k, t in tasks if k not in results]
+    print(f"fit: {len(todo)} stage simulations to run ({len(results)} cached)", file=sys.stderr)
+    if not todo:
+        return
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        rows = pool.map(_job, [t for _, t in todo])
+        for i, ((key, _), row) in enumerate(zip(todo, rows, strict=True)):
+            results[key] = {"loss": row_loss(row), "error": row["error"]}
+            if i % 20 == 19:
+                cache.write_text(json.dumps(results))
+                print(f"  {i + 1}/{len(todo)}", file=sys.stderr)
+    cache.write_text(json.dumps(results))
+
+
+def fit(data: Path, max_requests: int, lead_in: int, jobs: int, cache: Path,
+        write: bool) -> dict[str, Any]:  # fmt: skip
+    """Evaluate the grid on every stage row (cached in ``cache``), pick the grid point
+    of least mean row loss on three models and test it on the fourth (leave one model
+    out), then on all four for the final values; ``write`` stores them as the
+    calibrated registry file ``FIT_FILE`` with sources and covered ranges."""
+    import itertools
+
+    names = experiments_in(data)
+    exps = {n: load_experiment(data, n) for n in names}
+    results: dict[str, dict[str, Any]] = json.loads(cache.read_text()) if cache.exists() else {}
+    tmp = Path(tempfile.mkdtemp(prefix="blis-fit-"))
+    tasks: list[tuple[str, tuple[Path, str, int, int | None, str | None, int]]] = []
+    points: dict[str, list[dict[str, float]]] = {}
+    for n, exp in exps.items():
+        rel = relevant(exp.model, exp.tp)
+        pts = [dict(PRIOR, **dict(zip(rel, combo, strict=True)))
+               for combo in itertools.product(*(GRID[k] for k in rel))]  # fmt: skip
+        pts.append(dict(PRIOR))
+        points[n] = pts
+        for pt in pts:
+            for st in exp.stages:
+                key = f"{n}|{st.index}|{_pkey(pt, rel)}|{max_requests}|{lead_in}"
+                if key not in results:
+                    reg = registry_dir(pt, tmp)
+                    tasks.append((key, (data, n, st.index, max_requests, reg, lead_in)))
+    _simulate_missing(tasks, results, jobs, cache)
+
+    def model_of(n: str) -> str:
+        return exps[n].model
+
+    def rows_for(n: str, pt: dict[str, float]) -> list[dict[str, Any]]:
+        rel = relevant(exps[n].model, exps[n].tp)
+        return [results[f"{n}|{st.index}|{_pkey(pt, rel)}|{max_requests}|{lead_in}"]
+                for st in exps[n].stages]  # fmt: skip
+
+    full_grid = [dict(zip(GRID, combo, strict=True)) for combo in itertools.product(*GRID.values())]
+
+    def choose(train: list[str]) -> dict[str, float]:
+        def loss(pt: dict[str, float]) -> float:
+            ls = [r["loss"] for n in train for r in rows_for(n, pt)]
+            return float(np.mean(ls))
+
+        best = min(full_grid, key=loss)
+        # A parameter no training row depends on keeps its prior (it is not identified).
+        used = {k for n in train for k in relevant(exps[n].model, exps[n].tp)}
+        return {k: (v if k in used else PRIOR[k]) for k, v in best.items()}
+
+    def summary(ns: list[str], pt: dict[str, float]) -> dict[str, float]:
+        rows = [r for n in ns for r in rows_for(n, pt)]
+        out = {c: float(np.mean([abs(r["error"][c]) for r in rows if math.isfinite(r["error"][c])]))
+               for c in COLUMNS}  # fmt: skip
+        out["loss"] = float(np.mean([r["loss"] for r in rows]))
+        return out
+
+    models = sorted({model_of(n) for n in names})
+    chosen_of = {held: choose([n for n in names if model_of(n) != held]) for held in models}
+    extra = []  # held-out rows at their fold's point (an unidentified parameter at its prior)
+    for held, pt in chosen_of.items():
+        for n in names:
+            if model_of(n) != held:
+                continue
+            rel = relevant(exps[n].model, exps[n].tp)
+            for st in exps[n].stages:
+                key = f"{n}|{st.index}|{_pkey(pt, rel)}|{max_requests}|{lead_in}"
+                extra.append((key, (data, n, st.index, max_requests, registry_dir(pt, tmp),
+                                    lead_in)))  # fmt: skip
+    _simulate_missing(extra, results, jobs, cache)
+    folds = []
+    for held in models:
+        test = [n for n in names if model_of(n) == held]
+        chosen = chosen_of[held]
+        folds.append({"held_out": held, "params": chosen, "before": summary(test, dict(PRIOR)),
+                      "after": summary(test, chosen)})  # fmt: skip
+    final = choose(names)
+    doc = {"folds": folds, "final": final, "grid": GRID, "prior": PRIOR,
+           "max_requests": max_requests, "lead_in": lead_in}  # fmt: skip
+    if write:
+        write_registry(final, exps, data)
+    return doc
+
+
+def _plan_for(exp: Experiment) -> Any:
+    """The vLLM plan BLIS builds for ``exp``'s pool (as the replay runs it)."""
+    from blis_core.io.scenario import parse_scenario
+    from blis_core.runner.builtins import make_host
+    from blis_core.runner.run import DataSources, _build
+
+    doc = {
+        "name": "plan", "seed": 1,
+        "deployment": {"pools": [{
+            "name": "pool", "engine": {"kind": "vllm", "version": "0.33.0"},
+            "model": exp.model, "hardware": HARDWARE, "layout": {"tp": exp.tp},
+            "args": {"max_num_seqs": 128, "max_num_batched_tokens": 2048,
+                     "max_model_len": 4096, "enable_prefix_caching": True,
+                     "num_gpu_blocks_override": exp.kv_blocks}}]},
+        "workload": {"input_len": {"family": "fixed", "value": 8},
+                     "output_len": {"family": "fixed", "value": 8},
+                     "arrival": {"process": "poisson", "rate_per_s": 1}, "num_requests": 1},
+    }  # fmt: skip
+    data = DataSources.load(None, None)
+    cluster = _build(parse_scenario(doc, "plan"), 1, make_host(), data, None, {})
+    return cluster.engines[0].engine.plan, data
+
+
+def covered_ranges(exps: dict[str, Experiment]) -> dict[str, dict[str, list[float]]]:
+    """Per family, the per-kernel work range the fit's steps span: decode batches of 1 to
+    128 sequences at the smallest prompt to the longest context, prefill chunks up to
+    2048 tokens, over every fit model and TP degree."""
+    from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+    from blis_core.cost.pricing import compile_plan
+
+    lo: dict[tuple[str, int], float] = {}
+    hi: dict[tuple[str, int], float] = {}
+    tps: list[int] = []
+    for exp in exps.values():
+        plan, data = _plan_for(exp)
+        cp = compile_plan(plan, data.catalog, data.registry)
+        cmin = int(exp.input_tokens.min())
+        cmax = int(exp.input_tokens.max()) + exp.output_len
+        dec = plan.graph_policy.decode_mode
+        shapes = [
+            StepShape(step_id=1, mode=StepMode.DECODE_ONLY, seqs=(SeqChunk(1, cmin),),
+                      padded_tokens=1, graph_mode=dec),
+            StepShape(step_id=2, mode=StepMode.DECODE_ONLY,
+                      seqs=tuple(SeqChunk(1, cmax) for _ in range(128)),
+                      padded_tokens=128, graph_mode=dec),
+            StepShape(step_id=3, mode=StepMode.MIXED, seqs=(SeqChunk(2048, 0),),
+                      padded_tokens=2048),
+        ]  # fmt: skip
+        for shape in shapes:
+            ev = cp.evaluate(shape)
+            for j, t in enumerate(cp.terms):
+                for r, what in enumerate(("flops", "bytes_moved", "link_bytes")):
+                    v = float(ev.work[r, j])
+                    if v <= 0:
+                        continue
+                    key = (f"{t.family}.{what}", r)
+                    lo[key] = min(lo.get(key, math.inf), v)
+                    hi[key] = max(hi.get(key, 0.0), v)
+        if exp.tp > 1:
+            tps.append(exp.tp)
+    out: dict[str, dict[str, list[float]]] = {}
+    for (name, _), v in lo.items():
+        fam, what = name.split(".")
+        if fam in ("attention_decode", "moe_gemm", "allreduce"):
+            out.setdefault(fam, {})[what] = [float(f"{v:.6g}"), float(f"{hi[(name, _)]:.6g}")]
+    if tps:
+        out.setdefault("allreduce", {})["ranks"] = [float(min(tps)), float(max(tps))]
+    return out
+
+
+def write_registry(params: dict[str, float], exps: dict[str, Experiment], data: Path) -> Path:
+    """Write ``FIT_FILE`` (the final fitted values, their source and covered ranges)."""
+    import yaml
+
+    cov = covered_ranges(exps)
+    runs = ", ".join(sorted({_short(n) for n in exps}))
+    src = (
+        "bench/accuracy.py --fit: grid search, leave-one-model-out validated, on "
+        f"{len(exps)} vLLM serving runs on H100-SXM (inference-sim-training replay_data "
+        f"@ c4f0340: {runs}); loss mean |log(sim/measured)| of stage TTFT/TPOT/E2E means"
+    )
+    entries = fitted_entries(params, cov, src)
+    path = REPO / "blis_core" / "data" / "registry" / FIT_FILE
+    header = (
+        "# Calibrated against real vLLM serving runs (Llama-2-7B TP1, Llama-2-70B TP4,\n"
+        "# Mixtral-8x7B TP2, CodeLlama-34B TP2 on H100-SXM; inference-sim-training).\n"
+        "# Written by `python bench/accuracy.py --fit --write-registry`. Regenerate, do not edit.\n"
+    )
+    doc = {"kind": "coefficients", "entries": entries}
+    path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=100))
+    return path
+
+
+def _pkey(pt: dict[str, float], rel: Sequence[str]) -> str:
+    return ",".join(f"{k}={pt[k]:g}" for k in rel)
+
+
+def _short(name: str) -> str:
+    return name.split("-", 2)[2] if name.count("-") >= 2 else name
+
+
+def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, float]) -> None:
+    """Signed relative errors (%) per experiment, stage and metric, then the summary."""
+    head = f"{'experiment':34} {'st':>2} {'rps':>4} " + " ".join(f"{c:>9}" for c in COLUMNS)
+    print(head)
+    for r in rows:
+        cells = " ".join(f"{100 * r['error'][c]:+9.1f}" for c in COLUMNS)
+        print(f"{_short(r['experiment'])[:34]:34} {r['stage']:>2} {r['rate']:>4g} {cells}")
+    print(f"{'MAE %':34} {'':>2} {'':>4} " + " ".join(f"{100 * summary[c]:9.1f}" for c in COLUMNS))
+    print("\nmeasured / simulated (ms): ttft_mean tpot_mean e2e_mean")
+    for r in rows:
+        m, s = r["measured"], r["simulated"]
+        print(
+            f"{_short(r['experiment'])[:34]:34} {r['stage']:>2} "
+            f"{1e3 * m['ttft_mean']:7.1f}/{1e3 * s['ttft_mean']:<7.1f} "
+            f"{1e3 * m['tpot_mean']:6.2f}/{1e3 * s['tpot_mean']:<6.2f} "
+            f"{1e3 * m['e2e_mean']:7.0f}/{1e3 * s['e2e_mean']:<7.0f} "
+            f"n={r['compared']} unfinished={r['unfinished']} sim {r['sim_wall_s']}s"
+        )
+
+
+def print_fit(doc: dict[str, Any]) -> None:
+    """Held-out (leave-one-model-out) errors before and after, and the fitted values."""
+    cols = ("ttft_mean", "tpot_mean", "e2e_mean", "e2e_p90", "ttft_req", "e2e_req", "loss")
+    print(f"{'held-out model':38} {'':6} " + " ".join(f"{c:>9}" for c in cols) + "  params")
+    for f in doc["folds"]:
+        for when in ("before", "after"):
+            cells = " ".join(f"{100 * f[when][c]:9.1f}" for c in cols)
+            extra = f"  {f['params']}" if when == "after" else ""
+            print(f"{f['held_out']:38} {when:6} {cells}{extra}")
+    print(f"final (all four models): {doc['final']}  [{doc['wall_s']} s]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point (see module doc)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--only", action="append", default=[], help="experiment name substring")
+    ap.add_argument("--max-requests", type=int, default=None)
+    ap.add_argument("--registry", default=None, help="registry directory (default: embedded)")
+    ap.add_argument("--json", default=None, help="write rows and summary as JSON ('-': stdout)")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument(
+        "--lead-in", type=int, default=LEAD_IN, help="requests simulated before a window"
+    )
+    ap.add_argument("--fit", action="store_true", help="grid search + leave-one-model-out CV")
+    ap.add_argument("--fit-cache", type=Path, default=Path("/tmp/blis-accuracy-fit.json"))
+    ap.add_argument("--write-registry", action="store_true", help=f"with --fit: write {FIT_FILE}")
+    a = ap.parse_args(argv)
+    started = time.perf_counter()
+    if a.fit:
+        doc_fit = fit(a.data, a.max_requests or 300, a.lead_in, a.jobs, a.fit_cache,
+                      a.write_registry)  # fmt: skip
+        doc_fit["wall_s"] = round(time.perf_counter() - started, 1)
+        if a.json:
+            text = json.dumps(doc_fit, indent=1)
+            print(text) if a.json == "-" else Path(a.json).write_text(text)
+        print_fit(doc_fit)
+        return 0
+    rows = run(a.data, a.only, a.max_requests, a.registry, a.jobs, a.lead_in)
+    summary = summarise(rows)
+    wall = time.perf_counter() - started
+    doc = {"rows": rows, "summary_mae": summary, "wall_s": round(wall, 1),
+           "max_requests": a.max_requests, "registry": a.registry or "embedded"}  # fmt: skip
+    if a.json == "-":
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        print_table(rows, summary)
+        print(f"\n{len(rows)} stage rows, {wall:.1f} s")
+        if a.json:
+            Path(a.json).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The serving-calibrated registry entries (``calibrated-vllm-serving.yaml``).
+
+They were fitted by ``bench/accuracy.py --fit`` against real vLLM runs on H100-SXM;
+these tests check that they load, win over the roofline inside their covered range at
+rank ``calibrated``, and price as ``transferred`` outside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
+from blis_core.cost import Catalog, Registry
+from blis_core.cost.roofline import RegistryMethod, in_range
+
+FILE = Path(__file__).resolve().parents[2] / "blis_core/data/registry/calibrated-vllm-serving.yaml"
+FAMILIES = {"attention_decode", "moe_gemm", "allreduce", "host_step"}
+
+
+def _doc() -> dict[str, object]:
+    doc = yaml.safe_load(FILE.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_file_loads_with_sources_and_ranges(registry: Registry) -> None:
+    entries = _doc()["entries"]
+    assert isinstance(entries, list)
+    assert {e["family"] for e in entries} == FAMILIES
+    for raw in entries:
+        assert raw["rank"] == "calibrated" and raw["method"] == "fitted"
+        assert "bench/accuracy.py --fit" in raw["source"]
+        if raw["family"] != "host_step":  # host work has no flops/bytes to bound
+            assert raw["covered"], raw["family"]
+        found = registry.best(raw["family"], "x" if raw["impl"] == "*" else raw["impl"],
+                              raw["hardware"], "bf16")  # fmt: skip
+        assert found is not None
+        assert found.rank is CoefficientRank.CALIBRATED
+        assert dict(found.params) == pytest.approx(raw["params"])
+
+
+def _work(family: str, impl: str, ranks: int, w: dict[str, float]) -> PrimitiveWork:
+    return PrimitiveWork(family, impl, "H100-SXM", "bf16", flops=w["flops"],
+                         bytes_moved=w["bytes_moved"], link_bytes=w["link_bytes"],
+                         ranks=ranks)  # fmt: skip
+
+
+def _middle(lo_hi: list[float]) -> float:
+    return (lo_hi[0] + lo_hi[1]) / 2
+
+
+@pytest.mark.parametrize("family", ["attention_decode", "moe_gemm", "allreduce"])
+def test_inside_calibrated_outside_transferred(
+    catalog: Catalog, registry: Registry, family: str
+) -> None:
+    raw = next(e for e in _doc()["entries"] if e["family"] == family)  # type: ignore[attr-defined]
+    cov = raw["covered"]
+    ranks = int(cov["ranks"][0]) if "ranks" in cov else 1
+    work = {k: _middle(cov[k]) if k in cov else 0.0 for k in ("flops", "bytes_moved", "link_bytes")}
+    impl = "nccl" if family == "allreduce" else "FLASH_ATTN"
+    inside = _work(family, impl, ranks, work)
+    method = RegistryMethod(catalog, registry)
+    got = method.price(inside)
+    assert got is not None and got[1] is CoefficientRank.CALIBRATED and got[0] > 0
+    big = {k: (cov[k][1] * 10 if k in cov else 0.0) for k in work}
+    outside = _work(family, impl, ranks, big)
+    got_out = method.price(outside)
+    assert got_out is not None and got_out[1] is CoefficientRank.TRANSFERRED
+    if "ranks" in cov:  # a TP degree this fit did not cover
+        entry = registry.best(family, impl, "H100-SXM", "bf16")
+        assert entry is not None and not in_range(entry, 0, 0, work["link_bytes"], 8)
+        # at 8 ranks it does not shadow the entry that covers them (Vidur's, ranks 2-8)
+        wide_entry = registry.best(family, impl, "H100-SXM", "bf16", 8)
+        assert wide_entry is not None and wide_entry is not entry
+        assert wide_entry.covered["ranks"][0] <= 8 <= wide_entry.covered["ranks"][1]
+
+
+def test_other_chips_keep_their_previous_rank(registry: Registry) -> None:
+    for family in ("attention_decode", "moe_gemm"):
+        e = registry.best(family, "x", "A100-80GB-SXM", "bf16")
+        assert e is not None and e.price_rank is CoefficientRank.ROOFLINE
+    host = registry.best("host_step", "vllm-0.33.0/sync", "H100-SXM", "*")
+    assert host is not None and host.rank is CoefficientRank.ASSUMED
