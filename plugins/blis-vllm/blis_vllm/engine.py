@@ -6,10 +6,17 @@ Port of ``vllm/v1/engine/core.py`` ``EngineCore.step`` (synchronous) and
 * ``schedule`` calls the scheduler and turns its output into a padded
   :class:`StepShape`; with async scheduling the simulator may call it again before
   the previous step completes (``plan.steps_in_flight == 2``), exactly as
-  ``step_with_batch_queue`` schedules step N+1 while step N runs;
+  ``step_with_batch_queue`` schedules step N+1 while step N runs; with a KV connector
+  (Python only, see :mod:`blis_vllm.kv_connector`) a step that schedules no tokens
+  still runs as an ``IDLE`` step while the scheduler ``has_requests``, as upstream
+  runs ``kv_connector_no_forward`` so transfers keep completing;
 * ``complete`` plays the model runner's part: one sampled token per request whose
   step reached the end of its known tokens, with ids from the deterministic
-  content key ``out/<request id>``; then ``update_from_output``.
+  content key ``out/<request id>``; with a KV connector it also binds the step's
+  connector metadata, takes ``get_transfer_results`` and
+  ``get_block_ids_with_load_errors`` into a ``KVConnectorOutput``
+  (``v1/worker/kv_connector_model_runner_mixin.py``) and reports the connector's KV
+  moves as ``StepOutcome.transfers``; then ``update_from_output``.
 
 Padding follows ``CudagraphDispatcher`` with the default ``FULL_AND_PIECEWISE``: a
 uniform decode batch (every request scores ``1 + num_spec_tokens`` tokens) of at
@@ -40,9 +47,10 @@ from blis_core.contracts.engine import (
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode, PoolPlan
 from blis_core.contracts.request import InferenceRequest
-from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape, Transfer
 
 from blis_vllm.config import VllmSettings, resolve_settings
+from blis_vllm.kv_connector import KVConnector, KVConnectorOutput
 from blis_vllm.metrics import CACHE_CONFIG_INFO, MetricsSnapshot
 from blis_vllm.planning import build_partial_plan, decide_kv_budget
 from blis_vllm.request import Request, RequestStatus
@@ -67,15 +75,23 @@ class VllmEngine:
     """One vLLM 0.33.0 engine instance (EngineInstance)."""
 
     def __init__(
-        self, settings: VllmSettings, plan: PoolPlan, model: ModelArchitecture, instance: str
+        self,
+        settings: VllmSettings,
+        plan: PoolPlan,
+        model: ModelArchitecture,
+        instance: str,
+        kv_connector: KVConnector | None = None,
     ) -> None:
         assert plan.kv_budget is not None
         self._settings = settings
         self._plan = plan
         self._model = model
         self.instance = instance
+        self.kv_connector = kv_connector
         cls = AsyncScheduler if settings.async_scheduling else Scheduler
-        self.scheduler: Scheduler = cls(settings, plan.kv_budget.num_gpu_blocks)
+        self.scheduler: Scheduler = cls(
+            settings, plan.kv_budget.num_gpu_blocks, kv_connector=kv_connector
+        )
         self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
         self._aborted: list[FinishedRequest] = []
         self._metrics = MetricsSnapshot()
@@ -129,11 +145,20 @@ class VllmEngine:
         """Schedule the next step, or ``None`` when no tokens can be scheduled now."""
         if len(self._in_flight) >= self._plan.steps_in_flight:
             return None
-        if not self.scheduler.has_unfinished_requests():
+        if self.kv_connector is None:
+            if not self.scheduler.has_unfinished_requests():
+                return None
+        elif not self.scheduler.has_requests():
             return None
         out = self.scheduler.schedule()
         if out.total_num_scheduled_tokens == 0:
-            return None
+            if self.kv_connector is None:
+                return None
+            # EngineCore.step executes an empty step too: the worker-side connector
+            # runs (``kv_connector_no_forward``) and reports finished transfers.
+            shape = StepShape(step_id=out.step_id, mode=StepMode.IDLE, seqs=(), padded_tokens=0)
+            self._in_flight.append((shape, out))
+            return shape
         shape = self._make_shape(out)
         self._in_flight.append((shape, out))
         return shape
@@ -153,14 +178,15 @@ class VllmEngine:
             request = self.scheduler.requests.get(rid)
             if request is not None and not request.is_finished():
                 sampled[rid] = [request.next_output_token_id()]
-        result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled))
+        kv_output, transfers = self._run_kv_connector(out)
+        result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled, kv_output))
         kv = self.scheduler.kv_cache_manager
         finished = [*self._aborted, *(FinishedRequest(r, why, n) for r, why, n in result.finished)]
         self._aborted = []
         stats = kv.prefix_cache_stats
         self._metrics = MetricsSnapshot(
             num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting),
+            num_waiting=len(self.scheduler.waiting) + len(self.scheduler.kv_holding_waiting),
             kv_cache_usage=kv.usage,
             prefix_cache_queries=stats.queries,
             prefix_cache_hits=stats.hits,
@@ -171,8 +197,33 @@ class VllmEngine:
             emitted=tuple(TokenEmission(r, n) for r, n in result.new_tokens.items()),
             finished=tuple(finished),
             preempted=tuple(out.preempted_req_ids),
-            kv_events=tuple(kv.take_events()),
+            kv_events=tuple(self.scheduler.take_events()),
+            transfers=transfers,
         )
+
+    def _run_kv_connector(
+        self, out: SchedulerOutput
+    ) -> tuple[KVConnectorOutput | None, tuple[Transfer, ...]]:
+        """The model runner's connector calls for one executed step.
+
+        ``KVConnectorModelRunnerMixin._get_kv_connector_output`` (vLLM 0.33.0): bind
+        the step's metadata, collect the completed transfers for the step's
+        ``finished_req_ids`` and the blocks that failed to load, clear the metadata.
+        The KV moves the connector started are the step's ``transfers``.
+        """
+        connector = self.kv_connector
+        if connector is None:
+            return None, ()
+        connector.bind_connector_metadata(out.kv_connector_metadata)
+        results = connector.get_transfer_results(out.finished_req_ids)
+        kv_output = KVConnectorOutput(
+            finished_sending=results.finished_sending,
+            finished_recving=results.finished_recving,
+            failed_recving=results.failed_recving,
+            invalid_block_ids=connector.get_block_ids_with_load_errors(),
+        )
+        connector.clear_connector_metadata()
+        return kv_output, tuple(connector.take_transfers())
 
     def scrape(self) -> Mapping[str, float]:
         """vLLM's metrics as of the last completed step.

@@ -119,6 +119,9 @@ class KVCacheManager:
         num_lookahead_tokens: int = 0,
         has_scheduled_reqs: bool = True,
         full_sequence_must_fit: bool = False,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> list[KVCacheBlock] | None:
         """Give ``request`` slots for its new tokens; ``None`` when blocks are short.
 
@@ -131,14 +134,24 @@ class KVCacheManager:
         prefix hits, plus the watermark are free: vLLM 0.33.0
         ``v1/core/kv_cache_manager.py`` ``KVCacheManager.allocate_slots``, the
         ``if full_sequence_must_fit:`` block before the per-chunk check.
+
+        KV connector arguments (vLLM 0.33.0, same function):
+        ``num_external_computed_tokens`` tokens a connector will load get fresh blocks
+        after the local hits (``allocate_external_computed_blocks``);
+        ``delay_cache_blocks`` (an asynchronous load) skips caching until the load
+        completes; ``reserved_blocks`` must stay free for in-flight prefills.
         """
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+        if (
+            num_new_tokens == 0
+            and num_new_computed_tokens == 0
+            and num_external_computed_tokens == 0
+        ):
             raise ValueError(
                 "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
             )
         hit_blocks = new_computed_blocks or []
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
-        total_computed = min(num_local_computed, self.max_model_len)
+        total_computed = min(num_local_computed + num_external_computed_tokens, self.max_model_len)
         watermark = 0
         if has_scheduled_reqs and request.status in (
             RequestStatus.WAITING,
@@ -162,11 +175,15 @@ class KVCacheManager:
         num_to_allocate = self._num_blocks_to_allocate(
             request, num_required, hit_blocks, req_blocks
         )
-        if num_to_allocate + watermark > self.block_pool.get_num_free_blocks():
+        if num_to_allocate + watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
             return None
 
         if req_blocks is None:
             req_blocks = self.req_to_blocks.setdefault(request.request_id, [])
+        if num_external_computed_tokens > 0 and not hit_blocks:
+            # ``add_local_computed_blocks`` runs for an external hit too (a request
+            # already tracked is left alone).
+            self.num_cached_block.setdefault(request.request_id, len(req_blocks))
         if hit_blocks:
             if self.enable_caching:
                 self.block_pool.touch(hit_blocks)
@@ -176,9 +193,19 @@ class KVCacheManager:
             # ``num_cached_block[request_id] = len(req_blocks)``, so the next
             # ``cache_blocks`` (and its BlockStored event) starts after the hit.
             self.num_cached_block[request.request_id] = len(req_blocks)
+        if num_external_computed_tokens > 0:
+            # ``allocate_external_computed_blocks``: fresh blocks for the loaded tokens.
+            num_external_blocks = _cdiv(
+                num_local_computed + num_external_computed_tokens, self.block_size
+            ) - len(req_blocks)
+            if num_external_blocks > 0:
+                req_blocks.extend(self.block_pool.get_new_blocks(num_external_blocks))
         num_new_blocks = num_required - len(req_blocks)
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
         req_blocks.extend(new_blocks)
+        if delay_cache_blocks:
+            # P/D: the blocks are cached when the asynchronous load completes.
+            return new_blocks
         self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return new_blocks
 
@@ -217,6 +244,34 @@ class KVCacheManager:
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.num_cached_block.pop(request.request_id, None)
         self.block_pool.free_blocks(reversed(blocks))
+
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """Drop the request's bookkeeping and return its blocks, still held.
+
+        ``KVCacheManager.pop_blocks_for_free`` (vLLM 0.33.0): the caller frees them
+        later, reversed (deferred frees with a KV-consumer connector).
+        """
+        self.num_cached_block.pop(request.request_id, None)
+        return self.req_to_blocks.pop(request.request_id, [])
+
+    def get_block_ids_for_computed_tokens(
+        self, request_id: str, num_computed_tokens: int
+    ) -> list[int]:
+        """Ids of the blocks covering the computed tokens (what ``request_finished``
+        gets): ``KVCacheManager.get_block_ids_for_computed_tokens``, one group."""
+        blocks = self.req_to_blocks.get(request_id, [])
+        return [b.block_id for b in blocks[: _cdiv(num_computed_tokens, self.block_size)]]
+
+    def get_num_blocks_to_allocate(self, request: Request, num_tokens: int) -> int:
+        """Blocks ``request`` still needs for ``num_tokens`` tokens, no new hits
+        (``coordinator.get_num_blocks_to_allocate`` as ``_request_remaining_blocks``
+        calls it)."""
+        return self._num_blocks_to_allocate(
+            request,
+            _cdiv(num_tokens, self.block_size),
+            [],
+            self.req_to_blocks.get(request.request_id),
+        )
 
     def get_blocks(self, request_id: str) -> list[KVCacheBlock]:
         """The blocks a request holds, in token order."""

@@ -29,14 +29,21 @@ __all__ = ["Request", "RequestStatus"]
 
 
 class RequestStatus(IntEnum):
-    """Upstream's ``RequestStatus``; every value above PREEMPTED is finished."""
+    """Upstream's ``RequestStatus``; every value above PREEMPTED is finished.
+
+    ``WAITING_FOR_REMOTE_KVS`` (an asynchronous KV connector load in progress) and
+    ``FINISHED_ERROR`` (a KV load failure under ``kv_load_failure_policy="fail"``) are
+    reached only with a KV connector.
+    """
 
     WAITING = 0
-    RUNNING = 1
-    PREEMPTED = 2
-    FINISHED_STOPPED = 3
-    FINISHED_LENGTH_CAPPED = 4
-    FINISHED_ABORTED = 5
+    WAITING_FOR_REMOTE_KVS = 1
+    RUNNING = 2
+    PREEMPTED = 3
+    FINISHED_STOPPED = 4
+    FINISHED_LENGTH_CAPPED = 5
+    FINISHED_ABORTED = 6
+    FINISHED_ERROR = 7
 
     @property
     def is_finished(self) -> bool:
@@ -50,6 +57,7 @@ class RequestStatus(IntEnum):
             RequestStatus.FINISHED_STOPPED: "stop",
             RequestStatus.FINISHED_LENGTH_CAPPED: "length",
             RequestStatus.FINISHED_ABORTED: "abort",
+            RequestStatus.FINISHED_ERROR: "error",
         }.get(self, "")
 
 
@@ -65,6 +73,7 @@ class Request:
         "drop_stale_output",
         "ignore_eos",
         "is_prefill_chunk",
+        "last_sched_seq",
         "max_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
@@ -105,6 +114,9 @@ class Request:
         self.num_preemptions = 0
         self.spec_token_ids: list[int] = []
         self.is_prefill_chunk = False
+        # The scheduling step that last wrote this request's KV (deferred block
+        # frees with a KV-consumer connector under async scheduling).
+        self.last_sched_seq = 0
         self.block_hashes: list[BlockHash] | None = [] if hash_blocks else None
         self._extend_block_hashes()
 

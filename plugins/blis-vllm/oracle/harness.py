@@ -118,6 +118,8 @@ class ScenarioConfig:
     watermark: float = 0.0
     num_speculative_tokens: int = 0
     """ngram speculative decoding (no draft model, so no lookahead slots) when > 0."""
+    kv_connector: str = ""
+    """``"toy-sync"``: the equivalent toy KV connectors of ``toy_connector.py``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +253,19 @@ def _hash_fn() -> Callable[[Any], bytes]:
     return _HASH_FN
 
 
+def _upstream_kv_transfer_config(cfg: ScenarioConfig) -> Any:
+    if not cfg.kv_connector:
+        return None
+    assert cfg.kv_connector == "toy-sync", cfg.kv_connector
+    from vllm.config import KVTransferConfig
+
+    return KVTransferConfig(
+        kv_connector="BlisToySyncConnector",
+        kv_role="kv_both",
+        kv_connector_module_path="toy_connector",
+    )
+
+
 class UpstreamSide:
     """vLLM 0.33.0's scheduler, run on the CPU with its environment replaced."""
 
@@ -310,6 +325,7 @@ class UpstreamSide:
             device_config=DeviceConfig(device="cpu"),
             speculative_config=spec,
             kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"),
+            kv_transfer_config=_upstream_kv_transfer_config(cfg),
         )
         # EngineCore._initialize_kv_caches sets this from the profiled memory.
         vllm_config.cache_config.num_gpu_blocks = cfg.num_gpu_blocks
@@ -552,7 +568,12 @@ class PortSide:
         self.cfg = cfg
         settings = port_settings(cfg)
         cls = port_sched.AsyncScheduler if cfg.async_scheduling else port_sched.Scheduler
-        self.sched = cls(settings, cfg.num_gpu_blocks)
+        connector = None
+        if cfg.kv_connector:
+            from toy_connector import PortToySyncConnector
+
+            connector = PortToySyncConnector(cfg.block_size)
+        self.sched = cls(settings, cfg.num_gpu_blocks, kv_connector=connector)
 
     def add(self, req: InferenceRequest) -> None:
         self.sched.add_request(

@@ -209,9 +209,9 @@ def test_modelled_architectures_and_quantizations_are_the_catalogs() -> None:
     for arch in archs - modelled:  # in the catalog, but its KV layout is not ported yet
         assert models[arch]["status"] == "refused" and models[arch]["reason"], arch
     assert "GptOssForCausalLM" in archs - modelled  # sliding-window KV management
-    quants = {
-        m.quantization for m in catalog.models.values() if m.architecture in modelled
-    } - {None}
+    quants = {m.quantization for m in catalog.models.values() if m.architecture in modelled} - {
+        None
+    }
     modelled_q = {q for q, e in LISTS["quantization"].items() if e["status"] == "modelled"}
     assert quants <= modelled_q
 
