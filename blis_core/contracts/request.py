@@ -76,7 +76,7 @@ def output_content_key(request_id: str) -> str:
     return f"out/{request_id}"
 
 
-_CHUNK_TOKENS = 4096
+_CHUNK_TOKENS = 512
 
 
 @lru_cache(maxsize=4096)
@@ -95,7 +95,7 @@ def segment_token_ids(content_key: str, vocab_size: int, start: int, stop: int) 
     """Token ids ``[start, stop)`` of the content named ``content_key``.
 
     Deterministic across processes and platforms (SHAKE-128 of the key and the
-    4096-token chunk index). Token id 0 is never produced (several tokenizers reserve
+    512-token chunk index). Token id 0 is never produced (several tokenizers reserve
     it for padding). ``vocab_size`` must be at least 2.
     """
     if vocab_size < 2:
@@ -121,5 +121,11 @@ def prompt_token_ids(prompt: tuple[PromptSegment, ...], vocab_size: int) -> list
     """All token ids of a prompt, segment after segment."""
     out: list[int] = []
     for seg in prompt:
-        out.extend(segment_token_ids(seg.content_key, vocab_size, 0, seg.num_tokens))
+        out.extend(_whole_segment(seg.content_key, vocab_size, seg.num_tokens))
     return out
+
+
+@lru_cache(maxsize=1024)
+def _whole_segment(content_key: str, vocab_size: int, num_tokens: int) -> tuple[int, ...]:
+    # NOTE: shared segments (system prompts) recur in most requests; materialise once.
+    return tuple(segment_token_ids(content_key, vocab_size, 0, num_tokens))

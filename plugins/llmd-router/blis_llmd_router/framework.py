@@ -302,9 +302,13 @@ class SchedulerProfile:
         totals = {e.name: 0.0 for e in endpoints}
         for ws in self.scorers:
             scores = ws.scorer.score(request, endpoints)
-            for e in endpoints:
-                if e.name in scores:
-                    totals[e.name] += _enforce_score_range(scores[e.name]) * ws.weight
+            weight = ws.weight
+            # NOTE: _enforce_score_range inlined (hot path); the per-endpoint sums add the
+            # scorers in the same order as upstream, so totals are bit-identical.
+            for name, score in scores.items():
+                if name in totals:
+                    clamped = 0.0 if score < 0 else (1.0 if score > 1 else score)
+                    totals[name] += clamped * weight
             if rec is not None:
                 rec["scorers"].append(
                     {

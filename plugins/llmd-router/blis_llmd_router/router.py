@@ -40,6 +40,21 @@ class LlmdRouter:
 
     def __init__(self, loaded: LoadedConfig) -> None:
         self.loaded = loaded
+        # Parsed metrics and labels per endpoint, reused until its snapshot object changes
+        # (a snapshot changes only when a scrape arrives). Not a decision input: each
+        # decision still gets fresh Endpoint objects with empty attributes.
+        self._views: dict[str, tuple[EndpointSnapshot, Endpoint]] = {}
+
+    def _endpoints(self, snapshots: Sequence[EndpointSnapshot]) -> list[Endpoint]:
+        out: list[Endpoint] = []
+        views = self._views
+        for s in snapshots:
+            view = views.get(s.name)
+            if view is None or view[0] is not s:
+                view = (s, Endpoint.from_snapshot(s))
+                views[s.name] = view
+            out.append(Endpoint(s.name, view[1].labels, view[1].metrics))
+        return out
 
     def schedule(
         self,
@@ -48,11 +63,11 @@ class LlmdRouter:
         trace: ScheduleTrace | None = None,
     ) -> tuple[RoutingDecision, SchedulingResult | None, list[Endpoint]]:
         """One decision with its scheduling result and the annotated candidates."""
+        candidates = self._endpoints(endpoints)
         detector = self.loaded.saturation_detector
         if detector is not None:
-            reason = reject_if_sheddable_and_saturated(
-                detector, [Endpoint.from_snapshot(s) for s in endpoints], request.priority
-            )
+            # The detector reads metrics only; the same views serve the candidates below.
+            reason = reject_if_sheddable_and_saturated(detector, candidates, request.priority)
             if reason is not None:
                 return RoutingDecision(None, 429, reason), None, []
         if not endpoints:
@@ -64,7 +79,6 @@ class LlmdRouter:
                 [],
             )
         sreq = SchedulingRequest(request, self.loaded.vocab_size)
-        candidates = [Endpoint.from_snapshot(s) for s in endpoints]
         for producer in self.loaded.producers:
             producer.produce(sreq, candidates)
         try:

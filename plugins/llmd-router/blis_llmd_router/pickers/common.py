@@ -34,9 +34,16 @@ T = TypeVar("T")
 
 
 def shuffle(items: list[T], rng: np.random.Generator) -> None:
-    """Shuffle ``items`` in place, Go ``rand.Shuffle`` order of swaps."""
-    for i in range(len(items) - 1, 0, -1):
-        j = int(rng.integers(0, i + 1))
+    """Shuffle ``items`` in place, Go ``rand.Shuffle`` order of swaps.
+
+    Swap ``i`` (from the last index down to 1) exchanges item ``i`` with a uniform ``j`` in
+    ``[0, i]``; the ``j`` are drawn in one call (one draw per swap, in swap order).
+    """
+    n = len(items)
+    if n < 2:
+        return
+    draws = rng.integers(0, np.arange(n, 1, -1)).tolist()
+    for i, j in zip(range(n - 1, 0, -1), draws, strict=True):
         items[i], items[j] = items[j], items[i]
 
 
