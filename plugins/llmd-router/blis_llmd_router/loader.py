@@ -29,9 +29,17 @@ the picker to inject when several exist) BLIS takes declaration order.
    saturation detector. It sheds negative-priority requests (:mod:`blis_llmd_router.flowcontrol`).
 
 The data-layer DAG orders producers; BLIS runs the prefix producers first, then the rest
-in declaration order. ``featureGates: [flowControl]`` is refused (queueing needs a router
-contract that can hold a request, see README); with the gate off upstream ignores
-``flowControl`` settings other than the saturation detector, and so does BLIS. Parsers and
+in declaration order.
+
+7. With ``featureGates: [flowControl]`` (``pkg/epp/config/loader/defaults.go``
+   ``ensureFlowControlLayer`` and ``flowcontrol.go`` ``buildFlowControlConfig``): the
+   default ``fcfs-ordering-policy``, ``global-strict-fairness-policy`` and
+   ``static-usage-limit-policy`` are injected unless configured (upstream injects them
+   whatever the gate; BLIS only with the gate on, so gate-off configurations are unchanged)
+   and the ``flowControl`` section is resolved into a
+   :class:`~blis_llmd_router.flowcontrol.controller.FlowController`. With the gate off
+   upstream ignores ``flowControl`` settings other than the saturation detector, and so
+   does BLIS. Parsers and
 data-layer sources are checked to name defined plugins and are otherwise inert.
 """
 
@@ -54,6 +62,13 @@ from blis_llmd_router.config import (
 )
 from blis_llmd_router.context import BuildContext
 from blis_llmd_router.flowcontrol import ConcurrencyDetector, SaturationDetector
+from blis_llmd_router.flowcontrol.controller import (
+    DEFAULT_FAIRNESS_POLICY,
+    DEFAULT_ORDERING_POLICY,
+    DEFAULT_USAGE_LIMIT_POLICY,
+    FlowController,
+    build_flow_control,
+)
 from blis_llmd_router.framework import (
     TOKENIZER_VOCAB_SIZE,
     DataProducer,
@@ -111,6 +126,7 @@ class LoadedConfig:
     injected: list[str] = field(default_factory=list)
     saturation_detector: SaturationDetector | None = None
     vocab_size: int = TOKENIZER_VOCAB_SIZE
+    flow_controller: FlowController | None = None
 
 
 def _refuse_type(ptype: str) -> str | None:
@@ -144,8 +160,10 @@ def _validate_plugins(cfg: EndpointPickerConfig, path: str) -> None:
         raise InputRefused(errors)
 
 
-def _validate_gates(cfg: EndpointPickerConfig, path: str) -> None:
+def _validate_gates(cfg: EndpointPickerConfig, path: str) -> bool:
+    """Check the gates; ``True`` when ``flowControl`` is on."""
     errors: list[FieldError] = []
+    enabled = False
     for i, gate in enumerate(cfg.feature_gates):
         name, _, raw = gate.partition("=")
         where = f"{path}.featureGates.{i}"
@@ -165,18 +183,11 @@ def _validate_gates(cfg: EndpointPickerConfig, path: str) -> None:
                 )
                 continue
             value = low in ("1", "t", "true")
-        if name == "flowControl" and value:
-            errors.append(
-                FieldError(
-                    where,
-                    gate,
-                    "feature gate 'flowControl' is not modelled by blis-llmd-router"
-                    " (flow control queues requests and releases them later; the BLIS router"
-                    " contract cannot hold a request yet)",
-                )
-            )
+        if name == "flowControl":
+            enabled = value
     if errors:
         raise InputRefused(errors)
+    return enabled
 
 
 def _add_default(
@@ -448,7 +459,7 @@ def load(
     """
     cfg = doc if isinstance(doc, EndpointPickerConfig) else decode_config(doc, path)
     _validate_plugins(cfg, path)
-    _validate_gates(cfg, path)
+    flow_control_on = _validate_gates(cfg, path)
     plugins: dict[str, Plugin] = {}
     ctx = BuildContext(runtime, plugins)
     errors: list[FieldError] = []
@@ -464,10 +475,19 @@ def load(
     injected: list[str] = []
     _ensure_producers(cfg, plugins, ctx, path, injected)
     _ensure_scheduling_layer(cfg, plugins, ctx, path, injected)
+    if flow_control_on:
+        for ptype in (DEFAULT_ORDERING_POLICY, DEFAULT_FAIRNESS_POLICY, DEFAULT_USAGE_LIMIT_POLICY):
+            if ptype not in plugins:
+                _add_default(cfg, plugins, ptype, ctx, path, injected)
     _ensure_saturation_detector(cfg, plugins, ctx, path, injected)
     _validate_references(cfg, plugins, path)
     scheduler = _build_scheduler(cfg, plugins, path)
     detector = _saturation_detector(cfg, plugins, path)
+    flow_controller = None
+    if flow_control_on:
+        settings = build_flow_control(cfg.flow_control, plugins, path)
+        assert detector is not None  # ensureSaturationDetector always provides one
+        flow_controller = FlowController(settings, detector.saturation, runtime)
     tokenizer = next((p for p in plugins.values() if isinstance(p, TokenProducer)), None)
     for p in plugins.values():
         if isinstance(p, PrecisePrefixCacheProducer) and tokenizer is not None:
@@ -491,6 +511,7 @@ def load(
         injected=injected,
         saturation_detector=detector,
         vocab_size=tokenizer.vocab_size if tokenizer is not None else TOKENIZER_VOCAB_SIZE,
+        flow_controller=flow_controller,
     )
 
 

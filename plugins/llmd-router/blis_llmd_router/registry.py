@@ -20,6 +20,13 @@ import yaml
 from blis_llmd_router.context import PluginFactory
 from blis_llmd_router.filters.bylabel import ByLabelFilter, LabelSelectorFilter, role_filter
 from blis_llmd_router.flowcontrol import ConcurrencyDetector, UtilizationDetector
+from blis_llmd_router.flowcontrol.policies import (
+    EDFOrderingPolicy,
+    FCFSOrderingPolicy,
+    GlobalStrictFairnessPolicy,
+    RoundRobinFairnessPolicy,
+    StaticUsageLimitPolicy,
+)
 from blis_llmd_router.pickers import MaxScorePicker, RandomPicker, WeightedRandomPicker
 from blis_llmd_router.producers import (
     ApproxPrefixCacheProducer,
@@ -82,6 +89,12 @@ REGISTRY: Mapping[str, PluginFactory] = {
     # saturation detectors
     UtilizationDetector.plugin_type: UtilizationDetector.create,
     ConcurrencyDetector.plugin_type: ConcurrencyDetector.create,
+    # flow control (active with featureGates: [flowControl])
+    FCFSOrderingPolicy.plugin_type: FCFSOrderingPolicy.create,
+    EDFOrderingPolicy.plugin_type: EDFOrderingPolicy.create,
+    GlobalStrictFairnessPolicy.plugin_type: GlobalStrictFairnessPolicy.create,
+    RoundRobinFairnessPolicy.plugin_type: RoundRobinFairnessPolicy.create,
+    StaticUsageLimitPolicy.plugin_type: StaticUsageLimitPolicy.create,
     # substituted or inert
     "metrics-data-source": inert_factory("metrics-data-source", {}),
     "core-metrics-extractor": inert_factory("core-metrics-extractor", {}),

@@ -12,6 +12,14 @@ primary profile's first target.
 
 ``observe`` feeds ``first_token`` and ``completed`` events to the plugins that track
 in-flight requests, and ``kv_events`` to the precise prefix cache's block index.
+
+With ``featureGates: [flowControl]`` the admission controller is upstream's
+``FlowControlAdmissionController`` instead of the legacy one: ``route`` enqueues the request
+in the flow-control layer (:mod:`blis_llmd_router.flowcontrol.controller`) and answers
+``RoutingDecision.hold()`` unless the enqueue's own dispatch cycle released it or capacity
+refused it; ``poll`` returns TTL evictions and the requests later dispatch cycles release,
+each dispatched request then going through the scheduling path above (without the
+sheddable check, which only the legacy controller makes).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ class LlmdRouter:
 
     def __init__(self, loaded: LoadedConfig) -> None:
         self.loaded = loaded
+        self.flow_controller = loaded.flow_controller
         # Parsed metrics and labels per endpoint, reused until its snapshot object changes
         # (a snapshot changes only when a scrape arrives). Not a decision input: each
         # decision still gets fresh Endpoint objects with empty attributes.
@@ -61,11 +70,16 @@ class LlmdRouter:
         request: InferenceRequest,
         endpoints: Sequence[EndpointSnapshot],
         trace: ScheduleTrace | None = None,
+        admit: bool = True,
     ) -> tuple[RoutingDecision, SchedulingResult | None, list[Endpoint]]:
-        """One decision with its scheduling result and the annotated candidates."""
+        """One decision with its scheduling result and the annotated candidates.
+
+        ``admit=False`` skips the legacy (sheddable) admission check: flow control admitted
+        the request already.
+        """
         candidates = self._endpoints(endpoints)
         detector = self.loaded.saturation_detector
-        if detector is not None:
+        if detector is not None and admit:
             # The detector reads metrics only; the same views serve the candidates below.
             reason = reject_if_sheddable_and_saturated(detector, candidates, request.priority)
             if reason is not None:
@@ -109,10 +123,39 @@ class LlmdRouter:
     def route(
         self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]
     ) -> RoutingDecision:
-        """Decide where ``request`` goes among ``endpoints`` (candidate order as given)."""
+        """Decide where ``request`` goes among ``endpoints`` (candidate order as given).
+
+        With flow control on the request is enqueued and usually held (see module doc).
+        """
+        if self.flow_controller is not None:
+            return self.flow_controller.enqueue(request, endpoints, self._dispatch)
         return self.schedule(request, endpoints)[0]
 
+    def _dispatch(
+        self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]
+    ) -> RoutingDecision:
+        return self.schedule(request, endpoints, admit=False)[0]
+
+    def poll(self, endpoints: Sequence[EndpointSnapshot]) -> list[tuple[str, RoutingDecision]]:
+        """Held requests decided now: TTL evictions and dispatches (``HoldingRouter``)."""
+        if self.flow_controller is None:
+            return []
+        return self.flow_controller.poll(endpoints, self._dispatch)
+
+    def next_wakeup_us(self) -> int | None:
+        """The earliest TTL expiry or the next 1 ms dispatch tick (``HoldingRouter``)."""
+        if self.flow_controller is None:
+            return None
+        return self.flow_controller.next_wakeup_us()
+
     def observe(self, event: RouterEvent) -> None:
-        """Relay ``first_token`` / ``completed`` / ``kv_events`` to the plugins that hear them."""
+        """Relay ``first_token`` / ``completed`` / ``kv_events`` to the plugins that hear them.
+
+        ``aborted`` (the client gave up on a held request) leaves the flow-control queue.
+        """
+        if event.kind == "aborted":
+            if self.flow_controller is not None:
+                self.flow_controller.abort(event.request_id)
+            return
         for plugin in self.loaded.observers:
             plugin.on_event(event)

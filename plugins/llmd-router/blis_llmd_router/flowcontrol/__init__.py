@@ -25,9 +25,9 @@ Priority: upstream reads the request's ``InferenceObjective`` (named by header
 a request's objective priority is its ``priority`` field (negative = sheddable).
 
 Flow control proper (``featureGates: [flowControl]``: priority bands, fairness, ordering,
-TTLs, capacity limits, eviction) holds requests in queues and releases them later, which
-the router contract cannot express (see README, "Contract changes needed"); the gate is
-refused by name.
+TTLs, capacity limits) is in :mod:`blis_llmd_router.flowcontrol.controller` and
+:mod:`blis_llmd_router.flowcontrol.policies`; with the gate on, the legacy sheddable check
+above is not made (upstream's ``FlowControlAdmissionController`` replaces it).
 """
 
 from __future__ import annotations
