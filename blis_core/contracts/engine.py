@@ -196,6 +196,17 @@ class Environment(Protocol):
         """The bytes a KV move puts on each link it crosses."""
         ...
 
+    def frontend_delay_us(self, plan: PoolPlan, input_tokens: int) -> int:
+        """Microseconds from the client's send of a request of ``input_tokens`` tokens to
+        the engine core receiving it (API server: HTTP parsing, tokenisation, IPC); keyed
+        by ``plan.host_work``. Never refuses (a floor prices any host work)."""
+        ...
+
+    def stream_delay_us(self, plan: PoolPlan) -> int:
+        """Microseconds from a step's end to the client receiving its streamed chunk
+        (output processing, detokenisation, SSE); keyed by ``plan.host_work``."""
+        ...
+
     def substream(self, purpose: str, entity: str) -> np.random.Generator:
         """A random substream named by (this engine instance, purpose, entity)."""
         ...

@@ -25,7 +25,7 @@ from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import memory
 from blis_core.cost.catalog import Catalog
 from blis_core.cost.pricing import CompiledPlan, StepEvaluation, compile_plan
-from blis_core.cost.registry import RankTotals, Registry
+from blis_core.cost.registry import CoefficientEntry, RankTotals, Registry
 from blis_core.cost.roofline import RegistryMethod, RooflineMethod
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class SimEnvironment:
         )
         self._substream = substream
         self._compiled: dict[int, CompiledPlan] = {}
+        # (path, host_work, hardware) -> (overhead_us, per_item_us, entry)
+        self._host_path: dict[tuple[str, str, str], tuple[float, float, CoefficientEntry | None]]
+        self._host_path = {}
         self.totals = RankTotals()
 
     # -- catalog facts -----------------------------------------------------------------
@@ -198,6 +201,52 @@ class SimEnvironment:
     def rank_shares(self) -> dict[str, float]:
         """Which ranks priced the steps so far and each rank's share of priced time."""
         return self.rank_totals().rank_shares()
+
+    # -- outside the engine core --------------------------------------------------------
+
+    def frontend_delay_us(self, plan: PoolPlan, input_tokens: int) -> int:
+        """Client send to engine-core arrival: HTTP, tokenisation, IPC (``host_request``,
+        impl ``frontend:<plan.host_work>``: ``overhead_us + per_item_us x input_tokens``)."""
+        overhead, per_item, _ = self._host_coeffs("frontend", plan)
+        return seconds_to_us((overhead + per_item * max(input_tokens, 0)) * 1e-6)
+
+    def stream_delay_us(self, plan: PoolPlan) -> int:
+        """Step end to the client's receipt of its chunk: output processing,
+        detokenisation, SSE (``host_request``, impl ``stream:<plan.host_work>``)."""
+        overhead, _, _ = self._host_coeffs("stream", plan)
+        return seconds_to_us(overhead * 1e-6)
+
+    def explain_host_path(self, plan: PoolPlan, path: str, items: int = 0) -> PrimitivePrice:
+        """The price of ``path`` (``frontend`` with ``items`` input tokens, or ``stream``)
+        with the rank that priced it; ``transferred`` outside a calibrated ``items`` range."""
+        overhead, per_item, entry = self._host_coeffs(path, plan)
+        rank = CoefficientRank.ROOFLINE if entry is None else entry.price_rank
+        rng = None if entry is None else entry.covered.get("items")
+        if rng is not None and not rng[0] <= items <= rng[1]:
+            rank = max(rank, CoefficientRank.TRANSFERRED)
+        return PrimitivePrice(
+            family="host_request",
+            impl=f"{path}:{plan.host_work}",
+            seconds=(overhead + per_item * max(items, 0)) * 1e-6,
+            rank=CoefficientRank(rank),
+            bound="overhead",
+        )
+
+    def _host_coeffs(
+        self, path: str, plan: PoolPlan
+    ) -> tuple[float, float, CoefficientEntry | None]:
+        key = (path, plan.host_work, plan.hardware)
+        found = self._host_path.get(key)
+        if found is None:
+            impl = f"{path}:{plan.host_work}"
+            entry = self.registry.best("host_request", impl, plan.hardware, "*")
+            if entry is None or entry.impl == "*":
+                # Only the per-step admission entry matched: nothing priced (floor 0).
+                found = (0.0, 0.0, None)
+            else:
+                found = (entry.param("overhead_us", 0.0), entry.param("per_item_us", 0.0), entry)
+            self._host_path[key] = found
+        return found
 
     # -- transfers ---------------------------------------------------------------------
 

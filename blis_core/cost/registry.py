@@ -1,7 +1,8 @@
 """The coefficient registry: how fast each primitive family runs, with its trust rank (§9).
 
 Every entry prices one primitive family for a (kernel implementation, chip, dtype) key,
-``*`` meaning any, with one formula shared by all families::
+``*`` meaning any (an impl ``<prefix>*`` matches every impl starting with the prefix,
+less specific than an exact impl), with one formula shared by all families::
 
     seconds = overhead_us * 1e-6 + per_item_us * 1e-6 * items
               + max(flops / (compute_efficiency * peak_flops[dtype]),
@@ -13,7 +14,15 @@ Every entry prices one primitive family for a (kernel implementation, chip, dtyp
 fractions of peak; what they price ranks ``roofline`` whatever the provenance
 (``assumed``/``literature``) of the fractions. ``method: fitted`` entries price at their
 own rank, and as ``transferred`` outside their ``covered`` range (``flops``,
-``bytes_moved``, ``link_bytes``: ``[lo, hi]`` per work, per kernel; ``ranks``).
+``bytes_moved``, ``link_bytes``: ``[lo, hi]`` per work, per kernel; ``ranks``; ``items``
+for the host families).
+
+``host_request`` also prices the path outside the engine core (see
+:meth:`~blis_core.cost.environment.SimEnvironment.frontend_delay_us`): impl
+``frontend:<host_work>`` (``overhead_us`` + ``per_item_us`` per input token: HTTP,
+tokenisation, IPC) and ``stream:<host_work>`` (``overhead_us`` per streamed step:
+output processing, detokenisation, SSE). Their floor is the ``frontend:*``/``stream:*``
+entries of ``roofline.yaml``.
 
 Loading is like the catalog's: embedded (``blis_core/data/registry/*.yaml``) or a
 directory path that replaces it, with a content hash over the canonical parsed content.
@@ -72,7 +81,7 @@ _PARAMS = (
     "per_item_us",
     "per_kernel_us",
 )
-_COVER_KEYS = ("flops", "bytes_moved", "link_bytes", "ranks")
+_COVER_KEYS = ("flops", "bytes_moved", "link_bytes", "ranks", "items")
 _METHODS = ("roofline", "fitted")
 _ENTRY_KEYS = {"family", "impl", "hardware", "dtype", "rank", "method", "params", "covered",
                "source"}  # fmt: skip
@@ -122,7 +131,15 @@ class CoefficientEntry:
 
 
 def _specificity(e: CoefficientEntry) -> int:
-    return (e.impl != "*") * 4 + (e.hardware != "*") * 2 + (e.dtype != "*")
+    impl = 0 if e.impl == "*" else 4 if not e.impl.endswith("*") else 3
+    return impl + (e.hardware != "*") * 2 + (e.dtype != "*")
+
+
+def impl_matches(pattern: str, impl: str) -> bool:
+    """``*`` (any), the exact impl, or a prefix pattern ``<prefix>*`` (e.g. ``frontend:*``)."""
+    if pattern == "*" or pattern == impl:
+        return True
+    return pattern.endswith("*") and impl.startswith(pattern[:-1])
 
 
 @dataclass
@@ -154,7 +171,7 @@ class Registry:
             e
             for e in self.entries
             if e.family == family
-            and e.impl in ("*", impl)
+            and impl_matches(e.impl, impl)
             and e.hardware in ("*", hardware)
             and e.dtype in ("*", dtype)
         ]
@@ -178,7 +195,7 @@ class Registry:
             for e in self.entries
             if e.method == "roofline"
             and e.family == family
-            and e.impl in ("*", impl)
+            and impl_matches(e.impl, impl)
             and e.hardware in ("*", hardware)
             and e.dtype in ("*", dtype)
         ]

@@ -8,10 +8,26 @@ the outcome and streams it to the client (and to the router). Up to
 Order within an instant: inputs first, then the step boundary. vLLM's engine core
 drains its input queue before each schedule call, so a request that arrives at the
 instant a step ends joins the step scheduled at that instant.
+
+The path outside the engine core is priced by the Environment. An arriving request
+first spends ``env.frontend_delay_us(plan, input_tokens)`` in the instance's frontend
+(API server: HTTP parsing, tokenisation, IPC; a small heap, released by an internal
+event at its due time) and only then reaches ``engine.add_request``; a release counts as
+an input, so it precedes a step boundary at the same instant. With a zero delay the
+request is added at once, as before. Step reports reach the client
+``env.stream_delay_us(plan)`` after the step ends (output processing, detokenisation,
+SSE); the router's copy keeps the KV-event delay. An abort of a request still in the
+frontend removes it there (the engine never sees it).
+
+Ledger: the instance reports a request ``accepted`` (the ledger's ``dispatched``) when
+it reaches the frontend, so a request still in the frontend at the horizon ends
+``queued_at_horizon``; a refusal by ``add_request`` after the frontend is still a
+``dropped`` fate, so arrivals == fates holds.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable
 
@@ -32,7 +48,8 @@ class EngineComponent(Component):
 
     Ports in: ``request`` (InferenceRequest), ``abort`` (request id).
     Ports out: ``step`` (StepReport) to the client and, when there is a router, to it;
-    ``accepted`` (request ids the engine queued) and ``dropped`` (Dropped) to the client;
+    ``accepted`` (request ids that reached this instance's frontend) and ``dropped``
+    (Dropped) to the client;
     ``metrics`` (MetricsScrape) to the router every ``scrape_interval_us``.
     """
 
@@ -57,6 +74,10 @@ class EngineComponent(Component):
         self._scrape_interval_us = scrape_interval_us
         self._kv_event_delay_us = kv_event_delay_us
         self._observe = step_observer
+        self._stream_delay_us = env.stream_delay_us(self._plan)
+        # Requests in the frontend: (due_us, seq, request); released to add_request when due.
+        self._frontend: list[tuple[int, int, InferenceRequest]] = []
+        self._frontend_seq = 0
         # (shape, duration_us); the head is executing and ends at _exec_end_us.
         self._in_flight: deque[tuple[StepShape, int]] = deque()
         self._exec_start_us = -1
@@ -74,6 +95,8 @@ class EngineComponent(Component):
         if self._reports or self._dropped or self._accepted or self._scrape_due:
             return now_us
         times = [t for t in (self._exec_end_us, self._next_scrape_us) if t >= 0]
+        if self._frontend:
+            times.append(self._frontend[0][0])
         return min(times) if times else None
 
     def _fill(self, now_us: int) -> None:
@@ -103,16 +126,36 @@ class EngineComponent(Component):
             if msg.port == "request":
                 req = msg.payload
                 assert isinstance(req, InferenceRequest)
-                try:
-                    self.engine.add_request(req, now_us)
-                    self._accepted.append(req.request_id)
-                except InputRefused as err:
-                    cause = err.errors[0].cause
-                    self._dropped.append(Dropped(req.request_id, f"engine refused: {cause}"))
+                self._accepted.append(req.request_id)
+                delay_us = self._env.frontend_delay_us(self._plan, req.input_tokens)
+                if delay_us <= 0:
+                    self._add(req, now_us)
+                else:
+                    heapq.heappush(self._frontend, (now_us + delay_us, self._frontend_seq, req))
+                    self._frontend_seq += 1
             elif msg.port == "abort":
-                self.engine.abort_request(str(msg.payload), now_us)
+                rid = str(msg.payload)
+                kept = [e for e in self._frontend if e[2].request_id != rid]
+                if len(kept) != len(self._frontend):
+                    heapq.heapify(kept)
+                    self._frontend = kept
+                else:
+                    self.engine.abort_request(rid, now_us)
             else:
                 raise SimulationError(f"engine {self.name!r}: unknown input port {msg.port!r}")
+
+    def _add(self, req: InferenceRequest, now_us: int) -> None:
+        try:
+            self.engine.add_request(req, now_us)
+        except InputRefused as err:
+            cause = err.errors[0].cause
+            self._dropped.append(Dropped(req.request_id, f"engine refused: {cause}"))
+
+    def _release_frontend(self, now_us: int) -> None:
+        """Hand the requests whose frontend delay ends now to the engine (inputs)."""
+        frontend = self._frontend
+        while frontend and frontend[0][0] <= now_us:
+            self._add(heapq.heappop(frontend)[2], now_us)
 
     def _step_end(self, now_us: int) -> None:
         shape, _ = self._in_flight.popleft()
@@ -131,7 +174,7 @@ class EngineComponent(Component):
 
     def output(self, now_us: int) -> None:
         for report in self._reports:
-            self.send(self._client, "step", report)
+            self.send(self._client, "step", report, delay_us=self._stream_delay_us)
             if self._router is not None:
                 self.send(self._router, "step", report, delay_us=self._kv_event_delay_us)
         if self._accepted:
@@ -174,6 +217,8 @@ class EngineComponent(Component):
         if self._next_scrape_us == now_us:
             self._scrape_due = True
             self._next_scrape_us += self._scrape_interval_us
+        if self._frontend and self._frontend[0][0] <= now_us:
+            self._release_frontend(now_us)
         if self._exec_end_us == now_us:
             self._step_end(now_us)
             self._fill(now_us)

@@ -29,8 +29,10 @@ def _doc() -> dict[str, object]:
 def test_file_loads_with_sources_and_ranges(registry: Registry) -> None:
     entries = _doc()["entries"]
     assert isinstance(entries, list)
-    assert {e["family"] for e in entries} == FAMILIES
+    assert {e["family"] for e in entries} == FAMILIES | {"host_request"}
     for raw in entries:
+        if raw["family"] == "host_request":
+            continue  # the frontend/stream path: tests/cost/test_frontend_pricing.py
         assert raw["rank"] == "calibrated" and raw["method"] == "fitted"
         assert "bench/accuracy.py --fit" in raw["source"]
         if raw["family"] != "host_step":  # host work has no flops/bytes to bound

@@ -132,6 +132,12 @@ class FakeEnvironment:
     def price_transfer(self, plan: PoolPlan, transfer: Transfer) -> tuple[LinkLoad, ...]:
         return ()
 
+    def frontend_delay_us(self, plan: PoolPlan, input_tokens: int) -> int:
+        return 0
+
+    def stream_delay_us(self, plan: PoolPlan) -> int:
+        return 0
+
     def substream(self, purpose: str, entity: str) -> np.random.Generator:
         return np.random.default_rng(0)
 
