@@ -28,6 +28,7 @@ from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitect
 from blis_core.contracts.cost import StepPrice
 from blis_core.contracts.plan import ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.scenario import AcceptanceModel
 from blis_core.contracts.shape import StepShape, Transfer
 
 if TYPE_CHECKING:
@@ -127,7 +128,8 @@ class EnginePoolSpec:
     """What the scenario says about one pool: model, hardware, layout and engine args.
 
     ``args`` are the upstream's own engine arguments, by their upstream names, as the
-    user wrote them; the engine resolves and validates them.
+    user wrote them; the engine resolves and validates them. ``acceptance`` is the
+    scenario's acceptance model for speculative decoding (``None``: not stated).
     """
 
     pool: str
@@ -135,6 +137,7 @@ class EnginePoolSpec:
     hardware: str
     layout: ParallelLayout
     args: Mapping[str, Any] = field(default_factory=dict)
+    acceptance: AcceptanceModel | None = None
 
 
 @runtime_checkable

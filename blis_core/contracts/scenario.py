@@ -8,7 +8,7 @@ routers are chosen by ``kind`` and ``version`` among installed plugins.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -17,6 +17,7 @@ from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.workload import WorkloadSpec
 
 __all__ = [
+    "AcceptanceModel",
     "ComponentSelection",
     "Deployment",
     "ExperimentalFrame",
@@ -50,6 +51,26 @@ class ComponentSelection(Document):
         return f"{self.kind}@{self.version}"
 
 
+class AcceptanceModel(Document):
+    """How many speculatively proposed tokens the target model accepts.
+
+    Acceptance is no engine argument upstream: it depends on the draft method, the
+    model pair and the content, so the scenario states it. ``iid``: each proposed
+    token is accepted independently with probability ``rate`` and acceptance stops at
+    the first rejection (accepted = the number of leading successes, 0..k), drawn from
+    one random substream per request (common random numbers across configurations).
+    """
+
+    model: Literal["iid"] = Field(
+        description="iid: each draft token accepted independently, up to the first rejection"
+    )
+    rate: float = Field(ge=0.0, le=1.0, description="probability that one draft token is accepted")
+    source: str = Field(
+        min_length=1,
+        description="where the rate comes from, e.g. a paper or a measurement",
+    )
+
+
 class PoolSpec(Document):
     """A pool of identical engine instances."""
 
@@ -75,6 +96,11 @@ class PoolSpec(Document):
     )
     args: dict[str, Any] = Field(
         default_factory=dict, description="the engine's own arguments, by upstream name"
+    )
+    speculation_acceptance: AcceptanceModel | None = Field(
+        default=None,
+        description="acceptance of speculatively decoded draft tokens; required by an "
+        "engine that runs speculative decoding (its args configure the drafting)",
     )
 
 

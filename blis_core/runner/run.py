@@ -89,7 +89,12 @@ def replication_seed(seed: int, replication: int) -> int:
 
 def _pool_spec(pool: PoolSpec) -> EnginePoolSpec:
     return EnginePoolSpec(
-        pool=pool.name, model=pool.model, hardware=pool.hardware, layout=pool.layout, args=pool.args
+        pool=pool.name,
+        model=pool.model,
+        hardware=pool.hardware,
+        layout=pool.layout,
+        args=pool.args,
+        acceptance=pool.speculation_acceptance,
     )
 
 
@@ -139,9 +144,19 @@ def check_scenario(
             env = make_environment(data, f"{pool.name}-plan", RandomStreams(scenario.seed))
             try:
                 factory.plan(_pool_spec(pool), env)
+                # Building an instance runs the run-phase refusals too (e.g. a feature the
+                # plan accepts but the engine cannot run without a stated model).
+                factory.build(_pool_spec(pool), env, f"{pool.name}-check")
             except InputRefused as err:
+                by_name = f"deployment.pools.{pool.name}."
                 errors.extend(
-                    FieldError(_join(f"{where}.args", e.path), e.value, e.cause)
+                    FieldError(
+                        where + "." + e.path[len(by_name) :]
+                        if e.path.startswith(by_name)
+                        else _join(f"{where}.args", e.path),
+                        e.value,
+                        e.cause,
+                    )
                     for e in err.errors
                 )
     for j, name in enumerate(scenario.frame.metrics):

@@ -12,7 +12,16 @@ Port of ``vllm/v1/engine/core.py`` ``EngineCore.step`` (synchronous) and
   runs ``kv_connector_no_forward`` so transfers keep completing;
 * ``complete`` plays the model runner's part: one sampled token per request whose
   step reached the end of its known tokens, with ids from the deterministic
-  content key ``out/<request id>``; with a KV connector it also binds the step's
+  content key ``out/<request id>``; with speculative decoding (``ngram``) each
+  request that verifies drafts samples ``1 + accepted`` tokens, ``accepted`` drawn
+  from the scenario's acceptance model (``iid``: the leading successes of one
+  Bernoulli(``rate``) draw per draft token, from the substream
+  ``("spec_acceptance", request id)``); rejected drafts are rolled back by
+  ``update_from_output`` and all of a step's tokens reach the client in one chunk.
+  Without async scheduling the ngram drafter (CPU, inside the step) then proposes
+  ``num_speculative_tokens`` drafts for every decoding request
+  (``update_draft_token_ids``); with async scheduling the scheduler's placeholders
+  stand for them; with a KV connector it also binds the step's
   connector metadata, takes ``get_transfer_results`` and
   ``get_block_ids_with_load_errors`` into a ``KVConnectorOutput``
   (``v1/worker/kv_connector_model_runner_mixin.py``) and reports the connector's KV
@@ -35,6 +44,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.engine import (
@@ -46,7 +56,8 @@ from blis_core.contracts.engine import (
 )
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode, PoolPlan
-from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.request import InferenceRequest, output_content_key, segment_token_ids
+from blis_core.contracts.scenario import AcceptanceModel
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape, Transfer
 
 from blis_vllm.config import VllmSettings, resolve_settings
@@ -58,7 +69,14 @@ from blis_vllm.scheduler import AsyncScheduler, ModelRunnerOutput, Scheduler, Sc
 from blis_vllm.surface import surface_statuses
 from blis_vllm.version import ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
 
+if TYPE_CHECKING:
+    import numpy as np
+
 __all__ = ["VllmEngine", "VllmEngineFactory", "pad_step"]
+
+#: Speculative methods whose acceptance the run phase models (drafting on the CPU
+#: inside the engine step, so the step's price is the verify forward pass).
+_MODELLED_SPEC_METHODS = frozenset({"ngram"})
 
 
 def pad_step(num_tokens: int, uniform_decode: bool, plan: PoolPlan) -> tuple[int, GraphMode]:
@@ -81,8 +99,13 @@ class VllmEngine:
         model: ModelArchitecture,
         instance: str,
         kv_connector: KVConnector | None = None,
+        acceptance: AcceptanceModel | None = None,
+        env: Environment | None = None,
     ) -> None:
         assert plan.kv_budget is not None
+        self._acceptance = acceptance
+        self._env = env
+        self._accept_streams: dict[str, np.random.Generator] = {}
         self._settings = settings
         self._plan = plan
         self._model = model
@@ -177,9 +200,21 @@ class VllmEngine:
         for rid in out.sampling:
             request = self.scheduler.requests.get(rid)
             if request is not None and not request.is_finished():
-                sampled[rid] = [request.next_output_token_id()]
+                num_draft = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+                if num_draft:
+                    idx = request.num_output_tokens
+                    n = 1 + self._num_accepted(rid, num_draft)
+                    sampled[rid] = segment_token_ids(
+                        output_content_key(rid), self._model.vocab_size, idx, idx + n
+                    )
+                else:
+                    sampled[rid] = [request.next_output_token_id()]
         kv_output, transfers = self._run_kv_connector(out)
         result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled, kv_output))
+        for rid, _, _ in result.finished:
+            self._accept_streams.pop(rid, None)
+        if self._settings.num_speculative_tokens and not self._settings.async_scheduling:
+            self._propose_drafts(out)
         kv = self.scheduler.kv_cache_manager
         finished = [*self._aborted, *(FinishedRequest(r, why, n) for r, why, n in result.finished)]
         self._aborted = []
@@ -200,6 +235,40 @@ class VllmEngine:
             kv_events=tuple(self.scheduler.take_events()),
             transfers=transfers,
         )
+
+    def _num_accepted(self, rid: str, num_draft: int) -> int:
+        """Drafts accepted out of ``num_draft`` (``iid``: leading Bernoulli successes)."""
+        acceptance = self._acceptance
+        assert acceptance is not None and self._env is not None
+        rng = self._accept_streams.get(rid)
+        if rng is None:
+            rng = self._env.substream("spec_acceptance", rid)
+            self._accept_streams[rid] = rng
+        accepted = 0
+        for u in rng.random(num_draft):
+            if u >= acceptance.rate:
+                break
+            accepted += 1
+        return accepted
+
+    def _propose_drafts(self, out: SchedulerOutput) -> None:
+        """The ngram drafter's proposals after a synchronous step.
+
+        ``Scheduler.update_draft_token_ids`` (vLLM 0.33.0): every request of the step
+        that is still running and past its prompt gets ``num_speculative_tokens``
+        drafts (ids from the content key ``draft/<request id>``; their values never
+        matter, acceptance is drawn); a prefill chunk gets none.
+        """
+        k = self._settings.num_speculative_tokens
+        for rid in out.num_scheduled_tokens:
+            request = self.scheduler.requests.get(rid)
+            if request is None or request.is_finished():
+                continue
+            request.spec_token_ids = (
+                []
+                if request.is_prefill_chunk
+                else segment_token_ids(f"draft/{rid}", self._model.vocab_size, 0, k)
+            )
 
     def _run_kv_connector(
         self, out: SchedulerOutput
@@ -267,7 +336,7 @@ class VllmEngine:
         )
         q = self._settings.uniform_decode_query_len
         uniform = all(c.new_tokens == q for c in seqs)
-        num_spec = sum(len(t) for t in out.scheduled_spec_decode_tokens.values())
+        num_spec = self._settings.num_speculative_tokens if out.scheduled_spec_decode_tokens else 0
         decoding = [
             rid in out.sampling and out.context_tokens[rid] > 0 for rid in out.num_scheduled_tokens
         ]
@@ -332,11 +401,21 @@ class VllmEngineFactory:
         model = env.model(spec.model)
         hw = env.hardware(spec.hardware)
         settings = resolve_settings(spec.args, model, hw, spec.layout)
-        if settings.speculative_method is not None:
+        method = settings.speculative_method
+        if method is not None and method not in _MODELLED_SPEC_METHODS:
             raise InputRefused.one(
-                "engine.args.speculative_config",
-                settings.speculative_method,
-                "speculative decoding is planned but its acceptance is not modelled yet (issue #4)",
+                "engine.args.speculative_config.method",
+                method,
+                f"{method} speculative decoding is planned but not run yet by blis-vllm "
+                f"(modelled: {', '.join(sorted(_MODELLED_SPEC_METHODS))}; issue #4)",
+            )
+        if method is not None and spec.acceptance is None:
+            raise InputRefused.one(
+                f"deployment.pools.{spec.pool}.speculation_acceptance",
+                None,
+                "speculative decoding needs the scenario's acceptance model: acceptance is "
+                "no engine argument upstream (it depends on the draft method, the model "
+                "pair and the content); state it, e.g. {model: iid, rate: 0.7, source: ...}",
             )
         if spec.layout.pp > 1 or spec.layout.dp > 1:
             raise InputRefused.one(
@@ -346,4 +425,11 @@ class VllmEngineFactory:
             )
         partial = build_partial_plan(settings, model, hw, env)
         plan = decide_kv_budget(partial, settings, hw, env)
-        return VllmEngine(settings, plan, model, instance)
+        return VllmEngine(
+            settings,
+            plan,
+            model,
+            instance,
+            acceptance=spec.acceptance if method is not None else None,
+            env=env,
+        )
