@@ -29,6 +29,13 @@ the scrape carries the flattened keys ``<info metric>:block_size`` /
 ``<info metric>:num_gpu_blocks`` (or SGLang's label names); with 0 the
 approximate prefix producer falls back to its configured values exactly as upstream does
 when the metric is absent.
+
+LoRA adapters (``ActiveModels``, ``WaitingModels``, ``MaxActiveModels``) come upstream from
+the *labels* of ``vllm:lora_requests_info`` (``running_lora_adapters``,
+``waiting_lora_adapters``, ``max_lora``; ``extractor.go``, ``populateLoRAMetrics``). A
+snapshot's values are numbers, so it cannot carry adapter names: they read as empty and
+``max_active_models`` as 0, which is also what a BLIS vLLM pool truly reports, since the
+vLLM port refuses LoRA (no adapter is ever loaded and vLLM emits no such metric).
 """
 
 from __future__ import annotations
@@ -106,6 +113,9 @@ class EndpointMetrics:
     cache_block_size: int = 0
     cache_num_blocks: int = 0
     update_time_us: int = 0
+    active_models: frozenset[str] = frozenset()
+    waiting_models: frozenset[str] = frozenset()
+    max_active_models: int = 0
 
 
 def metrics_from_snapshot(snapshot: EndpointSnapshot) -> EndpointMetrics:

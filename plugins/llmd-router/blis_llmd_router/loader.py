@@ -92,6 +92,7 @@ from blis_llmd_router.producers import (
 from blis_llmd_router.registry import REGISTRY, surface
 from blis_llmd_router.scorers import (
     ActiveRequestScorer,
+    NoHitLRUScorer,
     PrecisePrefixCacheScorer,
     PrefixCacheScorer,
     TokenLoadScorer,
@@ -218,7 +219,7 @@ def _ensure_producers(
         want: str
         classes: tuple[type[Plugin], ...]
         default: str
-        if isinstance(plugin, PrefixCacheScorer):
+        if isinstance(plugin, PrefixCacheScorer | NoHitLRUScorer):
             want, classes = plugin.producer_name, _PREFIX_PRODUCERS
             default = ApproxPrefixCacheProducer.plugin_type
         elif isinstance(plugin, ActiveRequestScorer | TokenLoadScorer | ConcurrencyDetector):

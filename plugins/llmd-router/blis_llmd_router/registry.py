@@ -40,9 +40,12 @@ from blis_llmd_router.scorers import (
     ActiveRequestScorer,
     KVCacheUtilizationScorer,
     LoadAwareScorer,
+    LoraAffinityScorer,
+    NoHitLRUScorer,
     PrefixCacheScorer,
     QueueScorer,
     RunningRequestsSizeScorer,
+    SessionAffinityScorer,
     TokenLoadScorer,
     create_precise_prefix_cache_scorer,
 )
@@ -68,6 +71,9 @@ REGISTRY: Mapping[str, PluginFactory] = {
     PrefixCacheScorer.plugin_type: PrefixCacheScorer.create,
     "precise-prefix-cache-scorer": create_precise_prefix_cache_scorer,
     TokenLoadScorer.plugin_type: TokenLoadScorer.create,
+    NoHitLRUScorer.plugin_type: NoHitLRUScorer.create,
+    LoraAffinityScorer.plugin_type: LoraAffinityScorer.create,
+    SessionAffinityScorer.plugin_type: SessionAffinityScorer.create,
     # pickers
     MaxScorePicker.plugin_type: MaxScorePicker.create,
     RandomPicker.plugin_type: RandomPicker.create,

@@ -38,7 +38,11 @@ from blis_llmd_router.framework import (
 )
 from blis_llmd_router.loader import LoadedConfig
 from blis_llmd_router.producers import ApproxPrefixCacheProducer, PrecisePrefixCacheProducer
-from blis_llmd_router.scorers import PrecisePrefixCacheScorer
+from blis_llmd_router.scorers import (
+    NoHitLRUScorer,
+    PrecisePrefixCacheScorer,
+    SessionAffinityScorer,
+)
 
 __all__ = ["LlmdRouter"]
 
@@ -106,6 +110,9 @@ class LlmdRouter:
                     | PrecisePrefixCacheScorer,
                 ):
                     producer.discard(sreq.request_id)
+            for plugin in self.loaded.pre_request:
+                if isinstance(plugin, NoHitLRUScorer | SessionAffinityScorer):
+                    plugin.discard(sreq.request_id)
             return (
                 RoutingDecision(None, 429, f"failed to find target endpoint: {exc}"),
                 None,

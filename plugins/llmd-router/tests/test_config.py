@@ -260,6 +260,7 @@ SAMPLES_LOADING = {
     "epp-config.yaml",
     "epp-estimate-prefix-cache-config.yaml",
     "sim-epp-config.yaml",
+    "sim-epp-no-hit-lru.yaml",
 }
 SAMPLES_REFUSED = {
     "dp-epp-config.yaml": {"data-parallel-profile-handler"},
@@ -289,7 +290,6 @@ SAMPLES_REFUSED = {
         "endpoint-attribute-filter",
         "endpoint-attribute-scorer",
     },
-    "sim-epp-no-hit-lru.yaml": {"no-hit-lru-scorer"},
     "sim-pd-epp-config.yaml": {"prefix-based-pd-decider", "disagg-profile-handler"},
     "sim-program-aware-config.yaml": {"program-aware-fairness"},
     "soft-reflective-ceiling-epp-config.yaml": {"soft-reflective-ceiling-policy"},
