@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from blis_core import __version__
-from blis_core.contracts.errors import BlisError, InputRefused, PluginError
+from blis_core.contracts.errors import BlisError, InputRefused
 from blis_core.contracts.scenario import parse_kind_at_version
 
 __all__ = ["main"]
@@ -99,35 +99,24 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _partial_checks(data: dict[str, Any], sources: Any) -> list[Any]:
-    """Semantic checks of the pools that are themselves well formed, when others are not."""
+    """The checks of the pools that are themselves well formed, when others are not."""
     from pydantic import ValidationError
 
-    from blis_core.contracts.errors import FieldError
     from blis_core.contracts.scenario import PoolSpec
+    from blis_core.runner.run import check_pool
 
-    errors: list[FieldError] = []
-    pools = (
-        (data.get("deployment") or {}).get("pools")
-        if isinstance(data.get("deployment"), dict)
-        else None
-    )
+    deployment = data.get("deployment")
+    pools = deployment.get("pools") if isinstance(deployment, dict) else None
     if not isinstance(pools, list):
-        return errors
+        return []
     host = _host()
+    errors: list[Any] = []
     for i, raw in enumerate(pools):
         try:
             pool = PoolSpec.model_validate(raw)
         except ValidationError:
             continue
-        where = f"deployment.pools.{i}"
-        try:
-            host.select_engine(pool.engine.kind, pool.engine.version)
-        except PluginError as err:
-            errors.append(FieldError(f"{where}.engine", str(pool.engine), str(err)))
-        if pool.hardware not in sources.catalog.hardware:
-            errors.append(FieldError(f"{where}.hardware", pool.hardware, "unknown hardware"))
-        if pool.model not in sources.catalog.models:
-            errors.append(FieldError(f"{where}.model", pool.model, "unknown model"))
+        errors.extend(check_pool(i, pool, host, sources))
     return errors
 
 

@@ -47,7 +47,14 @@ from blis_core.sim.kernel import Component, Simulation
 from blis_core.sim.rng import RandomStreams, stream_key_digest
 from blis_core.workload.source import WorkloadSource
 
-__all__ = ["DataSources", "check_scenario", "replication_seed", "run_scenario", "write_result"]
+__all__ = [
+    "DataSources",
+    "check_pool",
+    "check_scenario",
+    "replication_seed",
+    "run_scenario",
+    "write_result",
+]
 
 _log = structlog.get_logger("blis.run")
 
@@ -98,67 +105,77 @@ def _pool_spec(pool: PoolSpec) -> EnginePoolSpec:
     )
 
 
+def check_pool(
+    index: int, pool: PoolSpec, host: PluginHost, data: DataSources, seed: int = 0
+) -> list[FieldError]:
+    """The refusals one pool earns: engine selection, catalog entries, layout, plan, build.
+
+    Each engine plans its pool (both phases) and builds an instance, so that a deployment
+    its upstream would refuse to start is refused with the upstream's own condition.
+    """
+    errors: list[FieldError] = []
+    where = f"deployment.pools.{index}"
+    factory: EngineFactory | None = None
+    try:
+        factory = host.select_engine(pool.engine.kind, pool.engine.version)
+    except PluginError as err:
+        errors.append(FieldError(f"{where}.engine", str(pool.engine), str(err)))
+    chip = data.catalog.hardware.get(pool.hardware)
+    if chip is None:
+        errors.append(
+            FieldError(
+                f"{where}.hardware",
+                pool.hardware,
+                f"unknown hardware; the catalog has {sorted(data.catalog.hardware)}",
+            )
+        )
+    if pool.model not in data.catalog.models:
+        errors.append(
+            FieldError(
+                f"{where}.model",
+                pool.model,
+                f"unknown model; the catalog has {sorted(data.catalog.models)}",
+            )
+        )
+    if chip is not None and pool.layout.tp * pool.layout.pp > chip.max_gpus_per_node:
+        errors.append(
+            FieldError(
+                f"{where}.layout",
+                pool.layout.model_dump(),
+                f"tp x pp = {pool.layout.tp * pool.layout.pp} GPUs, more than a "
+                f"{pool.hardware} node has ({chip.max_gpus_per_node})",
+            )
+        )
+    if factory is not None and chip is not None and pool.model in data.catalog.models:
+        env = make_environment(data, f"{pool.name}-plan", RandomStreams(seed))
+        try:
+            factory.plan(_pool_spec(pool), env)
+            # Building an instance runs the run-phase refusals too (e.g. a feature the
+            # plan accepts but the engine cannot run without a stated model).
+            factory.build(_pool_spec(pool), env, f"{pool.name}-check")
+        except InputRefused as err:
+            by_name = f"deployment.pools.{pool.name}."
+            errors.extend(
+                FieldError(
+                    where + "." + e.path[len(by_name) :]
+                    if e.path.startswith(by_name)
+                    else _join(f"{where}.args", e.path),
+                    e.value,
+                    e.cause,
+                )
+                for e in err.errors
+            )
+    return errors
+
+
 def check_scenario(
     scenario: Scenario, host: PluginHost, data: DataSources, base_dir: Path | None = None
 ) -> list[FieldError]:
-    """Every refusal a scenario earns before simulation: plugins, catalog, layouts, plans.
-
-    Each engine plans its pool (both phases) so that a deployment its upstream would
-    refuse to start is refused here with the upstream's own condition.
-    """
+    """Every refusal a scenario earns before simulation: each pool (:func:`check_pool`),
+    metric names, the router, the workload."""
     errors: list[FieldError] = []
     for i, pool in enumerate(scenario.deployment.pools):
-        where = f"deployment.pools.{i}"
-        factory: EngineFactory | None = None
-        try:
-            factory = host.select_engine(pool.engine.kind, pool.engine.version)
-        except PluginError as err:
-            errors.append(FieldError(f"{where}.engine", str(pool.engine), str(err)))
-        chip = data.catalog.hardware.get(pool.hardware)
-        if chip is None:
-            errors.append(
-                FieldError(
-                    f"{where}.hardware",
-                    pool.hardware,
-                    f"unknown hardware; the catalog has {sorted(data.catalog.hardware)}",
-                )
-            )
-        if pool.model not in data.catalog.models:
-            errors.append(
-                FieldError(
-                    f"{where}.model",
-                    pool.model,
-                    f"unknown model; the catalog has {sorted(data.catalog.models)}",
-                )
-            )
-        if chip is not None and pool.layout.tp * pool.layout.pp > chip.max_gpus_per_node:
-            errors.append(
-                FieldError(
-                    f"{where}.layout",
-                    pool.layout.model_dump(),
-                    f"tp x pp = {pool.layout.tp * pool.layout.pp} GPUs, more than a "
-                    f"{pool.hardware} node has ({chip.max_gpus_per_node})",
-                )
-            )
-        if factory is not None and chip is not None and pool.model in data.catalog.models:
-            env = make_environment(data, f"{pool.name}-plan", RandomStreams(scenario.seed))
-            try:
-                factory.plan(_pool_spec(pool), env)
-                # Building an instance runs the run-phase refusals too (e.g. a feature the
-                # plan accepts but the engine cannot run without a stated model).
-                factory.build(_pool_spec(pool), env, f"{pool.name}-check")
-            except InputRefused as err:
-                by_name = f"deployment.pools.{pool.name}."
-                errors.extend(
-                    FieldError(
-                        where + "." + e.path[len(by_name) :]
-                        if e.path.startswith(by_name)
-                        else _join(f"{where}.args", e.path),
-                        e.value,
-                        e.cause,
-                    )
-                    for e in err.errors
-                )
+        errors.extend(check_pool(i, pool, host, data, scenario.seed))
     for j, name in enumerate(scenario.frame.metrics):
         if name not in METRICS:
             errors.append(
