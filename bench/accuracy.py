@@ -493,28 +493,56 @@ def frontend_entries(params: dict[str, float], covered: dict[str, Any] | None = 
     src = source or "bench/accuracy.py --fit-frontend (candidate)"
     out: list[dict[str, Any]] = []
     for hw in FE_PATHS:
-        out.append({"family": "host_request", "impl": f"frontend:{hw}", "hardware": HARDWARE,
-                    "dtype": "*", "rank": "calibrated", "method": "fitted",
-                    "params": {"overhead_us": params["fe_fixed"],
-                               "per_item_us": params["fe_per_token"]},
-                    "covered": {k: list(v) for k, v in cov.get("frontend", {}).items()},
-                    "source": src + " (--fit-frontend: frontend path only); stream part "
-                              f"held at {STREAM_US:g} us (assumed)"})
-        out.append({"family": "host_request", "impl": f"stream:{hw}", "hardware": HARDWARE,
-                    "dtype": "*", "rank": "assumed", "method": "fitted",
-                    "params": {"overhead_us": STREAM_US}, "covered": {},
-                    "source": "assumed: vLLM output processing, incremental detokenisation "
-                              "and SSE write per step ~0.5 ms; not separable from the "
-                              "frontend delay by TTFT/E2E (both add once to each), so the "
-                              "frontend fit absorbs any error in it"})
+        out.append(
+            {
+                "family": "host_request",
+                "impl": f"frontend:{hw}",
+                "hardware": HARDWARE,
+                "dtype": "*",
+                "rank": "calibrated",
+                "method": "fitted",
+                "params": {
+                    "overhead_us": params["fe_fixed"],
+                    "per_item_us": params["fe_per_token"],
+                },
+                "covered": {k: list(v) for k, v in cov.get("frontend", {}).items()},
+                "source": src + " (--fit-frontend: frontend path only); stream part "
+                f"held at {STREAM_US:g} us (assumed)",
+            }
+        )
+        out.append(
+            {
+                "family": "host_request",
+                "impl": f"stream:{hw}",
+                "hardware": HARDWARE,
+                "dtype": "*",
+                "rank": "assumed",
+                "method": "fitted",
+                "params": {"overhead_us": STREAM_US},
+                "covered": {},
+                "source": "assumed: vLLM output processing, incremental detokenisation "
+                "and SSE write per step ~0.5 ms; not separable from the "
+                "frontend delay by TTFT/E2E (both add once to each), so the "
+                "frontend fit absorbs any error in it",
+            }
+        )
         for path, p in (("frontend", {"overhead_us": params["fe_fixed"],
                                       "per_item_us": params["fe_per_token"]}),
                         ("stream", {"overhead_us": STREAM_US})):  # fmt: skip
-            out.append({"family": "host_request", "impl": f"{path}:{hw}", "hardware": "*",
-                        "dtype": "*", "rank": "assumed", "method": "fitted", "params": p,
-                        "covered": {},
-                        "source": f"assumed: the {HARDWARE} values on any chip (API-server "
-                                  "and output work runs on the host CPU)"})
+            out.append(
+                {
+                    "family": "host_request",
+                    "impl": f"{path}:{hw}",
+                    "hardware": "*",
+                    "dtype": "*",
+                    "rank": "assumed",
+                    "method": "fitted",
+                    "params": p,
+                    "covered": {},
+                    "source": f"assumed: the {HARDWARE} values on any chip (API-server "
+                    "and output work runs on the host CPU)",
+                }
+            )
     return out
 
 
@@ -858,8 +886,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lead-in", type=int, default=LEAD_IN, help="requests simulated before a window"
     )
     ap.add_argument("--fit", action="store_true", help="grid search + leave-one-model-out CV")
-    ap.add_argument("--fit-frontend", action="store_true",
-                    help="grid search of the frontend/stream host_request coefficients")
+    ap.add_argument(
+        "--fit-frontend",
+        action="store_true",
+        help="grid search of the frontend/stream host_request coefficients",
+    )
     ap.add_argument("--fit-cache", type=Path, default=Path("/tmp/blis-accuracy-fit.json"))
     ap.add_argument("--write-registry", action="store_true", help=f"with --fit: write {FIT_FILE}")
     a = ap.parse_args(argv)

@@ -125,9 +125,7 @@ def blis_step_explained(instance: str, shape: StepShape, price: StepPrice) -> No
 
 
 @hookspec
-def blis_route_decided(
-    request: InferenceRequest, decision: RoutingDecision, now_us: int
-) -> None:
+def blis_route_decided(request: InferenceRequest, decision: RoutingDecision, now_us: int) -> None:
     """Observe each routing decision (called only when implemented).
 
     :param request: the routed request.

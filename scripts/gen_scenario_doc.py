@@ -54,8 +54,14 @@ def render() -> str:
             continue
         seen.add(model)
         doc = " ".join(line.strip() for line in (model.__doc__ or "").strip().splitlines())
-        lines += [f"## {model.__name__}", "", doc, "", "| field | type | default | meaning |",
-                  "|---|---|---|---|"]
+        lines += [
+            f"## {model.__name__}",
+            "",
+            doc,
+            "",
+            "| field | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
         for name, info in model.model_fields.items():
             if isinstance(info.default, BaseModel):
                 default = "(defaults)"

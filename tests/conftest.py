@@ -14,9 +14,7 @@ PluginSpec = tuple[str, str, str, str]  # distribution, group, entry-point name,
 
 
 @pytest.fixture
-def install_plugins(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., None]:
+def install_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """Install throw-away plugins: ``install(("dist", "blis.engines", "toy", "toy_engine"))``.
 
     Each distribution gets a ``.dist-info`` folder in a temporary site directory, so the

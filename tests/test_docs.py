@@ -40,8 +40,14 @@ def test_scenario_reference_is_generated_from_the_models() -> None:
 
 def test_every_deployment_and_frame_field_is_described() -> None:
     models: list[type[BaseModel]] = [
-        Scenario, Deployment, PoolSpec, ComponentSelection, RouterSpec, ParallelLayout,
-        ExperimentalFrame, ServiceLevelObjectives,
+        Scenario,
+        Deployment,
+        PoolSpec,
+        ComponentSelection,
+        RouterSpec,
+        ParallelLayout,
+        ExperimentalFrame,
+        ServiceLevelObjectives,
     ]
     for model in models:
         for name, info in model.model_fields.items():

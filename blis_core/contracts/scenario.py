@@ -181,16 +181,16 @@ class ExperimentalFrame(Document):
     )
     metrics: tuple[str, ...] = Field(
         default=(
-        "ttft",
-        "itl",
-        "tpot",
-        "e2e",
-        "ntpot",
-        "scheduling_delay",
-        "request_throughput",
-        "input_token_throughput",
-        "output_token_throughput",
-        "goodput",
+            "ttft",
+            "itl",
+            "tpot",
+            "e2e",
+            "ntpot",
+            "scheduling_delay",
+            "request_throughput",
+            "input_token_throughput",
+            "output_token_throughput",
+            "goodput",
         ),
         description="metric registry names to report (blis_core.metrics.METRICS)",
     )
@@ -218,9 +218,7 @@ class Scenario(Document):
 
     name: str = Field(min_length=1, description="the scenario's name")
     description: str = Field(default="", description="free text")
-    seed: int = Field(
-        default=0, ge=0, lt=2**63, description="the root of every random substream"
-    )
+    seed: int = Field(default=0, ge=0, lt=2**63, description="the root of every random substream")
     deployment: Deployment = Field(description="what runs")
     workload: WorkloadSpec = Field(description="what is sent")
     frame: ExperimentalFrame = Field(

@@ -283,9 +283,7 @@ def _build(
     if router_spec is not None:
         rfactory: RouterFactory = host.select_router(router_spec.kind, router_spec.version)
         rkey = f"{rfactory.kind}@{rfactory.upstream_release}"
-        stamps[f"blis.routers:{rkey}"] = host.stamp(
-            "blis.routers", rkey, rfactory.upstream_release
-        )
+        stamps[f"blis.routers:{rkey}"] = host.stamp("blis.routers", rkey, rfactory.upstream_release)
         runtime = SimRouterRuntime(ROUTER, streams, data.catalog.models)
         config = dict(router_spec.config or {})
         if router_spec.config_path is not None:

@@ -31,11 +31,13 @@ def test_slices_agree_across_chunk_boundaries() -> None:
 def test_different_keys_differ_and_ids_are_stable_across_processes() -> None:
     assert segment_token_ids("a", 32000, 0, 64) != segment_token_ids("b", 32000, 0, 64)
     code = (
-        "from blis_core.contracts.request import segment_token_ids as s;"
-        "print(s('a', 32000, 0, 8))"
+        "from blis_core.contracts.request import segment_token_ids as s;print(s('a', 32000, 0, 8))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PYTHONHASHSEED": "123", "PATH": ""},
     ).stdout
     assert out.strip() == str(segment_token_ids("a", 32000, 0, 8))

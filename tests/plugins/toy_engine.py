@@ -123,7 +123,9 @@ class ToyEngine:
                 self._running.remove(r)
                 del self._by_id[r.req.request_id]
         return StepOutcome(
-            shape.step_id, first_scheduled=tuple(first), emitted=tuple(emitted),
+            shape.step_id,
+            first_scheduled=tuple(first),
+            emitted=tuple(emitted),
             finished=tuple(finished),
         )
 
@@ -152,7 +154,8 @@ class ToyFactory:
         chip = env.hardware(spec.hardware)
         if model.num_attention_heads % spec.layout.tp:
             raise InputRefused.one(
-                "layout.tp", spec.layout.tp,
+                "layout.tp",
+                spec.layout.tp,
                 f"Total number of attention heads ({model.num_attention_heads}) must be "
                 f"divisible by tensor parallel size ({spec.layout.tp}).",
             )
@@ -169,7 +172,9 @@ class ToyFactory:
                 LoweredLayer(kind=LayerKind.EMBEDDING, impl="torch", count=1),
                 LoweredLayer(kind=LayerKind.QKV_PROJ, impl="cublas", count=model.num_layers),
                 LoweredLayer(
-                    kind=LayerKind.ATTENTION, impl="FLASH_ATTN", count=model.num_layers,
+                    kind=LayerKind.ATTENTION,
+                    impl="FLASH_ATTN",
+                    count=model.num_layers,
                     kv_group="full",
                 ),
                 LoweredLayer(kind=LayerKind.O_PROJ, impl="cublas", count=model.num_layers),
@@ -178,8 +183,11 @@ class ToyFactory:
             ),
             kv_groups=(
                 KVGroup(
-                    name="full", attention="full", num_layers=model.num_layers,
-                    block_size_tokens=16, bytes_per_token_per_layer=kv_per_layer,
+                    name="full",
+                    attention="full",
+                    num_layers=model.num_layers,
+                    block_size_tokens=16,
+                    bytes_per_token_per_layer=kv_per_layer,
                 ),
             ),
             host_work="toy",
@@ -193,8 +201,10 @@ class ToyFactory:
         page = 16 * kv_per_layer * model.num_layers
         return plan.with_kv_budget(
             KVBudget(
-                num_gpu_blocks=max(free, 0) // page, block_size_tokens=16,
-                kv_bytes=(max(free, 0) // page) * page, available_bytes=free,
+                num_gpu_blocks=max(free, 0) // page,
+                block_size_tokens=16,
+                kv_bytes=(max(free, 0) // page) * page,
+                available_bytes=free,
             )
         )
 
