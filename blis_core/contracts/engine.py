@@ -44,6 +44,7 @@ __all__ = [
     "Environment",
     "FinishedRequest",
     "KVEvent",
+    "KVTransferEngine",
     "LinkLoad",
     "StepOutcome",
     "SurfaceReporting",
@@ -61,6 +62,9 @@ class BlockStored:
     block_size: int
     lora_id: int | None = None
     medium: str | None = "GPU"
+    group_idx: int | None = None
+    """The KV cache group the blocks were cached for (vLLM ``group_idx``; a hybrid
+    model caches one token chain once per group)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,8 @@ class BlockRemoved:
 
     block_hashes: tuple[int, ...]
     medium: str | None = "GPU"
+    group_idx: int | None = None
+    """The KV cache group the blocks were cached for (vLLM ``group_idx``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +95,16 @@ class TokenEmission:
 
 @dataclass(frozen=True, slots=True)
 class FinishedRequest:
-    """A request the engine finished; ``reason`` is ``length``, ``stop`` or ``abort``."""
+    """A request the engine finished; ``reason`` is ``length``, ``stop`` or ``abort``.
+
+    ``kv_transfer_params`` is what the response carries back for a P/D prefill leg (the
+    connector's ``request_finished`` parameters: where the decode side reads the KV).
+    """
 
     request_id: str
     reason: str
     output_tokens: int
+    kv_transfer_params: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,13 +264,39 @@ class EngineInstance(Protocol):
     def scrape(self) -> Mapping[str, float]:
         """Metrics under the upstream's Prometheus names, as a scrape would read them.
 
-        An info metric's numeric labels are given as ``<metric name>:<label>`` (e.g.
-        ``vllm:cache_config_info:block_size``).
+        Keys are the sample names of Prometheus' text exposition, flattened: a gauge
+        by its name; a counter as ``<name>_total``; a histogram as one cumulative
+        ``<name>_bucket:<le>`` per bucket (``le`` written as the Prometheus client
+        writes it, ``+Inf`` included), ``<name>_sum`` and ``<name>_count``. One
+        distinguishing label value is appended as ``:<label value>`` (e.g.
+        ``vllm:request_success_total:stop``); an info metric's numeric labels are
+        given as ``<metric name>:<label>`` (e.g. ``vllm:cache_config_info:block_size``).
+        Values are as of the last completed step; the router scrapes often, so keep
+        counts cumulative as they change rather than recomputing them per scrape.
         """
         ...
 
     def num_unfinished(self) -> int:
         """Requests accepted and not yet finished or aborted."""
+        ...
+
+
+@runtime_checkable
+class KVTransferEngine(EngineInstance, Protocol):
+    """An engine whose KV connector moves KV between instances (P/D disaggregation).
+
+    The simulator starts the moves of a step when that step starts executing (the
+    worker starts its reads before the forward pass) and carries them over its links;
+    when a move ends it tells both ends, the reader (``transfer.dst``) and the owner
+    of the source blocks (``transfer.src``).
+    """
+
+    def step_transfers(self, step_id: int) -> tuple[Transfer, ...]:
+        """KV moves that start when step ``step_id`` starts executing (asked once)."""
+        ...
+
+    def transfer_done(self, transfer: Transfer, now_us: int) -> None:
+        """A move this instance reads or serves has ended at ``now_us``."""
         ...
 
 

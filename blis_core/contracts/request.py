@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 __all__ = [
     "InferenceRequest",
@@ -51,6 +53,10 @@ class InferenceRequest:
     stops it first. ``priority`` follows vLLM: a lower value is served first.
     ``deadline_us`` is an absolute client timeout, or ``None``. ``headers`` carries
     what a router may read (model name, LoRA adapter, session header, objective).
+    ``kv_transfer_params`` is the body field of that name a P/D sidecar sets on the legs
+    of a disaggregated request (vLLM's NixlConnector protocol: ``do_remote_decode`` on
+    the prefill leg; the prefill response's parameters, with ``do_remote_prefill``, on
+    the decode leg); ``None`` for an ordinary request. Engines read it; nothing else does.
     """
 
     request_id: str
@@ -64,6 +70,7 @@ class InferenceRequest:
     prefix_group: str | None = None
     deadline_us: int | None = None
     headers: tuple[tuple[str, str], ...] = field(default=())
+    kv_transfer_params: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def input_tokens(self) -> int:

@@ -23,6 +23,23 @@ Ledger: the instance reports a request ``accepted`` (the ledger's ``dispatched``
 it reaches the frontend, so a request still in the frontend at the horizon ends
 ``queued_at_horizon``; a refusal by ``add_request`` after the frontend is still a
 ``dropped`` fate, so arrivals == fates holds.
+
+P/D disaggregation (llm-d's routing sidecar with vLLM's NixlConnector protocol). A
+request the router sends with a prefill instance (:class:`DisaggDispatch`) is accepted
+here, at the decode instance, whose sidecar sends a prefill-only copy
+(:class:`PrefillLeg`: ``max_tokens`` 1, ``kv_transfer_params`` asking for a remote
+decode) to the prefill instance. That instance runs the leg like any request, but its
+tokens and its finish reach neither client nor router: its response
+(:class:`PrefillDone`, after the stream delay) carries the ``kv_transfer_params`` the
+sidecar puts, as they are, on the decode leg (none: an ordinary request, as when the
+prefill instance has no connector), which enters this instance's frontend as a new HTTP
+request would (``pkg/sidecar/proxy/connector_nixlv2.go``, llm-d-router v0.10.0).
+A :class:`~blis_core.contracts.engine.KVTransferEngine` names the KV moves of each
+step; they start on this instance's NIC link (a processor-sharing
+:class:`~blis_core.sim.link.Link`; the reading side's link carries the move, the
+serving side's egress is not modelled) when that step starts executing, and when a move
+ends both ends hear it (``transfer_done``): the reader here, the source instance through
+a ``kv_sent`` message. A refused prefill leg drops the client's request.
 """
 
 from __future__ import annotations
@@ -30,15 +47,44 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
-from blis_core.contracts.engine import EngineInstance, Environment, StepOutcome
+from blis_core.contracts.engine import (
+    EngineInstance,
+    Environment,
+    KVTransferEngine,
+    StepOutcome,
+)
 from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.request import InferenceRequest
-from blis_core.contracts.shape import StepShape
-from blis_core.runner.messages import Dropped, MetricsScrape, StepReport
+from blis_core.contracts.shape import StepShape, Transfer
+from blis_core.runner.messages import (
+    DisaggDispatch,
+    Dropped,
+    MetricsScrape,
+    PrefillDone,
+    PrefillLeg,
+    StepReport,
+)
 from blis_core.sim.kernel import Component, Message
+from blis_core.sim.link import TransferDone, TransferStart
 
-__all__ = ["EngineComponent"]
+__all__ = ["PREFILL_LEG_PARAMS", "PREFILL_LEG_SUFFIX", "EngineComponent"]
+
+PREFILL_LEG_PARAMS: dict[str, object] = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+"""The ``kv_transfer_params`` llm-d's sidecar puts on a prefill leg (NixlConnector v2)."""
+
+PREFILL_LEG_SUFFIX = "/prefill"
+"""A prefill leg's request id is the request's id with this suffix: the two legs are
+distinct requests (vLLM gives every request an engine-side id of its own), so one
+instance may serve both legs of a request."""
 
 StepObserver = Callable[[str, StepShape, int], None]
 
@@ -46,11 +92,16 @@ StepObserver = Callable[[str, StepShape, int], None]
 class EngineComponent(Component):
     """One engine instance in simulated time.
 
-    Ports in: ``request`` (InferenceRequest), ``abort`` (request id).
+    Ports in: ``request`` (InferenceRequest), ``abort`` (request id); for P/D
+    ``disagg`` (DisaggDispatch, at a decode instance), ``prefill_leg`` (PrefillLeg, at a
+    prefill instance), ``prefilled`` (PrefillDone) and ``prefill_failed`` (Dropped) back
+    at the decode instance, ``done`` (TransferDone from this instance's link) and
+    ``kv_sent`` (Transfer, at the instance that served a move).
     Ports out: ``step`` (StepReport) to the client and, when there is a router, to it;
     ``accepted`` (request ids that reached this instance's frontend) and ``dropped``
     (Dropped) to the client;
-    ``metrics`` (MetricsScrape) to the router every ``scrape_interval_us``.
+    ``metrics`` (MetricsScrape) to the router every ``scrape_interval_us``; the P/D
+    messages above to peers, ``start`` (TransferStart) to ``link``.
     """
 
     def __init__(
@@ -64,6 +115,7 @@ class EngineComponent(Component):
         scrape_interval_us: int,
         kv_event_delay_us: int = 0,
         step_observer: StepObserver | None = None,
+        link: str | None = None,
     ) -> None:
         super().__init__(name)
         self.engine = engine
@@ -88,11 +140,21 @@ class EngineComponent(Component):
         self._next_scrape_us = scrape_interval_us if router is not None else -1
         self._scrape_due = False
         self.steps = 0
+        self._link = link
+        self._kv_engine: KVTransferEngine | None = (
+            engine if isinstance(engine, KVTransferEngine) else None
+        )
+        # P/D: decode side, requests whose prefill leg is out (id -> (request, prefill));
+        # prefill side, legs in this engine (id -> the decode instance to answer).
+        self._awaiting_prefill: dict[str, tuple[InferenceRequest, str]] = {}
+        self._prefill_legs: dict[str, tuple[str, str]] = {}
+        self._moves: dict[str, Transfer] = {}
+        self._outbox: list[tuple[str, str, object, int]] = []
 
     # -- helpers ---------------------------------------------------------------------
 
     def _next_time(self, now_us: int) -> int | None:
-        if self._reports or self._dropped or self._accepted or self._scrape_due:
+        if self._reports or self._dropped or self._accepted or self._scrape_due or self._outbox:
             return now_us
         times = [t for t in (self._exec_end_us, self._next_scrape_us) if t >= 0]
         if self._frontend:
@@ -114,7 +176,8 @@ class EngineComponent(Component):
             if len(self._in_flight) == 1:
                 self._exec_start_us = now_us
                 self._exec_end_us = now_us + duration_us
-        if not self._in_flight and self.engine.num_unfinished() > 0:
+                self._start_moves(shape, now_us)
+        if not self._in_flight and not self._moves and self.engine.num_unfinished() > 0:
             raise SimulationError(
                 f"engine {self.name!r} holds {self.engine.num_unfinished()} unfinished "
                 f"request(s) at {now_us} us but formed no step while idle (it would never "
@@ -123,33 +186,174 @@ class EngineComponent(Component):
 
     def _accept(self, now_us: int, bag: list[Message]) -> None:
         for msg in bag:
-            if msg.port == "request":
+            port = msg.port
+            if port == "request":
                 req = msg.payload
                 assert isinstance(req, InferenceRequest)
                 self._accepted.append(req.request_id)
-                delay_us = self._env.frontend_delay_us(self._plan, req.input_tokens)
-                if delay_us <= 0:
-                    self._add(req, now_us)
-                else:
-                    heapq.heappush(self._frontend, (now_us + delay_us, self._frontend_seq, req))
-                    self._frontend_seq += 1
-            elif msg.port == "abort":
-                rid = str(msg.payload)
-                kept = [e for e in self._frontend if e[2].request_id != rid]
-                if len(kept) != len(self._frontend):
-                    heapq.heapify(kept)
-                    self._frontend = kept
-                else:
-                    self.engine.abort_request(rid, now_us)
+                self._enter_frontend(req, now_us)
+            elif port == "abort":
+                self._abort(str(msg.payload), now_us)
+            elif port == "disagg":
+                dispatch = msg.payload
+                assert isinstance(dispatch, DisaggDispatch)
+                req = dispatch.request
+                self._accepted.append(req.request_id)
+                self._awaiting_prefill[req.request_id] = (req, dispatch.prefill_instance)
+                leg = replace(
+                    req,
+                    request_id=req.request_id + PREFILL_LEG_SUFFIX,
+                    max_output_tokens=1,
+                    kv_transfer_params=dict(PREFILL_LEG_PARAMS),
+                )
+                self._outbox.append(
+                    (dispatch.prefill_instance, "prefill_leg", PrefillLeg(leg, self.name), 0)
+                )
+            elif port == "prefill_leg":
+                leg_msg = msg.payload
+                assert isinstance(leg_msg, PrefillLeg)
+                leg_id = leg_msg.request.request_id
+                self._prefill_legs[leg_id] = (
+                    leg_msg.reply_to,
+                    leg_id.removesuffix(PREFILL_LEG_SUFFIX),
+                )
+                self._enter_frontend(leg_msg.request, now_us)
+            elif port == "prefilled":
+                done = msg.payload
+                assert isinstance(done, PrefillDone)
+                pending = self._awaiting_prefill.pop(done.request_id, None)
+                if pending is not None:
+                    params = done.kv_transfer_params
+                    decode_leg = replace(
+                        pending[0], kv_transfer_params=None if params is None else dict(params)
+                    )
+                    self._enter_frontend(decode_leg, now_us)
+            elif port == "prefill_failed":
+                failed = msg.payload
+                assert isinstance(failed, Dropped)
+                if self._awaiting_prefill.pop(failed.request_id, None) is not None:
+                    self._dropped.append(Dropped(failed.request_id, f"prefill {failed.reason}"))
+            elif port == "done":
+                self._move_done(msg.payload, now_us)
+            elif port == "kv_sent":
+                moved = msg.payload
+                assert isinstance(moved, Transfer) and self._kv_engine is not None
+                self._kv_engine.transfer_done(moved, now_us)
             else:
-                raise SimulationError(f"engine {self.name!r}: unknown input port {msg.port!r}")
+                raise SimulationError(f"engine {self.name!r}: unknown input port {port!r}")
+
+    def _enter_frontend(self, req: InferenceRequest, now_us: int) -> None:
+        delay_us = self._env.frontend_delay_us(self._plan, req.input_tokens)
+        if delay_us <= 0:
+            self._add(req, now_us)
+        else:
+            heapq.heappush(self._frontend, (now_us + delay_us, self._frontend_seq, req))
+            self._frontend_seq += 1
+
+    def _abort(self, rid: str, now_us: int) -> None:
+        pending = self._awaiting_prefill.pop(rid, None)
+        if pending is not None:
+            self._outbox.append((pending[1], "abort", rid + PREFILL_LEG_SUFFIX, 0))
+            return
+        kept = [e for e in self._frontend if e[2].request_id != rid]
+        if len(kept) != len(self._frontend):
+            dropped = next(e[2] for e in self._frontend if e[2].request_id == rid)
+            heapq.heapify(kept)
+            self._frontend = kept
+            self._prefill_legs.pop(rid, None)
+            self._release_remote(dropped, now_us)
+        else:
+            self.engine.abort_request(rid, now_us)
 
     def _add(self, req: InferenceRequest, now_us: int) -> None:
         try:
             self.engine.add_request(req, now_us)
         except InputRefused as err:
-            cause = err.errors[0].cause
-            self._dropped.append(Dropped(req.request_id, f"engine refused: {cause}"))
+            cause = f"engine refused: {err.errors[0].cause}"
+            leg = self._prefill_legs.pop(req.request_id, None)
+            if leg is None:
+                self._dropped.append(Dropped(req.request_id, cause))
+                self._release_remote(req, now_us)
+            else:
+                self._outbox.append((leg[0], "prefill_failed", Dropped(leg[1], cause), 0))
+
+    def _release_remote(self, req: InferenceRequest, now_us: int) -> None:
+        """A decode leg that never reached this engine: tell its prefill instance to free
+        the blocks it holds for the read (upstream frees them when its NIXL lease, 30 s by
+        default, runs out without a heartbeat; here at once)."""
+        params = req.kv_transfer_params
+        if not params or not params.get("do_remote_prefill"):
+            return
+        src, remote = params.get("remote_engine_id"), params.get("remote_request_id")
+        if not isinstance(src, str) or not isinstance(remote, str):
+            return
+        cancel = Transfer(
+            transfer_id=remote,
+            request_id=req.request_id,
+            src=src,
+            dst=self.name,
+            kv_group="",
+            num_tokens=0,
+            num_blocks=0,
+        )
+        if src != self.name:
+            self._outbox.append((src, "kv_sent", cancel, 0))
+        elif self._kv_engine is not None:
+            self._kv_engine.transfer_done(cancel, now_us)
+
+    def _start_moves(self, shape: StepShape, now_us: int) -> None:
+        """Start the KV moves of the step that starts executing now."""
+        if self._kv_engine is None:
+            return
+        for move in self._kv_engine.step_transfers(shape.step_id):
+            loads = self._env.price_transfer(self._plan, move)
+            if self._link is None or len(loads) != 1:
+                raise SimulationError(
+                    f"engine {self.name!r}: KV move {move.transfer_id!r} crosses "
+                    f"{[ld.link for ld in loads]}; this instance has "
+                    f"{'no link' if self._link is None else 'one NIC link'} (moves over "
+                    "several links are not modelled)"
+                )
+            if move.transfer_id in self._moves:
+                raise SimulationError(
+                    f"engine {self.name!r}: duplicate KV move id {move.transfer_id!r}"
+                )
+            self._moves[move.transfer_id] = move
+            start = TransferStart(move.transfer_id, loads[0].num_bytes, self.name)
+            self._outbox.append((self._link, "start", start, 0))
+
+    def _move_done(self, payload: object, now_us: int) -> None:
+        assert isinstance(payload, TransferDone) and self._kv_engine is not None
+        move = self._moves.pop(str(payload.transfer_id))
+        self._kv_engine.transfer_done(move, now_us)
+        if move.src != self.name:
+            self._outbox.append((move.src, "kv_sent", move, 0))
+
+    def _public(self, outcome: StepOutcome) -> StepOutcome:
+        """The outcome without prefill legs, which only the decode sidecar hears of."""
+        legs = self._prefill_legs
+        if not legs:
+            return outcome
+        hidden = set(legs)
+        for fin in outcome.finished:
+            leg = legs.pop(fin.request_id, None)
+            if leg is None:
+                continue
+            reply_to, rid = leg
+            if fin.reason in ("length", "stop"):
+                params = fin.kv_transfer_params
+                done = PrefillDone(rid, None if params is None else dict(params))
+                self._outbox.append((reply_to, "prefilled", done, self._stream_delay_us))
+            else:
+                failed = Dropped(rid, f"leg finished with reason {fin.reason!r}")
+                self._outbox.append((reply_to, "prefill_failed", failed, 0))
+        return replace(
+            outcome,
+            first_scheduled=tuple(r for r in outcome.first_scheduled if r not in hidden),
+            emitted=tuple(e for e in outcome.emitted if e.request_id not in hidden),
+            finished=tuple(f for f in outcome.finished if f.request_id not in hidden),
+            preempted=tuple(r for r in outcome.preempted if r not in hidden),
+        )
 
     def _release_frontend(self, now_us: int) -> None:
         """Hand the requests whose frontend delay ends now to the engine (inputs)."""
@@ -159,11 +363,12 @@ class EngineComponent(Component):
 
     def _step_end(self, now_us: int) -> None:
         shape, _ = self._in_flight.popleft()
-        outcome: StepOutcome = self.engine.complete(shape, now_us)
+        outcome: StepOutcome = self._public(self.engine.complete(shape, now_us))
         self._reports.append(StepReport(self.name, self._exec_start_us, outcome))
         if self._in_flight:
             self._exec_start_us = now_us
             self._exec_end_us = now_us + self._in_flight[0][1]
+            self._start_moves(self._in_flight[0][0], now_us)
         else:
             self._exec_start_us = self._exec_end_us = -1
 
@@ -181,6 +386,8 @@ class EngineComponent(Component):
             self.send(self._client, "accepted", tuple(self._accepted))
         for dropped in self._dropped:
             self.send(self._client, "dropped", dropped)
+        for dest, port, payload, delay_us in self._outbox:
+            self.send(dest, port, payload, delay_us=delay_us)
         if self._scrape_due:
             assert self._router is not None
             self.send(
@@ -211,6 +418,7 @@ class EngineComponent(Component):
         self._reports.clear()
         self._dropped.clear()
         self._accepted.clear()
+        self._outbox.clear()
         self._scrape_due = False
 
     def _advance(self, now_us: int) -> None:

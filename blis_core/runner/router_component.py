@@ -22,7 +22,7 @@ from blis_core.contracts.router import (
     RouterInstance,
     RoutingDecision,
 )
-from blis_core.runner.messages import Dropped, MetricsScrape, StepReport
+from blis_core.runner.messages import DisaggDispatch, Dropped, MetricsScrape, StepReport
 from blis_core.sim.kernel import Component, Message
 from blis_core.sim.rng import RandomStreams
 
@@ -68,7 +68,9 @@ class RouterComponent(Component):
     """Routes requests to engine components and relays what the router must observe.
 
     Ports in: ``request``, ``abort`` (from the client), ``metrics`` and ``step`` (from
-    engines). Ports out: ``request``/``abort`` to engines, ``dropped`` to the client.
+    engines). Ports out: ``request``/``abort`` to engines (``disagg`` instead of
+    ``request`` when the decision names a prefill endpoint: the decode instance's sidecar
+    runs the prefill leg), ``dropped`` to the client.
     A :class:`~blis_core.contracts.router.HoldingRouter` may hold requests; they are
     polled after every input and at the router's own wake-up time.
     """
@@ -180,9 +182,18 @@ class RouterComponent(Component):
             raise SimulationError(
                 f"router picked {target!r}, which is not an endpoint: {sorted(self._snapshots)}"
             )
+        prefill = decision.prefill_endpoint
+        if prefill is not None and prefill not in self._snapshots:
+            raise SimulationError(
+                f"router picked prefill endpoint {prefill!r}, which is not an endpoint: "
+                f"{sorted(self._snapshots)}"
+            )
         self._dispatched[request.request_id] = target
         self._awaiting_first_token.add(request.request_id)
-        self._outbox.append((target, "request", request))
+        if prefill is None:
+            self._outbox.append((target, "request", request))
+        else:
+            self._outbox.append((target, "disagg", DisaggDispatch(request, prefill)))
         self._router.observe(RouterEvent("dispatched", target, request.request_id))
 
     def _scrape(self, scrape: MetricsScrape) -> None:
@@ -206,7 +217,8 @@ class RouterComponent(Component):
                 awaiting.discard(em.request_id)
                 observe(RouterEvent("first_token", report.instance, em.request_id))
         for fin in outcome.finished:
-            self._dispatched.pop(fin.request_id, None)
+            if self._dispatched.pop(fin.request_id, None) is None:
+                continue
             awaiting.discard(fin.request_id)
             observe(RouterEvent("completed", report.instance, fin.request_id))
         if outcome.kv_events:

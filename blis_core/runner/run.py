@@ -15,7 +15,12 @@ from pathlib import Path
 import structlog
 
 from blis_core import __version__
-from blis_core.contracts.engine import EngineFactory, EnginePoolSpec, Environment
+from blis_core.contracts.engine import (
+    EngineFactory,
+    EnginePoolSpec,
+    Environment,
+    KVTransferEngine,
+)
 from blis_core.contracts.errors import FieldError, InputRefused, PluginError
 from blis_core.contracts.result import (
     DataStamp,
@@ -27,6 +32,7 @@ from blis_core.contracts.result import (
 )
 from blis_core.contracts.router import EndpointSnapshot, RouterFactory
 from blis_core.contracts.scenario import PoolSpec, Scenario
+from blis_core.contracts.shape import Transfer
 from blis_core.cost import Catalog, Registry, load_catalog, load_registry
 from blis_core.host.manager import PluginHost
 from blis_core.io.canonical import canonical_json, content_hash
@@ -44,6 +50,7 @@ from blis_core.runner.environment import make_environment, merge_rank_shares
 from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
 from blis_core.runner.validity import validity_of
 from blis_core.sim.kernel import Component, Simulation
+from blis_core.sim.link import Link
 from blis_core.sim.rng import RandomStreams, stream_key_digest
 from blis_core.workload.source import WorkloadSource
 
@@ -220,6 +227,31 @@ class _Cluster:
     envs: list[Environment]
 
 
+def _nic_link(instance: str, engine: KVTransferEngine, env: Environment) -> Link | None:
+    """The link that carries KV moves into ``instance`` from another instance.
+
+    Its fabric is the one the Environment names for a move from a peer instance (the
+    RDMA NIC where the catalog has one); every rank of the instance has its own, so the
+    link's bandwidth is the per-GPU figure times TP x PP. ``None`` for a plan without KV.
+    """
+    plan = engine.plan
+    if not plan.kv_groups:
+        return None
+    probe = Transfer(
+        transfer_id="probe",
+        request_id="probe",
+        src="peer",
+        dst=instance,
+        kv_group=plan.kv_groups[0].name,
+        num_tokens=0,
+        num_blocks=0,
+    )
+    (load,) = env.price_transfer(plan, probe)
+    fabric = env.fabric(load.link)
+    ranks = plan.layout.tp * plan.layout.pp
+    return Link(f"{instance}.nic", fabric.bandwidth_bytes_per_s * ranks, load.latency_us)
+
+
 def _build(
     scenario: Scenario,
     seed: int,
@@ -258,6 +290,11 @@ def _build(
             engine = factory.build(spec, env, instance)
             if r == 0:
                 host.engine_planned(pool.name, engine.plan)
+            link = (
+                _nic_link(instance, engine, env) if isinstance(engine, KVTransferEngine) else None
+            )
+            if link is not None:
+                components.append(link)
             comp = EngineComponent(
                 instance,
                 engine,
@@ -267,6 +304,7 @@ def _build(
                 scrape_interval_us=scrape_us,
                 kv_event_delay_us=kv_delay_us,
                 step_observer=step_observer,
+                link=None if link is None else link.name,
             )
             engines.append(comp)
             envs.append(env)
