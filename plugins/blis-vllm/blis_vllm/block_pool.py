@@ -1,6 +1,7 @@
 """The pool of KV blocks: allocation, freeing, prefix caching and KV events.
 
-Port of ``vllm/v1/core/block_pool.py`` (vLLM 0.33.0) for one KV cache group:
+Port of ``vllm/v1/core/block_pool.py`` (vLLM 0.33.0), one pool shared by every KV
+cache group:
 
 * block 0 is the null block and is never handed out, so usage is
   ``1 - free / (num_gpu_blocks - 1)``;
@@ -13,7 +14,13 @@ Port of ``vllm/v1/core/block_pool.py`` (vLLM 0.33.0) for one KV cache group:
 * ``cache_full_blocks`` hashes newly full blocks and emits one ``BlockStored`` with
   the parent hash, the blocks' token ids and the block size;
 * upstream does not de-duplicate: two blocks may carry the same hash, and a lookup
-  returns the first.
+  returns the first;
+* the prefix cache is keyed by hash and KV cache group (``BlockHashWithGroupId``):
+  a hybrid model caches the same token chain once per group, in different blocks,
+  and every ``BlockStored`` / ``BlockRemoved`` carries its ``group_idx``;
+* ``cache_full_blocks`` skips null blocks and blocks a ``block_mask`` leaves out
+  (sliding-window groups cache only the blocks a later hit can reach), while the
+  ``BlockStored`` event still spans the whole token range.
 """
 
 from __future__ import annotations
@@ -44,20 +51,33 @@ class BlockPool:
         self.enable_kv_events = enable_kv_events
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        # hash -> {block_id: block}; insertion order gives "the first block".
-        self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        # (hash, group) -> {block_id: block}; insertion order gives "the first block".
+        self.cached_block_hash_to_block: dict[tuple[BlockHash, int], dict[int, KVCacheBlock]] = {}
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self._events: list[KVEvent] = []
 
     # -- lookup ---------------------------------------------------------------------
 
-    def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
-        """A cached block with ``block_hash``, or ``None``."""
-        blocks = self.cached_block_hash_to_block.get(block_hash)
+    def get_cached_block(self, block_hash: BlockHash, group_id: int = 0) -> KVCacheBlock | None:
+        """A block cached with ``block_hash`` for KV cache group ``group_id``, or ``None``."""
+        blocks = self.cached_block_hash_to_block.get((block_hash, group_id))
         if not blocks:
             return None
         return next(iter(blocks.values()))
+
+    def get_cached_blocks(
+        self, block_hash: BlockHash, group_ids: Sequence[int]
+    ) -> list[KVCacheBlock] | None:
+        """One cached block per group of ``group_ids``; ``None`` on a miss in any group
+        (upstream ``get_cached_block(block_hash, kv_cache_group_ids)``)."""
+        out: list[KVCacheBlock] = []
+        for gid in group_ids:
+            block = self.get_cached_block(block_hash, gid)
+            if block is None:
+                return None
+            out.append(block)
+        return out
 
     # -- caching --------------------------------------------------------------------
 
@@ -68,8 +88,12 @@ class BlockPool:
         num_cached_blocks: int,
         num_full_blocks: int,
         block_size: int,
+        group_id: int = 0,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
-        """Hash and cache ``blocks[num_cached_blocks:num_full_blocks]`` of ``request``."""
+        """Hash and cache ``blocks[num_cached_blocks:num_full_blocks]`` of ``request``
+        for KV cache group ``group_id``; ``block_mask`` (aligned with that range) skips
+        the blocks it marks ``False``."""
         if num_cached_blocks >= num_full_blocks:
             return
         hashes = request.block_hashes
@@ -77,14 +101,17 @@ class BlockPool:
         new_hashes: list[int] = []
         for i in range(num_cached_blocks, num_full_blocks):
             blk = blocks[i]
-            if blk.is_null:
+            if blk.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
             if blk.block_hash is not None:
                 # Already cached (a prefix-cache hit): it must be this position's hash.
                 assert blk.block_hash == hashes[i], "prefix-cache hit assigned the wrong block"
                 continue
             blk.block_hash = hashes[i]
-            self.cached_block_hash_to_block.setdefault(hashes[i], {})[blk.block_id] = blk
+            blk.hash_group_id = group_id
+            self.cached_block_hash_to_block.setdefault((hashes[i], group_id), {})[blk.block_id] = (
+                blk
+            )
             new_hashes.append(external_block_hash(hashes[i]))
         if self.enable_kv_events:
             parent = (
@@ -102,6 +129,7 @@ class BlockPool:
                         ]
                     ),
                     block_size=block_size,
+                    group_idx=group_id,
                 )
             )
 
@@ -123,20 +151,28 @@ class BlockPool:
         block_hash = block.block_hash
         if block_hash is None:
             return False
-        blocks = self.cached_block_hash_to_block.get(block_hash)
+        key = (block_hash, block.hash_group_id)
+        blocks = self.cached_block_hash_to_block.get(key)
         if blocks is None or blocks.pop(block.block_id, None) is None:
             return False
         if not blocks:
-            del self.cached_block_hash_to_block[block_hash]
+            del self.cached_block_hash_to_block[key]
         block.reset_hash()
         if self.enable_kv_events:
-            self._events.append(BlockRemoved(block_hashes=(external_block_hash(block_hash),)))
+            self._events.append(
+                BlockRemoved(block_hashes=(external_block_hash(block_hash),), group_idx=key[1])
+            )
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
-        """A prefix hit takes a reference; a free cached block leaves the free queue."""
+        """A prefix hit takes a reference; a free cached block leaves the free queue.
+
+        The null block (a sliding-window hit's skipped prefix) is never pooled and
+        its reference count is not maintained."""
         for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
+            if block.is_null:
+                continue
+            if block.ref_cnt == 0:
                 self.free_block_queue.remove(block)
             block.ref_cnt += 1
 

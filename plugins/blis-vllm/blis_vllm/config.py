@@ -65,6 +65,7 @@ MODELLED_ARGS: frozenset[str] = frozenset(
         "scheduling_policy",
         "async_scheduling",
         "speculative_config",
+        "kv_transfer_config",
         "compilation_config",
         "cudagraph_capture_sizes",
         "max_cudagraph_capture_size",
@@ -162,6 +163,12 @@ class VllmSettings:
     kv_cache_memory_bytes: int | None
     block_size_user_specified: bool
     scheduler_reserve_full_isl: bool = True
+    kv_connector: str | None = None
+    """``kv_transfer_config.kv_connector`` (only ``NixlConnector`` is modelled)."""
+    kv_role: str = "kv_both"
+    kv_load_failure_policy: str = "fail"
+    kv_recompute_threshold: int = 64
+    """``kv_connector_extra_config["kv_recompute_threshold"]`` (NIXL's default 64)."""
     """``SchedulerConfig.scheduler_reserve_full_isl`` (vLLM 0.33.0
     ``config/scheduler.py``, default ``True``): admit a waiting request only if its
     whole current sequence fits in the free KV blocks, not just its first chunk."""
@@ -393,6 +400,10 @@ def resolve_settings(
                 num_spec = n
     lookahead = num_spec if method in _EAGLE_METHODS or method == "draft_model" else 0
 
+    kv_connector, kv_role, kv_policy, kv_threshold = _resolve_kv_transfer(
+        args.get("kv_transfer_config"), errors
+    )
+
     # -- scheduler -----------------------------------------------------------------------
     reserve = _typed(args, "scheduler_reserve_full_isl", bool, errors)
     reserve_full_isl = True if reserve is None else reserve
@@ -568,4 +579,122 @@ def resolve_settings(
         kv_cache_memory_bytes=kv_mem,
         block_size_user_specified=block_size_arg is not None,
         scheduler_reserve_full_isl=reserve_full_isl,
+        kv_connector=kv_connector,
+        kv_role=kv_role,
+        kv_load_failure_policy=kv_policy,
+        kv_recompute_threshold=kv_threshold,
     )
+
+
+_KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+_MODELLED_CONNECTORS = ("NixlConnector", "NixlPullConnector")
+_KV_TRANSFER_KEYS = frozenset(
+    {
+        "kv_connector",
+        "engine_id",
+        "kv_buffer_device",
+        "kv_role",
+        "kv_port",
+        "kv_connector_extra_config",
+        "kv_load_failure_policy",
+    }
+)
+_NIXL_EXTRA_KEYS = frozenset({"kv_recompute_threshold", "kv_lease_duration", "backends"})
+
+
+def _resolve_kv_transfer(cfg: Any, errors: list[FieldError]) -> tuple[str | None, str, str, int]:
+    """``KVTransferConfig`` (``vllm/config/kv_transfer.py``, 0.33.0) with NIXL's extras.
+
+    Returns (connector, role, load-failure policy, recompute threshold). Refuses what
+    upstream refuses (a role outside its three, a connector without a role) with its
+    message, and, by name, connectors, buffer devices and extras not modelled.
+    """
+    none: tuple[str | None, str, str, int] = (None, "kv_both", "fail", 64)
+    if cfg is None:
+        return none
+    path = _arg_path("kv_transfer_config")
+    if not isinstance(cfg, Mapping):
+        errors.append(FieldError(path, cfg, "must be a mapping"))
+        return none
+    found = len(errors)
+    for key in cfg:
+        if key not in _KV_TRANSFER_KEYS:
+            errors.append(
+                FieldError(
+                    f"{path}.{key}",
+                    cfg[key],
+                    "not modelled by blis-vllm (KVTransferConfig fields modelled: "
+                    f"{', '.join(sorted(_KV_TRANSFER_KEYS))})",
+                )
+            )
+    connector = cfg.get("kv_connector")
+    role = cfg.get("kv_role")
+    if role is not None and role not in _KV_ROLES:
+        errors.append(
+            FieldError(
+                f"{path}.kv_role",
+                role,
+                f"Unsupported kv_role: {role}. Supported roles are {_KV_ROLES}",
+            )
+        )
+    if connector is not None and role is None:
+        errors.append(
+            FieldError(
+                f"{path}.kv_role",
+                None,
+                f"Please specify kv_role when kv_connector is set, supported roles are {_KV_ROLES}",
+            )
+        )
+    if connector is not None and connector not in _MODELLED_CONNECTORS:
+        errors.append(
+            FieldError(
+                f"{path}.kv_connector",
+                connector,
+                f"KV connector {connector!r} is not modelled by blis-vllm (modelled: "
+                f"{', '.join(_MODELLED_CONNECTORS)}; issue #4)",
+            )
+        )
+    device = cfg.get("kv_buffer_device", "cuda")
+    if device != "cuda":
+        errors.append(
+            FieldError(
+                f"{path}.kv_buffer_device",
+                device,
+                "only 'cuda' is modelled (a host staging buffer adds copies blis-vllm does "
+                "not price yet)",
+            )
+        )
+    policy = cfg.get("kv_load_failure_policy", "fail")
+    if policy not in ("recompute", "fail"):
+        errors.append(
+            FieldError(f"{path}.kv_load_failure_policy", policy, "must be 'recompute' or 'fail'")
+        )
+    extra = cfg.get("kv_connector_extra_config") or {}
+    threshold = 64
+    if not isinstance(extra, Mapping):
+        errors.append(FieldError(f"{path}.kv_connector_extra_config", extra, "must be a mapping"))
+    else:
+        for key in extra:
+            if key not in _NIXL_EXTRA_KEYS:
+                errors.append(
+                    FieldError(
+                        f"{path}.kv_connector_extra_config.{key}",
+                        extra[key],
+                        "not modelled by blis-vllm (modelled NIXL extras: "
+                        f"{', '.join(sorted(_NIXL_EXTRA_KEYS))})",
+                    )
+                )
+        raw = extra.get("kv_recompute_threshold", 64)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            errors.append(
+                FieldError(
+                    f"{path}.kv_connector_extra_config.kv_recompute_threshold",
+                    raw,
+                    "must be an int",
+                )
+            )
+        else:
+            threshold = raw
+    if len(errors) > found:
+        return none
+    return connector, str(role or "kv_both"), str(policy), threshold

@@ -62,8 +62,9 @@ from blis_core.contracts.shape import SeqChunk, StepMode, StepShape, Transfer
 
 from blis_vllm.config import VllmSettings, resolve_settings
 from blis_vllm.kv_connector import KVConnector, KVConnectorOutput
-from blis_vllm.metrics import CACHE_CONFIG_INFO, MetricsSnapshot
-from blis_vllm.planning import build_partial_plan, decide_kv_budget
+from blis_vllm.metrics import CACHE_CONFIG_INFO, EngineMetrics, MetricsSnapshot
+from blis_vllm.nixl_connector import NixlConnector
+from blis_vllm.planning import build_partial_plan, decide_kv_budget, scheduler_kv_cache_groups
 from blis_vllm.request import Request, RequestStatus
 from blis_vllm.scheduler import AsyncScheduler, ModelRunnerOutput, Scheduler, SchedulerOutput
 from blis_vllm.surface import surface_statuses
@@ -113,11 +114,21 @@ class VllmEngine:
         self.kv_connector = kv_connector
         cls = AsyncScheduler if settings.async_scheduling else Scheduler
         self.scheduler: Scheduler = cls(
-            settings, plan.kv_budget.num_gpu_blocks, kv_connector=kv_connector
+            settings,
+            plan.kv_budget.num_gpu_blocks,
+            kv_connector=kv_connector,
+            # One block table per KV cache group (gpt-oss: sliding window + full).
+            kv_cache_groups=scheduler_kv_cache_groups(plan.kv_groups) if plan.kv_groups else None,
         )
         self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
+        # KV moves of each scheduled step, started when it starts executing.
+        self._step_moves: dict[int, tuple[Transfer, ...]] = {}
         self._aborted: list[FinishedRequest] = []
-        self._metrics = MetricsSnapshot()
+        info = self.cache_config_info()
+        self._metrics = EngineMetrics(
+            settings.max_model_len,
+            {f"{CACHE_CONFIG_INFO}:{k}": float(info[k]) for k in ("block_size", "num_gpu_blocks")},
+        )
 
     # -- EngineInstance ------------------------------------------------------------------
 
@@ -150,19 +161,20 @@ class VllmEngine:
             raise InputRefused.one(
                 f"request.{request.request_id}", request.request_id, "duplicate request id"
             )
-        self.scheduler.add_request(
-            Request(
-                request,
-                vocab_size=self._model.vocab_size,
-                block_size=self._settings.block_size,
-                hash_blocks=self._settings.enable_prefix_caching,
-            )
+        queued = Request(
+            request,
+            vocab_size=self._model.vocab_size,
+            block_size=self._settings.block_size,
+            hash_blocks=self._settings.enable_prefix_caching,
         )
+        self.scheduler.add_request(queued)
+        self._metrics.request_added(queued, now_us)
 
     def abort_request(self, request_id: str, now_us: int) -> None:
         """Finish a request as aborted; unknown or finished ids are ignored."""
         for r in self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED):
             self._aborted.append(FinishedRequest(r.request_id, "abort", r.num_output_tokens))
+            self._metrics.request_aborted(r.request_id)
 
     def schedule(self, now_us: int) -> StepShape | None:
         """Schedule the next step, or ``None`` when no tokens can be scheduled now."""
@@ -174,17 +186,32 @@ class VllmEngine:
         elif not self.scheduler.has_requests():
             return None
         out = self.scheduler.schedule()
+        self._metrics.requests_scheduled(
+            (*out.scheduled_new_reqs, *out.scheduled_resumed_reqs), now_us
+        )
         if out.total_num_scheduled_tokens == 0:
             if self.kv_connector is None:
                 return None
             # EngineCore.step executes an empty step too: the worker-side connector
             # runs (``kv_connector_no_forward``) and reports finished transfers.
             shape = StepShape(step_id=out.step_id, mode=StepMode.IDLE, seqs=(), padded_tokens=0)
-            self._in_flight.append((shape, out))
-            return shape
-        shape = self._make_shape(out)
+        else:
+            shape = self._make_shape(out)
         self._in_flight.append((shape, out))
+        if self.kv_connector is not None:
+            moves = tuple(self.kv_connector.take_transfers())
+            if moves:
+                self._step_moves[shape.step_id] = moves
         return shape
+
+    def step_transfers(self, step_id: int) -> tuple[Transfer, ...]:
+        """The KV reads step ``step_id``'s connector metadata starts (``KVTransferEngine``)."""
+        return self._step_moves.get(step_id, ())
+
+    def transfer_done(self, transfer: Transfer, now_us: int) -> None:
+        """A KV read this instance made or served ended (``KVTransferEngine``)."""
+        if isinstance(self.kv_connector, NixlConnector):
+            self.kv_connector.transfer_done(transfer)
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         """The oldest in-flight step finished: sample its tokens and update state."""
@@ -216,16 +243,24 @@ class VllmEngine:
         if self._settings.num_speculative_tokens and not self._settings.async_scheduling:
             self._propose_drafts(out)
         kv = self.scheduler.kv_cache_manager
-        finished = [*self._aborted, *(FinishedRequest(r, why, n) for r, why, n in result.finished)]
+        params = result.kv_transfer_params
+        finished = [
+            *self._aborted,
+            *(FinishedRequest(r, why, n, params.get(r)) for r, why, n in result.finished),
+        ]
         self._aborted = []
         stats = kv.prefix_cache_stats
-        self._metrics = MetricsSnapshot(
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting) + len(self.scheduler.kv_holding_waiting),
-            kv_cache_usage=kv.usage,
-            prefix_cache_queries=stats.queries,
-            prefix_cache_hits=stats.hits,
-            num_preemptions=self.scheduler.num_preemptions_total,
+        self._metrics.step_completed(
+            now_us,
+            result.new_tokens,
+            result.finished,
+            MetricsSnapshot(
+                num_running=len(self.scheduler.running),
+                num_waiting=len(self.scheduler.waiting) + len(self.scheduler.kv_holding_waiting),
+                kv_cache_usage=kv.usage,
+                prefix_cache_queries=stats.queries,
+                prefix_cache_hits=stats.hits,
+            ),
         )
         return StepOutcome(
             step_id=shape.step_id,
@@ -292,20 +327,23 @@ class VllmEngine:
             invalid_block_ids=connector.get_block_ids_with_load_errors(),
         )
         connector.clear_connector_metadata()
-        return kv_output, tuple(connector.take_transfers())
+        started = self._step_moves.pop(out.step_id, ())
+        return kv_output, (*started, *connector.take_transfers())
 
     def scrape(self) -> Mapping[str, float]:
-        """vLLM's metrics as of the last completed step.
+        """vLLM 0.33.0's Prometheus samples as of the last completed step (read-only).
 
-        The numeric labels of the info metric ``vllm:cache_config_info`` (``block_size``,
-        ``num_gpu_blocks``) appear as ``vllm:cache_config_info:<label>``, the contract's
-        convention for info metrics (the router's prefix producer auto-tunes from them).
+        Gauges by name; counters as ``<name>_total`` (``<name>_total:<label value>`` for
+        ``vllm:request_success`` by ``finished_reason``); histograms as cumulative
+        ``<name>_bucket:<le>`` (``+Inf`` included), ``<name>_sum`` and ``<name>_count``;
+        the numeric labels of the info metric ``vllm:cache_config_info`` (``block_size``,
+        ``num_gpu_blocks``) as ``vllm:cache_config_info:<label>`` (the router's prefix
+        producer auto-tunes from them). Counters and buckets are kept cumulative step by
+        step and the mapping is reused until the next step completes, so a scrape costs
+        nothing per request. What each histogram observes and which simulated time
+        stands for which upstream timestamp: :mod:`blis_vllm.metrics`.
         """
-        metrics = dict(self._metrics.as_prometheus())
-        info = self.cache_config_info()
-        for label in ("block_size", "num_gpu_blocks"):
-            metrics[f"{CACHE_CONFIG_INFO}:{label}"] = float(info[label])
-        return metrics
+        return self._metrics.samples()
 
     def cache_config_info(self) -> Mapping[str, str]:
         """Labels of ``vllm:cache_config_info`` (CacheConfig.metrics_info, engine 0)."""
@@ -425,11 +463,24 @@ class VllmEngineFactory:
             )
         partial = build_partial_plan(settings, model, hw, env)
         plan = decide_kv_budget(partial, settings, hw, env)
+        connector: KVConnector | None = None
+        if settings.kv_connector is not None:
+            connector = NixlConnector(
+                instance,
+                block_size=settings.block_size,
+                kv_group=plan.kv_groups[0].name,
+                kv_role=settings.kv_role,  # type: ignore[arg-type]
+                kv_load_failure_policy=settings.kv_load_failure_policy,  # type: ignore[arg-type]
+                kv_recompute_threshold=settings.kv_recompute_threshold,
+                transfer_tp_size=spec.layout.tp,
+                pp_size=spec.layout.pp,
+            )
         return VllmEngine(
             settings,
             plan,
             model,
             instance,
+            kv_connector=connector,
             acceptance=spec.acceptance if method is not None else None,
             env=env,
         )

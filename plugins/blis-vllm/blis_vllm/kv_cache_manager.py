@@ -1,34 +1,35 @@
 """Per-request KV block bookkeeping on top of the block pool.
 
-Port of ``vllm/v1/core/kv_cache_manager.py`` with the single-group path of
-``kv_cache_coordinator.py`` and ``FullAttentionManager`` from
-``single_type_kv_cache_manager.py`` (vLLM 0.33.0):
+Port of ``vllm/v1/core/kv_cache_manager.py`` (vLLM 0.33.0) on top of
+:mod:`blis_vllm.kv_cache_coordinator` and
+:mod:`blis_vllm.single_type_kv_cache_manager` (one group per attention type and
+group size: full attention and sliding window, as gpt-oss needs):
 
-* ``get_computed_blocks``: the longest run of cached full blocks from the start of
-  the request, capped at ``num_tokens - 1`` tokens, since the last token must be
-  recomputed to get logits;
-* ``allocate_slots``: the three-stage allocation (check free blocks, including
-  evictable prefix hits and the optional watermark; take the hit blocks; allocate
-  blocks for the new and lookahead tokens) followed by caching every block that is
-  full of finalized tokens (capped at ``request.num_tokens``, so draft tokens are
-  never cached);
-* ``free``: blocks released in reverse order so the tail is evicted first;
+* ``get_computed_blocks``: the coordinator's longest cache hit (per group),
+  capped at ``num_tokens - 1`` tokens, since the last token must be recomputed to
+  get logits; a hybrid lookup also yields the shared-prefix junction that sparse
+  sliding-window caching then retains (``Request.shared_prefix_boundary``);
+* ``allocate_slots``: the optional full-sequence admission gate (sliding-window
+  groups capped at their recycling-aware bound); recycling of the blocks outside
+  every window (on the processed-token basis); the check of free blocks, including
+  evictable prefix hits and the optional watermark; adoption of the hits; blocks for
+  the new and lookahead tokens; then caching of every block full of finalized tokens
+  (capped at ``request.num_tokens``, so draft tokens are never cached);
+* ``free``: group by group, each tail first;
 * prefix-cache statistics as ``PrefixCacheStats.record`` counts them (a request that
   was preempted before is counted apart).
-
-Sliding-window and hybrid groups (gpt-oss) are planned (see ``planning``) but are
-managed here as full attention: their blocks are not yet recycled outside the
-window. That is a fidelity gap recorded for the next increment.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from blis_core.contracts.engine import KVEvent
 
 from blis_vllm.block_pool import BlockPool
-from blis_vllm.kv_cache_utils import KVCacheBlock
+from blis_vllm.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
+from blis_vllm.kv_cache_utils import KVCacheBlock, KVCacheGroupSpec
 from blis_vllm.request import Request, RequestStatus
 
 __all__ = ["KVCacheManager", "PrefixCacheStats"]
@@ -62,7 +63,13 @@ class PrefixCacheStats:
 
 
 class KVCacheManager:
-    """Blocks of every request on one engine instance (one full-attention group)."""
+    """Blocks of every request on one engine instance, over its KV cache groups.
+
+    ``kv_cache_groups`` defaults to one full-attention group of ``block_size``;
+    ``max_in_flight_tokens`` (``VllmConfig.max_in_flight_tokens``: the batched-token
+    budget times the concurrent batches) sizes a sliding-window group's admission
+    cap and defaults to ``max_model_len`` (no cap), as upstream's.
+    """
 
     def __init__(
         self,
@@ -72,35 +79,60 @@ class KVCacheManager:
         enable_caching: bool,
         enable_kv_events: bool = True,
         watermark: float = 0.0,
+        kv_cache_groups: Sequence[KVCacheGroupSpec] | None = None,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
-        self.block_pool = BlockPool(num_gpu_blocks, enable_caching, enable_kv_events)
-        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
-        self.num_cached_block: dict[str, int] = {}
+        groups = (
+            tuple(kv_cache_groups) if kv_cache_groups else (KVCacheGroupSpec("full", block_size),)
+        )
+        self.kv_cache_groups = groups
+        self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
+            groups,
+            num_gpu_blocks,
+            max_model_len,
+            max_model_len if max_in_flight_tokens is None else max_in_flight_tokens,
+            enable_caching,
+            enable_kv_events,
+        )
+        self.block_pool: BlockPool = self.coordinator.block_pool
+        self.num_kv_cache_groups = len(groups)
         self.watermark_blocks = int(watermark * num_gpu_blocks)
         self.prefix_cache_stats = PrefixCacheStats()
+        # ``Request.shared_prefix_boundary`` of upstream, set at each prefix lookup.
+        self.shared_prefix_boundary: dict[str, int] = {}
 
     @property
     def usage(self) -> float:
         """KV cache usage in [0, 1]."""
         return self.block_pool.get_usage()
 
+    @property
+    def req_to_blocks(self) -> dict[str, list[KVCacheBlock]]:
+        """The first group's blocks per request (the only group of most models)."""
+        return self.coordinator.single_type_managers[0].req_to_blocks
+
+    @property
+    def num_cached_block(self) -> dict[str, int]:
+        """The first group's cached-block counts per request."""
+        return self.coordinator.single_type_managers[0].num_cached_block
+
     # -- prefix cache ----------------------------------------------------------------
 
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
-        """Cached full blocks at the start of ``request`` and the tokens they cover."""
+    def get_computed_blocks(self, request: Request) -> tuple[tuple[list[KVCacheBlock], ...], int]:
+        """Cached blocks (per group) at the start of ``request`` and the tokens covered."""
         if not self.enable_caching or request.block_hashes is None:
-            return [], 0
+            return (), 0
         max_length = request.num_tokens - 1
-        computed: list[KVCacheBlock] = []
-        for block_hash in request.block_hashes[: max_length // self.block_size]:
-            block = self.block_pool.get_cached_block(block_hash)
-            if block is None:
-                break
-            computed.append(block)
-        return computed, len(computed) * self.block_size
+        blocks, num_hit, num_uncached = self.coordinator.find_longest_cache_hit(
+            request.block_hashes, max_length
+        )
+        self.shared_prefix_boundary[request.request_id] = (
+            num_hit + num_uncached if num_uncached else 0
+        )
+        return blocks, num_hit
 
     def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
         """Count a lookup made at admission (upstream counts ``request.num_tokens``)."""
@@ -115,7 +147,7 @@ class KVCacheManager:
         request: Request,
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
-        new_computed_blocks: list[KVCacheBlock] | None = None,
+        new_computed_blocks: Sequence[Sequence[KVCacheBlock]] | None = None,
         num_lookahead_tokens: int = 0,
         has_scheduled_reqs: bool = True,
         full_sequence_must_fit: bool = False,
@@ -125,15 +157,18 @@ class KVCacheManager:
     ) -> list[KVCacheBlock] | None:
         """Give ``request`` slots for its new tokens; ``None`` when blocks are short.
 
-        ``num_new_tokens`` may include unverified draft tokens; lookahead slots are
-        allocated for a drafter with its own KV (EAGLE, draft model).
+        ``new_computed_blocks`` are the hits of ``get_computed_blocks`` (one list per
+        group). ``num_new_tokens`` may include unverified draft tokens; lookahead
+        slots are allocated for a drafter with its own KV (EAGLE, draft model).
+        Returns the new blocks of every group, concatenated in group order.
 
         ``full_sequence_must_fit`` (the scheduler's ``scheduler_reserve_full_isl``,
         on by default in 0.33.0) first refuses a request unless the blocks for its
-        whole current sequence (``min(num_tokens, max_model_len)``), less its
-        prefix hits, plus the watermark are free: vLLM 0.33.0
-        ``v1/core/kv_cache_manager.py`` ``KVCacheManager.allocate_slots``, the
-        ``if full_sequence_must_fit:`` block before the per-chunk check.
+        whole current sequence (``min(num_tokens, max_model_len)``; a sliding-window
+        group capped at its admission bound), less its prefix hits, plus the
+        watermark are free: vLLM 0.33.0 ``v1/core/kv_cache_manager.py``
+        ``KVCacheManager.allocate_slots``, the ``if full_sequence_must_fit:`` block
+        before the per-chunk check.
 
         KV connector arguments (vLLM 0.33.0, same function):
         ``num_external_computed_tokens`` tokens a connector will load get fresh blocks
@@ -149,7 +184,10 @@ class KVCacheManager:
             raise ValueError(
                 "num_new_tokens must be greater than 0 when there are no computed tokens to adopt"
             )
-        hit_blocks = new_computed_blocks or []
+        coordinator = self.coordinator
+        hits: Sequence[Sequence[KVCacheBlock]] = (
+            new_computed_blocks if new_computed_blocks and any(new_computed_blocks) else ()
+        )
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
         total_computed = min(num_local_computed + num_external_computed_tokens, self.max_model_len)
         watermark = 0
@@ -158,92 +196,63 @@ class KVCacheManager:
             RequestStatus.PREEMPTED,
         ):
             watermark = self.watermark_blocks
-        num_tokens_need_slot = min(
-            total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
-        )
-
-        req_blocks = self.req_to_blocks.get(request.request_id)
+        rid = request.request_id
         if full_sequence_must_fit:
-            full_required = _cdiv(min(request.num_tokens, self.max_model_len), self.block_size)
+            full_num_tokens = min(request.num_tokens, self.max_model_len)
             if (
-                self._num_blocks_to_allocate(request, full_required, hit_blocks, req_blocks)
+                coordinator.get_num_blocks_to_allocate(
+                    rid, full_num_tokens, hits, total_computed, apply_admission_cap=True
+                )
                 + watermark
                 > self.block_pool.get_num_free_blocks()
             ):
                 return None
-        num_required = _cdiv(num_tokens_need_slot, self.block_size)
-        num_to_allocate = self._num_blocks_to_allocate(
-            request, num_required, hit_blocks, req_blocks
+        num_tokens_need_slot = min(
+            total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
+        )
+        # Recycle the blocks outside the windows before counting (fewer evictions);
+        # in-flight steps still read below the optimistic boundary.
+        coordinator.remove_skipped_blocks(
+            rid, max(0, total_computed - request.num_in_flight_tokens)
+        )
+        num_to_allocate = coordinator.get_num_blocks_to_allocate(
+            rid,
+            num_tokens_need_slot,
+            hits,
+            num_local_computed + num_external_computed_tokens,
         )
         if num_to_allocate + watermark > self.block_pool.get_num_free_blocks() - reserved_blocks:
             return None
-
-        if req_blocks is None:
-            req_blocks = self.req_to_blocks.setdefault(request.request_id, [])
-        if num_external_computed_tokens > 0 and not hit_blocks:
-            # ``add_local_computed_blocks`` runs for an external hit too (a request
-            # already tracked is left alone).
-            self.num_cached_block.setdefault(request.request_id, len(req_blocks))
-        if hit_blocks:
-            if self.enable_caching:
-                self.block_pool.touch(hit_blocks)
-            req_blocks.extend(hit_blocks)
-            # The hit blocks are cached already: vLLM 0.33.0
-            # ``single_type_kv_cache_manager.py`` ``add_local_computed_blocks`` sets
-            # ``num_cached_block[request_id] = len(req_blocks)``, so the next
-            # ``cache_blocks`` (and its BlockStored event) starts after the hit.
-            self.num_cached_block[request.request_id] = len(req_blocks)
-        if num_external_computed_tokens > 0:
-            # ``allocate_external_computed_blocks``: fresh blocks for the loaded tokens.
-            num_external_blocks = _cdiv(
-                num_local_computed + num_external_computed_tokens, self.block_size
-            ) - len(req_blocks)
-            if num_external_blocks > 0:
-                req_blocks.extend(self.block_pool.get_new_blocks(num_external_blocks))
-        num_new_blocks = num_required - len(req_blocks)
-        new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
-        req_blocks.extend(new_blocks)
+        if hits or num_external_computed_tokens > 0:
+            coordinator.allocate_new_computed_blocks(
+                rid, hits, num_local_computed, num_external_computed_tokens
+            )
+        new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
         if delay_cache_blocks:
             # P/D: the blocks are cached when the asynchronous load completes.
             return new_blocks
-        self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        coordinator.cache_blocks(
+            request,
+            min(total_computed + num_new_tokens, request.num_tokens),
+            self.shared_prefix_boundary.get(rid, 0),
+        )
         return new_blocks
-
-    def _num_blocks_to_allocate(
-        self,
-        request: Request,
-        num_required: int,
-        hit_blocks: list[KVCacheBlock],
-        req_blocks: list[KVCacheBlock] | None,
-    ) -> int:
-        """``SingleTypeKVCacheManager.get_num_blocks_to_allocate`` (full attention)."""
-        if request.request_id in self.num_cached_block:
-            # A running request has no new prefix hits.
-            return max(num_required - len(req_blocks or ()), 0)
-        num_local_blocks = len(hit_blocks) + len(req_blocks or ())
-        num_evictable = sum(1 for b in hit_blocks if b.ref_cnt == 0 and not b.is_null)
-        return max(num_required - num_local_blocks, 0) + num_evictable
 
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the full blocks among the first ``num_tokens`` tokens of ``request``."""
-        rid = request.request_id
         if not self.enable_caching or request.block_hashes is None:
-            self.num_cached_block.setdefault(rid, 0)
             return
-        num_cached = self.num_cached_block.get(rid, 0)
-        num_full = min(num_tokens, len(request.block_hashes) * self.block_size) // self.block_size
-        if num_cached < num_full:
-            self.block_pool.cache_full_blocks(
-                request, self.req_to_blocks[rid], num_cached, num_full, self.block_size
-            )
-            num_cached = num_full
-        self.num_cached_block[rid] = num_cached
+        self.coordinator.cache_blocks(
+            request, num_tokens, self.shared_prefix_boundary.get(request.request_id, 0)
+        )
 
     def free(self, request: Request) -> None:
-        """Release the request's blocks, tail first."""
-        blocks = self.req_to_blocks.pop(request.request_id, [])
-        self.num_cached_block.pop(request.request_id, None)
-        self.block_pool.free_blocks(reversed(blocks))
+        """Release the request's blocks, group by group, tail first.
+
+        The junction of the last lookup is dropped too: a request that runs again
+        looks its prefix up (and sets it) first."""
+        self.shared_prefix_boundary.pop(request.request_id, None)
+        self.coordinator.free(request.request_id)
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         """Drop the request's bookkeeping and return its blocks, still held.
@@ -251,31 +260,40 @@ class KVCacheManager:
         ``KVCacheManager.pop_blocks_for_free`` (vLLM 0.33.0): the caller frees them
         later, reversed (deferred frees with a KV-consumer connector).
         """
-        self.num_cached_block.pop(request.request_id, None)
-        return self.req_to_blocks.pop(request.request_id, [])
+        self.shared_prefix_boundary.pop(request.request_id, None)
+        return self.coordinator.pop_blocks_for_free(request.request_id)
 
     def get_block_ids_for_computed_tokens(
         self, request_id: str, num_computed_tokens: int
     ) -> list[int]:
         """Ids of the blocks covering the computed tokens (what ``request_finished``
-        gets): ``KVCacheManager.get_block_ids_for_computed_tokens``, one group."""
-        blocks = self.req_to_blocks.get(request_id, [])
-        return [b.block_id for b in blocks[: _cdiv(num_computed_tokens, self.block_size)]]
+        gets): ``KVCacheManager.get_block_ids_for_computed_tokens``, first group."""
+        blocks = self.get_blocks(request_id)
+        return [b.block_id for b in blocks[: -(-num_computed_tokens // self.block_size)]]
 
     def get_num_blocks_to_allocate(self, request: Request, num_tokens: int) -> int:
         """Blocks ``request`` still needs for ``num_tokens`` tokens, no new hits
         (``coordinator.get_num_blocks_to_allocate`` as ``_request_remaining_blocks``
-        calls it)."""
-        return self._num_blocks_to_allocate(
-            request,
-            _cdiv(num_tokens, self.block_size),
-            [],
-            self.req_to_blocks.get(request.request_id),
+        calls it, with the admission cap)."""
+        return self.coordinator.get_num_blocks_to_allocate(
+            request.request_id,
+            num_tokens,
+            (),
+            request.num_computed_tokens,
+            apply_admission_cap=True,
         )
 
     def get_blocks(self, request_id: str) -> list[KVCacheBlock]:
-        """The blocks a request holds, in token order."""
-        return self.req_to_blocks.get(request_id, [])
+        """The blocks a request holds in the first group, in token order."""
+        return self.coordinator.get_blocks(request_id)[0]
+
+    def get_blocks_per_group(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
+        """The blocks a request holds in every group (upstream ``KVCacheBlocks``)."""
+        return self.coordinator.get_blocks(request_id)
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """Block ids per group (what the scheduler output carries per request)."""
+        return tuple([b.block_id for b in g] for g in self.coordinator.get_blocks(request_id))
 
     def reset_prefix_cache(self) -> bool:
         """Forget all cached hashes when no request holds blocks."""

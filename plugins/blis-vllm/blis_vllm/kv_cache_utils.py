@@ -4,7 +4,8 @@ Port of ``vllm/v1/core/kv_cache_utils.py`` (vLLM 0.33.0): :class:`KVCacheBlock`,
 :class:`FreeKVCacheBlockQueue` (a doubly linked list of free blocks in eviction
 order, with O(1) removal from the middle when a cached block is hit) and
 ``hash_block_tokens`` (a block's hash chains its parent's hash, its token ids and its
-extra keys).
+extra keys), and the KV cache grouping rule of hybrid models
+(``get_kv_cache_groups``, which 0.33.0 keeps in ``vllm/v1/core/kv_cache_planning.py``).
 
 The hash function differs on purpose: upstream hashes a pickled/CBOR tuple with the
 configured ``prefix_caching_hash_algo`` (default ``sha256``); here a block hash is the
@@ -19,14 +20,18 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 __all__ = [
     "NONE_HASH",
     "BlockHash",
     "FreeKVCacheBlockQueue",
     "KVCacheBlock",
+    "KVCacheGroupSpec",
     "external_block_hash",
+    "get_kv_cache_groups",
     "hash_block_tokens",
+    "pool_bytes_per_block",
 ]
 
 BlockHash = bytes
@@ -63,12 +68,24 @@ def external_block_hash(block_hash: BlockHash) -> int:
 class KVCacheBlock:
     """One KV block: id, reference count, hash when cached, free-list links."""
 
-    __slots__ = ("block_hash", "block_id", "is_null", "next_free", "prev_free", "ref_cnt")
+    __slots__ = (
+        "block_hash",
+        "block_id",
+        "hash_group_id",
+        "is_null",
+        "next_free",
+        "prev_free",
+        "ref_cnt",
+    )
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
         self.block_hash: BlockHash | None = None
+        # The KV cache group the hash was cached for: upstream keys the prefix cache
+        # by ``BlockHashWithGroupId`` (hash bytes + group id), so the same token chain
+        # is cached once per group, in different blocks.
+        self.hash_group_id = 0
         self.prev_free: KVCacheBlock | None = None
         self.next_free: KVCacheBlock | None = None
         self.is_null = False
@@ -80,6 +97,71 @@ class KVCacheBlock:
     def __repr__(self) -> str:
         cached = self.block_hash is not None
         return f"KVCacheBlock(id={self.block_id}, ref={self.ref_cnt}, cached={cached})"
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheGroupSpec:
+    """One KV cache group: layers sharing a spec and one block table per request.
+
+    ``attention`` is ``"full"`` or ``"sliding_window"`` (upstream ``FullAttentionSpec``
+    / ``SlidingWindowSpec``); ``num_layers`` counts the layers of the group (the group
+    size, on one rank), ``page_bytes`` the bytes of one block of one layer.
+    """
+
+    attention: str
+    block_size: int
+    num_layers: int = 1
+    sliding_window: int | None = None
+    page_bytes: int = 0
+
+
+def get_kv_cache_groups(
+    layers: Sequence[tuple[str, int | None]], block_size: int, page_bytes: int = 0
+) -> list[KVCacheGroupSpec]:
+    """Split layers ``(attention, sliding_window)`` into KV cache groups.
+
+    vLLM 0.33.0 ``vllm/v1/core/kv_cache_planning.py`` ``get_kv_cache_groups`` for
+    layers with one page size: one group when every layer has the same spec
+    (``_get_kv_cache_groups_uniform_spec``); otherwise
+    ``_get_kv_cache_groups_uniform_page_size``: layers are bucketed by spec (in
+    first-seen order), the group size is the smallest bucket's layer count, or the
+    largest's when that is under 1.5 times the smallest (gpt-oss with an EAGLE
+    drafter: 12 sliding + 13 full is padded to 13 + 13), and every bucket is split
+    into ``cdiv(len, group_size)`` groups (padded). The groups share one block pool
+    of ``num_blocks`` blocks; a block spans one page in each layer slot of a group.
+    Mixed page sizes (upstream's ``unify_kv_cache_spec_page_size`` enlarges the
+    block size of smaller pages) are not supported by the port.
+    """
+    buckets: dict[tuple[str, int | None], int] = {}
+    for kind in layers:
+        buckets[kind] = buckets.get(kind, 0) + 1
+    if not buckets:
+        return []
+    if len(buckets) == 1:
+        ((attention, window), n), *_ = buckets.items()
+        return [KVCacheGroupSpec(attention, block_size, n, window, page_bytes)]
+    counts = list(buckets.values())
+    group_size = min(counts)
+    if max(counts) < min(counts) * 1.5:
+        group_size = max(counts)
+    groups: list[KVCacheGroupSpec] = []
+    for (attention, window), n in buckets.items():
+        num_groups = -(-n // group_size)
+        for i in range(num_groups):
+            # layers[i::num_groups]: the last groups may hold padding layers.
+            members = len(range(i, n, num_groups))
+            groups.append(KVCacheGroupSpec(attention, block_size, members, window, page_bytes))
+    return groups
+
+
+def pool_bytes_per_block(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """Bytes one block id takes in the shared pool: the largest group's pages.
+
+    vLLM 0.33.0 ``kv_cache_planning.py`` ``_get_kv_cache_bytes_per_block``
+    (block-outermost or layer-outer layout, unpadded pages): ``max`` over groups of
+    the sum of its layers' page sizes.
+    """
+    return max(g.page_bytes * g.num_layers for g in groups)
 
 
 class FreeKVCacheBlockQueue:

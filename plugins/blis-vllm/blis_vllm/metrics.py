@@ -1,54 +1,597 @@
-"""Prometheus metrics under vLLM 0.33.0's names (``vllm/v1/metrics/loggers.py``).
+"""Prometheus metrics of one engine under vLLM 0.33.0's names and bucket boundaries.
 
-Upstream's ``PrometheusStatLogger.record`` sets gauges and increments counters from
-the ``SchedulerStats`` made at the end of each ``update_from_output``; a scrape
-between two steps therefore reads the state as of the last completed step, and
-that is what :class:`MetricsSnapshot` holds. Prefix-cache counters count tokens of
-lookups by requests never preempted (``PrefixCacheStats.queries`` / ``.hits``).
+Names, meanings and buckets follow ``vllm/v1/metrics/loggers.py``
+(``PrometheusStatLogger``) and ``vllm/v1/metrics/buckets.py`` of vLLM 0.33.0; what each
+histogram observes follows ``vllm/v1/metrics/stats.py`` (``IterationStats``,
+``RequestStateStats``, ``FinishedRequestStats``) and ``vllm/v1/engine/output_processor.py``.
+
+Upstream records in two places. Gauges and the prefix-cache counters come from the
+``SchedulerStats`` made at the end of each ``update_from_output`` (a scrape between two
+steps reads the state as of the last completed step: :class:`MetricsSnapshot`).
+Everything else comes from the front end's ``IterationStats``, built from one step's
+``EngineCoreOutputs``: a request has an output in a step when it got new tokens or
+finished; its first output is its "prefilling" one. :class:`EngineMetrics` replays that
+bookkeeping on the engine's simulated clock, keeping every counter and histogram bucket
+cumulative as it goes, so a scrape costs O(number of series), never O(requests).
+
+Timestamps, upstream → here (all simulated microseconds given to the engine):
+
+* ``arrival_time`` (the API server's wall clock when it received the request) → the
+  ``now_us`` of ``add_request``, i.e. after the simulator's frontend delay (HTTP
+  parsing, tokenisation, IPC). TTFT and e2e latency here therefore leave out the
+  frontend delay, which upstream's include; the engine does not see it.
+* ``queued_ts`` (``QUEUED`` event, the engine core's ``add_request``) → the same
+  ``now_us``: the request reaches the engine core then, so both coincide here.
+* ``scheduled_ts`` (first ``SCHEDULED`` event, stamped at the start of the ``schedule``
+  call that takes the request from WAITING; later ones after preemptions are ignored)
+  → the ``now_us`` of that ``schedule`` call.
+* ``first_token_ts`` / ``last_token_ts`` (``EngineCoreOutputs.timestamp``, taken when
+  ``update_from_output`` builds the step's outputs) → the ``now_us`` of ``complete``.
+* the front end's ``IterationStats.iteration_timestamp`` (when it processes the outputs,
+  the end of TTFT and e2e latency) → the same ``now_us`` of ``complete``: the output
+  IPC and processing that the simulator charges as the stream delay are left out.
+
+Client aborts record nothing: upstream's ``OutputProcessor.abort_requests`` drops the
+request's state before any output, so ``vllm:request_success{finished_reason="abort"}``
+stays 0 as it does there for client disconnects. A preemption is counted in
+``vllm:num_preemptions`` when the request's next output delivers its ``PREEMPTED``
+event, as upstream does.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from blis_vllm.request import Request
 
 __all__ = [
     "CACHE_CONFIG_INFO",
+    "COUNTERS",
+    "E2E_REQUEST_LATENCY",
+    "FINISHED_REASONS",
+    "GENERATION_TOKENS",
+    "HISTOGRAMS",
+    "INTER_TOKEN_LATENCY",
+    "INTER_TOKEN_LATENCY_BUCKETS",
+    "ITERATION_TOKENS",
+    "ITERATION_TOKENS_BUCKETS",
     "KV_CACHE_USAGE_PERC",
     "NUM_PREEMPTIONS",
     "NUM_REQUESTS_RUNNING",
     "NUM_REQUESTS_WAITING",
     "PREFIX_CACHE_HITS",
     "PREFIX_CACHE_QUERIES",
+    "PROMPT_TOKENS",
+    "PROMPT_TOKENS_CACHED",
+    "REQUEST_DECODE_TIME",
+    "REQUEST_GENERATION_TOKENS",
+    "REQUEST_INFERENCE_TIME",
+    "REQUEST_LATENCY_BUCKETS",
+    "REQUEST_MAX_NUM_GENERATION_TOKENS",
+    "REQUEST_NUM_PREEMPTIONS",
+    "REQUEST_NUM_PREEMPTIONS_BUCKETS",
+    "REQUEST_PARAMS_MAX_TOKENS",
+    "REQUEST_PARAMS_N",
+    "REQUEST_PARAMS_N_BUCKETS",
+    "REQUEST_PREFILL_KV_COMPUTED_TOKENS",
+    "REQUEST_PREFILL_TIME",
+    "REQUEST_PROMPT_TOKENS",
+    "REQUEST_QUEUE_TIME",
+    "REQUEST_SUCCESS",
+    "REQUEST_TIME_PER_OUTPUT_TOKEN",
+    "TIME_TO_FIRST_TOKEN",
+    "TIME_TO_FIRST_TOKEN_BUCKETS",
+    "EngineMetrics",
+    "Histogram",
+    "HistogramSpec",
     "MetricsSnapshot",
+    "bucket_key",
+    "count_key",
+    "counter_key",
+    "format_le",
+    "histogram_buckets",
+    "request_tokens_buckets",
+    "sum_key",
 ]
 
+# -- names (PrometheusStatLogger.__init__, vLLM 0.33.0) ----------------------------------
+
+# Gauges.
 NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
 NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
 KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+# Counters (metric names; a scrape shows each as ``<name>_total``, see counter_key).
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
 NUM_PREEMPTIONS = "vllm:num_preemptions"
-CACHE_CONFIG_INFO = "vllm:cache_config_info"
+PROMPT_TOKENS = "vllm:prompt_tokens"
+PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached"
+GENERATION_TOKENS = "vllm:generation_tokens"
+REQUEST_SUCCESS = "vllm:request_success"
+
+#: Label values of ``vllm:request_success``'s ``finished_reason`` (``FinishReason``,
+#: ``vllm/v1/engine/__init__.py``); upstream creates every one at start, so all are
+#: exported from the first scrape on.
+FINISHED_REASONS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
+
+#: The counters a scrape gives (without labels), each with what it counts.
+COUNTERS: Mapping[str, str] = MappingProxyType(
+    {
+        PREFIX_CACHE_QUERIES: "prompt tokens looked up in the prefix cache (never-preempted "
+        "requests, at each lookup)",
+        PREFIX_CACHE_HITS: "of those, tokens found in the prefix cache",
+        NUM_PREEMPTIONS: "preemptions, counted when the request's next output reports them",
+        PROMPT_TOKENS: "prompt tokens of requests at their first output",
+        PROMPT_TOKENS_CACHED: "of those, tokens not computed (prefix-cache or external hits)",
+        GENERATION_TOKENS: "tokens generated (delivered in outputs)",
+        REQUEST_SUCCESS: "requests finished with an output, by finished_reason",
+    }
+)
+
+# Histograms.
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+TIME_TO_FIRST_TOKEN = "vllm:time_to_first_token_seconds"
+INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
+REQUEST_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
+E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
+REQUEST_QUEUE_TIME = "vllm:request_queue_time_seconds"
+REQUEST_INFERENCE_TIME = "vllm:request_inference_time_seconds"
+REQUEST_PREFILL_TIME = "vllm:request_prefill_time_seconds"
+REQUEST_DECODE_TIME = "vllm:request_decode_time_seconds"
+REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+REQUEST_MAX_NUM_GENERATION_TOKENS = "vllm:request_max_num_generation_tokens"
+REQUEST_PARAMS_N = "vllm:request_params_n"
+REQUEST_PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"
+REQUEST_NUM_PREEMPTIONS = "vllm:request_num_preemptions"
+REQUEST_PREFILL_KV_COMPUTED_TOKENS = "vllm:request_prefill_kv_computed_tokens"
+
+# -- bucket families (vllm/v1/metrics/buckets.py, vLLM 0.33.0) ----------------------------
+
+#: ``request_latency``: e2e, queue, inference, prefill and decode times (seconds).
+REQUEST_LATENCY_BUCKETS: tuple[float, ...] = (
+    *(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0),
+    *(30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0),
+)
+#: ``time_to_first_token`` (seconds).
+TIME_TO_FIRST_TOKEN_BUCKETS: tuple[float, ...] = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75),
+    *(1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+)
+#: ``inter_token_latency``: inter-token latency and per-request mean TPOT (seconds).
+INTER_TOKEN_LATENCY_BUCKETS: tuple[float, ...] = (
+    *(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5),
+    *(0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0),
+)
+#: ``iteration_tokens``: tokens per engine step, powers of two.
+ITERATION_TOKENS_BUCKETS: tuple[float, ...] = tuple(float(2**k) for k in (0, *range(3, 15)))
+#: ``request_params_n``.
+REQUEST_PARAMS_N_BUCKETS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 20.0)
+#: ``request_num_preemptions``.
+REQUEST_NUM_PREEMPTIONS_BUCKETS: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+
+
+def request_tokens_buckets(max_model_len: int) -> tuple[float, ...]:
+    """``request_tokens`` family: the 1-2-5 series 1, 2, 5, 10, 20, … up to ``max_model_len``.
+
+    ``build_1_2_5_buckets(max_model_len)`` (``buckets.py``, vLLM 0.33.0): every
+    ``m * 10**k`` with ``m`` in (1, 2, 5) that is at most ``max_model_len``.
+    """
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+    out: list[float] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * scale
+            if value > max_model_len:
+                return tuple(out)
+            out.append(float(value))
+        scale *= 10
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSpec:
+    """One upstream histogram: its name, bucket family and what it observes.
+
+    ``family`` is upstream's bucket-family key (``BucketFamilyKey``); ``seconds`` marks a
+    duration, observed here in integer microseconds and exposed in seconds.
+    """
+
+    name: str
+    family: str
+    seconds: bool
+    meaning: str
+
+
+#: Every histogram a scrape gives, in upstream's order of definition.
+HISTOGRAMS: tuple[HistogramSpec, ...] = (
+    HistogramSpec(
+        REQUEST_PROMPT_TOKENS, "request_tokens", False, "prompt tokens of each finished request"
+    ),
+    HistogramSpec(
+        REQUEST_GENERATION_TOKENS,
+        "request_tokens",
+        False,
+        "tokens generated by each finished request",
+    ),
+    HistogramSpec(
+        ITERATION_TOKENS,
+        "iteration_tokens",
+        False,
+        "per step with outputs: prompt tokens computed (not cached) of the requests having "
+        "their first output, plus the tokens generated",
+    ),
+    HistogramSpec(
+        REQUEST_MAX_NUM_GENERATION_TOKENS,
+        "request_tokens",
+        False,
+        "most tokens generated by one sequence of each finished request (n = 1: its count)",
+    ),
+    HistogramSpec(REQUEST_PARAMS_N, "request_params_n", False, "n of each finished request"),
+    HistogramSpec(
+        REQUEST_PARAMS_MAX_TOKENS,
+        "request_tokens",
+        False,
+        "max_tokens of each finished request that set it",
+    ),
+    HistogramSpec(
+        TIME_TO_FIRST_TOKEN,
+        "time_to_first_token",
+        True,
+        "arrival to the request's first output",
+    ),
+    HistogramSpec(
+        INTER_TOKEN_LATENCY,
+        "inter_token_latency",
+        True,
+        "between two consecutive outputs of a request (one per output after the first, "
+        "whatever its number of tokens)",
+    ),
+    HistogramSpec(
+        REQUEST_TIME_PER_OUTPUT_TOKEN,
+        "inter_token_latency",
+        True,
+        "decode time / (generated tokens - 1) of each finished request (0 for one token)",
+    ),
+    HistogramSpec(E2E_REQUEST_LATENCY, "request_latency", True, "arrival to the finishing output"),
+    HistogramSpec(
+        REQUEST_QUEUE_TIME, "request_latency", True, "queued to first scheduled (WAITING)"
+    ),
+    HistogramSpec(
+        REQUEST_INFERENCE_TIME,
+        "request_latency",
+        True,
+        "first scheduled to last output (RUNNING, preemptions included)",
+    ),
+    HistogramSpec(
+        REQUEST_PREFILL_TIME,
+        "request_latency",
+        True,
+        "first scheduled to first output (PREFILL, preemptions included)",
+    ),
+    HistogramSpec(
+        REQUEST_DECODE_TIME,
+        "request_latency",
+        True,
+        "first output to last output (DECODE, preemptions included)",
+    ),
+    HistogramSpec(
+        REQUEST_NUM_PREEMPTIONS,
+        "request_num_preemptions",
+        False,
+        "preemptions of each finished request",
+    ),
+    HistogramSpec(
+        REQUEST_PREFILL_KV_COMPUTED_TOKENS,
+        "request_tokens",
+        False,
+        "prompt tokens minus cached tokens of each finished request",
+    ),
+)
+
+_STATIC_FAMILIES: Mapping[str, tuple[float, ...]] = MappingProxyType(
+    {
+        "request_latency": REQUEST_LATENCY_BUCKETS,
+        "time_to_first_token": TIME_TO_FIRST_TOKEN_BUCKETS,
+        "inter_token_latency": INTER_TOKEN_LATENCY_BUCKETS,
+        "iteration_tokens": ITERATION_TOKENS_BUCKETS,
+        "request_params_n": REQUEST_PARAMS_N_BUCKETS,
+        "request_num_preemptions": REQUEST_NUM_PREEMPTIONS_BUCKETS,
+    }
+)
+
+
+def histogram_buckets(family: str, max_model_len: int) -> tuple[float, ...]:
+    """Upper bounds (``+Inf`` excluded) of a bucket family, as ``histogram_buckets``
+    upstream without ``custom_histogram_buckets`` (that field is refused)."""
+    if family == "request_tokens":
+        return request_tokens_buckets(max_model_len)
+    return _STATIC_FAMILIES[family]
+
+
+# -- sample names (Prometheus text exposition, flattened) --------------------------------
+
+
+def format_le(bound: float) -> str:
+    """The ``le`` label of a bucket bound as the Prometheus Python client writes it.
+
+    Go's shortest float format: ``+Inf``; Python's ``repr`` of the float (``1.0``,
+    ``0.25``), except that from a seven-digit integer part on the value is written with
+    an exponent (``1e+06``, ``1.5e+07``).
+    """
+    if bound == math.inf:
+        return "+Inf"
+    text = repr(float(bound))
+    whole, _, frac = text.partition(".")
+    if "e" in text or bound <= 0 or len(whole) <= 6:
+        return text
+    digits = (whole + frac).rstrip("0")
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{mantissa}e+{len(whole) - 1:02d}"
+
+
+def counter_key(name: str, label: str | None = None) -> str:
+    """A counter's sample: ``<name>_total``, or ``<name>_total:<label value>``."""
+    return f"{name}_total" if label is None else f"{name}_total:{label}"
+
+
+def bucket_key(name: str, bound: float) -> str:
+    """A histogram's cumulative bucket sample: ``<name>_bucket:<le>``."""
+    return f"{name}_bucket:{format_le(bound)}"
+
+
+def sum_key(name: str) -> str:
+    """A histogram's ``<name>_sum`` sample."""
+    return f"{name}_sum"
+
+
+def count_key(name: str) -> str:
+    """A histogram's ``<name>_count`` sample."""
+    return f"{name}_count"
+
+
+class Histogram:
+    """A Prometheus histogram: per-bucket counts, a sum and a count, updated per observation.
+
+    An observation ``raw`` lands in the first bucket whose bound is ``>= raw / scale``
+    (Prometheus' ``le``), or in ``+Inf``. ``scale`` turns integer microseconds into
+    seconds; sums stay in raw units until written, so integer observations sum exactly.
+    """
+
+    __slots__ = (
+        "_bucket_keys",
+        "_count_key",
+        "_counts",
+        "_raw_sum",
+        "_scale",
+        "_sum_key",
+        "bounds",
+    )
+    bounds: tuple[float, ...]
+
+    def __init__(self, name: str, bounds: Sequence[float], scale: float = 1.0) -> None:
+        self.bounds = tuple(float(b) for b in bounds)
+        if any(b >= c for b, c in pairwise(self.bounds)):
+            raise ValueError(f"{name}: bucket bounds must increase strictly: {self.bounds}")
+        self._counts = [0] * (len(self.bounds) + 1)
+        self._raw_sum: float = 0
+        self._scale = scale
+        self._bucket_keys = tuple(bucket_key(name, b) for b in (*self.bounds, math.inf))
+        self._sum_key = sum_key(name)
+        self._count_key = count_key(name)
+
+    def observe(self, raw: float) -> None:
+        """Add one observation (in raw units)."""
+        value = raw / self._scale if self._scale != 1.0 else raw
+        self._counts[bisect_left(self.bounds, value)] += 1
+        self._raw_sum += raw
+
+    @property
+    def count(self) -> int:
+        """Observations so far."""
+        return sum(self._counts)
+
+    @property
+    def sum(self) -> float:
+        """Sum of the observations in exposed units."""
+        return self._raw_sum / self._scale
+
+    def write(self, out: dict[str, float]) -> None:
+        """Add the cumulative ``_bucket`` samples (``+Inf`` last), ``_sum`` and ``_count``."""
+        total = 0
+        for key, n in zip(self._bucket_keys, self._counts, strict=True):
+            total += n
+            out[key] = float(total)
+        out[self._sum_key] = self._raw_sum / self._scale
+        out[self._count_key] = float(total)
 
 
 @dataclass(frozen=True, slots=True)
 class MetricsSnapshot:
-    """Values as of the last completed step (gauges) and since start (counters)."""
+    """The ``SchedulerStats`` values of the last completed step.
+
+    Gauges, plus the prefix-cache counters (cumulative since start; upstream increments
+    its counters by each step's ``PrefixCacheStats``, which sum to these).
+    """
 
     num_running: int = 0
     num_waiting: int = 0
     kv_cache_usage: float = 0.0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+
+
+@dataclass(slots=True)
+class _RequestState:
+    """Upstream's ``RequestStateStats`` of one request, in simulated microseconds."""
+
+    request: Request
+    arrival_us: int
+    scheduled_us: int | None = None
+    first_token_us: int | None = None
+    last_token_us: int = 0
+    num_generation_tokens: int = 0
     num_preemptions: int = 0
 
-    def as_prometheus(self) -> dict[str, float]:
-        """Name → value, with vLLM's metric names (counters without ``_total``)."""
-        return {
-            NUM_REQUESTS_RUNNING: float(self.num_running),
-            NUM_REQUESTS_WAITING: float(self.num_waiting),
-            KV_CACHE_USAGE_PERC: self.kv_cache_usage,
-            PREFIX_CACHE_QUERIES: float(self.prefix_cache_queries),
-            PREFIX_CACHE_HITS: float(self.prefix_cache_hits),
-            NUM_PREEMPTIONS: float(self.num_preemptions),
+
+class EngineMetrics:
+    """The engine's counters and histograms, kept cumulative; :meth:`samples` reads them.
+
+    The engine calls :meth:`request_added`, :meth:`requests_scheduled`,
+    :meth:`request_aborted` and, once per completed step, :meth:`step_completed`;
+    ``constant`` samples (an info metric's labels) are given with every scrape.
+    """
+
+    def __init__(self, max_model_len: int, constant: Mapping[str, float] | None = None) -> None:
+        self._constant = dict(constant or {})
+        self._requests: dict[str, _RequestState] = {}
+        self._snapshot = MetricsSnapshot()
+        self._num_preemptions = 0
+        self._prompt_tokens = 0
+        self._prompt_tokens_cached = 0
+        self._generation_tokens = 0
+        self._success = dict.fromkeys(FINISHED_REASONS, 0)
+        self.histograms: dict[str, Histogram] = {
+            spec.name: Histogram(
+                spec.name,
+                histogram_buckets(spec.family, max_model_len),
+                1e6 if spec.seconds else 1.0,
+            )
+            for spec in HISTOGRAMS
         }
+        h = self.histograms
+        self._iteration = h[ITERATION_TOKENS]
+        self._ttft = h[TIME_TO_FIRST_TOKEN]
+        self._itl = h[INTER_TOKEN_LATENCY]
+        self._cache: Mapping[str, float] | None = None
+
+    # -- events ----------------------------------------------------------------------
+
+    def request_added(self, request: Request, now_us: int) -> None:
+        """The request reached the engine core (its arrival and ``QUEUED`` time)."""
+        self._requests[request.request_id] = _RequestState(request, now_us)
+
+    def request_aborted(self, request_id: str) -> None:
+        """A client abort: the request's stats are dropped unrecorded, as upstream."""
+        self._requests.pop(request_id, None)
+
+    def requests_scheduled(self, request_ids: Iterable[str], now_us: int) -> None:
+        """Requests taken from WAITING by the ``schedule`` call at ``now_us``."""
+        for rid in request_ids:
+            state = self._requests.get(rid)
+            if state is not None and state.scheduled_us is None:
+                state.scheduled_us = now_us
+
+    def step_completed(
+        self,
+        now_us: int,
+        new_tokens: Mapping[str, int],
+        finished: Sequence[tuple[str, str, int]],
+        snapshot: MetricsSnapshot,
+    ) -> None:
+        """A step's outputs (``IterationStats`` of one ``EngineCoreOutputs``) at ``now_us``.
+
+        ``new_tokens`` maps a request to the tokens it was delivered, ``finished`` lists
+        (request id, finished reason, output tokens) of requests the step finished;
+        together they are the step's outputs. ``snapshot`` holds the new gauge values.
+        """
+        self._snapshot = snapshot
+        self._cache = None
+        outputs = list(new_tokens)
+        outputs += [rid for rid, _, _ in finished if rid not in new_tokens]
+        if not outputs:
+            return  # upstream builds no IterationStats for a step without outputs
+        iteration_tokens = 0
+        for rid in outputs:
+            state = self._requests.get(rid)
+            if state is None:
+                continue
+            n = new_tokens.get(rid, 0)
+            iteration_tokens += n
+            self._generation_tokens += n
+            state.num_generation_tokens += n
+            preemptions = state.request.num_preemptions
+            self._num_preemptions += preemptions - state.num_preemptions
+            state.num_preemptions = preemptions
+            if state.first_token_us is None:
+                if n:
+                    # PrefillStats ride on the first output made by update_from_output's
+                    # main loop (a token); an error output made without one has none.
+                    prompt = state.request.num_prompt_tokens
+                    cached = max(state.request.num_cached_tokens, 0)
+                    self._prompt_tokens += prompt
+                    self._prompt_tokens_cached += cached
+                    iteration_tokens += prompt - cached
+                self._ttft.observe(now_us - state.arrival_us)
+                state.first_token_us = now_us
+            else:
+                self._itl.observe(now_us - state.last_token_us)
+            state.last_token_us = now_us
+        self._iteration.observe(iteration_tokens)
+        for rid, reason, _ in finished:
+            state = self._requests.pop(rid, None)
+            if state is not None:
+                self._finish(state, reason, now_us)
+
+    def _finish(self, state: _RequestState, reason: str, now_us: int) -> None:
+        """``update_from_finished_request`` and its recording."""
+        first = state.first_token_us
+        assert first is not None
+        # A request finished without ever being scheduled (a failed KV load) has no
+        # SCHEDULED event; upstream then subtracts 0.0, here its output time stands in.
+        scheduled = state.scheduled_us if state.scheduled_us is not None else first
+        last = state.last_token_us
+        decode_us = last - first
+        gen = state.num_generation_tokens
+        h = self.histograms
+        self._success[reason] = self._success.get(reason, 0) + 1
+        h[E2E_REQUEST_LATENCY].observe(now_us - state.arrival_us)
+        h[REQUEST_QUEUE_TIME].observe(scheduled - state.arrival_us)
+        h[REQUEST_PREFILL_TIME].observe(first - scheduled)
+        h[REQUEST_INFERENCE_TIME].observe(last - scheduled)
+        h[REQUEST_DECODE_TIME].observe(decode_us)
+        h[REQUEST_NUM_PREEMPTIONS].observe(state.num_preemptions)
+        request = state.request
+        cached = max(request.num_cached_tokens, 0)
+        h[REQUEST_PREFILL_KV_COMPUTED_TOKENS].observe(request.num_prompt_tokens - cached)
+        h[REQUEST_PROMPT_TOKENS].observe(request.num_prompt_tokens)
+        h[REQUEST_GENERATION_TOKENS].observe(gen)
+        h[REQUEST_TIME_PER_OUTPUT_TOKEN].observe(decode_us / (gen - 1) if gen > 1 else 0)
+        if request.max_tokens:
+            h[REQUEST_PARAMS_MAX_TOKENS].observe(request.max_tokens)
+        # ParentRequest.observe_finished_request with no parent (n = 1).
+        h[REQUEST_MAX_NUM_GENERATION_TOKENS].observe(gen)
+        h[REQUEST_PARAMS_N].observe(1)
+
+    # -- scrape ----------------------------------------------------------------------
+
+    def samples(self) -> Mapping[str, float]:
+        """Every sample, as of the last completed step (read-only, reused until the next)."""
+        if self._cache is None:
+            s = self._snapshot
+            out = dict(self._constant)
+            out[NUM_REQUESTS_RUNNING] = float(s.num_running)
+            out[NUM_REQUESTS_WAITING] = float(s.num_waiting)
+            out[KV_CACHE_USAGE_PERC] = s.kv_cache_usage
+            out[counter_key(PREFIX_CACHE_QUERIES)] = float(s.prefix_cache_queries)
+            out[counter_key(PREFIX_CACHE_HITS)] = float(s.prefix_cache_hits)
+            out[counter_key(NUM_PREEMPTIONS)] = float(self._num_preemptions)
+            out[counter_key(PROMPT_TOKENS)] = float(self._prompt_tokens)
+            out[counter_key(PROMPT_TOKENS_CACHED)] = float(self._prompt_tokens_cached)
+            out[counter_key(GENERATION_TOKENS)] = float(self._generation_tokens)
+            for reason, n in self._success.items():
+                out[counter_key(REQUEST_SUCCESS, reason)] = float(n)
+            for histogram in self.histograms.values():
+                histogram.write(out)
+            self._cache = MappingProxyType(out)
+        return self._cache

@@ -6,17 +6,23 @@
   ``FLASH_ATTN_MLA`` for MLA; Blackwell (SM10x) → ``FLASHINFER`` or
   ``FLASHINFER_MLA``; Ampere → ``FLASH_ATTN``, with ``TRITON_ATTN`` for sinks (FA2
   has none) and ``TRITON_MLA`` for MLA; SM12x → ``TRITON_MLA`` for MLA.
-* KV groups: one group per attention type (``full``, ``sliding_window``, ``mla``),
-  as ``kv_cache_utils`` groups layers with the same spec.
+* KV groups: one plan group per attention type (``full``, ``sliding_window``,
+  ``mla``) with its layers and bytes per token; the engine's block tables follow
+  0.33.0's grouping rule (``kv_cache_utils.get_kv_cache_groups``: groups of equal
+  size, ``cdiv(layers, group_size)`` per type), all on one shared block pool.
 * KV budget: ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory`` with
   ``request_memory`` (``vllm/v1/worker/utils.py``): requested = ceil(total x
   gpu_memory_utilization); available = requested - (weights + non-torch memory +
   peak activation) - CUDA-graph estimate (applied by default in 0.33.0,
   ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``); then
-  ``kv_cache_planning.py``: num_blocks = available // bytes per block, where one
-  block spans every layer of a group (hybrid models share one pool across groups,
-  one tensor per layer slot); refused with upstream's messages when nothing is left
-  or one ``max_model_len`` request does not fit.
+  ``kv_cache_planning.py``: num_blocks = available // bytes per block
+  (``_get_kv_cache_bytes_per_block``: the largest group's pages, i.e. page x group
+  size for a hybrid model, whose groups share the pool); refused with upstream's
+  messages when nothing is left or one ``max_model_len`` request does not fit
+  (``_max_memory_usage_bytes_from_groups``: bytes per block x the sum over groups of
+  the blocks one request can hold, a sliding-window group capped at
+  ``cdiv(min(sliding_window - 1 + max_in_flight_tokens, max_model_len),
+  block_size) + 1``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from blis_core.contracts.plan import (
 )
 
 from blis_vllm.config import VllmSettings
+from blis_vllm.kv_cache_utils import KVCacheGroupSpec, get_kv_cache_groups, pool_bytes_per_block
 from blis_vllm.version import ENGINE_KIND, UPSTREAM_RELEASE
 
 __all__ = [
@@ -45,6 +52,7 @@ __all__ = [
     "decide_kv_budget",
     "graph_policy",
     "kv_groups",
+    "scheduler_kv_cache_groups",
     "select_attention_backend",
 ]
 
@@ -220,33 +228,60 @@ def _format_gib(b: int) -> str:
     return f"{round(b / GIB, 2)}"
 
 
+def scheduler_kv_cache_groups(groups: tuple[KVGroup, ...]) -> list[KVCacheGroupSpec]:
+    """The engine's KV cache groups (block tables) for the plan's attention groups.
+
+    ``get_kv_cache_groups`` over the layers in first-seen order; an MLA model is one
+    full-attention-like group (its blocks are never recycled). Mixed page sizes
+    (upstream enlarges the block size of the smaller pages) are refused.
+    """
+    pages = {g.block_size_tokens * g.bytes_per_token_per_layer for g in groups}
+    if len(pages) > 1:
+        raise InputRefused.one(
+            "model.layer_types",
+            sorted(g.name for g in groups),
+            "KV cache groups with different page sizes (vLLM 0.33.0 "
+            "unify_kv_cache_spec_page_size) are not ported",
+            f"vllm@{UPSTREAM_RELEASE}",
+        )
+    layers: list[tuple[str, int | None]] = []
+    for g in groups:
+        kind = "sliding_window" if g.attention == "sliding_window" else "full"
+        layers.extend(
+            [(kind, g.sliding_window if kind == "sliding_window" else None)] * g.num_layers
+        )
+    block_size = groups[0].block_size_tokens
+    return get_kv_cache_groups(layers, block_size, pages.pop())
+
+
 def bytes_per_block(groups: tuple[KVGroup, ...]) -> int:
     """Bytes one block id takes across every layer that shares the block pool.
 
-    One group: every layer's page. Several groups (hybrid): vLLM makes groups of
-    equal size and one tensor per layer slot; a block id spans one page in each slot.
+    One group: every layer's page. Several groups (hybrid): the groups have equal
+    layer counts (padded) and one block id spans one page in each layer slot of the
+    largest group (``_get_kv_cache_bytes_per_block``).
     """
-    pages = [g.block_size_tokens * g.bytes_per_token_per_layer for g in groups]
-    if len(groups) == 1:
-        return pages[0] * groups[0].num_layers
-    group_size = min(g.num_layers for g in groups)
-    return max(pages) * group_size
+    return pool_bytes_per_block(scheduler_kv_cache_groups(groups))
+
+
+def _max_in_flight_tokens(settings: VllmSettings) -> int:
+    """``VllmConfig.max_in_flight_tokens``: one batch per concurrent step (two with
+    async scheduling, pipeline parallelism 1, V2 model runner)."""
+    return settings.max_num_batched_tokens * (2 if settings.async_scheduling else 1)
 
 
 def _max_request_bytes(groups: tuple[KVGroup, ...], settings: VllmSettings) -> int:
-    """Memory one ``max_model_len`` request needs (``max_memory_usage_bytes``)."""
-    total = 0
-    for g in groups:
-        page = g.block_size_tokens * g.bytes_per_token_per_layer
+    """Memory one ``max_model_len`` request needs (``_max_memory_usage_bytes_from_groups``)."""
+    total_blocks = 0
+    for g in scheduler_kv_cache_groups(groups):
         if g.attention == "sliding_window" and g.sliding_window is not None:
             tokens = min(
-                g.sliding_window - 1 + settings.max_num_batched_tokens, settings.max_model_len
+                g.sliding_window - 1 + _max_in_flight_tokens(settings), settings.max_model_len
             )
-            blocks = math.ceil(tokens / g.block_size_tokens) + 1
+            total_blocks += math.ceil(tokens / g.block_size) + 1
         else:
-            blocks = math.ceil(settings.max_model_len / g.block_size_tokens)
-        total += blocks * page * g.num_layers
-    return total
+            total_blocks += math.ceil(settings.max_model_len / g.block_size)
+    return bytes_per_block(groups) * total_blocks
 
 
 def decide_kv_budget(

@@ -15,6 +15,7 @@ requests sharing a prompt segment share block hashes exactly.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 from blis_core.contracts.request import (
     InferenceRequest,
@@ -73,6 +74,7 @@ class Request:
         "drop_stale_output",
         "ignore_eos",
         "is_prefill_chunk",
+        "kv_transfer_params",
         "last_sched_seq",
         "max_tokens",
         "num_cached_tokens",
@@ -100,6 +102,10 @@ class Request:
         self.arrival_time_us = source.arrival_us
         self.max_tokens = source.max_output_tokens
         self.ignore_eos = source.ignore_eos
+        # The sampling params' extra_args["kv_transfer_params"]; the connector mutates it.
+        self.kv_transfer_params: dict[str, Any] | None = (
+            None if source.kv_transfer_params is None else dict(source.kv_transfer_params)
+        )
         self._vocab_size = vocab_size
         self.block_size = block_size
         self.all_token_ids: list[int] = prompt_token_ids(source.prompt, vocab_size)

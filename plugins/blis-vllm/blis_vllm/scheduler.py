@@ -33,7 +33,7 @@ running or waiting (0.33.0 behaviour), floored at a fair share of the budget whe
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,7 @@ from blis_core.contracts.engine import KVEvent
 
 from blis_vllm.config import VllmSettings
 from blis_vllm.kv_cache_manager import KVCacheManager
-from blis_vllm.kv_cache_utils import KVCacheBlock
+from blis_vllm.kv_cache_utils import KVCacheBlock, KVCacheGroupSpec
 from blis_vllm.kv_connector import KVConnector, KVConnectorOutput
 from blis_vllm.request import Request, RequestStatus
 from blis_vllm.request_queue import SchedulingPolicy, create_request_queue
@@ -105,6 +105,7 @@ class Scheduler:
         settings: VllmSettings,
         num_gpu_blocks: int,
         kv_connector: KVConnector | None = None,
+        kv_cache_groups: Sequence[KVCacheGroupSpec] | None = None,
     ) -> None:
         self.settings = settings
         self.max_num_running_reqs = settings.max_num_seqs
@@ -123,7 +124,15 @@ class Scheduler:
             max_model_len=settings.max_model_len,
             enable_caching=settings.enable_prefix_caching,
             watermark=settings.watermark,
+            # One full-attention group unless the plan has others (gpt-oss: sliding
+            # window and full attention); ``VllmConfig.max_in_flight_tokens`` sizes a
+            # sliding-window group's admission cap (2 batches in flight when async).
+            kv_cache_groups=kv_cache_groups,
+            max_in_flight_tokens=settings.max_num_batched_tokens
+            * (2 if settings.async_scheduling else 1),
         )
+        if kv_connector is not None and self.kv_cache_manager.num_kv_cache_groups > 1:
+            raise ValueError("the port's KV connectors support one KV cache group only")
         self.num_preemptions_total = 0
         self._step_id = 0
         # Waiting requests that hold KV blocks, drained before ``waiting`` (only a
@@ -345,7 +354,7 @@ class Scheduler:
                             continue
                         num_external = ext_tokens
                 else:
-                    hit_blocks, num_hit = [], 0
+                    hit_blocks, num_hit = (), 0
                 num_computed = (
                     num_hit + num_external
                     if request.num_computed_tokens == 0
@@ -808,7 +817,11 @@ class Scheduler:
         return self.get_num_unfinished_requests() > 0
 
     def has_finished_requests(self) -> bool:
-        """Whether finished requests still hold blocks for a connector transfer."""
+        """Requests finished since the last ``schedule`` (their ids go to the workers
+        with the next step), or, with a connector, finished requests whose blocks wait
+        for a transfer (they stay in ``requests``)."""
+        if self.finished_req_ids:
+            return True
         if self.connector is None:
             return False
         return len(self.requests) > self.get_num_unfinished_requests()

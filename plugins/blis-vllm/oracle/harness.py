@@ -96,6 +96,40 @@ LLAMA2_7B_CONFIG: dict[str, Any] = {
 }
 """``meta-llama/Llama-2-7b-hf`` ``config.json`` (the only file the model directory holds)."""
 
+GPT_OSS_LIKE_CONFIG: dict[str, Any] = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "hidden_size": 2880,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 4,
+    "experts_per_token": 4,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 150000,
+    "rope_scaling": {
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+        "rope_type": "yarn",
+        "truncate": False,
+    },
+    "attention_bias": True,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": VOCAB_SIZE,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+"""``openai/gpt-oss-20b`` ``config.json`` (huggingface.co/openai/gpt-oss-20b) without its
+``quantization_config`` (MXFP4 weights do not reach the scheduler) and with the vocabulary,
+the layer count, ``layer_types`` and ``sliding_window`` of each scenario (gpt-oss: 24
+layers alternating ``sliding_attention`` / ``full_attention``, window 128)."""
+
 
 # -- scenario -----------------------------------------------------------------------------
 
@@ -120,6 +154,11 @@ class ScenarioConfig:
     """ngram speculative decoding (no draft model, so no lookahead slots) when > 0."""
     kv_connector: str = ""
     """``"toy-sync"``: the equivalent toy KV connectors of ``toy_connector.py``."""
+    layer_types: tuple[str, ...] = ()
+    """Hybrid model (``GPT_OSS_LIKE_CONFIG``): HF ``layer_types`` per layer
+    (``sliding_attention`` / ``full_attention``); empty: Llama-2-7B, one group."""
+    sliding_window: int = 0
+    """The sliding window of the ``sliding_attention`` layers (hybrid only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,18 +266,87 @@ class _CapturingPublisher:
         return out
 
 
-_MODEL_DIR: str | None = None
+_MODEL_DIRS: dict[tuple[tuple[str, ...], int], str] = {}
 _HASH_FN: Callable[[Any], bytes] | None = None
 
 
-def _model_dir() -> str:
-    global _MODEL_DIR
-    if _MODEL_DIR is None:
+def _model_dir(layer_types: tuple[str, ...] = (), sliding_window: int = 0) -> str:
+    """A directory holding only the model's ``config.json`` (one per model shape)."""
+    key = (layer_types, sliding_window)
+    if key not in _MODEL_DIRS:
         d = tempfile.mkdtemp(prefix="blis-oracle-model-")
+        if layer_types:
+            config = {
+                **GPT_OSS_LIKE_CONFIG,
+                "num_hidden_layers": len(layer_types),
+                "layer_types": list(layer_types),
+                "sliding_window": sliding_window,
+            }
+        else:
+            config = LLAMA2_7B_CONFIG
         with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(LLAMA2_7B_CONFIG, f)
-        _MODEL_DIR = d
-    return _MODEL_DIR
+            json.dump(config, f)
+        _MODEL_DIRS[key] = d
+    return _MODEL_DIRS[key]
+
+
+def _upstream_kv_cache_config(cfg: ScenarioConfig, vllm_config: Any) -> Any:
+    """The ``KVCacheConfig`` of ``cfg``: one full-attention group (Llama), or the
+    groups upstream's own ``get_kv_cache_groups`` makes of the hybrid layers."""
+    import torch
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_groups
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        SlidingWindowSpec,
+    )
+
+    if not cfg.layer_types:
+        groups = [
+            KVCacheGroupSpec(
+                ["model.layers.0.self_attn.attn"],
+                FullAttentionSpec(
+                    block_size=cfg.block_size,
+                    num_kv_heads=32,
+                    head_size=128,
+                    dtype=torch.float16,
+                ),
+            )
+        ]
+    else:
+        specs: dict[str, Any] = {}
+        for i, kind in enumerate(cfg.layer_types):
+            name = f"model.layers.{i}.self_attn.attn"
+            if kind == "sliding_attention":
+                specs[name] = SlidingWindowSpec(
+                    block_size=cfg.block_size,
+                    num_kv_heads=8,
+                    head_size=64,
+                    dtype=torch.bfloat16,
+                    sliding_window=cfg.sliding_window,
+                )
+            else:
+                specs[name] = FullAttentionSpec(
+                    block_size=cfg.block_size,
+                    num_kv_heads=8,
+                    head_size=64,
+                    dtype=torch.bfloat16,
+                )
+        # On CUDA ``support_hybrid_kv_cache()`` keeps the hybrid KV cache manager on;
+        # the CPU platform the oracle runs on turns it off (see manifest.md).
+        vllm_config.scheduler_config.disable_hybrid_kv_cache_manager = False
+        # EngineCore resolves the layout from the workers' backends (FlashAttention:
+        # NHD, i.e. LBNHC); with one page size it cannot change the groups.
+        resolve_kv_cache_layout(vllm_config, [["LBNHC"]], specs.values())
+        groups = get_kv_cache_groups(vllm_config, specs)
+    return KVCacheConfig(
+        num_blocks=cfg.num_gpu_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=groups,
+        prefix_cache_retention_interval=vllm_config.cache_config.prefix_cache_retention_interval,
+    )
 
 
 def _hash_fn() -> Callable[[Any], bytes]:
@@ -270,7 +378,6 @@ class UpstreamSide:
     """vLLM 0.33.0's scheduler, run on the CPU with its environment replaced."""
 
     def __init__(self, cfg: ScenarioConfig) -> None:
-        import torch
         from vllm.config import (
             CacheConfig,
             DeviceConfig,
@@ -283,19 +390,14 @@ class UpstreamSide:
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher
         from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
-        from vllm.v1.kv_cache_interface import (
-            FullAttentionSpec,
-            KVCacheConfig,
-            KVCacheGroupSpec,
-        )
         from vllm.v1.structured_output import StructuredOutputManager
 
         self.cfg = cfg
         model_config = ModelConfig(
-            model=_model_dir(),
+            model=_model_dir(cfg.layer_types, cfg.sliding_window),
             skip_tokenizer_init=True,
             max_model_len=cfg.max_model_len,
-            dtype="float16",
+            dtype="bfloat16" if cfg.layer_types else "float16",
         )
         spec = None
         if cfg.num_speculative_tokens:
@@ -330,21 +432,8 @@ class UpstreamSide:
         # EngineCore._initialize_kv_caches sets this from the profiled memory.
         vllm_config.cache_config.num_gpu_blocks = cfg.num_gpu_blocks
         self.vllm_config = vllm_config
-        kv_cache_config = KVCacheConfig(
-            num_blocks=cfg.num_gpu_blocks,
-            kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(
-                    ["model.layers.0.self_attn.attn"],
-                    FullAttentionSpec(
-                        block_size=cfg.block_size,
-                        num_kv_heads=32,
-                        head_size=128,
-                        dtype=torch.float16,
-                    ),
-                )
-            ],
-        )
+        kv_cache_config = _upstream_kv_cache_config(cfg, vllm_config)
+        self.kv_cache_config = kv_cache_config
         cls = AsyncScheduler if cfg.async_scheduling else Scheduler
         self.sched = cls(
             vllm_config,
@@ -485,11 +574,10 @@ class UpstreamSide:
 
     def snapshot(self, hmap: HashMap) -> dict[str, Any]:
         s = self.sched
-        assert not s.kv_holding_waiting, "no KV connector: kv_holding_waiting stays empty"
         pool = s.kv_cache_manager.block_pool
         reqs = {}
         for rid, r in s.requests.items():
-            blocks = s.kv_cache_manager.coordinator.get_blocks(rid)[0]
+            blocks = s.kv_cache_manager.coordinator.get_blocks(rid)
             reqs[rid] = (
                 r.status.name,
                 r.num_computed_tokens,
@@ -501,15 +589,19 @@ class UpstreamSide:
                 r.is_prefill_chunk,
                 len(r.spec_token_ids),
                 len(r.block_hashes),
-                tuple(b.block_id for b in blocks),
+                tuple(tuple(b.block_id for b in g) for g in blocks),
             )
         cached = {}
         for b in pool.blocks:
             if b.block_hash is not None:
-                cached[b.block_id] = hmap.up_key(_block_hash_bytes(b.block_hash))
+                cached[b.block_id] = (
+                    hmap.up_key(_block_hash_bytes(b.block_hash)),
+                    _block_hash_group(b.block_hash),
+                )
         return {
             "running": [r.request_id for r in s.running],
             "waiting": [r.request_id for r in s.waiting],
+            "kv_holding_waiting": [r.request_id for r in s.kv_holding_waiting],
             "requests": reqs,
             "free_queue": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
             "ref_cnt": [b.ref_cnt for b in pool.blocks],
@@ -523,6 +615,12 @@ def _block_hash_bytes(h: Any) -> bytes:
     from vllm.v1.core.kv_cache_utils import get_block_hash
 
     return bytes(get_block_hash(h))
+
+
+def _block_hash_group(h: Any) -> int:
+    from vllm.v1.core.kv_cache_utils import get_group_id
+
+    return int(get_group_id(h))
 
 
 # -- the port side ----------------------------------------------------------------------------
@@ -561,6 +659,20 @@ def port_settings(cfg: ScenarioConfig) -> VllmSettings:
     )
 
 
+def port_kv_cache_groups(cfg: ScenarioConfig) -> list[Any] | None:
+    """The port's KV cache groups of ``cfg`` (its own grouping rule); ``None``: one
+    full-attention group."""
+    if not cfg.layer_types:
+        return None
+    from blis_vllm.kv_cache_utils import get_kv_cache_groups
+
+    layers = [
+        ("sliding_window", cfg.sliding_window) if t == "sliding_attention" else ("full", None)
+        for t in cfg.layer_types
+    ]
+    return list(get_kv_cache_groups(layers, cfg.block_size))
+
+
 class PortSide:
     """The blis-vllm port's scheduler, driven through the same calls."""
 
@@ -573,7 +685,12 @@ class PortSide:
             from toy_connector import PortToySyncConnector
 
             connector = PortToySyncConnector(cfg.block_size)
-        self.sched = cls(settings, cfg.num_gpu_blocks, kv_connector=connector)
+        self.sched = cls(
+            settings,
+            cfg.num_gpu_blocks,
+            kv_connector=connector,
+            kv_cache_groups=port_kv_cache_groups(cfg),
+        )
 
     def add(self, req: InferenceRequest) -> None:
         self.sched.add_request(
@@ -591,7 +708,7 @@ class PortSide:
         ]
 
     def has_requests(self) -> bool:
-        return self.sched.has_unfinished_requests() or bool(self.sched.finished_req_ids)
+        return self.sched.has_requests()
 
     def schedule(self) -> tuple[Any, dict[str, Any]]:
         out = self.sched.schedule()
@@ -654,15 +771,16 @@ class PortSide:
                 r.is_prefill_chunk,
                 len(r.spec_token_ids),
                 len(r.block_hashes) if r.block_hashes is not None else 0,
-                tuple(b.block_id for b in kv.get_blocks(rid)),
+                tuple(tuple(g) for g in kv.get_block_ids(rid)),
             )
         cached = {}
         for b in pool.blocks:
             if b.block_hash is not None:
-                cached[b.block_id] = hmap.port_key(b.block_hash)
+                cached[b.block_id] = (hmap.port_key(b.block_hash), b.hash_group_id)
         return {
             "running": [r.request_id for r in s.running],
             "waiting": [r.request_id for r in s.waiting],
+            "kv_holding_waiting": [r.request_id for r in s.kv_holding_waiting],
             "requests": reqs,
             "free_queue": [b.block_id for b in pool.free_block_queue.get_all_free_blocks()],
             "ref_cnt": [b.ref_cnt for b in pool.blocks],
@@ -724,6 +842,11 @@ class RunStats:
     stale_outputs: int = 0
     skipped_waiting: int = 0
     comparisons: int = 0
+    hybrid_steps: int = 0
+    window_null_blocks: int = 0
+    """Null blocks in block tables after schedule(): blocks recycled outside a window."""
+    junctions: int = 0
+    """Requests with a shared-prefix junction (``shared_prefix_boundary > 0``)."""
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -735,9 +858,10 @@ def _norm_up_event(ev: Any) -> tuple[str, Any]:
             ev.parent_block_hash,
             tuple(ev.token_ids),
             ev.block_size,
+            ev.group_idx,
         )
     if name == "BlockRemoved":
-        return name, (tuple(ev.block_hashes),)
+        return name, (tuple(ev.block_hashes), ev.group_idx)
     return name, ()
 
 
@@ -748,9 +872,10 @@ def _norm_port_event(ev: Any) -> tuple[str, Any]:
             ev.parent_block_hash,
             tuple(ev.token_ids),
             ev.block_size,
+            ev.group_idx,
         )
     if isinstance(ev, PortBlockRemoved):
-        return "BlockRemoved", (tuple(ev.block_hashes),)
+        return "BlockRemoved", (tuple(ev.block_hashes), ev.group_idx)
     return type(ev).__name__, ()
 
 
@@ -767,6 +892,30 @@ class Driver:
         self.iteration = 0
         self._rng = random.Random(scenario.seed * 7919 + 17)
         self._reqs: dict[str, list[Any]] = {}
+        self.check(
+            "KV cache groups (attention, sliding window, layers), upstream's grouping rule",
+            [
+                (
+                    "sliding_window"
+                    if type(g.kv_cache_spec).__name__ == "SlidingWindowSpec"
+                    else "full",
+                    getattr(g.kv_cache_spec, "sliding_window", None),
+                    len(g.layer_names),
+                )
+                for g in self.up.kv_cache_config.kv_cache_groups
+            ],
+            [
+                (g.attention, g.sliding_window, g.num_layers)
+                for g in self.port.sched.kv_cache_manager.kv_cache_groups
+            ]
+            if scenario.config.layer_types
+            else [("full", None, 1)],
+        )
+        self.check(
+            "KV cache coordinator",
+            type(self.up.sched.kv_cache_manager.coordinator).__name__,
+            type(self.port.sched.kv_cache_manager.coordinator).__name__,
+        )
 
     # comparison helpers
     def check(self, what: str, upstream: Any, port: Any) -> None:
@@ -814,7 +963,15 @@ class Driver:
         self._learn_hashes()
         a = self.up.snapshot(self.hmap)
         b = self.port.snapshot(self.hmap)
-        for key in ("running", "waiting", "free_queue", "ref_cnt", "cached", "prefix_stats"):
+        for key in (
+            "running",
+            "waiting",
+            "kv_holding_waiting",
+            "free_queue",
+            "ref_cnt",
+            "cached",
+            "prefix_stats",
+        ):
             self.check(f"{when}: {key}", a[key], b[key])
         self.check(f"{when}: request ids", sorted(a["requests"]), sorted(b["requests"]))
         fields = (
@@ -844,7 +1001,7 @@ class Driver:
         self.check("KV event kinds", [k for k, _ in ue], [k for k, _ in pe])
         for i, ((kind, u), (_, p)) in enumerate(zip(ue, pe, strict=True)):
             if kind == "BlockStored":
-                self.check(f"KV event {i} BlockStored token_ids/block_size", u[2:], p[2:])
+                self.check(f"KV event {i} BlockStored token_ids/block_size/group_idx", u[2:], p[2:])
                 self.check(f"KV event {i} BlockStored #hashes", len(u[0]), len(p[0]))
                 for uh, ph in zip(u[0], p[0], strict=True):
                     self.check(
@@ -864,6 +1021,7 @@ class Driver:
                         True,
                     )
             elif kind == "BlockRemoved":
+                self.check(f"KV event {i} BlockRemoved group_idx", u[1], p[1])
                 self.check(f"KV event {i} BlockRemoved #hashes", len(u[0]), len(p[0]))
                 for uh, ph in zip(u[0], p[0], strict=True):
                     self.check(
@@ -955,6 +1113,13 @@ class Driver:
             if ur is not None and ur.num_preemptions > 0:
                 self.stats.resumed += 1
         self.compare_state("after schedule()")
+        if self.sc.config.layer_types:
+            self.stats.hybrid_steps += 1
+            kvm = self.up.sched.kv_cache_manager
+            for rid, r in self.up.sched.requests.items():
+                for g in kvm.coordinator.get_blocks(rid):
+                    self.stats.window_null_blocks += sum(1 for b in g if b.is_null)
+                self.stats.junctions += int(r.shared_prefix_boundary > 0)
         self.stats.stale_outputs += sum(
             1 for r in self.up.sched.requests.values() if r.num_stale_output_tokens > 0
         )
@@ -983,7 +1148,7 @@ class Driver:
             self.check(
                 "SchedulerStats num_waiting_reqs + num_skipped_waiting_reqs",
                 st.num_waiting_reqs + st.num_skipped_waiting_reqs,
-                len(self.port.sched.waiting),
+                len(self.port.sched.waiting) + len(self.port.sched.kv_holding_waiting),
             )
         if self.sc.config.num_speculative_tokens and not self.sc.config.async_scheduling:
             drafts = self.drafts_for([r for r, _ in ud["scheduled"]])

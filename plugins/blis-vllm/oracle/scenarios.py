@@ -16,7 +16,13 @@ each, with every other knob also drawn at random:
   chunked prefill;
 * ``mixed``: everything at once, including aborts and the watermark;
 * ``spec``: ngram speculative decoding (sync and async) at scheduler level, drafts
-  and acceptance drawn from the scenario's seeded stream.
+  and acceptance drawn from the scenario's seeded stream;
+* ``hybrid``: a gpt-oss-like model (sliding-window and full-attention layers, in
+  gpt-oss's alternating pattern or n:1 patterns that make several sliding-window
+  groups) with windows from a few blocks to more than the prompts: sliding-window
+  block recycling, the hybrid cache-hit fixed point, sparse sliding-window caching
+  and shared-prefix junctions, under prefix sharing, KV pressure and preemption,
+  sync and async, with aborts and ngram drafts.
 """
 
 from __future__ import annotations
@@ -195,6 +201,54 @@ def _spec(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
     }
 
 
+_LAYER_PATTERNS: tuple[tuple[str, ...], ...] = (
+    ("sliding_attention", "full_attention") * 2,  # gpt-oss (24 layers: 12 + 12)
+    ("sliding_attention", "full_attention") * 3,
+    ("sliding_attention", "sliding_attention", "sliding_attention", "full_attention"),
+    ("sliding_attention",) * 5 + ("full_attention",),  # 5:1, five sliding groups
+    ("full_attention", "sliding_attention", "sliding_attention"),
+    ("sliding_attention",) * 3 + ("full_attention",) * 2,  # 3 + 2: padded groups
+)
+
+
+def _hybrid(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    cfg = _config(rng, enable_prefix_caching=rng.random() < 0.85)
+    bs = cfg.block_size
+    window = rng.choice([bs // 2 + 1, bs, bs + 1, 2 * bs, 3 * bs + 3, 128, 200])
+    window = max(window, 2)
+    layer_types = rng.choice(_LAYER_PATTERNS)
+    n_sliding = layer_types.count("sliding_attention")
+    n_full = len(layer_types) - n_sliding
+    group_size = min(n_sliding, n_full)
+    if max(n_sliding, n_full) < group_size * 1.5:
+        group_size = max(n_sliding, n_full)
+    full_groups = -(-n_full // group_size)
+    sliding_groups = -(-n_sliding // group_size)
+    in_flight = cfg.max_num_batched_tokens * (2 if cfg.async_scheduling else 1)
+    sliding_cap = -(-min(window - 1 + in_flight, cfg.max_model_len) // bs) + 1
+    # Enough blocks for one max_model_len request (upstream's startup check), plus
+    # a little (KV pressure, preemption) or a lot.
+    floor = full_groups * (cfg.max_model_len // bs) + sliding_groups * sliding_cap + 1
+    extra = rng.choice([rng.randint(1, 12), rng.randint(12, 60), rng.randint(60, 200)])
+    cfg = ScenarioConfig(
+        **{
+            **_asdict(cfg),
+            "num_gpu_blocks": floor + extra,
+            "layer_types": layer_types,
+            "sliding_window": window,
+            "num_speculative_tokens": rng.choice([0, 0, 0, 2]),
+        }
+    )
+    return cfg, {
+        "n": rng.randint(6, 20),
+        "shared": rng.choice([0.5, 0.9]),
+        "spread": rng.randint(4, 20),
+        "long_frac": rng.choice([0.2, 0.4]),
+        "priorities": cfg.policy == "priority",
+        "abort_frac": 0.05,
+    }
+
+
 FAMILIES: dict[str, Callable[[random.Random], tuple[ScenarioConfig, dict[str, object]]]] = {
     "chunked": _chunked,
     "prefix": _prefix,
@@ -204,6 +258,7 @@ FAMILIES: dict[str, Callable[[random.Random], tuple[ScenarioConfig, dict[str, ob
     "threshold": _threshold,
     "mixed": _mixed,
     "spec": _spec,
+    "hybrid": _hybrid,
 }
 
 STANDARD_COUNTS: dict[str, int] = {
@@ -215,8 +270,9 @@ STANDARD_COUNTS: dict[str, int] = {
     "threshold": 50,
     "mixed": 80,
     "spec": 70,
+    "hybrid": 120,
 }
-"""Scenarios per family in the standard set (620 in all)."""
+"""Scenarios per family in the standard set (740 in all: 620 single-group, 120 hybrid)."""
 
 
 def make_scenario(family: str, seed: int) -> Scenario:

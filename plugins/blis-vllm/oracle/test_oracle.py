@@ -1,7 +1,8 @@
 """T2 oracle: the port and vLLM 0.33.0's own scheduler decide the same at every step.
 
-One test per standard scenario (``scenarios.standard_scenarios``: 620 seeded
-scenarios over eight families). Each runs the real ``vllm.v1.core.sched`` scheduler
+One test per standard scenario (``scenarios.standard_scenarios``: 740 seeded
+scenarios over nine families, 120 of them a hybrid sliding-window + full-attention
+model). Each runs the real ``vllm.v1.core.sched`` scheduler
 and :mod:`blis_vllm.scheduler` side by side through :class:`harness.Driver`, which
 raises :class:`harness.Divergence` at the first step where any decision or state
 differs; the failure message names the scenario (family, seed, every parameter and
@@ -10,7 +11,8 @@ request) and both sides' values, which is the minimal reproducer:
 
 ``test_coverage`` then checks that the set as a whole exercised what it is meant to
 (preemption, resumption, prefix hits, KV events, stale async output, aborts, spec
-decode, length caps), so a generator change cannot make the agreement vacuous.
+decode, length caps, sliding-window block recycling and shared-prefix junctions), so
+a generator change cannot make the agreement vacuous.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def test_coverage() -> None:
             "stale_outputs",
             "skipped_waiting",
             "comparisons",
+            "hybrid_steps",
+            "window_null_blocks",
+            "junctions",
         ):
             total[k] += getattr(st, k)
         reasons.update(st.reasons)
@@ -75,6 +80,9 @@ def test_coverage() -> None:
         "kv_events": 10_000,
         "spec_steps": 500,
         "stale_outputs": 10,
+        "hybrid_steps": 5_000,
+        "window_null_blocks": 10_000,
+        "junctions": 10,
     }
     if SCALE >= 1.0:
         low = {k: (total[k], v) for k, v in floors.items() if total[k] < v}

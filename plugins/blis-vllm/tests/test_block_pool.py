@@ -36,7 +36,7 @@ def test_freed_request_tail_is_evicted_first_and_eviction_is_lazy() -> None:
     assert free[-3:] == list(reversed(ids))
     # Still cached while free: a new request with the same prompt hits them.
     again = _request("b", "k", 13)
-    hit, n = kv.get_computed_blocks(again)
+    (hit,), n = kv.get_computed_blocks(again)
     assert [b.block_id for b in hit] == ids and n == 12
     # Allocating every other free block first, then the cached ones: the tail of "a"
     # (its last block) is evicted first, with a BlockRemoved.

@@ -50,11 +50,11 @@ def test_without_chunked_prefill_default_budget_covers_max_model_len() -> None:
 
 def test_unknown_removed_and_unmodelled_args_are_refused_by_name() -> None:
     with pytest.raises(InputRefused) as exc:
-        _resolve(max_num_batched_tokenz=1, max_num_partial_prefills=2, kv_transfer_config={})
+        _resolve(max_num_batched_tokenz=1, max_num_partial_prefills=2, kv_events_config={})
     causes = _causes(exc)
     assert "unknown" in causes["engine.args.max_num_batched_tokenz"]
     assert "no such engine argument" in causes["engine.args.max_num_partial_prefills"]
-    assert "not modelled" in causes["engine.args.kv_transfer_config"]
+    assert "not modelled" in causes["engine.args.kv_events_config"]
 
 
 def test_upstream_refusals_carry_upstream_messages() -> None:

@@ -15,7 +15,7 @@ def test_shared_system_prompt_hits_cached_blocks() -> None:
     a = _r("a", ("system/1", 100), ("user/a", 30))
     kv.allocate_slots(a, a.num_tokens)
     b = _r("b", ("system/1", 100), ("user/b", 50))
-    hit, n = kv.get_computed_blocks(b)
+    (hit,), n = kv.get_computed_blocks(b)
     # Six full blocks (96 tokens) lie inside the shared 100-token system prompt.
     assert n == 96
     assert hit == kv.get_blocks("a")[:6]
@@ -28,7 +28,7 @@ def test_never_the_last_token() -> None:
     a = _r("a", ("doc", 64))
     kv.allocate_slots(a, 64)
     same = _r("b", ("doc", 64))
-    hit, n = kv.get_computed_blocks(same)
+    (hit,), n = kv.get_computed_blocks(same)
     assert n == 48 and len(hit) == 3  # at most num_tokens - 1 = 63 tokens, block aligned
 
 
@@ -38,10 +38,10 @@ def test_hit_blocks_are_shared_and_counted_as_evictable() -> None:
     kv.allocate_slots(a, 64)  # 4 of the 5 usable blocks
     kv.free(a)
     b = _r("b", ("doc", 80))
-    hit, n = kv.get_computed_blocks(b)
+    hits, n = kv.get_computed_blocks(b)
     assert n == 64
     # 5 blocks needed, 4 of them hit but free (evictable): they must be counted.
-    assert kv.allocate_slots(b, 80 - n, num_new_computed_tokens=n, new_computed_blocks=hit)
+    assert kv.allocate_slots(b, 80 - n, num_new_computed_tokens=n, new_computed_blocks=hits)
     assert [blk.ref_cnt for blk in kv.get_blocks("b")] == [1] * 5
 
 

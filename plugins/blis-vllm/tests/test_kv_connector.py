@@ -288,8 +288,12 @@ def test_failed_async_load_fails_the_request_with_fail_policy() -> None:
     _, finished = _step(s, conn)
     assert finished == [("a", "error", 0)]
     assert a.status is RequestStatus.FINISHED_ERROR
-    assert "a" not in s.requests and not s.has_requests()
-    assert s.kv_cache_manager.block_pool.get_num_free_blocks() == 199
+    assert "a" not in s.requests and s.kv_cache_manager.block_pool.get_num_free_blocks() == 199
+    # Its id still goes to the workers with the next step (has_finished_requests), then
+    # the engine goes idle.
+    assert s.has_requests() and s.finished_req_ids == {"a"}
+    s.schedule()
+    assert not s.has_requests()
 
 
 def test_delay_free_blocks_keeps_blocks_until_finished_sending() -> None:

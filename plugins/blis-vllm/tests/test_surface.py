@@ -137,6 +137,7 @@ _MODELLED_SAMPLES: dict[str, Any] = {
     "scheduling_policy": "priority",
     "async_scheduling": False,
     "speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+    "kv_transfer_config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"},
     "compilation_config": {"mode": 3},
     "cudagraph_capture_sizes": [1, 2, 4, 8],
     "max_cudagraph_capture_size": 64,
@@ -208,7 +209,7 @@ def test_modelled_architectures_and_quantizations_are_the_catalogs() -> None:
     assert modelled <= archs, "a modelled architecture must be one the catalog can run"
     for arch in archs - modelled:  # in the catalog, but its KV layout is not ported yet
         assert models[arch]["status"] == "refused" and models[arch]["reason"], arch
-    assert "GptOssForCausalLM" in archs - modelled  # sliding-window KV management
+    assert "GptOssForCausalLM" in modelled  # hybrid sliding-window KV cache groups
     quants = {m.quantization for m in catalog.models.values() if m.architecture in modelled} - {
         None
     }
@@ -282,14 +283,22 @@ def test_surface_command_counts_sum_to_list_sizes(capsys: pytest.CaptureFixture[
         assert set(counts) <= {"modelled", "refused", "out_of_scope", "proven_inert"}
 
 
-def test_gpt_oss_is_refused_until_sliding_window_is_ported() -> None:
-    from blis_core.contracts.errors import InputRefused
+def test_gpt_oss_plans_hybrid_kv_cache_groups() -> None:
     from blis_core.runner import DataSources
     from blis_core.runner.environment import make_environment
     from blis_core.sim.rng import RandomStreams
 
+    from blis_vllm.planning import scheduler_kv_cache_groups
+
     env = make_environment(DataSources.load(), "p-0", RandomStreams(0))
     spec = pool_spec()
     spec = type(spec)(spec.pool, "openai/gpt-oss-20b", "H100-SXM", spec.layout, {})
-    with pytest.raises(InputRefused, match="sliding-window"):
-        VllmEngineFactory().plan(spec, env)
+    plan = VllmEngineFactory().plan(spec, env)
+    groups = {g.name: (g.num_layers, g.sliding_window) for g in plan.kv_groups}
+    assert groups == {"sliding_window": (12, 128), "full": (12, None)}
+    engine_groups = scheduler_kv_cache_groups(plan.kv_groups)
+    assert [(g.attention, g.num_layers) for g in engine_groups] == [
+        ("sliding_window", 12),
+        ("full", 12),
+    ]
+    assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks > 0
