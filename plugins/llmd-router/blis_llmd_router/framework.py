@@ -21,7 +21,7 @@ returns them (configuration order); upstream iterates a map there too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,16 +71,21 @@ class SchedulingRequest:
     """Upstream ``fwksched.InferenceRequest``: what plugins see of a request.
 
     ``target_model`` is the ``model`` header when the request carries one, else ``""``.
-    ``token_ids`` is materialised on first use (only prefix-aware plugins need it).
+    ``token_ids`` is materialised on first use (only prefix-aware plugins need it);
+    ``tokens_from_prompt`` says whether it is ``request.prompt``'s tokens (a pure function of
+    the prompt's segments and ``vocab_size``, so plugins may cache what they derive from it)
+    rather than ids given directly.
     """
 
     __slots__ = (
         "_tokens",
         "headers",
+        "prefiller",
         "priority",
         "request",
         "request_id",
         "target_model",
+        "tokens_from_prompt",
         "vocab_size",
     )
 
@@ -92,6 +97,10 @@ class SchedulingRequest:
         self.priority = request.priority
         self.vocab_size = vocab_size
         self._tokens: tuple[int, ...] | None = None
+        self.tokens_from_prompt = True
+        self.prefiller: str | None = None
+        """The ``x-prefiller-host-port`` header ``PreRequest`` plugins set for P/D: the
+        prefill endpoint's name (``None``: not disaggregated)."""
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -105,6 +114,20 @@ class SchedulingRequest:
             self._tokens = tuple(prompt_token_ids(self.request.prompt, self.vocab_size))
         return self._tokens
 
+    def token_ids_from(self, start: int) -> Sequence[int]:
+        """``token_ids[start:]``; when ``start`` is where a prompt segment begins, only the
+        segments from there on are materialised (a cached prefix needs no ids)."""
+        if self._tokens is None and self.tokens_from_prompt:
+            prompt = self.request.prompt
+            pos = 0
+            for k, seg in enumerate(prompt):
+                if pos >= start:
+                    if pos == start:
+                        return prompt_token_ids(prompt[k:], self.vocab_size)
+                    break
+                pos += seg.num_tokens
+        return self.token_ids[start:]
+
     @classmethod
     def from_token_ids(
         cls, request_id: str, token_ids: Sequence[int], target_model: str = ""
@@ -113,10 +136,11 @@ class SchedulingRequest:
         headers = (("model", target_model),) if target_model else ()
         req = cls(InferenceRequest(request_id, 0, (), 0, headers=headers))
         req._tokens = tuple(token_ids)
+        req.tokens_from_prompt = False
         return req
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Endpoint:
     """Upstream ``fwksched.Endpoint``: metadata, metrics and per-request attributes.
 
@@ -127,7 +151,21 @@ class Endpoint:
     name: str
     labels: Mapping[str, str]
     metrics: EndpointMetrics
-    attributes: dict[str, Any] = field(default_factory=dict)
+    attributes: dict[str, Any]
+
+    # Hand-written: a router builds one per candidate per decision, and the generated
+    # __init__ (default_factory) is measurably slower.
+    def __init__(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        metrics: EndpointMetrics,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.labels = labels
+        self.metrics = metrics
+        self.attributes = {} if attributes is None else attributes
 
     @classmethod
     def from_snapshot(cls, snapshot: EndpointSnapshot) -> Endpoint:
@@ -182,6 +220,17 @@ class Scorer(Plugin):
         """A score per endpoint name, nominally in [0, 1] (the profile clamps it)."""
         raise NotImplementedError
 
+    def score_list(
+        self, request: SchedulingRequest, endpoints: list[Endpoint]
+    ) -> list[float] | None:
+        """``score`` as a list in candidate order, or ``None`` (the default): use ``score``.
+
+        A profile calls it first, and only when the endpoints' names are distinct; a scorer
+        that implements it must give exactly ``[score(...)[e.name] for e in endpoints]``
+        (it saves building and reading back a dict per decision).
+        """
+        return None
+
 
 class Picker(Plugin):
     """Upstream ``fwksched.Picker``."""
@@ -189,6 +238,14 @@ class Picker(Plugin):
     def pick(self, scored: list[ScoredEndpoint]) -> ProfileRunResult:
         """Choose among ``scored`` (which the picker may reorder)."""
         raise NotImplementedError
+
+    def pick_totals(self, endpoints: list[Endpoint], totals: list[float]) -> ProfileRunResult:
+        """:meth:`pick` over ``endpoints`` with their totals (same length, same order).
+
+        What a profile calls; a picker may override it to choose without building a
+        :class:`ScoredEndpoint` per endpoint, and must then choose exactly as ``pick``.
+        """
+        return self.pick([ScoredEndpoint(e, t) for e, t in zip(endpoints, totals, strict=True)])
 
 
 class ProfileHandler(Plugin):
@@ -198,9 +255,10 @@ class ProfileHandler(Plugin):
         self,
         request: SchedulingRequest,
         profiles: Mapping[str, SchedulerProfile],
-        results: Mapping[str, ProfileRunResult | None],
+        results: MutableMapping[str, ProfileRunResult | None],
     ) -> dict[str, SchedulerProfile]:
-        """The profiles to run next; empty when done."""
+        """The profiles to run next; empty when done. A handler may mark a profile it
+        decided not to run as evaluated (``results[name] = None``), as upstream does."""
         raise NotImplementedError
 
     def process_results(
@@ -248,6 +306,34 @@ def _enforce_score_range(score: float) -> float:
     if score > 1:
         return 1.0
     return score
+
+
+def _weighted_totals(
+    columns: list[tuple[list[float] | dict[str, float], float]], names: list[str]
+) -> list[float]:
+    """Each endpoint's total: from 0.0, add each scorer's clamped score times its weight, in
+    profile order (upstream's summation order, so the floats are the same). A dict column
+    is clamped here, and a name it lacks adds nothing."""
+    lists = [(c, w) for c, w in columns if isinstance(c, list)]
+    if len(lists) == len(columns):
+        # One pass for the usual profiles; the parentheses keep the order of the additions.
+        if len(lists) == 3:
+            (a, wa), (b, wb), (c, wc) = lists
+            return [((0.0 + x * wa) + y * wb) + z * wc for x, y, z in zip(a, b, c, strict=True)]
+        if len(lists) == 2:
+            (a, wa), (b, wb) = lists
+            return [(0.0 + x * wa) + y * wb for x, y in zip(a, b, strict=True)]
+    totals = [0.0] * len(names)
+    for column, weight in columns:
+        if isinstance(column, list):
+            totals = [t + s * weight for t, s in zip(totals, column, strict=True)]
+            continue
+        get = column.get
+        totals = [
+            t if (s := get(name)) is None else t + _enforce_score_range(s) * weight
+            for t, name in zip(totals, names, strict=True)
+        ]
+    return totals
 
 
 @dataclass(slots=True)
@@ -299,31 +385,45 @@ class SchedulerProfile:
                 break
         if not endpoints:
             raise SchedulingError("no endpoints available for the given request")
-        totals = {e.name: 0.0 for e in endpoints}
+        names = [e.name for e in endpoints]
+        distinct = len(set(names)) == len(names)
+        # Per scorer, in profile order: its clamped scores as a list in candidate order, or
+        # (when it left a name out or scored out of order) its dict, which is added by name.
+        columns: list[tuple[list[float] | dict[str, float], float]] = []
         for ws in self.scorers:
-            scores = ws.scorer.score(request, endpoints)
-            weight = ws.weight
-            # NOTE: _enforce_score_range inlined (hot path); the per-endpoint sums add the
-            # scorers in the same order as upstream, so totals are bit-identical.
-            for name, score in scores.items():
-                if name in totals:
-                    clamped = 0.0 if score < 0 else (1.0 if score > 1 else score)
-                    totals[name] += clamped * weight
+            scorer = ws.scorer
+            scores: dict[str, float] | None = None
+            vals = scorer.score_list(request, endpoints) if distinct else None
+            if vals is None:
+                scores = scorer.score(request, endpoints)
+                vals = list(scores.values()) if list(scores) == names else None
+            if vals is None:
+                assert scores is not None
+                columns.append((scores, ws.weight))
+            elif min(vals) >= 0 and max(vals) <= 1:
+                # Already in range: the clamp would change nothing (it keeps a NaN too).
+                columns.append((vals, ws.weight))
+            else:
+                # _enforce_score_range, inlined (hot path).
+                columns.append(([0.0 if v < 0 else (1.0 if v > 1 else v) for v in vals], ws.weight))
             if rec is not None:
+                if scores is None:
+                    assert vals is not None
+                    scores = dict(zip(names, vals, strict=True))
                 rec["scorers"].append(
                     {
-                        "name": ws.scorer.name,
-                        "type": ws.scorer.plugin_type,
+                        "name": scorer.name,
+                        "type": scorer.plugin_type,
                         "weight": ws.weight,
                         "scores": {e.name: scores[e.name] for e in endpoints if e.name in scores},
                     }
                 )
+        totals = _weighted_totals(columns, names)
         if self.picker is None:
             raise SchedulingError(f"profile {self.name!r} has no picker")
-        scored = [ScoredEndpoint(e, totals[e.name]) for e in endpoints]
-        result = self.picker.pick(scored)
+        result = self.picker.pick_totals(endpoints, totals)
         if rec is not None:
-            rec["totals"] = dict(totals)
+            rec["totals"] = dict(zip(names, totals, strict=True))
             rec["picker"] = {"name": self.picker.name, "type": self.picker.plugin_type}
             rec["picked"] = [e.name for e in result.target_endpoints]
         return result

@@ -12,7 +12,9 @@ Port of ``pkg/epp/config/loader/configloader.go`` (``InstantiateAndConfigure``,
 3. a data key a plugin consumes that no plugin produces gets its default producer,
    named after its type (``approx-prefix-cache-producer`` for ``prefix-cache-scorer``,
    ``inflight-load-producer`` for ``active-request-scorer``, ``token-load-scorer`` and
-   ``concurrency-detector``, ``token-producer`` for the prefix and in-flight producers);
+   ``concurrency-detector``, ``token-producer`` for the prefix and in-flight producers
+   and ``context-length-aware``; ``utilization-filter`` and ``prefix-cache-affinity-filter``
+   as their upstream ``Consumes`` says, see :func:`_consumed_producers`);
    a key naming a producer that does not exist is refused;
 4. scheduling defaults: with no profile, one profile ``default`` holding every filter,
    scorer and picker; with one profile and no profile handler, a
@@ -51,6 +53,7 @@ from typing import Any
 
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.router import RouterRuntime
+from blis_llmd_router.admission import Admitter
 from blis_llmd_router.config import (
     DEFAULT_CONFIG_PATH,
     DEFAULT_SCORER_WEIGHT,
@@ -61,6 +64,7 @@ from blis_llmd_router.config import (
     decode_config,
 )
 from blis_llmd_router.context import BuildContext
+from blis_llmd_router.filters import PrefixCacheAffinityFilter, UtilizationFilter
 from blis_llmd_router.flowcontrol import ConcurrencyDetector, SaturationDetector
 from blis_llmd_router.flowcontrol.controller import (
     DEFAULT_FAIRNESS_POLICY,
@@ -89,6 +93,7 @@ from blis_llmd_router.producers import (
     PrecisePrefixCacheProducer,
     TokenProducer,
 )
+from blis_llmd_router.profiles import DisaggProfileHandler
 from blis_llmd_router.registry import REGISTRY, surface
 from blis_llmd_router.scorers import (
     ActiveRequestScorer,
@@ -97,6 +102,7 @@ from blis_llmd_router.scorers import (
     PrefixCacheScorer,
     TokenLoadScorer,
 )
+from blis_llmd_router.scorers.context_length_aware import ContextLengthAware
 
 __all__ = ["FEATURE_GATES", "LoadedConfig", "load"]
 
@@ -128,6 +134,7 @@ class LoadedConfig:
     saturation_detector: SaturationDetector | None = None
     vocab_size: int = TOKENIZER_VOCAB_SIZE
     flow_controller: FlowController | None = None
+    admitters: list[Admitter] = field(default_factory=list)
 
 
 def _refuse_type(ptype: str) -> str | None:
@@ -206,6 +213,37 @@ def _add_default(
     return plugin
 
 
+def _consumed_producers(plugin: Plugin) -> list[tuple[str, tuple[type[Plugin], ...], str]]:
+    """(producer name, accepted classes, default type) of each key the filters consume.
+
+    ``utilization-filter`` consumes the in-flight load when it caps ``active-requests``;
+    ``prefix-cache-affinity-filter`` the prefix match info, and the in-flight load when
+    its TTFT gate is on (their upstream ``Consumes``).
+    """
+    out: list[tuple[str, tuple[type[Plugin], ...], str]] = []
+    if isinstance(plugin, PrefixCacheAffinityFilter):
+        out.append(
+            (
+                plugin.prefix_producer_name,
+                _PREFIX_PRODUCERS,
+                ApproxPrefixCacheProducer.plugin_type,
+            )
+        )
+        if plugin.consumes_in_flight_load:
+            out.append(
+                (
+                    plugin.in_flight_producer_name,
+                    (InFlightLoadProducer,),
+                    InFlightLoadProducer.plugin_type,
+                )
+            )
+    if isinstance(plugin, UtilizationFilter) and plugin.consumes_in_flight_load:
+        out.append(
+            (plugin.producer_name, (InFlightLoadProducer,), InFlightLoadProducer.plugin_type)
+        )
+    return out
+
+
 def _ensure_producers(
     cfg: EndpointPickerConfig,
     plugins: dict[str, Plugin],
@@ -221,6 +259,10 @@ def _ensure_producers(
         default: str
         if isinstance(plugin, PrefixCacheScorer | NoHitLRUScorer):
             want, classes = plugin.producer_name, _PREFIX_PRODUCERS
+            default = ApproxPrefixCacheProducer.plugin_type
+        elif isinstance(plugin, DisaggProfileHandler):
+            # Consumes the default PrefixCacheMatchInfo key (for its PD decider).
+            want, classes = ApproxPrefixCacheProducer.plugin_type, _PREFIX_PRODUCERS
             default = ApproxPrefixCacheProducer.plugin_type
         elif isinstance(plugin, ActiveRequestScorer | TokenLoadScorer | ConcurrencyDetector):
             want, classes = plugin.producer_name, (InFlightLoadProducer,)
@@ -240,12 +282,29 @@ def _ensure_producers(
                 f" {default} (no default producer found for missing data key)",
             )
         )
+    for name, plugin in list(plugins.items()):
+        for want, classes, default in _consumed_producers(plugin):
+            if isinstance(plugins.get(want), classes):
+                continue
+            if want == default and want not in plugins:
+                _add_default(cfg, plugins, want, ctx, path, injected)
+                continue
+            errors.append(
+                FieldError(
+                    f"{path}.plugins",
+                    want,
+                    f"plugin {name!r} consumes data produced by {want!r}, which is not a"
+                    f" configured {default} (no default producer found for missing data key)",
+                )
+            )
     if errors:
         raise InputRefused(errors)
-    # Prefix and in-flight producers consume the tokenised prompt (TokenizedPromptDataKey).
+    # Prefix and in-flight producers and the disagg handler consume the tokenised prompt
+    # (TokenizedPromptDataKey).
     needs_tokens = any(
-        isinstance(p, (*_PREFIX_PRODUCERS, InFlightLoadProducer)) for p in plugins.values()
-    )
+        isinstance(p, (*_PREFIX_PRODUCERS, InFlightLoadProducer, DisaggProfileHandler))
+        for p in plugins.values()
+    ) or any(isinstance(p, ContextLengthAware) for p in plugins.values())
     if needs_tokens and not any(isinstance(p, TokenProducer) for p in plugins.values()):
         if _TOKEN_PRODUCER in plugins:
             raise InputRefused.one(
@@ -446,7 +505,11 @@ def _build_scheduler(
         )
     if errors:
         raise InputRefused(errors)
-    return Scheduler(handlers[0], profiles)
+    handler = handlers[0]
+    if isinstance(handler, DisaggProfileHandler):
+        index = next(i for i, spec in enumerate(cfg.plugins) if spec.name == handler.name)
+        handler.resolve(plugins, f"{path}.plugins.{index}.parameters")
+    return Scheduler(handler, profiles)
 
 
 def load(
@@ -513,6 +576,7 @@ def load(
         saturation_detector=detector,
         vocab_size=tokenizer.vocab_size if tokenizer is not None else TOKENIZER_VOCAB_SIZE,
         flow_controller=flow_controller,
+        admitters=[p for p in plugins.values() if isinstance(p, Admitter)],
     )
 
 

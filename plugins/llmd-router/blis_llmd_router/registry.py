@@ -17,15 +17,29 @@ from typing import Any
 
 import yaml
 
+from blis_llmd_router.admission import ProbabilisticAdmitter
 from blis_llmd_router.context import PluginFactory
 from blis_llmd_router.filters.bylabel import ByLabelFilter, LabelSelectorFilter, role_filter
+from blis_llmd_router.filters.prefix_cache_affinity import PrefixCacheAffinityFilter
+from blis_llmd_router.filters.session_affinity import SessionAffinityFilter
+from blis_llmd_router.filters.utilization import UtilizationFilter
 from blis_llmd_router.flowcontrol import ConcurrencyDetector, UtilizationDetector
+from blis_llmd_router.flowcontrol.eviction import (
+    PriorityThenTimeEvictionOrder,
+    SheddableEvictionFilter,
+)
 from blis_llmd_router.flowcontrol.policies import (
     EDFOrderingPolicy,
     FCFSOrderingPolicy,
     GlobalStrictFairnessPolicy,
     RoundRobinFairnessPolicy,
     StaticUsageLimitPolicy,
+)
+from blis_llmd_router.flowcontrol.program_aware import ProgramAwareFairness
+from blis_llmd_router.flowcontrol.slo_deadline import SLODeadlineOrderingPolicy
+from blis_llmd_router.flowcontrol.usage_limits import (
+    PriorityHoldbackPolicy,
+    SoftReflectiveCeilingPolicy,
 )
 from blis_llmd_router.pickers import MaxScorePicker, RandomPicker, WeightedRandomPicker
 from blis_llmd_router.producers import (
@@ -34,10 +48,19 @@ from blis_llmd_router.producers import (
     PrecisePrefixCacheProducer,
     TokenProducer,
 )
-from blis_llmd_router.producers.inert import inert_factory
-from blis_llmd_router.profiles import SingleProfileHandler
+from blis_llmd_router.producers.inert import create_metrics_data_source, inert_factory
+from blis_llmd_router.profiles import (
+    AlwaysDisaggPDDecider,
+    DisaggHeadersHandler,
+    DisaggProfileHandler,
+    HeaderProfileHandler,
+    PrefixBasedPDDecider,
+    SingleProfileHandler,
+)
 from blis_llmd_router.scorers import (
     ActiveRequestScorer,
+    ContextLengthAware,
+    HeaderLabelAffinityScorer,
     KVCacheUtilizationScorer,
     LoadAwareScorer,
     LoraAffinityScorer,
@@ -74,6 +97,8 @@ REGISTRY: Mapping[str, PluginFactory] = {
     NoHitLRUScorer.plugin_type: NoHitLRUScorer.create,
     LoraAffinityScorer.plugin_type: LoraAffinityScorer.create,
     SessionAffinityScorer.plugin_type: SessionAffinityScorer.create,
+    ContextLengthAware.plugin_type: ContextLengthAware.create,
+    HeaderLabelAffinityScorer.plugin_type: HeaderLabelAffinityScorer.create,
     # pickers
     MaxScorePicker.plugin_type: MaxScorePicker.create,
     RandomPicker.plugin_type: RandomPicker.create,
@@ -85,13 +110,24 @@ REGISTRY: Mapping[str, PluginFactory] = {
     ByLabelFilter.plugin_type: ByLabelFilter.create,
     LabelSelectorFilter.plugin_type: LabelSelectorFilter.create,
     "by-label-selector": LabelSelectorFilter.create_deprecated,
+    UtilizationFilter.plugin_type: UtilizationFilter.create,
+    SessionAffinityFilter.plugin_type: SessionAffinityFilter.create,
+    PrefixCacheAffinityFilter.plugin_type: PrefixCacheAffinityFilter.create,
     # profile handlers
     SingleProfileHandler.plugin_type: SingleProfileHandler.create,
+    HeaderProfileHandler.plugin_type: HeaderProfileHandler.create,
+    DisaggProfileHandler.plugin_type: DisaggProfileHandler.create,
+    PrefixBasedPDDecider.plugin_type: PrefixBasedPDDecider.create,
+    AlwaysDisaggPDDecider.plugin_type: AlwaysDisaggPDDecider.create,
+    DisaggHeadersHandler.plugin_type: DisaggHeadersHandler.create,
+    "prefill-header-handler": DisaggHeadersHandler.create,
     # data producers
     ApproxPrefixCacheProducer.plugin_type: ApproxPrefixCacheProducer.create,
     InFlightLoadProducer.plugin_type: InFlightLoadProducer.create,
     PrecisePrefixCacheProducer.plugin_type: PrecisePrefixCacheProducer.create,
     TokenProducer.plugin_type: TokenProducer.create,
+    # admission plugins
+    ProbabilisticAdmitter.plugin_type: ProbabilisticAdmitter.create,
     # saturation detectors
     UtilizationDetector.plugin_type: UtilizationDetector.create,
     ConcurrencyDetector.plugin_type: ConcurrencyDetector.create,
@@ -101,8 +137,14 @@ REGISTRY: Mapping[str, PluginFactory] = {
     GlobalStrictFairnessPolicy.plugin_type: GlobalStrictFairnessPolicy.create,
     RoundRobinFairnessPolicy.plugin_type: RoundRobinFairnessPolicy.create,
     StaticUsageLimitPolicy.plugin_type: StaticUsageLimitPolicy.create,
+    SLODeadlineOrderingPolicy.plugin_type: SLODeadlineOrderingPolicy.create,
+    ProgramAwareFairness.plugin_type: ProgramAwareFairness.create,
+    PriorityHoldbackPolicy.plugin_type: PriorityHoldbackPolicy.create,
+    SoftReflectiveCeilingPolicy.plugin_type: SoftReflectiveCeilingPolicy.create,
+    SheddableEvictionFilter.plugin_type: SheddableEvictionFilter.create,
+    PriorityThenTimeEvictionOrder.plugin_type: PriorityThenTimeEvictionOrder.create,
     # substituted or inert
-    "metrics-data-source": inert_factory("metrics-data-source", {}),
+    "metrics-data-source": create_metrics_data_source,
     "core-metrics-extractor": inert_factory("core-metrics-extractor", {}),
     "endpoint-notification-source": inert_factory("endpoint-notification-source", {}),
     **{p: inert_factory(p, {}) for p in _PARSERS},

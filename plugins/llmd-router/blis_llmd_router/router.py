@@ -5,10 +5,13 @@ llm-d-router v0.10.0) and of ``pkg/epp/requestcontrol/admission.go``
 (``LegacyAdmissionController``): a sheddable request (negative priority; BLIS reads the
 objective priority from ``request.priority``) meeting a saturated pool → 429 "system
 saturated, sheddable request dropped"; no candidate → 503 ("failed to find endpoint
-candidates for serving the request"); data producers annotate the candidates; the
-scheduler runs; a failed schedule → 429 (upstream wraps it as ``ResourceExhausted``); on
-success the ``PreRequest`` plugins record the decision and the request goes to the
-primary profile's first target.
+candidates for serving the request"); data producers annotate the candidates; admission
+plugins (``runAdmissionPlugins``, :mod:`blis_llmd_router.admission`) may refuse the request
+(500 "request cannot be admitted: …"), with or without flow control; the scheduler
+runs; a failed schedule → 429 (upstream wraps it as ``ResourceExhausted``); on success
+the ``PreRequest`` plugins record the decision and the request goes to the primary
+profile's first target (and, for P/D, to the prefill endpoint a ``PreRequest`` plugin put
+in ``x-prefiller-host-port``: :attr:`SchedulingRequest.prefiller`).
 
 ``observe`` feeds ``first_token`` and ``completed`` events to the plugins that track
 in-flight requests, and ``kv_events`` to the precise prefix cache's block index.
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent, RoutingDecision
+from blis_llmd_router.admission import ADMISSION_DENIED_STATUS, run_admission
 from blis_llmd_router.flowcontrol import reject_if_sheddable_and_saturated
 from blis_llmd_router.framework import (
     Endpoint,
@@ -99,20 +103,14 @@ class LlmdRouter:
         sreq = SchedulingRequest(request, self.loaded.vocab_size)
         for producer in self.loaded.producers:
             producer.produce(sreq, candidates)
+        denial = run_admission(self.loaded.admitters, sreq, candidates)
+        if denial is not None:
+            self._discard(sreq.request_id)
+            return RoutingDecision(None, ADMISSION_DENIED_STATUS, denial), None, candidates
         try:
             result = self.loaded.scheduler.schedule(sreq, candidates, trace)
         except SchedulingError as exc:
-            for producer in self.loaded.producers:
-                if isinstance(
-                    producer,
-                    ApproxPrefixCacheProducer
-                    | PrecisePrefixCacheProducer
-                    | PrecisePrefixCacheScorer,
-                ):
-                    producer.discard(sreq.request_id)
-            for plugin in self.loaded.pre_request:
-                if isinstance(plugin, NoHitLRUScorer | SessionAffinityScorer):
-                    plugin.discard(sreq.request_id)
+            self._discard(sreq.request_id)
             return (
                 RoutingDecision(None, 429, f"failed to find target endpoint: {exc}"),
                 None,
@@ -125,7 +123,19 @@ class LlmdRouter:
         target = primary.target_endpoints[0].name if primary.target_endpoints else None
         if target is None:
             return RoutingDecision(None, 429, "failed to find target endpoint"), result, candidates
-        return RoutingDecision(target), result, candidates
+        return RoutingDecision(target, prefill_endpoint=sreq.prefiller), result, candidates
+
+    def _discard(self, request_id: str) -> None:
+        """Drop the per-request state of a request that will not be dispatched."""
+        for producer in self.loaded.producers:
+            if isinstance(
+                producer,
+                ApproxPrefixCacheProducer | PrecisePrefixCacheProducer | PrecisePrefixCacheScorer,
+            ):
+                producer.discard(request_id)
+        for plugin in self.loaded.pre_request:
+            if isinstance(plugin, NoHitLRUScorer | SessionAffinityScorer):
+                plugin.discard(request_id)
 
     def route(
         self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]

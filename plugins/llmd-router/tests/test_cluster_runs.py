@@ -10,13 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from blis_core.io.scenario import parse_scenario
 from blis_core.io.yaml_safe import load_yaml_mapping
 from blis_core.runner import DataSources, make_host, run_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"
-LOADABLE = ["epp-config", "epp-estimate-prefix-cache-config", "sim-epp-config"]
+LOADABLE = [
+    "epp-config",
+    "epp-estimate-prefix-cache-config",
+    "sim-epp-config",
+    "sim-program-aware-config",
+    "soft-reflective-ceiling-epp-config",
+]
 
 
 def _scenario(router: dict[str, Any]) -> dict[str, Any]:
@@ -72,3 +79,77 @@ def test_same_seed_same_routing(data: DataSources) -> None:
     a = run_scenario(parse_scenario(_scenario(router), "a"), make_host(), data)
     b = run_scenario(parse_scenario(_scenario(router), "b"), make_host(), data)
     assert a.replications == b.replications
+
+
+def _pd_scenario(config: dict[str, Any]) -> dict[str, Any]:
+    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    pools = [
+        {
+            "name": name,
+            "role": name,
+            "engine": {"kind": "vllm", "version": "0.33.0"},
+            "model": "meta-llama/Llama-2-7b-hf",
+            "hardware": "H100-SXM",
+            "replicas": replicas,
+            "args": {"max_model_len": 4096, "kv_transfer_config": nixl},
+        }
+        for name, replicas in (("prefill", 1), ("decode", 2))
+    ]
+    scenario = _scenario({"kind": "llm-d", "version": "v0.10.0", "config": config})
+    scenario["deployment"]["pools"] = pools
+    scenario["workload"]["num_requests"] = 40
+    scenario["workload"]["arrival"]["rate_per_s"] = 10
+    return scenario
+
+
+def _count_kv_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the bytes of every KV read the cluster starts (P/D transfers)."""
+    from blis_core.runner.engine_component import EngineComponent
+
+    reads: list[int] = []
+    start = EngineComponent._start_moves
+
+    def counting(self: EngineComponent, shape: Any, now_us: int) -> None:
+        before = set(self._moves)
+        start(self, shape, now_us)
+        reads.extend(self._moves[t].num_blocks for t in set(self._moves) - before)
+
+    monkeypatch.setattr(EngineComponent, "_start_moves", counting)
+    return reads
+
+
+@pytest.mark.parametrize("name", ["pd-epp-config", "sim-pd-epp-config"])
+def test_pd_sample_configs_run_disaggregated(
+    name: str, data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = _count_kv_reads(monkeypatch)
+    config = load_yaml_mapping(FIXTURES / f"{name}.yaml")
+    result = run_scenario(parse_scenario(_pd_scenario(config), name), make_host(), data)
+    fates = result.replications[0].fates
+    assert fates.arrivals == fates.completed == 40
+    # The prefix decider disaggregates the requests whose uncached suffix is long.
+    assert 0 < len(reads) < 40 and sum(reads) > 0
+
+
+def test_always_disaggregating_moves_every_prompt_and_costs_ttft(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (FIXTURES / "pd-epp-config.yaml").read_text()
+    always = text.replace(
+        "prefill: prefix-based-pd-decider", "prefill: always-disagg-pd-decider"
+    ).replace(
+        "- type: prefix-based-pd-decider",
+        "- type: always-disagg-pd-decider\n- type: prefix-based-pd-decider",
+    )
+    never = text.replace("nonCachedTokens: 16", "nonCachedTokens: 0")
+    reads = _count_kv_reads(monkeypatch)
+    runs = {}
+    for label, cfg in (("always", always), ("never", never)):
+        reads.clear()
+        scenario = parse_scenario(_pd_scenario(yaml.safe_load(cfg)), label)
+        runs[label] = (run_scenario(scenario, make_host(), data).replications[0], len(reads))
+    (always_run, always_reads), (never_run, never_reads) = runs["always"], runs["never"]
+    assert always_run.fates.completed == never_run.fates.completed == 40
+    assert (always_reads, never_reads) == (40, 0)
+    # A disaggregated request crosses two frontends, the prefill and a KV read first.
+    assert always_run.metrics["ttft"]["p50"] > never_run.metrics["ttft"]["p50"]

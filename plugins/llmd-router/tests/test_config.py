@@ -134,8 +134,8 @@ def test_unknown_plugin_type_refused_by_name() -> None:
 
 
 def test_unmodelled_upstream_type_refused_with_reason() -> None:
-    errs = refused(doc([{"type": "disagg-profile-handler"}]))
-    assert errs[0][1] == "disagg-profile-handler" and "disaggregation" in errs[0][2]
+    errs = refused(doc([{"type": "pd-profile-handler"}]))
+    assert errs[0][1] == "pd-profile-handler" and "use disagg-profile-handler" in errs[0][2]
 
 
 def test_unknown_top_level_and_nested_fields_refused() -> None:
@@ -259,8 +259,13 @@ def test_errors_are_collected() -> None:
 SAMPLES_LOADING = {
     "epp-config.yaml",
     "epp-estimate-prefix-cache-config.yaml",
+    "pd-epp-config.yaml",
+    "sim-pd-epp-config.yaml",
+    "probabilistic-admitter-epp-config.yaml",
     "sim-epp-config.yaml",
     "sim-epp-no-hit-lru.yaml",
+    "sim-program-aware-config.yaml",
+    "soft-reflective-ceiling-epp-config.yaml",
 }
 SAMPLES_REFUSED = {
     "dp-epp-config.yaml": {"data-parallel-profile-handler"},
@@ -269,30 +274,19 @@ SAMPLES_REFUSED = {
         "mm-embeddings-cache-producer",
         "mm-embeddings-cache-scorer",
     },
-    "pd-epp-config.yaml": {"disagg-profile-handler", "prefix-based-pd-decider"},
     "pd-topology-epp-config.yaml": {
         "topology-extractor",
         "topology-affinity-filter",
         "topology-affinity-scorer",
-        "disagg-profile-handler",
-        "prefix-based-pd-decider",
     },
-    "probabilistic-admitter-epp-config.yaml": {"probabilistic-admitter"},
-    "sim-e-p-d-epp-config.yaml": {
-        "disagg-profile-handler",
-        "always-disagg-multimodal-decider",
-        "prefix-based-pd-decider",
-    },
-    "sim-e-pd-epp-config.yaml": {"always-disagg-multimodal-decider", "disagg-profile-handler"},
+    "sim-e-p-d-epp-config.yaml": {"always-disagg-multimodal-decider"},
+    "sim-e-pd-epp-config.yaml": {"always-disagg-multimodal-decider"},
     "sim-epp-gpu-config.yaml": {
         "dcgm-data-source",
         "dcgm-extractor",
         "endpoint-attribute-filter",
         "endpoint-attribute-scorer",
     },
-    "sim-pd-epp-config.yaml": {"prefix-based-pd-decider", "disagg-profile-handler"},
-    "sim-program-aware-config.yaml": {"program-aware-fairness"},
-    "soft-reflective-ceiling-epp-config.yaml": {"soft-reflective-ceiling-policy"},
 }
 
 

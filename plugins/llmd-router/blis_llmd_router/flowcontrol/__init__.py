@@ -67,6 +67,14 @@ class SaturationDetector(Filter):
         """Pool saturation; ≥ 1.0 means saturated."""
         raise NotImplementedError
 
+    def saturation_at(self, endpoints: list[Endpoint], now_us: int) -> float:
+        """Pool saturation at simulated time ``now_us`` on the same metrics (no new input)."""
+        return self.saturation(endpoints)
+
+    def change_times_us(self, endpoints: list[Endpoint]) -> list[int]:
+        """Times at which :meth:`saturation_at` may change without new input (staleness)."""
+        return []
+
 
 def reject_if_sheddable_and_saturated(
     detector: SaturationDetector, endpoints: list[Endpoint], priority: int
@@ -104,22 +112,33 @@ class UtilizationDetector(SaturationDetector):
         self.metrics_staleness_threshold_us = metrics_staleness_threshold_us
         self.headroom = headroom
 
-    def _stale(self, e: Endpoint) -> bool:
-        return self.runtime.now_us - e.metrics.update_time_us > self.metrics_staleness_threshold_us
+    def _stale(self, e: Endpoint, now_us: int | None = None) -> bool:
+        now = self.runtime.now_us if now_us is None else now_us
+        return now - e.metrics.update_time_us > self.metrics_staleness_threshold_us
 
     def saturation(self, endpoints: list[Endpoint]) -> float:
         """Mean per-endpoint saturation; a stale endpoint counts as 1.0."""
+        return self.saturation_at(endpoints, self.runtime.now_us)
+
+    def saturation_at(self, endpoints: list[Endpoint], now_us: int) -> float:
+        """:meth:`saturation` with staleness judged at ``now_us``."""
         if not endpoints:
             return 1.0
         total = 0.0
         for e in endpoints:
-            if self._stale(e):
+            if self._stale(e, now_us):
                 total += 1.0
                 continue
             q = e.metrics.waiting_queue_size / self.queue_depth_threshold
             kv = e.metrics.kv_cache_usage_percent / self.kv_cache_util_threshold
             total += max(q, kv)
         return total / len(endpoints)
+
+    def change_times_us(self, endpoints: list[Endpoint]) -> list[int]:
+        """When each endpoint's metrics become stale (the first µs past the threshold)."""
+        return [
+            e.metrics.update_time_us + self.metrics_staleness_threshold_us + 1 for e in endpoints
+        ]
 
     def filter(self, request: SchedulingRequest, endpoints: list[Endpoint]) -> list[Endpoint]:
         """Fresh endpoints under both limits; all of them when none qualifies."""

@@ -27,9 +27,20 @@ Ports of llm-d-router v0.10.0 (read, not copied):
 BLIS substitutions:
 
 * The 1 ms dispatch ticker runs on the simulator clock at multiples of 1000 µs. A tick is
-  only scheduled (``next_wakeup_us``) while a request is queued and the pool is not
-  saturated: between inputs the detectors' saturation can only rise (metrics grow stale),
-  so a tick skipped while saturated would have blocked.
+  only run (``next_wakeup_us``) while a request is queued and band 0 is below its ceiling;
+  while saturated, the next wake-up is also the next time an endpoint's metrics turn stale
+  (the only way the detector's saturation changes without new input). A skipped tick
+  cannot dispatch, but upstream still calls ``ComputeLimit`` on it: before any later cycle
+  the skipped ticks are handed to :meth:`UsageLimitPolicy.idle_cycles` in runs of equal
+  saturation (judged at each tick's time), and the picks they would have made on empty
+  bands to :meth:`FairnessPolicy.idle_picks`, so stateful policies (the soft-reflective
+  tick, program-aware decay) evolve as upstream's do. A fairness policy that also hears
+  request events (program-aware) first has the controller catch up to the event's time
+  (:meth:`FlowController.catch_up`). The saturation of a skipped tick is judged on the
+  endpoints the controller last saw (the simulator polls a holding router only while it
+  holds requests, so scrapes in between are not seen).
+* A request refused for capacity still triggers a dispatch cycle, as upstream's processor
+  runs one after every enqueue attempt.
 * A TTL-expired item leaves its queue at once (upstream finalizes it at the deadline and a
   1 s sweep frees its capacity later).
 * ``ByteSize`` (the HTTP body length upstream) is 4 bytes per prompt token, the
@@ -37,8 +48,9 @@ BLIS substitutions:
 * The flow (fairness ID) is the ``x-llm-d-inference-fairness-id`` header (or the older
   ``x-gateway-inference-fairness-id``), else ``default-flow``; the priority is
   ``request.priority``.
-* ``enableEviction`` (revoking in-flight requests) is refused: it needs an in-flight
-  evictor BLIS does not model.
+* ``enableEviction`` (revoking in-flight requests, ``controller/internal/reclamation.go``
+  with ``pkg/epp/flowcontrol/eviction``) is refused: it aborts *dispatched* requests, and
+  the ``HoldingRouter`` contract gives the router no way to ask the simulator for that.
 """
 
 from __future__ import annotations
@@ -52,13 +64,14 @@ from typing import Any
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import EndpointSnapshot, RouterRuntime, RoutingDecision
+from blis_llmd_router.flowcontrol import SaturationDetector
 from blis_llmd_router.flowcontrol.policies import (
-    DEFAULT_FAIRNESS_ID,
     FairnessPolicy,
     FlowItem,
     FlowQueue,
     OrderingPolicy,
     UsageLimitPolicy,
+    fairness_id,
 )
 from blis_llmd_router.framework import Endpoint, Plugin
 from blis_llmd_router.producers.precise_prefix import parse_go_duration_us
@@ -85,7 +98,6 @@ DEFAULT_BAND_MAX_REQUESTS = 5000
 DISPATCH_TICK_US = 1000
 BYTES_PER_TOKEN = 4
 DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"
-FAIRNESS_HEADERS = ("x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id")
 
 _ERR_CAPACITY = "request rejected pre-queue: queue at capacity"
 _ERR_NO_ENDPOINTS = "request rejected pre-queue: no endpoints available"
@@ -252,7 +264,9 @@ def build_flow_control(
             FieldError(
                 f"{base}.enableEviction",
                 fc["enableEviction"],
-                "in-flight eviction (reclamation) is not modelled by blis-llmd-router",
+                "in-flight eviction (reclamation) is not modelled by blis-llmd-router: it"
+                " revokes dispatched requests, and the HoldingRouter contract has no way for"
+                " the router to make the simulator abort one",
             )
         )
     default_raw = fc.get("defaultPriorityBand") or {}
@@ -305,14 +319,6 @@ Dispatch = Callable[[InferenceRequest, Sequence[EndpointSnapshot]], RoutingDecis
 Saturation = Callable[[list[Endpoint]], float]
 
 
-def _fairness_id(request: InferenceRequest) -> str:
-    headers = {k.lower(): v for k, v in request.headers}
-    for key in FAIRNESS_HEADERS:
-        if headers.get(key):
-            return headers[key]
-    return DEFAULT_FAIRNESS_ID
-
-
 class FlowController:
     """Registry + processor of upstream, driven by the router's ``route`` / ``poll``."""
 
@@ -333,7 +339,21 @@ class FlowController:
         self._ready: list[tuple[str, RoutingDecision]] = []
         self._seq = 0
         self._pool_empty = False
-        self._last_tick_us = -1
+        self._accounted_tick_us = 0
+        """Every dispatch tick at or before this time has run or been handed to idle_cycles
+        (upstream's ticker first fires 1 ms after start)."""
+        owner = getattr(saturation, "__self__", None)
+        self._detector = owner if isinstance(owner, SaturationDetector) else None
+        usage = type(settings.usage_limit)
+        templates = [settings.default_band, settings.negative_band, *settings.bands.values()]
+        self._idle_matters = usage.idle_cycles is not UsageLimitPolicy.idle_cycles or any(
+            type(b.fairness).idle_picks is not FairnessPolicy.idle_picks
+            for b in templates
+            if b is not None
+        )
+        for b in templates:
+            if b is not None:
+                b.fairness.attach(self.catch_up)
         self._endpoints: Sequence[EndpointSnapshot] = ()
         self.length = 0
         self.byte_size = 0
@@ -392,24 +412,27 @@ class FlowController:
     ) -> RoutingDecision:
         """``EnqueueAndWait`` up to the wait: reject, hold, or (same-cycle) dispatch."""
         now = self._runtime.now_us
+        self._catch_up(now, inclusive=False)
         self._endpoints = endpoints
         band = self._provision(request.priority)
         size = BYTES_PER_TOKEN * request.input_tokens
         if not self._has_capacity(band, size):
-            if self._pool_empty:
-                return RoutingDecision(
+            rejected = RoutingDecision(
+                None, 429, _ERR_CAPACITY, headers=((DROPPED_REASON_HEADER, "rejected-saturated"),)
+            )
+            if self._pool_empty:  # as of the last dispatch cycle
+                rejected = RoutingDecision(
                     None,
                     503,
                     f"no endpoints available: {_ERR_NO_ENDPOINTS}",
                     headers=((DROPPED_REASON_HEADER, "rejected-no-endpoints"),),
                 )
-            return RoutingDecision(
-                None, 429, _ERR_CAPACITY, headers=((DROPPED_REASON_HEADER, "rejected-saturated"),)
-            )
+            self._cycle(endpoints, dispatch)  # the processor cycles after a rejection too
+            return rejected
         self._seq += 1
         item = FlowItem(
             request,
-            _fairness_id(request),
+            fairness_id(request),
             request.priority,
             size,
             now,
@@ -447,6 +470,7 @@ class FlowController:
     ) -> list[tuple[str, RoutingDecision]]:
         """TTL evictions due now, then the 1 ms tick's dispatch cycle when one is due."""
         now = self._runtime.now_us
+        self._catch_up(now, inclusive=False)
         self._endpoints = endpoints
         out, self._ready = self._ready, []
         while self._expiries and self._expiries[0][0] <= now:
@@ -455,12 +479,57 @@ class FlowController:
                 continue
             self._remove(item)
             out.append((item.request_id, self._ttl_decision(endpoints)))
-        if now % DISPATCH_TICK_US == 0 and now != self._last_tick_us and self.length:
-            self._last_tick_us = now
-            self._cycle(endpoints, dispatch)
-            out.extend(self._ready)
-            self._ready = []
+        if now % DISPATCH_TICK_US == 0 and now > self._accounted_tick_us:
+            if self.length:
+                self._accounted_tick_us = now
+                self._cycle(endpoints, dispatch)
+                out.extend(self._ready)
+                self._ready = []
+            else:
+                self._catch_up(now, inclusive=True)
         return out
+
+    def catch_up(self) -> None:
+        """Account for the dispatch ticks before now (a plugin is about to change state)."""
+        self._catch_up(self._runtime.now_us, inclusive=False)
+
+    def _catch_up(self, until_us: int, inclusive: bool) -> None:
+        """Replay the ticks BLIS skipped up to ``until_us``: usage-limit calls, empty picks."""
+        last = until_us if inclusive else until_us - 1
+        last -= last % DISPATCH_TICK_US
+        first = (self._accounted_tick_us // DISPATCH_TICK_US + 1) * DISPATCH_TICK_US
+        if last < first:
+            return
+        self._accounted_tick_us = last
+        if not self._idle_matters:
+            return
+        priorities = list(self._bands)
+        views = [Endpoint.from_snapshot(s) for s in self._endpoints]
+        if self._detector is None:
+            runs = [(first, self._saturation(views))]
+        else:
+            cuts = sorted({c for c in self._detector.change_times_us(views) if first < c <= last})
+            runs = [(t, self._detector.saturation_at(views, t)) for t in [first, *cuts]]
+        usage = self.settings.usage_limit
+        bands = list(self._bands.values())
+        for i, (start, saturation) in enumerate(runs):
+            end = runs[i + 1][0] - 1 if i + 1 < len(runs) else last
+            ticks = end // DISPATCH_TICK_US - (start - 1) // DISPATCH_TICK_US
+            if ticks <= 0:
+                continue
+            reached = usage.idle_cycles(saturation, priorities, ticks)
+            if self.length:
+                continue  # band 0 was blocked: no band was reached (nothing to replay)
+            t0 = -(-start // DISPATCH_TICK_US) * DISPATCH_TICK_US
+            for band, (count, k0, k1) in zip(bands, reached, strict=True):
+                if count:
+                    band.config.fairness.idle_picks(
+                        band.sorted_queues(),
+                        band.state,
+                        count,
+                        t0 + (k0 - 1) * DISPATCH_TICK_US,
+                        t0 + (k1 - 1) * DISPATCH_TICK_US,
+                    )
 
     @staticmethod
     def _ttl_decision(endpoints: Sequence[EndpointSnapshot]) -> RoutingDecision:
@@ -511,11 +580,16 @@ class FlowController:
             return self._runtime.now_us
         wake = self._expiries[0][0] if self._expiries else None
         if self.length:
+            now = self._runtime.now_us
             saturation = self._pool_saturation(self._endpoints)
             priorities = list(self._bands)
-            ceilings = self.settings.usage_limit.ceilings(saturation, priorities)
+            ceilings = self.settings.usage_limit.peek(saturation, priorities)
             if any(saturation < c for c in ceilings[:1]):
-                now = self._runtime.now_us
                 tick = (now // DISPATCH_TICK_US + 1) * DISPATCH_TICK_US
                 wake = tick if wake is None else min(wake, tick)
+            elif self._detector is not None:
+                views = [Endpoint.from_snapshot(s) for s in self._endpoints]
+                later = [c for c in self._detector.change_times_us(views) if c > now]
+                if later:
+                    wake = min(later) if wake is None else min(wake, *later)
         return wake

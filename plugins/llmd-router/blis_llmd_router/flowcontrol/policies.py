@@ -25,7 +25,7 @@ Ports of llm-d-router v0.10.0 (read, not copied):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from blis_llmd_router.params import ParamSpec, decode_parameters
 
 __all__ = [
     "DEFAULT_FAIRNESS_ID",
+    "FAIRNESS_HEADERS",
     "EDFOrderingPolicy",
     "FCFSOrderingPolicy",
     "FairnessPolicy",
@@ -46,10 +47,13 @@ __all__ = [
     "RoundRobinFairnessPolicy",
     "StaticUsageLimitPolicy",
     "UsageLimitPolicy",
+    "fairness_id",
 ]
 
 DEFAULT_FAIRNESS_ID = "default-flow"
 """``metadata.DefaultFairnessID``: the flow of a request without a fairness-ID header."""
+FAIRNESS_HEADERS = ("x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id")
+"""``metadata.FlowFairnessIDKey`` and its deprecated alias."""
 
 _NEVER = 1 << 62
 
@@ -76,6 +80,15 @@ class FlowItem:
     def expiry_us(self) -> int | None:
         """When the TTL evicts the item, or ``None`` without a TTL."""
         return self.enqueue_us + self.ttl_us if self.ttl_us > 0 else None
+
+
+def fairness_id(request: InferenceRequest) -> str:
+    """The request's flow (program): the fairness-ID header, else ``default-flow``."""
+    headers = {k.lower(): v for k, v in request.headers}
+    for key in FAIRNESS_HEADERS:
+        if headers.get(key):
+            return headers[key]
+    return DEFAULT_FAIRNESS_ID
 
 
 class OrderingPolicy(Plugin):
@@ -163,6 +176,18 @@ class FairnessPolicy(Plugin):
         """``queues`` are the band's flows, sorted by ``FlowKey.Compare``."""
         raise NotImplementedError
 
+    def attach(self, catch_up: Callable[[], None]) -> None:
+        """The controller's :meth:`~FlowController.catch_up` (for policies with events)."""
+
+    def idle_picks(
+        self, queues: list[FlowQueue], state: Any, count: int, first_us: int, last_us: int
+    ) -> None:
+        """``count`` picks BLIS skipped, on a band with nothing queued (1 ms ticks).
+
+        Upstream picks on every dispatch tick that reaches the band; a policy whose state
+        changes on such picks applies them here (first and last at the given times).
+        """
+
     @classmethod
     def create(
         cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
@@ -225,13 +250,45 @@ class RoundRobinFairnessPolicy(FairnessPolicy):
         cursor.last = None
         return None
 
+    def idle_picks(
+        self, queues: list[FlowQueue], state: Any, count: int, first_us: int, last_us: int
+    ) -> None:
+        """A pick with nothing queued resets the cursor."""
+        if count > 0:
+            cursor: _Cursor = state
+            cursor.last = None
+
 
 class UsageLimitPolicy(Plugin):
     """Upstream ``flowcontrol.UsageLimitPolicy``: a saturation ceiling per band."""
 
     def ceilings(self, saturation: float, priorities: list[int]) -> list[float]:
-        """One ceiling per band (``priorities`` highest first)."""
+        """``ComputeLimit``: one ceiling per band (``priorities`` highest first).
+
+        Called once per dispatch cycle; a stateful policy may advance its state here.
+        """
         raise NotImplementedError
+
+    def peek(self, saturation: float, priorities: list[int]) -> list[float]:
+        """The ceilings :meth:`ceilings` would return now, without changing any state."""
+        return self.ceilings(saturation, priorities)
+
+    def idle_cycles(
+        self, saturation: float, priorities: list[int], count: int
+    ) -> list[tuple[int, int, int]]:
+        """``count`` dispatch cycles BLIS skipped because they could not dispatch.
+
+        Upstream calls ``ComputeLimit`` on every 1 ms tick; a stateful policy advances its
+        state here as those calls would have. Returns, per band, on how many of those
+        cycles the dispatch loop reached it (it and every band above it under their
+        ceilings) and the first and last such cycle (1-based; 0 when none).
+        """
+        out: list[tuple[int, int, int]] = []
+        blocked = False
+        for ceiling in self.peek(saturation, priorities):
+            blocked = blocked or saturation >= ceiling
+            out.append((0, 0, 0) if blocked or count <= 0 else (count, 1, count))
+        return out
 
 
 class StaticUsageLimitPolicy(UsageLimitPolicy):

@@ -22,8 +22,10 @@ __all__ = [
     "DEFAULT_MAX_NUM_OF_ENDPOINTS",
     "PICKER_PARAMS",
     "PICKER_SUBSTREAM",
+    "apply_swaps",
     "decode_picker",
     "shuffle",
+    "shuffle_draws",
 ]
 
 DEFAULT_MAX_NUM_OF_ENDPOINTS = 1
@@ -33,18 +35,34 @@ PICKER_PARAMS = {"maxNumOfEndpoints": ParamSpec("int", DEFAULT_MAX_NUM_OF_ENDPOI
 T = TypeVar("T")
 
 
+_HIGHS: dict[int, np.ndarray[Any, np.dtype[np.int64]]] = {}
+
+
+def shuffle_draws(n: int, rng: np.random.Generator) -> list[int]:
+    """The ``j`` of each swap of :func:`shuffle` over ``n`` items, in swap order."""
+    if n < 2:
+        return []
+    highs = _HIGHS.get(n)
+    if highs is None:
+        highs = _HIGHS[n] = np.arange(n, 1, -1)
+    draws: list[int] = rng.integers(0, highs).tolist()
+    return draws
+
+
+def apply_swaps(items: list[T], draws: list[int]) -> None:
+    """Swap item ``i`` (from the last index down to 1) with item ``draws[n - 1 - i]``."""
+    for i, j in zip(range(len(items) - 1, 0, -1), draws, strict=True):
+        items[i], items[j] = items[j], items[i]
+
+
 def shuffle(items: list[T], rng: np.random.Generator) -> None:
     """Shuffle ``items`` in place, Go ``rand.Shuffle`` order of swaps.
 
     Swap ``i`` (from the last index down to 1) exchanges item ``i`` with a uniform ``j`` in
     ``[0, i]``; the ``j`` are drawn in one call (one draw per swap, in swap order).
     """
-    n = len(items)
-    if n < 2:
-        return
-    draws = rng.integers(0, np.arange(n, 1, -1)).tolist()
-    for i, j in zip(range(n - 1, 0, -1), draws, strict=True):
-        items[i], items[j] = items[j], items[i]
+    if len(items) >= 2:
+        apply_swaps(items, shuffle_draws(len(items), rng))
 
 
 def decode_picker(

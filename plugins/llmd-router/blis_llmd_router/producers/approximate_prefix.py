@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.request import PromptSegment
 from blis_llmd_router.attributes import (
     APPROX_PREFIX_PRODUCER_TYPE,
     PREFIX_MATCH_DATA_TYPE,
@@ -53,7 +54,7 @@ from blis_llmd_router.framework import (
     SchedulingResult,
 )
 from blis_llmd_router.params import ParamSpec, decode_parameters
-from blis_llmd_router.producers.prefixhash import block_hashes
+from blis_llmd_router.producers.prefixhash import block_hashes, chain_block_hashes
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE_TOKENS",
@@ -70,6 +71,10 @@ DEFAULT_MAX_PREFIX_TOKENS = 131072
 DEFAULT_LRU_CAPACITY_PER_SERVER = 31250
 UNLIMITED_PREFIX_BLOCKS = sys.maxsize
 PREFILL_PROFILE = "prefill"
+PREFIX_HASH_CACHE_SIZE = 1024
+INFO_CACHE_SIZE = 4096
+
+_PrefixKey = tuple[tuple[PromptSegment, ...], int, int, str]
 
 
 class PrefixIndexer:
@@ -98,8 +103,13 @@ class PrefixIndexer:
             if len(lru) > cap:
                 evicted, _ = lru.popitem(last=False)
                 self._on_evict(evicted, pod)
+        hash_to_pods = self.hash_to_pods
         for h in hashes:
-            self.hash_to_pods.setdefault(h, {})[pod] = None
+            pods = hash_to_pods.get(h)
+            if pods is None:
+                hash_to_pods[h] = {pod: None}
+            else:
+                pods[pod] = None
 
     def _on_evict(self, h: int, pod: str) -> None:
         pods = self.hash_to_pods.get(h)
@@ -161,6 +171,8 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest):
         self.indexer = PrefixIndexer(lru_capacity_per_server)
         self.data_key = data_key(PREFIX_MATCH_DATA_TYPE, APPROX_PREFIX_PRODUCER_TYPE, name)
         self._state: dict[str, tuple[list[int], dict[str, int]]] = {}
+        self._prefix_hashes: OrderedDict[_PrefixKey, tuple[int, ...]] = OrderedDict()
+        self._infos: dict[tuple[int, int, int], PrefixCacheMatchInfo] = {}
 
     def get_block_size(self, endpoints: list[Endpoint]) -> int:
         """``GetBlockSize``: configured or auto-tuned, clamped up to the minimum."""
@@ -180,26 +192,69 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest):
     def match_longest_prefix(self, hashes: list[int]) -> dict[str, int]:
         """Leading blocks each endpoint holds; stops at the first block nobody holds."""
         res: dict[str, int] = {}
+        hash_to_pods = self.indexer.hash_to_pods
         for h in hashes:
-            servers = self.indexer.get(h)
+            servers = hash_to_pods.get(h)
             if not servers:
                 break
             for s in servers:
                 res[s] = res.get(s, 0) + 1
         return res
 
+    def request_hashes(self, request: SchedulingRequest, block_size: int) -> list[int]:
+        """``block_hashes`` of the request's prompt.
+
+        Prompts sharing all segments but the last (a system prompt or document, then the
+        question) share the hashes of the full blocks inside those segments: they are
+        cached (LRU) so that only the rest of the prompt is hashed.
+        """
+        max_blocks = self.resolve_max_blocks(block_size)
+        prompt = request.request.prompt
+        if not request.tokens_from_prompt or len(prompt) < 2 or block_size <= 0:
+            return block_hashes(request.token_ids, block_size, max_blocks, request.target_model)
+        key = (prompt[:-1], request.vocab_size, block_size, request.target_model)
+        cache = self._prefix_hashes
+        head = cache.get(key)
+        if head is None:
+            hashes = block_hashes(request.token_ids, block_size, max_blocks, request.target_model)
+            full = min(sum(seg.num_tokens for seg in key[0]) // block_size, len(hashes))
+            if full > 0:
+                cache[key] = tuple(hashes[:full])
+                if len(cache) > PREFIX_HASH_CACHE_SIZE:
+                    cache.popitem(last=False)
+            return hashes
+        cache.move_to_end(key)
+        tail = request.token_ids_from(len(head) * block_size)
+        if not tail:
+            return list(head)
+        return [*head, *chain_block_hashes(tail, block_size, max_blocks - len(head), head[-1])]
+
+    def _info(self, match: int, total: int, block_size: int) -> PrefixCacheMatchInfo:
+        # The info is immutable, so endpoints (and decisions) with the same counts share one.
+        k = (match, total, block_size)
+        info = self._infos.get(k)
+        if info is None:
+            if len(self._infos) >= INFO_CACHE_SIZE:
+                self._infos.clear()
+            info = self._infos[k] = PrefixCacheMatchInfo(match, total, block_size)
+        return info
+
     def produce(self, request: SchedulingRequest, endpoints: list[Endpoint]) -> None:
         """Put match info on every candidate and remember the hashes for ``pre_request``."""
         block_size = self.get_block_size(endpoints)
-        hashes = block_hashes(
-            request.token_ids, block_size, self.resolve_max_blocks(block_size), request.target_model
-        )
+        hashes = self.request_hashes(request, block_size)
         matches = self.match_longest_prefix(hashes) if hashes else {}
         total = len(hashes)
-        for e in endpoints:
-            e.attributes[self.data_key] = PrefixCacheMatchInfo(
-                matches.get(e.name, 0), total, block_size
-            )
+        none = self._info(0, total, block_size)
+        key = self.data_key
+        if matches:
+            infos = {m: self._info(m, total, block_size) for m in set(matches.values())}
+            by_name = {name: infos[m] for name, m in matches.items()}
+            for e in endpoints:
+                e.attributes[key] = by_name.get(e.name, none)
+        else:
+            for e in endpoints:
+                e.attributes[key] = none
         self._state[request.request_id] = (hashes, matches)
 
     def _capacity(self, endpoint: Endpoint) -> int:

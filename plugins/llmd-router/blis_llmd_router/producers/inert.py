@@ -6,6 +6,12 @@ Ports of llm-d-router v0.10.0 registrations (``cmd/epp/runner/runner.go``); the
 * ``metrics-data-source`` / ``endpoint-notification-source`` (``.../datalayer/source``):
   upstream polls each pod and watches endpoints; BLIS hands the router the scrape in each
   :class:`~blis_core.contracts.router.EndpointSnapshot` and the endpoints per decision.
+  ``metrics-data-source``'s transport parameters (``scheme``, ``path``, ``port``,
+  ``insecureSkipVerify``, ``caCertPath``, ``clientCertPath``, ``clientKeyPath``;
+  ``metrics/datasource.go``, decoded as upstream's plain ``json.Decoder`` does: unknown
+  fields ignored, a port outside 1..65535 refused) change nothing in simulation; a
+  non-empty ``interval`` is refused by name: the scrape period is the scenario's
+  ``deployment.router.scrape_interval_us``.
 * ``core-metrics-extractor`` (``.../datalayer/extractor/metrics/factories.go``): the
   built-in engine name tables in :mod:`blis_llmd_router.datalayer`; custom mappings
   (any parameter) are refused.
@@ -17,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from blis_core.contracts.errors import FieldError, InputRefused
 from blis_llmd_router.context import BuildContext, PluginFactory
 from blis_llmd_router.framework import Plugin
 from blis_llmd_router.params import ParamSpec, decode_parameters
 
-__all__ = ["InertPlugin", "inert_factory"]
+__all__ = ["InertPlugin", "create_metrics_data_source", "inert_factory"]
 
 
 class InertPlugin(Plugin):
@@ -42,3 +49,49 @@ def inert_factory(plugin_type: str, params: Mapping[str, ParamSpec]) -> PluginFa
         return InertPlugin(name, plugin_type)
 
     return create
+
+
+_METRICS_SOURCE_KINDS: Mapping[str, type] = {
+    "scheme": str,
+    "path": str,
+    "port": int,
+    "insecureSkipVerify": bool,
+    "caCertPath": str,
+    "clientCertPath": str,
+    "clientKeyPath": str,
+    "interval": str,
+}
+
+
+def create_metrics_data_source(
+    name: str, raw: Mapping[str, Any] | None, ctx: BuildContext, path: str
+) -> InertPlugin:
+    """``MetricsDataSourceFactory`` (module doc): transport fields accepted, inert."""
+    ptype = "metrics-data-source"
+    errors: list[FieldError] = []
+    for key, kind in _METRICS_SOURCE_KINDS.items():
+        value = (raw or {}).get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            errors.append(
+                FieldError(f"{path}.{key}", value, f"{ptype}: {key} must be a {kind.__name__}")
+            )
+        elif key == "port" and isinstance(value, int) and not 1 <= value <= 65535:
+            errors.append(
+                FieldError(
+                    f"{path}.port", value, f"invalid port {value}: must be between 1 and 65535"
+                )
+            )
+        elif key == "interval" and value:
+            errors.append(
+                FieldError(
+                    f"{path}.interval",
+                    value,
+                    f"{ptype} {name!r}: a per-source scrape interval is not modelled; the scrape"
+                    " period is the scenario's deployment.router.scrape_interval_us",
+                )
+            )
+    if errors:
+        raise InputRefused(errors)
+    return InertPlugin(name, ptype)

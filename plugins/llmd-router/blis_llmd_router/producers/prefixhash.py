@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from blis_llmd_router.producers.xxh64 import xxh64
 
-__all__ = ["block_hashes", "block_id"]
+__all__ = ["block_hashes", "block_id", "chain_block_hashes"]
 
 
 def block_id(tokens: Sequence[int]) -> int:
@@ -29,6 +29,9 @@ def block_id(tokens: Sequence[int]) -> int:
     if not tokens:
         return 0
     return xxh64(struct.pack(f"<{len(tokens)}I", *tokens))
+
+
+_pack_pair = struct.Struct("<QQ").pack
 
 
 def block_hashes(
@@ -41,12 +44,28 @@ def block_hashes(
     """The chained hashes of ``token_ids``' blocks (``computeBlockHashes``)."""
     if not token_ids or block_size_tokens <= 0:
         return []
-    prev = xxh64(target_model.encode() + cache_salt.encode())
+    root = xxh64(target_model.encode() + cache_salt.encode())
+    return chain_block_hashes(token_ids, block_size_tokens, max_prefix_blocks, root)
+
+
+def chain_block_hashes(
+    token_ids: Sequence[int], block_size_tokens: int, max_blocks: int, prev: int
+) -> list[int]:
+    """Hashes of ``token_ids``' blocks chained from ``prev``, at most ``max_blocks``.
+
+    ``block_hashes`` from the root, or from the hash of the block before ``token_ids``
+    (the continuation of a prompt whose leading full blocks are hashed already).
+    """
+    n_blocks = min(-(-len(token_ids) // block_size_tokens), max_blocks)
+    if n_blocks <= 0:
+        return []
+    hashed = token_ids[: n_blocks * block_size_tokens]
+    # Packing every hashed token at once and slicing per block gives each block the bytes
+    # block_id would pack for it.
+    data = struct.pack(f"<{len(hashed)}I", *hashed)
+    step = 4 * block_size_tokens
     out: list[int] = []
-    for start in range(0, len(token_ids), block_size_tokens):
-        if len(out) >= max_prefix_blocks:
-            break
-        bid = block_id(token_ids[start : start + block_size_tokens])
-        prev = xxh64(struct.pack("<QQ", bid, prev))
+    for start in range(0, len(data), step):
+        prev = xxh64(_pack_pair(xxh64(data[start : start + step]), prev))
         out.append(prev)
     return out

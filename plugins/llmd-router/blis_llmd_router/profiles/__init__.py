@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
+from blis_llmd_router.profiles.disagg import (
+    AlwaysDisaggPDDecider,
+    DisaggHeadersHandler,
+    DisaggProfileHandler,
+    PDDecider,
+    PrefixBasedPDDecider,
+)
+from blis_llmd_router.profiles.header_profile import HeaderProfileHandler
 from blis_llmd_router.profiles.single import SingleProfileHandler
 
-__all__ = ["SingleProfileHandler"]
+__all__ = [
+    "AlwaysDisaggPDDecider",
+    "DisaggHeadersHandler",
+    "DisaggProfileHandler",
+    "HeaderProfileHandler",
+    "PDDecider",
+    "PrefixBasedPDDecider",
+    "SingleProfileHandler",
+]

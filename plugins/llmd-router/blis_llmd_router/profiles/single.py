@@ -9,7 +9,7 @@ fails the request. The loader refuses it with more than one profile, as upstream
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from blis_llmd_router.context import BuildContext
@@ -35,7 +35,7 @@ class SingleProfileHandler(ProfileHandler):
         self,
         request: SchedulingRequest,
         profiles: Mapping[str, SchedulerProfile],
-        results: Mapping[str, ProfileRunResult | None],
+        results: MutableMapping[str, ProfileRunResult | None],
     ) -> dict[str, SchedulerProfile]:
         """All profiles on the first call, none afterwards."""
         if len(profiles) == len(results):

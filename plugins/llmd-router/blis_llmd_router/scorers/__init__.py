@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from blis_llmd_router.scorers.active_request import ActiveRequestScorer
+from blis_llmd_router.scorers.context_length_aware import ContextLengthAware
+from blis_llmd_router.scorers.header_label_affinity import HeaderLabelAffinityScorer
 from blis_llmd_router.scorers.kvcache_utilization import KVCacheUtilizationScorer
 from blis_llmd_router.scorers.load_aware import LoadAwareScorer
 from blis_llmd_router.scorers.lora_affinity import LoraAffinityScorer
@@ -19,6 +21,8 @@ from blis_llmd_router.scorers.token_load import TokenLoadScorer
 
 __all__ = [
     "ActiveRequestScorer",
+    "ContextLengthAware",
+    "HeaderLabelAffinityScorer",
     "KVCacheUtilizationScorer",
     "LoadAwareScorer",
     "LoraAffinityScorer",

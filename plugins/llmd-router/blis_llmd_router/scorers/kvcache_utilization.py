@@ -27,6 +27,10 @@ class KVCacheUtilizationScorer(Scorer):
         """``1 − kv_cache_usage_percent`` per endpoint."""
         return {e.name: 1 - e.metrics.kv_cache_usage_percent for e in endpoints}
 
+    def score_list(self, request: SchedulingRequest, endpoints: list[Endpoint]) -> list[float]:
+        """``score`` in candidate order."""
+        return [1 - e.metrics.kv_cache_usage_percent for e in endpoints]
+
     @classmethod
     def create(
         cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str

@@ -57,23 +57,38 @@ class PrefixCacheScorer(Scorer):
 
     def score(self, request: SchedulingRequest, endpoints: list[Endpoint]) -> dict[str, float]:
         """Upstream's blend of match ratio and match length, per endpoint."""
-        out: dict[str, float] = {}
+        # Each endpoint's score is its own; a repeated name keeps the last, as upstream's map.
+        names = [e.name for e in endpoints]
+        return dict(zip(names, self.score_list(request, endpoints), strict=True))
+
+    def score_list(self, request: SchedulingRequest, endpoints: list[Endpoint]) -> list[float]:
+        """``score`` in candidate order."""
+        out: list[float] = []
+        key = self.data_key
+        weight = self.match_length_weight
+        if weight == 0.0:
+            # The default: the blend 0·0 + 1·ratio is the (integer) match ratio exactly.
+            for e in endpoints:
+                info = e.attributes.get(key)
+                if isinstance(info, PrefixCacheMatchInfo) and info.total_blocks != 0:
+                    out.append(info.match_blocks / info.total_blocks)
+                else:
+                    out.append(0.0)
+            return out
+        ratio_weight = 1.0 - weight
+        scale = self.match_length_scale_tokens
         for e in endpoints:
-            out[e.name] = 0.0
-            info = e.attributes.get(self.data_key)
+            info = e.attributes.get(key)
             if not isinstance(info, PrefixCacheMatchInfo) or info.total_blocks == 0:
+                out.append(0.0)
                 continue
             ratio = info.match_blocks / info.total_blocks
             length_score = 0.0
-            if self.match_length_weight > 0.0 and info.block_size_tokens > 0:
-                norm = min(
-                    1.0,
-                    info.match_blocks * info.block_size_tokens / self.match_length_scale_tokens,
-                )
+            if weight > 0.0 and info.block_size_tokens > 0:
+                norm = min(1.0, info.match_blocks * info.block_size_tokens / scale)
                 length_score = norm * norm
-            out[e.name] += (
-                self.match_length_weight * length_score + (1.0 - self.match_length_weight) * ratio
-            )
+            # Upstream adds the blend to the endpoint's 0 score: 0.0 + x is x for x >= 0.
+            out.append(weight * length_score + ratio_weight * ratio)
         return out
 
     @classmethod

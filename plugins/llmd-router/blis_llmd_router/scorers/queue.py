@@ -26,7 +26,8 @@ def min_max_scores(values: Mapping[str, int]) -> dict[str, float]:
     hi = max(values.values())
     if hi == lo:
         return dict.fromkeys(values, 1.0)
-    return {k: (hi - v) / (hi - lo) for k, v in values.items()}
+    span = hi - lo
+    return {k: (hi - v) / span for k, v in values.items()}
 
 
 class QueueScorer(Scorer):
@@ -37,6 +38,18 @@ class QueueScorer(Scorer):
     def score(self, request: SchedulingRequest, endpoints: list[Endpoint]) -> dict[str, float]:
         """Min-max normalised ``waiting_queue_size``."""
         return min_max_scores({e.name: e.metrics.waiting_queue_size for e in endpoints})
+
+    def score_list(self, request: SchedulingRequest, endpoints: list[Endpoint]) -> list[float]:
+        """``score`` in candidate order (the profile calls it only for distinct names)."""
+        queues = [e.metrics.waiting_queue_size for e in endpoints]
+        if not queues:
+            return []
+        lo = min(queues)
+        hi = max(queues)
+        if hi == lo:
+            return [1.0] * len(queues)
+        span = hi - lo
+        return [(hi - q) / span for q in queues]
 
     @classmethod
     def create(

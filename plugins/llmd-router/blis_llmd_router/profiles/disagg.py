@@ -1,0 +1,401 @@
+"""``disagg-profile-handler`` and its P/D deciders: one decision that picks a decode and,
+when the decider says so, a prefill endpoint.
+
+Ports of ``pkg/epp/framework/plugins/scheduling/profilehandler/disagg/`` at llm-d-router
+v0.10.0:
+
+* ``disagg_profile_handler.go`` — :class:`DisaggProfileHandler`. Parameters in the nested
+  form (``stageOrder``, ``profiles: {decode, prefill, encode}``, ``deciders: {prefill,
+  encode}``) or, when the nested form does not decode strictly, the deprecated flat form
+  (``decodeProfile``, ``prefillProfile``, ``encodeProfile``, ``prefillDeciderPluginName``,
+  ``encodeDeciderPluginName``, ``deciderPluginName``); both failing is refused with both
+  causes. Profile names default to ``decode``/``prefill``/``encode``; ``stageOrder``
+  ``decode-first`` (default) or ``prefill-first``, the latter refusing a prefill decider.
+  Decode-first: run ``decode``; with an empty decode result stop; otherwise, when a
+  ``prefill`` profile exists and the prefill decider says so for the decode pick, run
+  ``prefill``, else mark it evaluated (``nil``). Prefill-first: run ``prefill`` whenever
+  the profile exists, then ``decode``. ``ProcessResults``: decode is primary and must have
+  a target ("failed to find available decode workers"); a prefill result rides along.
+  ``PreRequest`` turns the prefill target into the ``x-prefiller-host-port`` header
+  (:attr:`SchedulingRequest.prefiller`, which the router hands on as
+  :attr:`RoutingDecision.prefill_endpoint`).
+  The encode stage is refused at load: multimodal encoders are not modelled (BLIS
+  requests are text-only), so ``deciders.encode`` is refused by name.
+* ``prefix_based_pd_decider.go`` — :class:`PrefixBasedPDDecider` (``nonCachedTokens``,
+  ``promptTokens``, both >= 0, default 0; parameters decoded non-strictly, as upstream's
+  plain ``json.Decoder`` does): disaggregate when ``nonCachedTokens > 0``, the prompt
+  (tokenised prompt's token count) is at least ``promptTokens`` (when > 0) and at least
+  ``nonCachedTokens``, and the prompt minus the decode pick's cached prefix (the
+  approximate producer's match-block count x block size) is at least ``nonCachedTokens``.
+* ``always_disagg_pd_decider.go`` — :class:`AlwaysDisaggPDDecider`: always.
+* ``disagg_headers_handler.go`` — :class:`DisaggHeadersHandler` (``disagg-headers-handler``
+  and its alias ``prefill-header-handler``, both deprecated since v0.9.0): the same
+  ``PreRequest`` header write for a configurable ``prefillProfile`` (default ``prefill``;
+  ``encodeProfile`` is read and, with no encode stage, writes nothing); parameters decoded
+  non-strictly, as upstream's plain ``json.Decoder``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from blis_core.contracts.errors import FieldError, InputRefused
+from blis_llmd_router.attributes import (
+    APPROX_PREFIX_PRODUCER_TYPE,
+    PREFIX_MATCH_DATA_TYPE,
+    PrefixCacheMatchInfo,
+    data_key,
+)
+from blis_llmd_router.context import BuildContext
+from blis_llmd_router.framework import (
+    Endpoint,
+    Plugin,
+    PreRequest,
+    ProfileHandler,
+    ProfileRunResult,
+    SchedulerProfile,
+    SchedulingError,
+    SchedulingRequest,
+    SchedulingResult,
+)
+from blis_llmd_router.params import ParamSpec, decode_parameters
+
+__all__ = [
+    "AlwaysDisaggPDDecider",
+    "DisaggHeadersHandler",
+    "DisaggProfileHandler",
+    "PDDecider",
+    "PrefixBasedPDDecider",
+]
+
+DECODE_FIRST = "decode-first"
+PREFILL_FIRST = "prefill-first"
+_DEFAULT_DECODE = "decode"
+_DEFAULT_PREFILL = "prefill"
+_DEFAULT_ENCODE = "encode"
+_PREFIX_KEY = data_key(PREFIX_MATCH_DATA_TYPE, APPROX_PREFIX_PRODUCER_TYPE)
+
+
+class PDDecider(Plugin):
+    """Upstream ``deciderPlugin``: whether the prefill stage runs for this request."""
+
+    def disaggregate(self, request: SchedulingRequest, endpoint: Endpoint | None) -> bool:
+        """``True`` to run the prefill profile; ``endpoint`` is the decode pick."""
+        raise NotImplementedError
+
+
+class AlwaysDisaggPDDecider(PDDecider):
+    """``always-disagg-pd-decider``: every request is disaggregated."""
+
+    plugin_type = "always-disagg-pd-decider"
+
+    def disaggregate(self, request: SchedulingRequest, endpoint: Endpoint | None) -> bool:
+        """Always ``True``."""
+        return True
+
+    @classmethod
+    def create(
+        cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
+    ) -> AlwaysDisaggPDDecider:
+        """Factory; upstream ignores its parameters (it never decodes them)."""
+        return cls(name)
+
+
+class PrefixBasedPDDecider(PDDecider):
+    """``prefix-based-pd-decider``: disaggregate when the uncached suffix is long enough."""
+
+    plugin_type = "prefix-based-pd-decider"
+
+    def __init__(self, name: str, non_cached_tokens: int = 0, prompt_tokens: int = 0) -> None:
+        super().__init__(name)
+        self.non_cached_tokens = non_cached_tokens
+        self.prompt_tokens = prompt_tokens
+
+    def disaggregate(self, request: SchedulingRequest, endpoint: Endpoint | None) -> bool:
+        """Upstream ``disaggregate`` (see the module doc)."""
+        threshold = self.non_cached_tokens
+        if threshold == 0 or endpoint is None:
+            return False
+        input_tokens = len(request.token_ids)
+        if self.prompt_tokens > 0 and input_tokens < self.prompt_tokens:
+            return False
+        if input_tokens < threshold:
+            return False
+        info = endpoint.attributes.get(_PREFIX_KEY)
+        if not isinstance(info, PrefixCacheMatchInfo):
+            return False  # upstream logs "unable to read prefix cache state"
+        hit_tokens = info.match_blocks * info.block_size_tokens
+        return input_tokens - hit_tokens >= threshold
+
+    @classmethod
+    def create(
+        cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
+    ) -> PrefixBasedPDDecider:
+        """Factory. Upstream decodes with a plain ``json.Decoder``: unknown fields are
+        ignored, a wrong type or a negative value is refused."""
+        values = {"nonCachedTokens": 0, "promptTokens": 0}
+        errors: list[FieldError] = []
+        for key in values:
+            raw = (params or {}).get(key, 0)
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                errors.append(
+                    FieldError(
+                        f"{path}.{key}",
+                        raw,
+                        f"failed to parse {cls.plugin_type} plugin config: {key} must be an"
+                        " integer",
+                    )
+                )
+            elif raw < 0:
+                errors.append(
+                    FieldError(
+                        f"{path}.{key}",
+                        raw,
+                        f"failed to create {cls.plugin_type} plugin: {key} parameter of prefix"
+                        " disaggregation decider cannot be negative",
+                    )
+                )
+            else:
+                values[key] = raw
+        if errors:
+            raise InputRefused(errors)
+        return cls(name, values["nonCachedTokens"], values["promptTokens"])
+
+
+_NESTED: Mapping[str, ParamSpec] = {
+    "stageOrder": ParamSpec("str", ""),
+    "profiles": ParamSpec("object", None),
+    "deciders": ParamSpec("object", None),
+}
+_NESTED_PROFILES: Mapping[str, ParamSpec] = {
+    "decode": ParamSpec("str", ""),
+    "prefill": ParamSpec("str", ""),
+    "encode": ParamSpec("str", ""),
+}
+_NESTED_DECIDERS: Mapping[str, ParamSpec] = {
+    "prefill": ParamSpec("str", ""),
+    "encode": ParamSpec("str", ""),
+}
+_LEGACY: Mapping[str, ParamSpec] = {
+    "stageOrder": ParamSpec("str", ""),
+    "decodeProfile": ParamSpec("str", ""),
+    "prefillProfile": ParamSpec("str", ""),
+    "encodeProfile": ParamSpec("str", ""),
+    "prefillDeciderPluginName": ParamSpec("str", ""),
+    "encodeDeciderPluginName": ParamSpec("str", ""),
+    "deciderPluginName": ParamSpec("str", ""),
+}
+
+
+def _parse_stage_order(value: str, path: str) -> str:
+    """Upstream ``ParseStageOrder``: case, ``-`` and ``_`` are ignored."""
+    key = value.lower().replace("-", "").replace("_", "")
+    if key in ("", "decodefirst", "decode"):
+        return DECODE_FIRST
+    if key in ("prefillfirst", "prefill"):
+        return PREFILL_FIRST
+    raise InputRefused.one(
+        f"{path}.stageOrder",
+        value,
+        f'invalid stage order "{value}", must be "{DECODE_FIRST}" or "{PREFILL_FIRST}"',
+    )
+
+
+def _set_prefiller(
+    request: SchedulingRequest, result: SchedulingResult, prefill_profile: str
+) -> None:
+    """Upstream's header write: clear ``x-prefiller-host-port``, then set it to the
+    prefill profile's first target when that profile ran and picked one."""
+    request.prefiller = None
+    prefill_res = result.profile_results.get(prefill_profile)
+    if prefill_res is not None and prefill_res.target_endpoints:
+        request.prefiller = prefill_res.target_endpoints[0].name
+
+
+class DisaggProfileHandler(ProfileHandler, PreRequest):
+    """``disagg-profile-handler`` (P/D; the encode stage is refused, see module doc)."""
+
+    plugin_type = "disagg-profile-handler"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        stage_order: str = DECODE_FIRST,
+        decode_profile: str = _DEFAULT_DECODE,
+        prefill_profile: str = _DEFAULT_PREFILL,
+        prefill_decider: str = "",
+    ) -> None:
+        super().__init__(name)
+        self.stage_order = stage_order
+        self.decode_profile = decode_profile
+        self.prefill_profile = prefill_profile
+        self.prefill_decider_name = prefill_decider
+        self.prefill_decider: PDDecider | None = None
+
+    def resolve(self, plugins: Mapping[str, Plugin], path: str) -> None:
+        """Bind the decider named in ``deciders.prefill`` (upstream ``handle.Plugin``)."""
+        ref = self.prefill_decider_name
+        if not ref:
+            return
+        plugin = plugins.get(ref)
+        if plugin is None:
+            raise InputRefused.one(
+                f"{path}.deciders.prefill", ref, f"deciders.prefill plugin not found: {ref}"
+            )
+        if not isinstance(plugin, PDDecider):
+            raise InputRefused.one(
+                f"{path}.deciders.prefill",
+                ref,
+                f"plugin {ref} does not implement prefillDeciderPlugin",
+            )
+        self.prefill_decider = plugin
+
+    def pick_profiles(
+        self,
+        request: SchedulingRequest,
+        profiles: Mapping[str, SchedulerProfile],
+        results: MutableMapping[str, ProfileRunResult | None],
+    ) -> dict[str, SchedulerProfile]:
+        """The next stage to run, or ``{}`` when the decision is complete."""
+        if self.stage_order == PREFILL_FIRST:
+            return self._pick_prefill_first(profiles, results)
+        decode, prefill = self.decode_profile, self.prefill_profile
+        if decode not in results:
+            return {decode: profiles[decode]} if decode in profiles else {}
+        decode_res = results[decode]
+        if decode_res is None or not decode_res.target_endpoints:
+            return {}
+        if prefill in profiles and prefill not in results:
+            decider = self.prefill_decider
+            if decider is not None and decider.disaggregate(
+                request, decode_res.target_endpoints[0]
+            ):
+                return {prefill: profiles[prefill]}
+            results[prefill] = None  # evaluated: the decider said no
+        return {}
+
+    def _pick_prefill_first(
+        self,
+        profiles: Mapping[str, SchedulerProfile],
+        results: MutableMapping[str, ProfileRunResult | None],
+    ) -> dict[str, SchedulerProfile]:
+        decode, prefill = self.decode_profile, self.prefill_profile
+        if decode in results:
+            return {}
+        if prefill in profiles and prefill not in results:
+            return {prefill: profiles[prefill]}
+        return {decode: profiles[decode]} if decode in profiles else {}
+
+    def process_results(
+        self, request: SchedulingRequest, results: Mapping[str, ProfileRunResult | None]
+    ) -> SchedulingResult:
+        """Decode is primary (it must have a target); a prefill result is kept."""
+        decode_res = results.get(self.decode_profile)
+        if decode_res is None or not decode_res.target_endpoints:
+            raise SchedulingError("failed to find available decode workers")
+        kept: dict[str, ProfileRunResult | None] = {self.decode_profile: decode_res}
+        prefill_res = results.get(self.prefill_profile)
+        if prefill_res is not None:
+            kept[self.prefill_profile] = prefill_res
+        return SchedulingResult(kept, self.decode_profile)
+
+    def pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
+        """Upstream ``PreRequest``: the prefill pick goes into ``x-prefiller-host-port``."""
+        _set_prefiller(request, result, self.prefill_profile)
+
+    @classmethod
+    def create(
+        cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
+    ) -> DisaggProfileHandler:
+        """Factory: nested parameters, else the deprecated flat ones (module doc)."""
+        ptype = cls.plugin_type
+        try:
+            p = decode_parameters(ptype, name, params, _NESTED, path)
+            prof = decode_parameters(
+                ptype, name, p["profiles"], _NESTED_PROFILES, f"{path}.profiles"
+            )
+            dec = decode_parameters(
+                ptype, name, p["deciders"], _NESTED_DECIDERS, f"{path}.deciders"
+            )
+            stage, decode_profile = p["stageOrder"], prof["decode"]
+            prefill_profile, encode_profile = prof["prefill"], prof["encode"]
+            prefill_decider, encode_decider = dec["prefill"], dec["encode"]
+        except InputRefused as nested_err:
+            try:
+                flat = decode_parameters(ptype, name, params, _LEGACY, path)
+            except InputRefused as legacy_err:
+                cause = (
+                    f"failed to parse parameters of the disagg-profile-handler: nested schema"
+                    f" error: {nested_err.errors[0].cause}; legacy schema error:"
+                    f" {legacy_err.errors[0].cause} (use one format exclusively: either nested"
+                    " profiles/deciders or the deprecated flat fields)"
+                )
+                raise InputRefused.one(path, params, cause) from None
+            stage, decode_profile = flat["stageOrder"], flat["decodeProfile"]
+            prefill_profile, encode_profile = flat["prefillProfile"], flat["encodeProfile"]
+            prefill_decider = flat["prefillDeciderPluginName"] or flat["deciderPluginName"]
+            encode_decider = flat["encodeDeciderPluginName"]
+        order = _parse_stage_order(stage, path)
+        if order == PREFILL_FIRST and prefill_decider:
+            raise InputRefused.one(
+                f"{path}.deciders.prefill",
+                prefill_decider,
+                f"prefill decider is not supported in {PREFILL_FIRST} stage order",
+            )
+        if encode_decider:
+            raise InputRefused.one(
+                f"{path}.deciders.encode",
+                encode_decider,
+                "encode disaggregation (E/PD) is not modelled: BLIS requests are text-only,"
+                " so there is no multimodal encoder stage",
+            )
+        del encode_profile  # only used by the encode stage, which is refused above
+        return cls(
+            name,
+            stage_order=order,
+            decode_profile=decode_profile or _DEFAULT_DECODE,
+            prefill_profile=prefill_profile or _DEFAULT_PREFILL,
+            prefill_decider=prefill_decider,
+        )
+
+
+class DisaggHeadersHandler(PreRequest):
+    """``disagg-headers-handler`` / ``prefill-header-handler`` (deprecated upstream)."""
+
+    plugin_type = "disagg-headers-handler"
+
+    def __init__(self, name: str, prefill_profile: str = _DEFAULT_PREFILL) -> None:
+        super().__init__(name)
+        self.prefill_profile = prefill_profile
+
+    def pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
+        """Set ``x-prefiller-host-port`` from the prefill profile's result."""
+        _set_prefiller(request, result, self.prefill_profile)
+
+    @classmethod
+    def create(
+        cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
+    ) -> DisaggHeadersHandler:
+        """Factory: ``prefillProfile`` / ``encodeProfile`` strings, unknown fields ignored."""
+        values = {"prefillProfile": _DEFAULT_PREFILL, "encodeProfile": _DEFAULT_ENCODE}
+        errors: list[FieldError] = []
+        for key in values:
+            raw = (params or {}).get(key)
+            if raw is None:
+                continue
+            if not isinstance(raw, str):
+                errors.append(
+                    FieldError(
+                        f"{path}.{key}",
+                        raw,
+                        f"failed to parse the parameters of the '{cls.plugin_type}' pre-request"
+                        f" plugin: {key} must be a string",
+                    )
+                )
+            else:
+                values[key] = raw
+        if errors:
+            raise InputRefused(errors)
+        return cls(name, values["prefillProfile"])
