@@ -79,6 +79,7 @@ class SchedulingRequest:
 
     __slots__ = (
         "_tokens",
+        "attributes",
         "headers",
         "prefiller",
         "priority",
@@ -101,6 +102,10 @@ class SchedulingRequest:
         self.prefiller: str | None = None
         """The ``x-prefiller-host-port`` header ``PreRequest`` plugins set for P/D: the
         prefill endpoint's name (``None``: not disaggregated)."""
+        self.attributes: dict[str, Any] = {}
+        """Upstream ``InferenceRequest.PutAttribute`` / ``ReadRequestAttribute``: what a
+        plugin publishes for later plugins of the same decision (the disagg handler's
+        ``peer-endpoint``). Lives as long as this object, i.e. one decision."""
 
     @property
     def token_ids(self) -> tuple[int, ...]:

@@ -20,8 +20,10 @@ import yaml
 from blis_llmd_router.admission import ProbabilisticAdmitter
 from blis_llmd_router.context import PluginFactory
 from blis_llmd_router.filters.bylabel import ByLabelFilter, LabelSelectorFilter, role_filter
+from blis_llmd_router.filters.endpoint_attribute import EndpointAttributeFilter
 from blis_llmd_router.filters.prefix_cache_affinity import PrefixCacheAffinityFilter
 from blis_llmd_router.filters.session_affinity import SessionAffinityFilter
+from blis_llmd_router.filters.topology_affinity import TopologyAffinityFilter
 from blis_llmd_router.filters.utilization import UtilizationFilter
 from blis_llmd_router.flowcontrol import ConcurrencyDetector, UtilizationDetector
 from blis_llmd_router.flowcontrol.eviction import (
@@ -49,6 +51,7 @@ from blis_llmd_router.producers import (
     TokenProducer,
 )
 from blis_llmd_router.producers.inert import create_metrics_data_source, inert_factory
+from blis_llmd_router.producers.topology import TopologyExtractor
 from blis_llmd_router.profiles import (
     AlwaysDisaggPDDecider,
     DisaggHeadersHandler,
@@ -72,6 +75,8 @@ from blis_llmd_router.scorers import (
     TokenLoadScorer,
     create_precise_prefix_cache_scorer,
 )
+from blis_llmd_router.scorers.endpoint_attribute import EndpointAttributeScorer
+from blis_llmd_router.scorers.topology_affinity import TopologyAffinityScorer
 
 __all__ = ["REGISTRY", "SurfaceEntry", "surface"]
 
@@ -99,6 +104,8 @@ REGISTRY: Mapping[str, PluginFactory] = {
     SessionAffinityScorer.plugin_type: SessionAffinityScorer.create,
     ContextLengthAware.plugin_type: ContextLengthAware.create,
     HeaderLabelAffinityScorer.plugin_type: HeaderLabelAffinityScorer.create,
+    TopologyAffinityScorer.plugin_type: TopologyAffinityScorer.create,
+    EndpointAttributeScorer.plugin_type: EndpointAttributeScorer.create,
     # pickers
     MaxScorePicker.plugin_type: MaxScorePicker.create,
     RandomPicker.plugin_type: RandomPicker.create,
@@ -113,6 +120,8 @@ REGISTRY: Mapping[str, PluginFactory] = {
     UtilizationFilter.plugin_type: UtilizationFilter.create,
     SessionAffinityFilter.plugin_type: SessionAffinityFilter.create,
     PrefixCacheAffinityFilter.plugin_type: PrefixCacheAffinityFilter.create,
+    TopologyAffinityFilter.plugin_type: TopologyAffinityFilter.create,
+    EndpointAttributeFilter.plugin_type: EndpointAttributeFilter.create,
     # profile handlers
     SingleProfileHandler.plugin_type: SingleProfileHandler.create,
     HeaderProfileHandler.plugin_type: HeaderProfileHandler.create,
@@ -126,6 +135,7 @@ REGISTRY: Mapping[str, PluginFactory] = {
     InFlightLoadProducer.plugin_type: InFlightLoadProducer.create,
     PrecisePrefixCacheProducer.plugin_type: PrecisePrefixCacheProducer.create,
     TokenProducer.plugin_type: TokenProducer.create,
+    TopologyExtractor.plugin_type: TopologyExtractor.create,
     # admission plugins
     ProbabilisticAdmitter.plugin_type: ProbabilisticAdmitter.create,
     # saturation detectors

@@ -118,7 +118,7 @@ def _count_kv_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return reads
 
 
-@pytest.mark.parametrize("name", ["pd-epp-config", "sim-pd-epp-config"])
+@pytest.mark.parametrize("name", ["pd-epp-config", "pd-topology-epp-config", "sim-pd-epp-config"])
 def test_pd_sample_configs_run_disaggregated(
     name: str, data: DataSources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,6 +129,44 @@ def test_pd_sample_configs_run_disaggregated(
     assert fates.arrivals == fates.completed == 40
     # The prefix decider disaggregates the requests whose uncached suffix is long.
     assert 0 < len(reads) < 40 and sum(reads) > 0
+
+
+def test_pd_topology_sample_prefills_on_the_decode_host(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pd-topology-epp-config.yaml`` on P/D pools whose labels place them on two hosts:
+    every disaggregated request is prefilled on its decode instance's host."""
+    from blis_llmd_router.router import LlmdRouter
+
+    reads = _count_kv_reads(monkeypatch)
+    picks: list[tuple[str | None, str | None]] = []
+    route = LlmdRouter.route
+
+    def recording(self: LlmdRouter, request: Any, endpoints: Any) -> Any:
+        decision = route(self, request, endpoints)
+        picks.append((decision.endpoint, decision.prefill_endpoint))
+        return decision
+
+    monkeypatch.setattr(LlmdRouter, "route", recording)
+    config = load_yaml_mapping(FIXTURES / "pd-topology-epp-config.yaml")
+    scenario = _pd_scenario(config)
+    template = scenario["deployment"]["pools"][0]
+    hosts = {}
+    pools = []
+    for role in ("prefill", "decode"):
+        for host in ("a", "b"):
+            name = f"{role}-{host}"
+            hosts[f"{name}-0"] = f"node-{host}"
+            labels = {"kubernetes.io/hostname": f"node-{host}", "topology.kubernetes.io/rack": "r1"}
+            pools.append({**template, "name": name, "role": role, "replicas": 1, "labels": labels})
+    scenario["deployment"]["pools"] = pools
+    result = run_scenario(parse_scenario(scenario, "pd-topology"), make_host(), data)
+    fates = result.replications[0].fates
+    assert fates.arrivals == fates.completed == 40
+    disaggregated = [(d, p) for d, p in picks if p is not None]
+    assert 0 < len(disaggregated) == len(reads) < 40
+    assert all(hosts[p] == hosts[d] for d, p in disaggregated if d is not None)
+    assert {d for d, _ in disaggregated} == {"decode-a-0", "decode-b-0"}
 
 
 def test_always_disaggregating_moves_every_prompt_and_costs_ttft(

@@ -260,6 +260,7 @@ SAMPLES_LOADING = {
     "epp-config.yaml",
     "epp-estimate-prefix-cache-config.yaml",
     "pd-epp-config.yaml",
+    "pd-topology-epp-config.yaml",
     "sim-pd-epp-config.yaml",
     "probabilistic-admitter-epp-config.yaml",
     "sim-epp-config.yaml",
@@ -274,19 +275,10 @@ SAMPLES_REFUSED = {
         "mm-embeddings-cache-producer",
         "mm-embeddings-cache-scorer",
     },
-    "pd-topology-epp-config.yaml": {
-        "topology-extractor",
-        "topology-affinity-filter",
-        "topology-affinity-scorer",
-    },
     "sim-e-p-d-epp-config.yaml": {"always-disagg-multimodal-decider"},
     "sim-e-pd-epp-config.yaml": {"always-disagg-multimodal-decider"},
-    "sim-epp-gpu-config.yaml": {
-        "dcgm-data-source",
-        "dcgm-extractor",
-        "endpoint-attribute-filter",
-        "endpoint-attribute-scorer",
-    },
+    # endpoint-attribute-filter/-scorer load; DCGM GPU telemetry is not modelled.
+    "sim-epp-gpu-config.yaml": {"dcgm-data-source", "dcgm-extractor"},
 }
 
 

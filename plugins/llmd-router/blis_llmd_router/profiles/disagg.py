@@ -12,9 +12,14 @@ v0.10.0:
   causes. Profile names default to ``decode``/``prefill``/``encode``; ``stageOrder``
   ``decode-first`` (default) or ``prefill-first``, the latter refusing a prefill decider.
   Decode-first: run ``decode``; with an empty decode result stop; otherwise, when a
-  ``prefill`` profile exists and the prefill decider says so for the decode pick, run
-  ``prefill``, else mark it evaluated (``nil``). Prefill-first: run ``prefill`` whenever
-  the profile exists, then ``decode``. ``ProcessResults``: decode is primary and must have
+  ``prefill`` profile exists and the prefill decider says so for the decode pick,
+  publish that pick as the request attribute ``peer-endpoint``
+  (``PeerEndpointAttributeKey``, :data:`PEER_ENDPOINT_ATTRIBUTE_KEY`, kept in
+  :attr:`SchedulingRequest.attributes`) and run ``prefill``, else mark it evaluated
+  (``nil``). Prefill-first: run ``prefill`` whenever the profile exists, then publish its
+  first target (when it picked one) as ``peer-endpoint`` and run ``decode``. Plugins of
+  the later profile (the topology affinity filter and scorer) compare their candidates
+  with that peer. ``ProcessResults``: decode is primary and must have
   a target ("failed to find available decode workers"); a prefill result rides along.
   ``PreRequest`` turns the prefill target into the ``x-prefiller-host-port`` header
   (:attr:`SchedulingRequest.prefiller`, which the router hands on as
@@ -62,6 +67,7 @@ from blis_llmd_router.framework import (
 from blis_llmd_router.params import ParamSpec, decode_parameters
 
 __all__ = [
+    "PEER_ENDPOINT_ATTRIBUTE_KEY",
     "AlwaysDisaggPDDecider",
     "DisaggHeadersHandler",
     "DisaggProfileHandler",
@@ -75,6 +81,9 @@ _DEFAULT_DECODE = "decode"
 _DEFAULT_PREFILL = "prefill"
 _DEFAULT_ENCODE = "encode"
 _PREFIX_KEY = data_key(PREFIX_MATCH_DATA_TYPE, APPROX_PREFIX_PRODUCER_TYPE)
+PEER_ENDPOINT_ATTRIBUTE_KEY = "peer-endpoint"
+"""Upstream ``PeerEndpointAttributeKey``: the request attribute holding the
+:class:`~blis_llmd_router.framework.Endpoint` an earlier stage picked."""
 
 
 class PDDecider(Plugin):
@@ -260,7 +269,7 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
     ) -> dict[str, SchedulerProfile]:
         """The next stage to run, or ``{}`` when the decision is complete."""
         if self.stage_order == PREFILL_FIRST:
-            return self._pick_prefill_first(profiles, results)
+            return self._pick_prefill_first(request, profiles, results)
         decode, prefill = self.decode_profile, self.prefill_profile
         if decode not in results:
             return {decode: profiles[decode]} if decode in profiles else {}
@@ -272,12 +281,14 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
             if decider is not None and decider.disaggregate(
                 request, decode_res.target_endpoints[0]
             ):
+                request.attributes[PEER_ENDPOINT_ATTRIBUTE_KEY] = decode_res.target_endpoints[0]
                 return {prefill: profiles[prefill]}
             results[prefill] = None  # evaluated: the decider said no
         return {}
 
     def _pick_prefill_first(
         self,
+        request: SchedulingRequest,
         profiles: Mapping[str, SchedulerProfile],
         results: MutableMapping[str, ProfileRunResult | None],
     ) -> dict[str, SchedulerProfile]:
@@ -286,7 +297,12 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
             return {}
         if prefill in profiles and prefill not in results:
             return {prefill: profiles[prefill]}
-        return {decode: profiles[decode]} if decode in profiles else {}
+        if decode not in profiles:
+            return {}
+        prefill_res = results.get(prefill)
+        if prefill_res is not None and prefill_res.target_endpoints:
+            request.attributes[PEER_ENDPOINT_ATTRIBUTE_KEY] = prefill_res.target_endpoints[0]
+        return {decode: profiles[decode]}
 
     def process_results(
         self, request: SchedulingRequest, results: Mapping[str, ProfileRunResult | None]
