@@ -128,6 +128,12 @@ class ModelArchitecture(Document):
         default=None, description="quantization method, e.g. fp8, mxfp4"
     )
     num_mtp_layers: int = Field(default=0, ge=0)
+    draft_vocab_size: int | None = Field(
+        default=None,
+        gt=1,
+        description="EAGLE3 draft heads: rows of the head's own LM head (config "
+        "draft_vocab_size); None: the full vocabulary",
+    )
     source: str
 
     @model_validator(mode="after")

@@ -56,6 +56,10 @@ class LayerKind(str, Enum):
     ELEMENTWISE = "elementwise"
     LOGITS = "logits"
     SAMPLER = "sampler"
+    #: A drafter's input projection over the target's hidden states: EAGLE ``fc``
+    #: (2 x hidden -> hidden), EAGLE3 ``fc`` (3 x hidden -> hidden), MTP ``eh_proj``
+    #: (2 x hidden -> hidden). Only in :attr:`DraftPolicy.layers`.
+    DRAFT_INPUT = "draft_input"
 
 
 class LoweredLayer(Document):
@@ -125,11 +129,20 @@ class GraphPolicy(Document):
 
 
 class DraftPolicy(Document):
-    """Speculative decoding: method and number of proposed tokens per step."""
+    """Speculative decoding: method, proposed tokens per step and the draft model.
+
+    ``layers`` are the draft model's lowered layers for one forward pass (empty when
+    drafting runs no model, e.g. ``ngram``); ``draft_model`` is its catalog key (the
+    target itself for ``mtp``). A step's :attr:`StepShape.draft_passes` says how many
+    passes of these layers the step runs: the first over the step's padded tokens
+    (the target's batch and hidden states), each further one over one token per
+    sequence.
+    """
 
     method: str = Field(description="ngram | eagle | eagle3 | mtp | draft_model | suffix")
     num_speculative_tokens: int = Field(gt=0)
     draft_model: str | None = None
+    layers: tuple[LoweredLayer, ...] = ()
 
 
 class PoolPlan(Document):

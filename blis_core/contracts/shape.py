@@ -60,6 +60,10 @@ class StepShape:
     shape per stage (``stage`` of ``num_stages``) and combines the stage times.
     ``dp_rank_tokens`` holds the padded token count of every DP rank when DP > 1
     (ranks in lockstep wait for the slowest). ``step_id`` numbers an engine's steps.
+    ``draft_passes`` counts the forward passes of the plan's draft model
+    (``plan.draft_policy.layers``) in this step: 0 for none; otherwise the first pass
+    runs over the step's padded tokens and each further pass over one token per
+    sequence (EAGLE/MTP drafting after the verify pass).
     """
 
     step_id: int
@@ -71,6 +75,7 @@ class StepShape:
     stage: int = 0
     num_stages: int = 1
     dp_rank_tokens: tuple[int, ...] = ()
+    draft_passes: int = 0
 
     @property
     def scheduled_tokens(self) -> int:

@@ -150,6 +150,15 @@ def _safe_load(text: str, label: str) -> Any:
         raise InputRefused.one("<document>", None, f"YAML does not parse: {exc}", label) from exc
 
 
+def _model_doc(model: ModelArchitecture) -> dict[str, object]:
+    """A model's canonical document; optional fields added later are left out while
+    unset, so adding one keeps the hash of every catalog that does not use it."""
+    doc: dict[str, object] = model.model_dump(mode="json")
+    if doc.get("draft_vocab_size") is None:
+        doc.pop("draft_vocab_size", None)
+    return doc
+
+
 def content_hash(content: object) -> str:
     """SHA-256 of the canonical JSON of parsed content (sorted keys, no whitespace)."""
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -282,7 +291,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
     canonical = {
         "hardware": {k: v.model_dump(mode="json") for k, v in sorted(hardware.items())},
         "fabrics": {k: v.model_dump(mode="json") for k, v in sorted(fabrics.items())},
-        "models": {k: v.model_dump(mode="json") for k, v in sorted(models.items())},
+        "models": {k: _model_doc(v) for k, v in sorted(models.items())},
     }
     return Catalog(
         hardware=hardware,
@@ -413,6 +422,7 @@ def model_from_hf_config(
             dtype=dtype,
             quantization=quant_method,
             num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+            draft_vocab_size=cfg.get("draft_vocab_size") or None,
             source=source or f"Hugging Face config.json of {hf_id}",
         )
     except ValidationError as exc:

@@ -86,19 +86,36 @@ class SimEnvironment:
     # -- memory ------------------------------------------------------------------------
 
     def weight_bytes_per_rank(self, plan: PoolPlan) -> int:
-        """Resident weight bytes on the most loaded rank, with the plan's quantization."""
-        include_mtp = plan.draft_policy is not None and plan.draft_policy.method == "mtp"
-        return memory.weight_bytes_per_rank(
-            self.model(plan.model), plan.layout, plan.weights_dtype, plan.quantization, include_mtp
+        """Resident weight bytes on the most loaded rank, with the plan's quantization,
+        plus the draft model's (``plan.draft_policy.layers``, see
+        :func:`~blis_core.cost.memory.draft_weight_bytes_per_rank`)."""
+        target = self.model(plan.model)
+        weights = memory.weight_bytes_per_rank(
+            target, plan.layout, plan.weights_dtype, plan.quantization
         )
+        draft = plan.draft_policy
+        if draft is not None and draft.layers and draft.draft_model is not None:
+            weights += memory.draft_weight_bytes_per_rank(
+                self.model(draft.draft_model),
+                target,
+                plan.layout,
+                draft.method,
+                plan.quantization,
+            )
+        return weights
 
     def activation_peak_bytes(self, plan: PoolPlan, num_tokens: int) -> int:
         """Peak activation bytes of a forward pass over ``num_tokens`` tokens on one rank."""
         if num_tokens <= 0:
             raise InputRefused.one("num_tokens", num_tokens, "must be > 0")
-        return memory.activation_peak_bytes(
-            self.model(plan.model), plan.layout, num_tokens, plan.max_num_seqs
-        )
+        model = self.model(plan.model)
+        peak = memory.activation_peak_bytes(model, plan.layout, num_tokens, plan.max_num_seqs)
+        draft = plan.draft_policy
+        if draft is not None and draft.method == "eagle3" and draft.layers:
+            # EAGLE3 keeps three auxiliary hidden states of the target alive through
+            # the forward pass (``aux_hidden_states``, concatenated for the drafter).
+            peak += 3 * num_tokens * model.hidden_size * 2
+        return peak
 
     def graph_memory_bytes(self, plan: PoolPlan) -> int:
         """Estimated CUDA-graph pool bytes of the plan's captures on one rank."""

@@ -26,6 +26,7 @@ __all__ = [
     "GIB",
     "VOCAB_PADDING",
     "activation_peak_bytes",
+    "draft_weight_bytes_per_rank",
     "dtype_bytes",
     "dtype_key",
     "graph_memory_bytes",
@@ -177,6 +178,50 @@ def weight_bytes_per_rank(
             total += lm_head + model.hidden_size * half
         best = max(best, total)
     return int(best)
+
+
+def draft_weight_bytes_per_rank(
+    draft: ModelArchitecture,
+    target: ModelArchitecture,
+    layout: ParallelLayout,
+    method: str,
+    quantization: str | None = None,
+) -> int:
+    """Resident bytes a speculative drafter adds on one rank (vLLM 0.33.0 V2 runner).
+
+    ``load_eagle_model`` (``v1/worker/gpu/spec_decode/eagle/utils.py``) shares the
+    target's input embedding and LM head unless the head declares its own, so a
+    drafter adds its decoder layers, its input projection and norms, and an LM head
+    only when it has its own vocabulary (EAGLE3 ``draft_vocab_size``):
+
+    * ``mtp``: ``num_mtp_layers`` layers of the target (MoE past the dense prefix, with
+      the target's quantization), ``eh_proj`` (2h x h, an unquantized ``nn.Linear``),
+      ``enorm``/``hnorm``/``shared_head.norm``;
+    * ``eagle``: the head's layers (16-bit), ``fc`` (2h x h) and a final norm;
+    * ``eagle3``: the head's layers with the first layer's QKV over 2h inputs, ``fc``
+      (3h x h), ``hidden_norm`` and a final norm, and its own ``lm_head`` of
+      ``draft_vocab_size`` rows (vocab-parallel, padded to 64).
+    """
+    half = 2.0
+    h = float(draft.hidden_size)
+    if method == "mtp":
+        base = weight_bytes_per_rank(target, layout, None, quantization)
+        full = weight_bytes_per_rank(target, layout, None, quantization, include_mtp=True)
+        return int(full - base + 2 * h * h * half + 3 * h * half)
+    total = 0.0
+    for i in range(draft.num_layers):
+        lin, exp, repl = _layer_split(draft, layout, i)
+        total += (lin + exp + repl) * half
+    if method == "eagle3":
+        hq = draft.num_attention_heads / layout.tp
+        hkv = kv_heads_per_rank(draft, layout.tp)
+        total += h * (hq + 2 * hkv) * draft.head_dim * half  # QKV over [embeds, hidden]
+        total += 3 * h * h * half + 2 * h * half
+        if draft.draft_vocab_size is not None and draft.draft_vocab_size != target.vocab_size:
+            total += pad_vocab(draft.draft_vocab_size) / layout.tp * h * half
+    else:
+        total += 2 * h * h * half + h * half
+    return int(total)
 
 
 def _layer_split(

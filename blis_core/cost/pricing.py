@@ -27,6 +27,7 @@ work at the largest ``dp_rank_tokens``, attention and host work at an even share
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ import numpy.typing as npt
 from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.contracts.errors import InputRefused
-from blis_core.contracts.plan import GraphMode, LayerKind, PoolPlan
+from blis_core.contracts.plan import GraphMode, LayerKind, LoweredLayer, PoolPlan
 from blis_core.contracts.shape import StepMode, StepShape
 from blis_core.cost import memory
 from blis_core.cost.catalog import Catalog
@@ -109,16 +110,26 @@ class CompiledPlan:
         terms: Sequence[Term],
         catalog: Catalog,
         registry: Registry,
+        base_terms: int | None = None,
+        draft_first_terms: int = 0,
     ) -> None:
         self.plan = plan
         self.terms = tuple(terms)
         n = len(self.terms)
-        mat = np.zeros((4, n, N_AGG))
+        # Terms [0, n_base) price the target's forward pass and host work; with a draft
+        # model, the next ``draft_first_terms`` its first pass (aggregate block 1) and
+        # the rest its single-token passes summed over the step's passes (block 2).
+        n_base = n if base_terms is None else base_terms
+        self.n_base = n_base
+        self.n_draft_first = draft_first_terms
+        self.has_draft = n_base < n
+        self.width = N_AGG * (3 if self.has_draft else 1)
+        mat = np.zeros((4, n, self.width))
         for j, term in enumerate(self.terms):
             for row, lin in enumerate((term.flops, term.bytes_moved, term.link_bytes, term.items)):
                 for idx, coef in lin.items():
                     mat[row, j, idx] = coef
-        self.matrix = mat.reshape(4 * n, N_AGG)
+        self.matrix = mat.reshape(4 * n, self.width)
         self.n = n
         link_bw = link_bandwidth(catalog, hw)
         inv = np.zeros((3, n))
@@ -169,10 +180,27 @@ class CompiledPlan:
         self.counts = counts.astype(np.float64)
         # Launch overhead by graph mode: eager launches every kernel; piecewise replays
         # graphs but launches attention eagerly; full graphs launch nothing per kernel.
+        one_pass = self.terms[: n_base + draft_first_terms]
         kernels = float(
-            sum(t.count for t in self.terms if t.family not in ("host_step", "host_request"))
+            sum(t.count for t in one_pass if t.family not in ("host_step", "host_request"))
         )
-        attn = float(sum(t.count for t in self.terms if t.family.startswith("attention")))
+        attn = float(sum(t.count for t in one_pass if t.family.startswith("attention")))
+        # Draft single-token passes: replayed as FULL graphs when the decode mode is FULL
+        # and the batch fits a capture size, else launched eagerly (SpeculatorCudaGraph-
+        # Manager with FULL_DECODE_ONLY / NONE, v1/worker/gpu/spec_decode).
+        self.draft_decode_kernels = float(
+            sum(
+                t.count
+                for t in self.terms[n_base + draft_first_terms :]
+                if t.family not in ("host_step", "host_request")
+            )
+        )
+        self.kernel_launch_s = kernel_launch_s
+        self.host_j = host_j
+        self.decode_slice = slice(n_base + draft_first_terms, n)
+        gp = plan.graph_policy
+        self.capture_sizes = gp.capture_sizes
+        self.draft_decode_full = gp.decode_mode is GraphMode.FULL
         self.overhead: dict[GraphMode, npt.NDArray[np.float64]] = {}
         for mode, launches in (
             (GraphMode.NONE, kernels),
@@ -285,7 +313,60 @@ class CompiledPlan:
             a[SP], a[NP], a[PP], a[KP] = sp / dp, np_ / dp, pp / dp, kp / dp
             a[PPW], a[KPW], a[NEWREQ] = ppw / dp, kpw / dp, newreq / dp
         a[MOEF] = 1.0 - self.moe_keep ** (tokens * self.moe_token_mult)
+        if self.has_draft:
+            a += self._draft_aggregates(shape, a, sched, ctx_sum)
         return a
+
+    def _draft_padded(self, n_seqs: int) -> int:
+        """Launched tokens of a single-token draft pass over ``n_seqs`` sequences."""
+        sizes = self.capture_sizes
+        if self.draft_decode_full and sizes and n_seqs <= sizes[-1]:
+            return sizes[bisect.bisect_left(sizes, n_seqs)]
+        return n_seqs
+
+    def _draft_aggregates(
+        self, shape: StepShape, a: list[float], sched: int, ctx_sum: int
+    ) -> list[float]:
+        """Aggregate blocks 1 and 2 of a plan with a draft model.
+
+        Block 1 (the first draft pass, ``draft_passes >= 1``) repeats the step's own
+        aggregates: the drafter runs over the target's padded batch and attention
+        metadata, with logits for one row per sequence. Block 2 sums the step's
+        ``draft_passes - 1`` single-token passes: pass ``j`` runs one query per
+        sequence over ``context + new + j`` KV tokens (drafted positions advance),
+        padded to a capture size when replayed as a FULL graph.
+        """
+        passes = shape.draft_passes
+        if passes < 0:
+            raise InputRefused.one("shape.draft_passes", passes, "must be >= 0")
+        first = a if passes >= 1 else [0.0] * N_AGG
+        dec = [0.0] * N_AGG
+        p = passes - 1
+        n = len(shape.seqs)
+        if p > 0 and n:
+            padded = float(self._draft_padded(n))
+            kv = p * (ctx_sum + sched) + n * p * (p + 1) / 2
+            dec[ONE] = float(p)
+            dec[T] = p * padded
+            dec[S] = dec[R] = dec[SD] = dec[QD] = float(p * n)
+            dec[KD] = dec[KDW] = float(kv)
+            dec[MOEF] = p * (1.0 - self.moe_keep ** (padded * self.moe_token_mult))
+        return [*first, *dec]
+
+    def _overhead(self, shape: StepShape) -> npt.NDArray[np.float64]:
+        """Per-launch overhead of every term for ``shape`` (graph mode, draft passes)."""
+        base = self.overhead[shape.graph_mode]
+        p = shape.draft_passes - 1
+        if not self.has_draft or p <= 0:
+            return base
+        o = base.copy()
+        o[self.decode_slice] *= p
+        if self.host_j >= 0:
+            sizes = self.capture_sizes
+            eager = not (self.draft_decode_full and sizes and len(shape.seqs) <= sizes[-1])
+            launches = self.draft_decode_kernels if eager else 1.0
+            o[self.host_j] += self.kernel_launch_s * launches * p
+        return o
 
     def price_seconds(self, shape: StepShape) -> float:
         """Seconds of ``shape`` (the hot path), adding per-term seconds to the running
@@ -300,7 +381,7 @@ class CompiledPlan:
         w3 = w[: self.n3].reshape(3, self.n)
         per = (w3 * self.inv).max(axis=0)
         per += w[self.n3 :] * self.per_item
-        per += self.overhead[shape.graph_mode] * (w3.any(axis=0) | self.is_host)
+        per += self._overhead(shape) * (w3.any(axis=0) | self.is_host)
         seconds = per * self.counts[self.stage_kind(shape)]
         if (np.abs(w3 - self.mid) <= self.half).all():
             self.acc_inside += seconds
@@ -332,7 +413,7 @@ class CompiledPlan:
         n = self.n
         work = (self.matrix @ a).reshape(4, n)
         roof = work[:3] * self.inv
-        per_launch = roof.max(axis=0) + self.overhead[shape.graph_mode] + work[3] * self.per_item
+        per_launch = roof.max(axis=0) + self._overhead(shape) + work[3] * self.per_item
         launched = work[:3].any(axis=0) | self.is_host
         if shape.mode is StepMode.IDLE:
             launched = self.is_host
@@ -384,15 +465,33 @@ def _gemm(
     )  # fmt: skip
 
 
+def _shift(term: Term, offset: int, prefix: str) -> Term:
+    """``term`` reading the aggregate block at ``offset`` (a draft pass), renamed."""
+
+    def moved(lin: Linear) -> Linear:
+        return {k + offset: v for k, v in lin.items()}
+
+    return Term(
+        family=term.family,
+        impl=term.impl,
+        dtype=term.dtype,
+        layer=f"{prefix}/{term.layer}",
+        count=term.count,
+        flops=moved(term.flops),
+        bytes_moved=moved(term.bytes_moved),
+        link_bytes=moved(term.link_bytes),
+        items=moved(term.items),
+        where=term.where,
+        ranks=term.ranks,
+    )
+
+
 def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> CompiledPlan:
     """Lower ``plan`` into priced terms for its model and chip (see module doc)."""
     model = catalog.model(plan.model)
     hw = catalog.chip(plan.hardware)
     lay = plan.layout
-    tp, h = lay.tp, float(model.hidden_size)
-    d = float(model.head_dim)
-    hq = model.num_attention_heads / tp
-    hkv = float(memory.kv_heads_per_rank(model, tp))
+    tp = lay.tp
     act = 2.0
     wdt = memory.dtype_key(plan.weights_dtype)
     quant = plan.quantization
@@ -400,224 +499,272 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
     exp_b = memory.dtype_bytes("mxfp4") if quant == "mxfp4" else wb
     cdt = "fp8" if wb == 1.0 else "bf16"
     groups = {g.name: g for g in plan.kv_groups}
-    vocab_local = memory.pad_vocab(model.vocab_size) / tp
-    ar_link = 2.0 * (tp - 1) / tp * h * act
-    terms: list[Term] = []
-    n_allreduce = 0
+    h = float(model.hidden_size)
 
-    for layer in plan.layers:
-        kind, impl, cnt = layer.kind, layer.impl, layer.count
-        if kind is LayerKind.EMBEDDING:
-            terms.append(
-                Term(
-                    "embedding", impl, "bf16", "embedding", cnt, {}, {T: 2 * h * act}, where="first"
-                )
-            )
-            if tp > 1:
+    def lower(
+        layers: Sequence[LoweredLayer],
+        model: ModelArchitecture,
+        wb: float,
+        exp_b: float,
+        cdt: str,
+        vocab: int,
+        qkv_in: float = 1.0,
+        fc_in: float = 2.0,
+    ) -> list[Term]:
+        """Terms of ``layers`` of ``model`` (the target, or a drafter's pass)."""
+        h = float(model.hidden_size)
+        d = float(model.head_dim)
+        hq = model.num_attention_heads / tp
+        hkv = float(memory.kv_heads_per_rank(model, tp))
+        vocab_local = memory.pad_vocab(vocab) / tp
+        ar_link = 2.0 * (tp - 1) / tp * h * act
+        terms: list[Term] = []
+        for layer in layers:
+            kind, impl, cnt = layer.kind, layer.impl, layer.count
+            if kind is LayerKind.EMBEDDING:
                 terms.append(
                     Term(
-                        "allreduce",
-                        "nccl",
+                        "embedding",
+                        impl,
                         "bf16",
                         "embedding",
                         cnt,
                         {},
-                        {},
-                        {T: ar_link},
+                        {T: 2 * h * act},
                         where="first",
-                        ranks=tp,
                     )
                 )
-        elif kind is LayerKind.NORM:
-            terms.append(
-                Term("elementwise", impl, "bf16", "norm", cnt, {T: 4 * h}, {T: 4 * h * act})
-            )
-        elif kind is LayerKind.QKV_PROJ:
-            if model.mla is not None:
-                m = model.mla
-                ql = float(m.q_lora_rank or 0)
-                qk = float(m.qk_nope_head_dim + m.qk_rope_head_dim)
-                a_out = ql + m.kv_lora_rank + m.qk_rope_head_dim
-                terms.append(_gemm("qkv_a_proj", impl, cdt, cnt, a_out, h, wb, act))
-                terms.append(_gemm("q_b_proj", impl, cdt, cnt, hq * qk, ql or h, wb, act))
-            else:
-                terms.append(_gemm("qkv_proj", impl, cdt, cnt, (hq + 2 * hkv) * d, h, wb, act))
+                if tp > 1:
+                    terms.append(
+                        Term(
+                            "allreduce",
+                            "nccl",
+                            "bf16",
+                            "embedding",
+                            cnt,
+                            {},
+                            {},
+                            {T: ar_link},
+                            where="first",
+                            ranks=tp,
+                        )
+                    )
+            elif kind is LayerKind.NORM:
+                terms.append(
+                    Term("elementwise", impl, "bf16", "norm", cnt, {T: 4 * h}, {T: 4 * h * act})
+                )
+            elif kind is LayerKind.QKV_PROJ:
+                if model.mla is not None:
+                    m = model.mla
+                    ql = float(m.q_lora_rank or 0)
+                    qk = float(m.qk_nope_head_dim + m.qk_rope_head_dim)
+                    a_out = ql + m.kv_lora_rank + m.qk_rope_head_dim
+                    terms.append(_gemm("qkv_a_proj", impl, cdt, cnt, a_out, h, wb, act))
+                    terms.append(_gemm("q_b_proj", impl, cdt, cnt, hq * qk, ql or h, wb, act))
+                else:
+                    terms.append(
+                        _gemm("qkv_proj", impl, cdt, cnt, (hq + 2 * hkv) * d, qkv_in * h, wb, act)
+                    )
+                    terms.append(
+                        Term(
+                            "elementwise",
+                            "rotary",
+                            "bf16",
+                            "rope",
+                            cnt,
+                            {T: 4 * (hq + hkv) * d},
+                            {T: 2 * (hq + hkv) * d * act},
+                        )
+                    )
+            elif kind is LayerKind.ATTENTION:
+                g = groups.get(layer.kv_group or "") or (
+                    plan.kv_groups[0] if plan.kv_groups else None
+                )
+                if g is None:
+                    raise InputRefused.one(
+                        "plan.kv_groups", (), "an attention layer needs a KV group"
+                    )
+                kvb = float(g.bytes_per_token_per_layer)
+                windowed = g.attention == "sliding_window"
+                kd, pp, kp = (KDW, PPW, KPW) if windowed else (KD, PP, KP)
+                if model.mla is not None:
+                    m = model.mla
+                    lat = float(m.kv_lora_rank + m.qk_rope_head_dim)
+                    qk = float(m.qk_nope_head_dim + m.qk_rope_head_dim)
+                    up = float(m.kv_lora_rank) * hq * (m.qk_nope_head_dim + m.v_head_dim)
+                    dec_flops = 2 * hq * (lat + m.kv_lora_rank)
+                    pre_flops = 2 * hq * (qk + m.v_head_dim)
+                    terms.append(
+                        Term(
+                            "attention_decode",
+                            impl,
+                            "bf16",
+                            "attention",
+                            cnt,
+                            {kd: dec_flops, QD: 2 * up},
+                            {kd: kvb, QD: hq * (lat + m.kv_lora_rank) * act},
+                        )
+                    )
+                    terms.append(
+                        Term(
+                            "attention_prefill",
+                            impl,
+                            "bf16",
+                            "attention",
+                            cnt,
+                            {pp: pre_flops, kp: 2 * up},
+                            {
+                                kp: kvb + hq * (qk + m.v_head_dim) * act,
+                                NP: hq * (qk + m.v_head_dim) * act,
+                            },
+                        )
+                    )
+                else:
+                    terms.append(
+                        Term(
+                            "attention_decode",
+                            impl,
+                            "bf16",
+                            "attention",
+                            cnt,
+                            {kd: 4 * hq * d},
+                            {kd: kvb, QD: 2 * hq * d * act, SD: 64.0},
+                        )
+                    )
+                    terms.append(
+                        Term(
+                            "attention_prefill",
+                            impl,
+                            "bf16",
+                            "attention",
+                            cnt,
+                            {pp: 4 * hq * d},
+                            {kp: kvb, NP: (2 * hq + 2 * hkv) * d * act, SP: 64.0},
+                        )
+                    )
+            elif kind is LayerKind.O_PROJ:
+                v_dim = float(model.mla.v_head_dim) if model.mla is not None else d
+                terms.append(_gemm("o_proj", impl, cdt, cnt, h, hq * v_dim, wb, act))
+                if tp > 1:
+                    terms.append(
+                        Term(
+                            "allreduce",
+                            "nccl",
+                            "bf16",
+                            "o_proj",
+                            cnt,
+                            {},
+                            {},
+                            {T: ar_link},
+                            ranks=tp,
+                        )
+                    )
+            elif kind is LayerKind.MLP:
+                moe = model.moe
+                width = (
+                    moe.dense_intermediate_size if moe is not None else model.intermediate_size
+                ) / tp
+                terms.append(_gemm("gate_up_proj", impl, cdt, cnt, 2 * width, h, wb, act))
                 terms.append(
                     Term(
                         "elementwise",
-                        "rotary",
+                        "silu_and_mul",
                         "bf16",
-                        "rope",
+                        "act",
                         cnt,
-                        {T: 4 * (hq + hkv) * d},
-                        {T: 2 * (hq + hkv) * d * act},
+                        {T: 4 * width},
+                        {T: 3 * width * act},
                     )
                 )
-        elif kind is LayerKind.ATTENTION:
-            g = groups.get(layer.kv_group or "") or (plan.kv_groups[0] if plan.kv_groups else None)
-            if g is None:
-                raise InputRefused.one("plan.kv_groups", (), "an attention layer needs a KV group")
-            kvb = float(g.bytes_per_token_per_layer)
-            windowed = g.attention == "sliding_window"
-            kd, pp, kp = (KDW, PPW, KPW) if windowed else (KD, PP, KP)
-            if model.mla is not None:
-                m = model.mla
-                lat = float(m.kv_lora_rank + m.qk_rope_head_dim)
-                qk = float(m.qk_nope_head_dim + m.qk_rope_head_dim)
-                up = float(m.kv_lora_rank) * hq * (m.qk_nope_head_dim + m.v_head_dim)
-                dec_flops = 2 * hq * (lat + m.kv_lora_rank)
-                pre_flops = 2 * hq * (qk + m.v_head_dim)
-                terms.append(
-                    Term(
-                        "attention_decode",
-                        impl,
-                        "bf16",
-                        "attention",
-                        cnt,
-                        {kd: dec_flops, QD: 2 * up},
-                        {kd: kvb, QD: hq * (lat + m.kv_lora_rank) * act},
+                terms.append(_gemm("down_proj", impl, cdt, cnt, h, width, wb, act))
+                if tp > 1:
+                    terms.append(
+                        Term(
+                            "allreduce", "nccl", "bf16", "mlp", cnt, {}, {}, {T: ar_link}, ranks=tp
+                        )
                     )
-                )
+            elif kind is LayerKind.MOE:
+                moe = model.moe
+                if moe is None:
+                    raise InputRefused.one("plan.layers", "moe", f"model {model.hf_id} has no MoE")
+                ep = lay.ep
+                local = math.ceil(moe.num_experts / ep) if ep > 1 else moe.num_experts
+                width = moe.expert_intermediate_size / (1 if ep > 1 else tp)
+                k = moe.experts_per_token
+                routed = (lay.dp * tp / ep) if ep > 1 else 1.0  # token multiplier per rank
+                terms.append(_gemm("router", "cublas", "bf16", cnt, moe.num_experts, h, act, act))
                 terms.append(
                     Term(
-                        "attention_prefill",
+                        "moe_gemm",
                         impl,
-                        "bf16",
-                        "attention",
+                        "fp4" if quant == "mxfp4" else cdt,
+                        "experts",
                         cnt,
-                        {pp: pre_flops, kp: 2 * up},
+                        {T: 2 * 3 * h * width * k * routed},
                         {
-                            kp: kvb + hq * (qk + m.v_head_dim) * act,
-                            NP: hq * (qk + m.v_head_dim) * act,
+                            MOEF: local * 3 * h * width * exp_b,
+                            T: k * routed * (2 * h + 3 * width) * act,
                         },
                     )
                 )
-            else:
+                if moe.num_shared_experts:
+                    sw = moe.shared_expert_intermediate_size / tp
+                    terms.append(_gemm("shared_gate_up", "cublas", cdt, cnt, 2 * sw, h, wb, act))
+                    terms.append(_gemm("shared_down", "cublas", cdt, cnt, h, sw, wb, act))
+                if ep > 1:
+                    a2a = 2.0 * k * h * act * (ep - 1) / ep
+                    terms.append(
+                        Term("alltoall", "nccl", "bf16", "moe", cnt, {}, {}, {T: a2a}, ranks=ep)
+                    )
+                elif tp > 1:
+                    terms.append(
+                        Term(
+                            "allreduce", "nccl", "bf16", "moe", cnt, {}, {}, {T: ar_link}, ranks=tp
+                        )
+                    )
+            elif kind is LayerKind.ELEMENTWISE:
                 terms.append(
-                    Term(
-                        "attention_decode",
-                        impl,
-                        "bf16",
-                        "attention",
-                        cnt,
-                        {kd: 4 * hq * d},
-                        {kd: kvb, QD: 2 * hq * d * act, SD: 64.0},
+                    Term("elementwise", impl, "bf16", "residual", cnt, {T: h}, {T: 3 * h * act})
+                )
+            elif kind is LayerKind.LOGITS:
+                terms.append(
+                    _gemm(
+                        "lm_head", impl, "bf16", cnt, vocab_local, h, act, act, rows=R, where="last"
                     )
                 )
+                if tp > 1:
+                    terms.append(
+                        Term(
+                            "allgather",
+                            "nccl",
+                            "bf16",
+                            "logits",
+                            cnt,
+                            {},
+                            {},
+                            {R: vocab_local * (tp - 1) * 4.0},
+                            where="last",
+                            ranks=tp,
+                        )
+                    )
+            elif kind is LayerKind.SAMPLER:
                 terms.append(
                     Term(
-                        "attention_prefill",
+                        "sampling",
                         impl,
                         "bf16",
-                        "attention",
+                        "sampler",
                         cnt,
-                        {pp: 4 * hq * d},
-                        {kp: kvb, NP: (2 * hq + 2 * hkv) * d * act, SP: 64.0},
-                    )
-                )
-        elif kind is LayerKind.O_PROJ:
-            v_dim = float(model.mla.v_head_dim) if model.mla is not None else d
-            terms.append(_gemm("o_proj", impl, cdt, cnt, h, hq * v_dim, wb, act))
-            if tp > 1:
-                terms.append(
-                    Term("allreduce", "nccl", "bf16", "o_proj", cnt, {}, {}, {T: ar_link}, ranks=tp)
-                )
-                n_allreduce += cnt
-        elif kind is LayerKind.MLP:
-            moe = model.moe
-            width = (
-                moe.dense_intermediate_size if moe is not None else model.intermediate_size
-            ) / tp
-            terms.append(_gemm("gate_up_proj", impl, cdt, cnt, 2 * width, h, wb, act))
-            terms.append(
-                Term(
-                    "elementwise",
-                    "silu_and_mul",
-                    "bf16",
-                    "act",
-                    cnt,
-                    {T: 4 * width},
-                    {T: 3 * width * act},
-                )
-            )
-            terms.append(_gemm("down_proj", impl, cdt, cnt, h, width, wb, act))
-            if tp > 1:
-                terms.append(
-                    Term("allreduce", "nccl", "bf16", "mlp", cnt, {}, {}, {T: ar_link}, ranks=tp)
-                )
-        elif kind is LayerKind.MOE:
-            moe = model.moe
-            if moe is None:
-                raise InputRefused.one("plan.layers", "moe", f"model {model.hf_id} has no MoE")
-            ep = lay.ep
-            local = math.ceil(moe.num_experts / ep) if ep > 1 else moe.num_experts
-            width = moe.expert_intermediate_size / (1 if ep > 1 else tp)
-            k = moe.experts_per_token
-            routed = (lay.dp * tp / ep) if ep > 1 else 1.0  # token multiplier per rank
-            terms.append(_gemm("router", "cublas", "bf16", cnt, moe.num_experts, h, act, act))
-            terms.append(
-                Term(
-                    "moe_gemm",
-                    impl,
-                    "fp4" if quant == "mxfp4" else cdt,
-                    "experts",
-                    cnt,
-                    {T: 2 * 3 * h * width * k * routed},
-                    {
-                        MOEF: local * 3 * h * width * exp_b,
-                        T: k * routed * (2 * h + 3 * width) * act,
-                    },
-                )
-            )
-            if moe.num_shared_experts:
-                sw = moe.shared_expert_intermediate_size / tp
-                terms.append(_gemm("shared_gate_up", "cublas", cdt, cnt, 2 * sw, h, wb, act))
-                terms.append(_gemm("shared_down", "cublas", cdt, cnt, h, sw, wb, act))
-            if ep > 1:
-                a2a = 2.0 * k * h * act * (ep - 1) / ep
-                terms.append(
-                    Term("alltoall", "nccl", "bf16", "moe", cnt, {}, {}, {T: a2a}, ranks=ep)
-                )
-            elif tp > 1:
-                terms.append(
-                    Term("allreduce", "nccl", "bf16", "moe", cnt, {}, {}, {T: ar_link}, ranks=tp)
-                )
-        elif kind is LayerKind.ELEMENTWISE:
-            terms.append(
-                Term("elementwise", impl, "bf16", "residual", cnt, {T: h}, {T: 3 * h * act})
-            )
-        elif kind is LayerKind.LOGITS:
-            terms.append(
-                _gemm("lm_head", impl, "bf16", cnt, vocab_local, h, act, act, rows=R, where="last")
-            )
-            if tp > 1:
-                terms.append(
-                    Term(
-                        "allgather",
-                        "nccl",
-                        "bf16",
-                        "logits",
-                        cnt,
-                        {},
-                        {},
-                        {R: vocab_local * (tp - 1) * 4.0},
+                        {R: 8.0 * vocab},
+                        {R: 4 * 4.0 * vocab},
                         where="last",
-                        ranks=tp,
                     )
                 )
-        elif kind is LayerKind.SAMPLER:
-            terms.append(
-                Term(
-                    "sampling",
-                    impl,
-                    "bf16",
-                    "sampler",
-                    cnt,
-                    {R: 8.0 * model.vocab_size},
-                    {R: 4 * 4.0 * model.vocab_size},
-                    where="last",
-                )
-            )
+            elif kind is LayerKind.DRAFT_INPUT:
+                terms.append(_gemm("draft_fc", impl, "bf16", cnt, h, fc_in * h, act, act))
+        return terms
+
+    terms = lower(plan.layers, model, wb, exp_b, cdt, model.vocab_size)
     if lay.pp > 1:
         terms.append(
             Term(
@@ -635,4 +782,28 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
         )
     terms.append(Term("host_step", plan.host_work, "*", "host", 1, {}, {}, items={S: 1.0}))
     terms.append(Term("host_request", plan.host_work, "*", "host", 1, {}, {}, items={NEWREQ: 1.0}))
-    return CompiledPlan(plan, model, hw, terms, catalog, registry)
+    base_terms = len(terms)
+    draft = plan.draft_policy
+    n_first = 0
+    if draft is not None and draft.layers and draft.draft_model is not None:
+        dm = catalog.model(draft.draft_model)
+        if draft.method == "mtp":
+            dwb, dexp, dcdt = wb, exp_b, cdt
+        else:
+            dwb, dexp, dcdt = act, act, "bf16"
+        pass_terms = lower(
+            draft.layers,
+            dm,
+            dwb,
+            dexp,
+            dcdt,
+            dm.draft_vocab_size or model.vocab_size,
+            qkv_in=2.0 if draft.method == "eagle3" else 1.0,
+            fc_in=3.0 if draft.method == "eagle3" else 2.0,
+        )
+        first = [_shift(t, N_AGG, "draft") for t in pass_terms]
+        n_first = len(first)
+        terms += first
+        terms += [_shift(t, 2 * N_AGG, "draft_decode") for t in pass_terms]
+
+    return CompiledPlan(plan, model, hw, terms, catalog, registry, base_terms, n_first)

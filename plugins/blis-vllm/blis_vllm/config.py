@@ -169,6 +169,9 @@ class VllmSettings:
     kv_load_failure_policy: str = "fail"
     kv_recompute_threshold: int = 64
     """``kv_connector_extra_config["kv_recompute_threshold"]`` (NIXL's default 64)."""
+    speculative_model: str | None = None
+    """``speculative_config.model``: the draft model's catalog key (EAGLE/EAGLE3 head;
+    the target itself for ``mtp``, as ``SpeculativeConfig.__post_init__`` sets it)."""
     """``SchedulerConfig.scheduler_reserve_full_isl`` (vLLM 0.33.0
     ``config/scheduler.py``, default ``True``): admit a waiting request only if its
     whole current sequence fits in the free KV blocks, not just its first chunk."""
@@ -374,6 +377,7 @@ def resolve_settings(
     spec = args.get("speculative_config")
     method: str | None = None
     num_spec = 0
+    draft_model: str | None = None
     if spec is not None:
         if not isinstance(spec, Mapping):
             errors.append(FieldError(_arg_path("speculative_config"), spec, "must be a mapping"))
@@ -398,6 +402,13 @@ def resolve_settings(
                 )
             else:
                 num_spec = n
+            draft = spec.get("model")
+            if draft is not None and not isinstance(draft, str):
+                errors.append(
+                    FieldError(_arg_path("speculative_config.model"), draft, "must be a string")
+                )
+                draft = None
+            draft_model = _resolve_draft_model(method, draft, num_spec, model, errors)
     lookahead = num_spec if method in _EAGLE_METHODS or method == "draft_model" else 0
 
     kv_connector, kv_role, kv_policy, kv_threshold = _resolve_kv_transfer(
@@ -570,6 +581,7 @@ def resolve_settings(
         speculative_method=method,
         num_speculative_tokens=num_spec,
         num_lookahead_tokens=lookahead,
+        speculative_model=draft_model,
         compilation_mode=int(mode),
         cudagraph_mode=str(graph_mode),
         cudagraph_capture_sizes=sizes,
@@ -584,6 +596,55 @@ def resolve_settings(
         kv_load_failure_policy=kv_policy,
         kv_recompute_threshold=kv_threshold,
     )
+
+
+def _resolve_draft_model(
+    method: object,
+    draft: str | None,
+    num_spec: int,
+    model: ModelArchitecture,
+    errors: list[FieldError],
+) -> str | None:
+    """The draft model of ``speculative_config`` (``SpeculativeConfig.__post_init__``).
+
+    ``eagle``/``eagle3``/``draft_model`` need ``model``; ``mtp`` defaults it to the
+    target, whose config must have MTP layers (``num_nextn_predict_layers``, else
+    upstream's ``Unsupported speculative method: 'mtp'``), and ``num_speculative_tokens``
+    above ``n_predict`` must be a multiple of it.
+    """
+    if method == "mtp":
+        if draft is None or draft == model.hf_id:
+            if model.num_mtp_layers == 0:
+                errors.append(
+                    FieldError(
+                        _arg_path("speculative_config.method"),
+                        method,
+                        f"Unsupported speculative method: 'mtp' ({model.hf_id} has no "
+                        "num_nextn_predict_layers)",
+                    )
+                )
+                return None
+            n_predict = model.num_mtp_layers
+            if num_spec > n_predict and num_spec % n_predict:
+                errors.append(
+                    FieldError(
+                        _arg_path("speculative_config.num_speculative_tokens"),
+                        num_spec,
+                        f"num_speculative_tokens:{num_spec} must be divisible by "
+                        f"n_predict={n_predict}",
+                    )
+                )
+            return model.hf_id
+        return draft
+    if method in ("eagle", "eagle3", "draft_model") and draft is None:
+        errors.append(
+            FieldError(
+                _arg_path("speculative_config.model"),
+                None,
+                "num_speculative_tokens was provided but without speculative model.",
+            )
+        )
+    return draft if method in _EAGLE_METHODS or method == "draft_model" else None
 
 
 _KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")

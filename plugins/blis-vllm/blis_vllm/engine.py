@@ -79,6 +79,17 @@ __all__ = ["VllmEngine", "VllmEngineFactory", "pad_step"]
 #: inside the engine step, so the step's price is the verify forward pass).
 _MODELLED_SPEC_METHODS = frozenset({"ngram"})
 
+#: Why EAGLE-family methods are planned and priced but not built yet: vLLM 0.33.0
+#: schedules them differently from ngram beyond ``num_lookahead_tokens``.
+_EAGLE_SCHEDULING_GAP = (
+    "its plan (draft weights and KV layers in the KV budget) and step prices (draft "
+    "forward passes) are modelled, but vLLM 0.33.0 schedules EAGLE-family drafters "
+    "differently from ngram and blis-vllm has not ported that yet: lookahead block "
+    "hashes (VllmConfig.num_hash_lookahead_tokens), the prefill lookahead "
+    "(num_prefill_lookahead_tokens: no chunk ends one token before the prompt end), the "
+    "trailing prefix-cache block drop (use_eagle_block_drop) and skip_drafts"
+)
+
 
 def pad_step(num_tokens: int, uniform_decode: bool, plan: PoolPlan) -> tuple[int, GraphMode]:
     """Launched token count and graph mode for a batch of ``num_tokens`` tokens."""
@@ -397,7 +408,39 @@ class VllmEngine:
             padded_tokens=padded,
             graph_mode=graph,
             num_spec_tokens=num_spec,
+            draft_passes=self._draft_passes(out),
         )
+
+    def _draft_passes(self, out: SchedulerOutput) -> int:
+        """Forward passes of the plan's draft model in a step (0 without one).
+
+        ``TargetDependentARSpeculator.propose`` (vLLM 0.33.0 V2 model runner) runs after
+        sampling in every step: one pass over the step's tokens (it writes the draft
+        layers' KV, so it runs even when no drafts are wanted), then
+        ``num_speculative_tokens - 1`` single-token passes, skipped (K = 0) when the
+        scheduler's ``skip_drafts`` holds: every scheduled request is a non-final
+        prefill chunk or samples its last output token (``Scheduler._drafts_unused``).
+        """
+        draft = self._plan.draft_policy
+        if draft is None or not draft.layers:
+            return 0
+        k = draft.num_speculative_tokens
+        if k == 1:
+            return 1
+        async_sched = self._settings.async_scheduling
+        for rid, n in out.num_scheduled_tokens.items():
+            request = self.scheduler.requests.get(rid)
+            if request is None:
+                continue
+            if out.context_tokens[rid] + n < request.num_tokens:
+                continue  # non-final prefill chunk: samples nothing
+            placeholders = request.num_output_placeholders
+            if async_sched and rid in out.sampling:
+                placeholders -= 1 + len(out.scheduled_spec_decode_tokens.get(rid, ()))
+            min_out = request.num_output_tokens + 1 + (1 if placeholders > 0 else 0)
+            if min_out < request.max_tokens:
+                return k
+        return 1
 
     def _prompt_len(self, rid: str) -> int:
         request = self.scheduler.requests.get(rid)
@@ -441,10 +484,15 @@ class VllmEngineFactory:
         settings = resolve_settings(spec.args, model, hw, spec.layout)
         method = settings.speculative_method
         if method is not None and method not in _MODELLED_SPEC_METHODS:
+            why = (
+                _EAGLE_SCHEDULING_GAP
+                if settings.speculative_model is not None and method != "draft_model"
+                else "planned but not run yet"
+            )
             raise InputRefused.one(
                 "engine.args.speculative_config.method",
                 method,
-                f"{method} speculative decoding is planned but not run yet by blis-vllm "
+                f"{method} speculative decoding: {why} by blis-vllm "
                 f"(modelled: {', '.join(sorted(_MODELLED_SPEC_METHODS))}; issue #4)",
             )
         if method is not None and spec.acceptance is None:

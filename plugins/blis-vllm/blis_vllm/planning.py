@@ -50,6 +50,7 @@ from blis_vllm.version import ENGINE_KIND, UPSTREAM_RELEASE
 __all__ = [
     "build_partial_plan",
     "decide_kv_budget",
+    "draft_layers",
     "graph_policy",
     "kv_groups",
     "scheduler_kv_cache_groups",
@@ -110,11 +111,34 @@ def kv_cache_dtype(settings: VllmSettings, model: ModelArchitecture) -> str:
 def kv_groups(
     settings: VllmSettings, model: ModelArchitecture, env: Environment
 ) -> tuple[KVGroup, ...]:
-    """One KV group per attention type present on a rank."""
+    """One KV group per attention type present on a rank, the drafter's layers included."""
     dtype = kv_cache_dtype(settings, model)
     counts: dict[str, int] = {}
     for t in _stage_layers(model, settings.layout.pp):
         counts[t] = counts.get(t, 0) + 1
+    draft = _draft_model(settings, env)
+    if draft is not None:
+        kind, n_draft = _draft_kv_layers(settings, draft)
+        path = "engine.args.speculative_config.model"
+        if model.layer_types or kind not in counts:
+            raise InputRefused.one(
+                path,
+                draft.hf_id,
+                "a drafter on a hybrid or sliding-window target (several KV cache groups) "
+                "is not ported",
+                f"vllm@{UPSTREAM_RELEASE}",
+            )
+        page = env.kv_bytes_per_token_per_layer(model, settings.layout, dtype, kind)
+        draft_page = env.kv_bytes_per_token_per_layer(draft, settings.layout, dtype, kind)
+        if draft_page != page:
+            raise InputRefused.one(
+                path,
+                draft.hf_id,
+                f"the drafter's KV page ({draft_page} bytes per token) differs from the "
+                f"target's ({page}); unify_kv_cache_spec_page_size is not ported",
+                f"vllm@{UPSTREAM_RELEASE}",
+            )
+        counts[kind] += n_draft
     groups = []
     for attention, n in counts.items():
         groups.append(
@@ -130,6 +154,34 @@ def kv_groups(
             )
         )
     return tuple(groups)
+
+
+def _draft_model(settings: VllmSettings, env: Environment) -> ModelArchitecture | None:
+    """The catalog architecture of a drafter that runs a model (EAGLE, EAGLE3, MTP)."""
+    if settings.speculative_method not in _DRAFT_MODEL_METHODS:
+        return None
+    if settings.speculative_model is None:
+        return None
+    return env.model(settings.speculative_model)
+
+
+#: Methods whose drafter is a model with its own KV layers (``SpeculativeConfig.use_eagle``
+#: minus DFlash/DSpark, which blis-vllm does not resolve).
+_DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "mtp"})
+
+
+def _draft_kv_layers(settings: VllmSettings, draft: ModelArchitecture) -> tuple[str, int]:
+    """Attention type and count of the drafter's KV layers on one rank.
+
+    ``mtp``: every MTP layer (``num_nextn_predict_layers``) of the target, MLA for an
+    MLA target; EAGLE/EAGLE3: the head's decoder layers, full attention. The drafter's
+    attention layers join the target's KV cache config (``validate_same_kv_cache_group``
+    in ``llm_base_proposer.py``), so they take blocks from the same pool.
+    """
+    if settings.speculative_method == "mtp":
+        kind = "mla" if draft.attention is AttentionKind.MLA else "full"
+        return kind, draft.num_mtp_layers
+    return "full", draft.num_layers
 
 
 def graph_policy(settings: VllmSettings) -> GraphPolicy:
@@ -159,7 +211,11 @@ def graph_policy(settings: VllmSettings) -> GraphPolicy:
 def _lowered_layers(
     model: ModelArchitecture, settings: VllmSettings, backend: str, groups: tuple[KVGroup, ...]
 ) -> tuple[LoweredLayer, ...]:
-    n = sum(g.num_layers for g in groups)
+    # The target's own layers per group (the groups' counts include a drafter's layers).
+    own: dict[str, int] = {}
+    for t in _stage_layers(model, settings.layout.pp):
+        own[t] = own.get(t, 0) + 1
+    n = sum(own.values())
     layers = [
         LoweredLayer(kind=LayerKind.EMBEDDING, impl="VocabParallelEmbedding", count=1),
         LoweredLayer(kind=LayerKind.NORM, impl="RMSNorm", count=2 * n + 1),
@@ -167,9 +223,7 @@ def _lowered_layers(
     ]
     for g in groups:
         layers.append(
-            LoweredLayer(
-                kind=LayerKind.ATTENTION, impl=backend, count=g.num_layers, kv_group=g.name
-            )
+            LoweredLayer(kind=LayerKind.ATTENTION, impl=backend, count=own[g.name], kv_group=g.name)
         )
     layers.append(LoweredLayer(kind=LayerKind.O_PROJ, impl="RowParallelLinear", count=n))
     if model.moe is not None:
@@ -190,6 +244,40 @@ def _lowered_layers(
     return tuple(layers)
 
 
+def draft_layers(
+    settings: VllmSettings, draft: ModelArchitecture, backend: str, groups: tuple[KVGroup, ...]
+) -> tuple[LoweredLayer, ...]:
+    """One forward pass of the drafter (``TargetDependentARSpeculator``, vLLM 0.33.0).
+
+    The input projection over the target's hidden states (EAGLE ``fc``, EAGLE3 ``fc``
+    after ``combine_hidden_states``, MTP ``eh_proj``), the decoder layers a pass runs
+    (one MTP layer per pass: ``n_predict`` layers serve the drafts in turn; all of an
+    EAGLE head's layers), its norms, logits over the draft vocabulary and the
+    draft sampler. The embedding lookup is the target's (shared, not re-lowered).
+    """
+    kind, _ = _draft_kv_layers(settings, draft)
+    n = 1 if settings.speculative_method == "mtp" else draft.num_layers
+    group = next(g.name for g in groups if g.attention == kind)
+    layers = [
+        LoweredLayer(kind=LayerKind.DRAFT_INPUT, impl="ReplicatedLinear", count=1),
+        LoweredLayer(kind=LayerKind.NORM, impl="RMSNorm", count=2 * n + 3),
+        LoweredLayer(kind=LayerKind.QKV_PROJ, impl="QKVParallelLinear", count=n),
+        LoweredLayer(kind=LayerKind.ATTENTION, impl=backend, count=n, kv_group=group),
+        LoweredLayer(kind=LayerKind.O_PROJ, impl="RowParallelLinear", count=n),
+    ]
+    moe = draft.moe
+    index = draft.num_layers if settings.speculative_method == "mtp" else 0
+    if moe is not None and index >= moe.first_dense_layers:
+        layers.append(LoweredLayer(kind=LayerKind.MOE, impl="FusedMoE", count=n))
+    else:
+        layers.append(
+            LoweredLayer(kind=LayerKind.MLP, impl="MergedColumnParallelLinear+SiluAndMul", count=n)
+        )
+    layers.append(LoweredLayer(kind=LayerKind.LOGITS, impl="ParallelLMHead", count=1))
+    layers.append(LoweredLayer(kind=LayerKind.SAMPLER, impl="Sampler", count=1))
+    return tuple(layers)
+
+
 def build_partial_plan(
     settings: VllmSettings, model: ModelArchitecture, hw: HardwareSpec, env: Environment
 ) -> PoolPlan:
@@ -198,9 +286,12 @@ def build_partial_plan(
     groups = kv_groups(settings, model, env)
     draft = None
     if settings.speculative_method is not None:
+        drafter = _draft_model(settings, env)
         draft = DraftPolicy(
             method=settings.speculative_method,
             num_speculative_tokens=settings.num_speculative_tokens,
+            draft_model=settings.speculative_model,
+            layers=draft_layers(settings, drafter, backend, groups) if drafter else (),
         )
     return PoolPlan(
         engine=f"{ENGINE_KIND}@{UPSTREAM_RELEASE}",

@@ -85,7 +85,14 @@ def test_upstream_refusals_carry_upstream_messages() -> None:
 
 
 def test_speculative_config_sets_lookahead() -> None:
-    s = _resolve(speculative_config={"method": "eagle", "num_speculative_tokens": 3})
+    s = _resolve(
+        speculative_config={
+            "method": "eagle",
+            "model": "some/eagle-head",
+            "num_speculative_tokens": 3,
+        }
+    )
     assert s.num_speculative_tokens == 3 and s.num_lookahead_tokens == 3
+    assert s.speculative_model == "some/eagle-head"
     n = _resolve(speculative_config={"method": "ngram", "num_speculative_tokens": 2})
     assert n.num_lookahead_tokens == 0 and n.uniform_decode_query_len == 3

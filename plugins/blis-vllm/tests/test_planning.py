@@ -95,7 +95,7 @@ def test_refuses_when_one_max_model_len_request_does_not_fit() -> None:
 
 
 def test_build_refuses_what_the_run_phase_does_not_model() -> None:
-    spec = pool_spec(speculative_config={"method": "eagle", "num_speculative_tokens": 2})
+    spec = pool_spec(speculative_config={"method": "ngram_gpu", "num_speculative_tokens": 2})
     plan = VllmEngineFactory().plan(spec, FakeEnvironment())
     assert plan.draft_policy is not None and plan.draft_policy.num_speculative_tokens == 2
     with pytest.raises(InputRefused):

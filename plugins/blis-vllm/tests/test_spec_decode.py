@@ -149,11 +149,11 @@ def test_other_speculative_methods_stay_refused_by_name() -> None:
         pool_spec(
             block_size=16,
             num_gpu_blocks_override=256,
-            speculative_config={"method": "eagle", "num_speculative_tokens": 2},
+            speculative_config={"method": "suffix", "num_speculative_tokens": 2},
         ),
         acceptance=AcceptanceModel(model="iid", rate=0.5, source="test"),
     )
-    with pytest.raises(InputRefused, match="eagle"):
+    with pytest.raises(InputRefused, match="suffix"):
         VllmEngineFactory().build(spec, SeededEnvironment(0), "i0")
 
 
