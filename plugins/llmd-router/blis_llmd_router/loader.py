@@ -213,30 +213,34 @@ def _add_default(
     return plugin
 
 
-def _consumed_producers(plugin: Plugin) -> list[tuple[str, tuple[type[Plugin], ...], str]]:
-    """(producer name, accepted classes, default type) of each key the filters consume.
+_Need = tuple[str, tuple[type[Plugin], ...], str]
+"""(producer name, accepted producer classes, default producer type) of a consumed key."""
 
-    ``utilization-filter`` consumes the in-flight load when it caps ``active-requests``;
-    ``prefix-cache-affinity-filter`` the prefix match info, and the in-flight load when
-    its TTFT gate is on (their upstream ``Consumes``).
-    """
-    out: list[tuple[str, tuple[type[Plugin], ...], str]] = []
+
+def _scorers_consume(plugin: Plugin) -> list[_Need]:
+    """What scorers, the disagg handler and the concurrency detector consume."""
+    if isinstance(plugin, PrefixCacheScorer | NoHitLRUScorer):
+        return [(plugin.producer_name, _PREFIX_PRODUCERS, ApproxPrefixCacheProducer.plugin_type)]
+    if isinstance(plugin, DisaggProfileHandler):
+        # The default PrefixCacheMatchInfo key (for its PD decider).
+        default = ApproxPrefixCacheProducer.plugin_type
+        return [(default, _PREFIX_PRODUCERS, default)]
+    if isinstance(plugin, ActiveRequestScorer | TokenLoadScorer | ConcurrencyDetector):
+        return [(plugin.producer_name, (InFlightLoadProducer,), InFlightLoadProducer.plugin_type)]
+    return []
+
+
+def _filters_consume(plugin: Plugin) -> list[_Need]:
+    """What the filters consume: ``utilization-filter`` the in-flight load when it caps
+    ``active-requests``; ``prefix-cache-affinity-filter`` the prefix match info, and the
+    in-flight load when its TTFT gate is on (their upstream ``Consumes``)."""
+    out: list[_Need] = []
     if isinstance(plugin, PrefixCacheAffinityFilter):
-        out.append(
-            (
-                plugin.prefix_producer_name,
-                _PREFIX_PRODUCERS,
-                ApproxPrefixCacheProducer.plugin_type,
-            )
-        )
+        prefix = ApproxPrefixCacheProducer.plugin_type
+        out.append((plugin.prefix_producer_name, _PREFIX_PRODUCERS, prefix))
         if plugin.consumes_in_flight_load:
-            out.append(
-                (
-                    plugin.in_flight_producer_name,
-                    (InFlightLoadProducer,),
-                    InFlightLoadProducer.plugin_type,
-                )
-            )
+            inflight = InFlightLoadProducer.plugin_type
+            out.append((plugin.in_flight_producer_name, (InFlightLoadProducer,), inflight))
     if isinstance(plugin, UtilizationFilter) and plugin.consumes_in_flight_load:
         out.append(
             (plugin.producer_name, (InFlightLoadProducer,), InFlightLoadProducer.plugin_type)
@@ -251,24 +255,13 @@ def _ensure_producers(
     path: str,
     injected: list[str],
 ) -> None:
-    """``CreateMissingDataProducers``: default producers for consumed keys nobody produces."""
+    """``CreateMissingDataProducers``: default producers for consumed keys nobody produces
+    (the scorers' keys first, then the filters')."""
     errors: list[FieldError] = []
-    for name, plugin in list(plugins.items()):
-        want: str
-        classes: tuple[type[Plugin], ...]
-        default: str
-        if isinstance(plugin, PrefixCacheScorer | NoHitLRUScorer):
-            want, classes = plugin.producer_name, _PREFIX_PRODUCERS
-            default = ApproxPrefixCacheProducer.plugin_type
-        elif isinstance(plugin, DisaggProfileHandler):
-            # Consumes the default PrefixCacheMatchInfo key (for its PD decider).
-            want, classes = ApproxPrefixCacheProducer.plugin_type, _PREFIX_PRODUCERS
-            default = ApproxPrefixCacheProducer.plugin_type
-        elif isinstance(plugin, ActiveRequestScorer | TokenLoadScorer | ConcurrencyDetector):
-            want, classes = plugin.producer_name, (InFlightLoadProducer,)
-            default = InFlightLoadProducer.plugin_type
-        else:
-            continue
+    configured = list(plugins.items())
+    needs = [(n, need) for n, p in configured for need in _scorers_consume(p)]
+    needs += [(n, need) for n, p in configured for need in _filters_consume(p)]
+    for name, (want, classes, default) in needs:
         if isinstance(plugins.get(want), classes):
             continue
         if want == default and want not in plugins:
@@ -282,21 +275,6 @@ def _ensure_producers(
                 f" {default} (no default producer found for missing data key)",
             )
         )
-    for name, plugin in list(plugins.items()):
-        for want, classes, default in _consumed_producers(plugin):
-            if isinstance(plugins.get(want), classes):
-                continue
-            if want == default and want not in plugins:
-                _add_default(cfg, plugins, want, ctx, path, injected)
-                continue
-            errors.append(
-                FieldError(
-                    f"{path}.plugins",
-                    want,
-                    f"plugin {name!r} consumes data produced by {want!r}, which is not a"
-                    f" configured {default} (no default producer found for missing data key)",
-                )
-            )
     if errors:
         raise InputRefused(errors)
     # Prefix and in-flight producers and the disagg handler consume the tokenised prompt

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.router import EndpointSnapshot
 
@@ -32,3 +36,19 @@ def snap(
 
 def req(rid: str, key: str = "doc", tokens: int = 256) -> InferenceRequest:
     return InferenceRequest(rid, 0, (PromptSegment(key, tokens),), 16)
+
+
+def count_kv_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the blocks of every KV read the cluster starts (P/D transfers)."""
+    from blis_core.runner.engine_component import EngineComponent
+
+    reads: list[int] = []
+    start = EngineComponent._start_moves
+
+    def counting(self: EngineComponent, shape: Any, now_us: int) -> None:
+        before = set(self._moves)
+        start(self, shape, now_us)
+        reads.extend(self._moves[t].num_blocks for t in set(self._moves) - before)
+
+    monkeypatch.setattr(EngineComponent, "_start_moves", counting)
+    return reads

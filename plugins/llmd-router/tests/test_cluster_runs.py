@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers import count_kv_reads
 
 from blis_core.io.scenario import parse_scenario
 from blis_core.io.yaml_safe import load_yaml_mapping
@@ -102,27 +103,11 @@ def _pd_scenario(config: dict[str, Any]) -> dict[str, Any]:
     return scenario
 
 
-def _count_kv_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the bytes of every KV read the cluster starts (P/D transfers)."""
-    from blis_core.runner.engine_component import EngineComponent
-
-    reads: list[int] = []
-    start = EngineComponent._start_moves
-
-    def counting(self: EngineComponent, shape: Any, now_us: int) -> None:
-        before = set(self._moves)
-        start(self, shape, now_us)
-        reads.extend(self._moves[t].num_blocks for t in set(self._moves) - before)
-
-    monkeypatch.setattr(EngineComponent, "_start_moves", counting)
-    return reads
-
-
 @pytest.mark.parametrize("name", ["pd-epp-config", "pd-topology-epp-config", "sim-pd-epp-config"])
 def test_pd_sample_configs_run_disaggregated(
     name: str, data: DataSources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reads = _count_kv_reads(monkeypatch)
+    reads = count_kv_reads(monkeypatch)
     config = load_yaml_mapping(FIXTURES / f"{name}.yaml")
     result = run_scenario(parse_scenario(_pd_scenario(config), name), make_host(), data)
     fates = result.replications[0].fates
@@ -138,7 +123,7 @@ def test_pd_topology_sample_prefills_on_the_decode_host(
     every disaggregated request is prefilled on its decode instance's host."""
     from blis_llmd_router.router import LlmdRouter
 
-    reads = _count_kv_reads(monkeypatch)
+    reads = count_kv_reads(monkeypatch)
     picks: list[tuple[str | None, str | None]] = []
     route = LlmdRouter.route
 
@@ -180,7 +165,7 @@ def test_always_disaggregating_moves_every_prompt_and_costs_ttft(
         "- type: always-disagg-pd-decider\n- type: prefix-based-pd-decider",
     )
     never = text.replace("nonCachedTokens: 16", "nonCachedTokens: 0")
-    reads = _count_kv_reads(monkeypatch)
+    reads = count_kv_reads(monkeypatch)
     runs = {}
     for label, cfg in (("always", always), ("never", never)):
         reads.clear()

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from blis_conformance.router import FixedRuntime
 from blis_llmd_router import load, load_yaml
+from helpers import count_kv_reads
 
 from blis_core.contracts.errors import InputRefused
 from blis_core.cost.catalog import load_catalog
@@ -202,22 +203,6 @@ def _scenario(config: Mapping[str, Any], disaggregated: bool) -> dict[str, Any]:
     }
 
 
-def _count_kv_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the blocks of every KV read the cluster starts (P/D transfers)."""
-    from blis_core.runner.engine_component import EngineComponent
-
-    reads: list[int] = []
-    start = EngineComponent._start_moves
-
-    def counting(self: EngineComponent, shape: Any, now_us: int) -> None:
-        before = set(self._moves)
-        start(self, shape, now_us)
-        reads.extend(self._moves[t].num_blocks for t in set(self._moves) - before)
-
-    monkeypatch.setattr(EngineComponent, "_start_moves", counting)
-    return reads
-
-
 @pytest.fixture(scope="module")
 def data() -> DataSources:
     return DataSources.load()
@@ -242,4 +227,4 @@ def _run(text: str, name: str, data: DataSources, reads: list[int]) -> None:
 def test_guide_runs_on_vllm_pools(
     name: str, data: DataSources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _run(_text(name), name, data, _count_kv_reads(monkeypatch))
+    _run(_text(name), name, data, count_kv_reads(monkeypatch))

@@ -51,18 +51,10 @@ class SessionAffinityFilter(Filter, PreRequest):
     """Pins a session's requests to its endpoint when that endpoint is a candidate."""
 
     plugin_type = "session-affinity-filter"
-    PARAMS = {
-        "strategy": ParamSpec("str", STRATEGY_ENCODED),
-        "encodedEndpointHeaderConfig": ParamSpec("object", None),
-        "sessionIdConfig": ParamSpec("object", None),
-        "profileName": ParamSpec("str", ""),
-    }
-    HEADER_PARAMS = {"header": ParamSpec("str", "")}
-    SESSION_ID_PARAMS = {
-        "sources": ParamSpec("any", None),
-        "evictionTtlSeconds": ParamSpec("float", 0.0),
-        "evictionSweepSeconds": ParamSpec("float", 0.0),
-    }
+    # Upstream's filter decodes the scorer's parameter struct.
+    PARAMS = SessionAffinityScorer.PARAMS
+    HEADER_PARAMS = SessionAffinityScorer.HEADER_PARAMS
+    SESSION_ID_PARAMS = SessionAffinityScorer.SESSION_ID_PARAMS
     SOURCE_PARAMS = {"header": ParamSpec("str", ""), "attribute": ParamSpec("str", "")}
 
     def __init__(self, name: str, state: SessionAffinityScorer) -> None:
