@@ -30,8 +30,14 @@ the picker to inject when several exist) BLIS takes declaration order.
    ``utilization-detector``, injected when not configured; the referenced plugin must be a
    saturation detector. It sheds negative-priority requests (:mod:`blis_llmd_router.flowcontrol`).
 
-The data-layer DAG orders producers; BLIS runs the prefix producers first, then the rest
-in declaration order.
+The data-layer DAG orders producers; BLIS runs the prefix producers first (the
+approximate, precise and burst ones, which all produce ``PrefixCacheMatchInfo``), then the
+rest in declaration order.
+
+A ``burst-prefix-cache-producer`` with ``featureGates: [flowControl]`` is refused
+(:data:`BURST_WITH_FLOW_CONTROL`): upstream's data producers run after flow control admits
+the request, so the request would be held twice, and the BLIS flow-control layer cannot
+hold a request it dispatched.
 
 7. With ``featureGates: [flowControl]`` (``pkg/epp/config/loader/defaults.go``
    ``ensureFlowControlLayer`` and ``flowcontrol.go`` ``buildFlowControlConfig``): the
@@ -89,6 +95,7 @@ from blis_llmd_router.framework import (
 )
 from blis_llmd_router.producers import (
     ApproxPrefixCacheProducer,
+    BurstPrefixCacheProducer,
     InFlightLoadProducer,
     PrecisePrefixCacheProducer,
     TokenProducer,
@@ -117,6 +124,7 @@ _PREFIX_PRODUCERS = (
     ApproxPrefixCacheProducer,
     PrecisePrefixCacheProducer,
     PrecisePrefixCacheScorer,
+    BurstPrefixCacheProducer,
 )
 
 
@@ -514,6 +522,8 @@ def load(
             errors.extend(exc.errors)
     if errors:
         raise InputRefused(errors)
+    if flow_control_on:
+        _refuse_burst_with_flow_control(cfg, plugins, path)
     injected: list[str] = []
     _ensure_producers(cfg, plugins, ctx, path, injected)
     _ensure_scheduling_layer(cfg, plugins, ctx, path, injected)
@@ -556,6 +566,28 @@ def load(
         flow_controller=flow_controller,
         admitters=[p for p in plugins.values() if isinstance(p, Admitter)],
     )
+
+
+BURST_WITH_FLOW_CONTROL = (
+    "burst-prefix-cache-producer with featureGates flowControl is not modelled: upstream runs"
+    " data producers after flow control admits a request (director.go HandleRequest: Admit,"
+    " then runDataProducerPlugins), so a request the flow-control layer dispatches would wait"
+    " a second time, in the burst window; the BLIS flow-control layer schedules a dispatched"
+    " request at once and cannot hold it again"
+)
+
+
+def _refuse_burst_with_flow_control(
+    cfg: EndpointPickerConfig, plugins: Mapping[str, Plugin], path: str
+) -> None:
+    """Refuse a burst producer when flow control is on (:data:`BURST_WITH_FLOW_CONTROL`)."""
+    errors = [
+        FieldError(f"{path}.plugins.{i}.type", spec.type, BURST_WITH_FLOW_CONTROL)
+        for i, spec in enumerate(cfg.plugins)
+        if isinstance(plugins.get(spec.name), BurstPrefixCacheProducer)
+    ]
+    if errors:
+        raise InputRefused(errors)
 
 
 def _saturation_detector(

@@ -46,6 +46,7 @@ from blis_llmd_router.flowcontrol.usage_limits import (
 from blis_llmd_router.pickers import MaxScorePicker, RandomPicker, WeightedRandomPicker
 from blis_llmd_router.producers import (
     ApproxPrefixCacheProducer,
+    BurstPrefixCacheProducer,
     InFlightLoadProducer,
     PrecisePrefixCacheProducer,
     TokenProducer,
@@ -132,6 +133,7 @@ REGISTRY: Mapping[str, PluginFactory] = {
     "prefill-header-handler": DisaggHeadersHandler.create,
     # data producers
     ApproxPrefixCacheProducer.plugin_type: ApproxPrefixCacheProducer.create,
+    BurstPrefixCacheProducer.plugin_type: BurstPrefixCacheProducer.create,
     InFlightLoadProducer.plugin_type: InFlightLoadProducer.create,
     PrecisePrefixCacheProducer.plugin_type: PrecisePrefixCacheProducer.create,
     TokenProducer.plugin_type: TokenProducer.create,

@@ -23,11 +23,26 @@ in the flow-control layer (:mod:`blis_llmd_router.flowcontrol.controller`) and a
 refused it; ``poll`` returns TTL evictions and the requests later dispatch cycles release,
 each dispatched request then going through the scheduling path above (without the
 sheddable check, which only the legacy controller makes).
+
+With a ``burst-prefix-cache-producer`` (:mod:`blis_llmd_router.producers.burst_prefix`) the
+data producers run as upstream's ``runDataProducerPlugins`` runs them, one after another,
+after admission and the candidate lookup (``HandleRequest``: ``Admit``, ``Locate``, then the
+producers, then the admission plugins and the scheduler). Upstream's burst ``Produce`` blocks
+until its batch seals; here ``route`` runs the producers before it on the arrival-time
+candidates (the scheduler sees those candidates' metrics, as upstream's endpoint snapshot),
+joins the batch and answers ``RoutingDecision.hold()``; ``next_wakeup_us`` is the earliest
+seal; ``poll`` at a seal assigns the batch jointly and then, in arrival order, puts each
+released request's match info and runs its remaining producers, admission plugins,
+scheduler and ``PreRequest`` plugins, returning the decisions. A full batch ("burst prefix
+batch full") ends the producer run at once (upstream's loop returns on the error, which the
+director logs) and the request is scheduled without waiting. The combination with flow
+control is refused at load (:mod:`blis_llmd_router.loader`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent, RoutingDecision
@@ -42,6 +57,7 @@ from blis_llmd_router.framework import (
 )
 from blis_llmd_router.loader import LoadedConfig
 from blis_llmd_router.producers import ApproxPrefixCacheProducer, PrecisePrefixCacheProducer
+from blis_llmd_router.producers.burst_prefix import BurstEntry, BurstPrefixCacheProducer
 from blis_llmd_router.scorers import (
     NoHitLRUScorer,
     PrecisePrefixCacheScorer,
@@ -49,6 +65,17 @@ from blis_llmd_router.scorers import (
 )
 
 __all__ = ["LlmdRouter"]
+
+_HELD_REASON = "burst prefix window"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A request held by a burst producer: what its scheduling path resumes with."""
+
+    sreq: SchedulingRequest
+    candidates: list[Endpoint]
+    next_producer: int
 
 
 class LlmdRouter:
@@ -61,6 +88,9 @@ class LlmdRouter:
         # (a snapshot changes only when a scrape arrives). Not a decision input: each
         # decision still gets fresh Endpoint objects with empty attributes.
         self._views: dict[str, tuple[EndpointSnapshot, Endpoint]] = {}
+        self._bursts = [p for p in loaded.producers if isinstance(p, BurstPrefixCacheProducer)]
+        # Requests a burst producer holds, by id (to mark them aborted).
+        self._burst_held: dict[str, BurstEntry] = {}
 
     def _endpoints(self, snapshots: Sequence[EndpointSnapshot]) -> list[Endpoint]:
         out: list[Endpoint] = []
@@ -83,7 +113,8 @@ class LlmdRouter:
         """One decision with its scheduling result and the annotated candidates.
 
         ``admit=False`` skips the legacy (sheddable) admission check: flow control admitted
-        the request already.
+        the request already. When a burst producer holds the request the decision is
+        ``RoutingDecision.hold()`` (no result); ``poll`` decides it at the batch's seal.
         """
         candidates = self._endpoints(endpoints)
         detector = self.loaded.saturation_detector
@@ -101,7 +132,27 @@ class LlmdRouter:
                 [],
             )
         sreq = SchedulingRequest(request, self.loaded.vocab_size)
-        for producer in self.loaded.producers:
+        outcome = self._resume(_Pending(sreq, candidates, 0), trace)
+        if outcome is None:
+            return RoutingDecision.hold(_HELD_REASON), None, candidates
+        return outcome
+
+    def _resume(
+        self, pending: _Pending, trace: ScheduleTrace | None = None
+    ) -> tuple[RoutingDecision, SchedulingResult | None, list[Endpoint]] | None:
+        """Run the producers from ``pending.next_producer`` on, then admission, the
+        scheduler and ``PreRequest``; ``None`` when a burst producer holds the request."""
+        sreq, candidates = pending.sreq, pending.candidates
+        producers = self.loaded.producers
+        for i in range(pending.next_producer, len(producers)):
+            producer = producers[i]
+            if isinstance(producer, BurstPrefixCacheProducer):
+                pending.next_producer = i + 1
+                entry = producer.join(sreq, candidates, pending)
+                if entry is None:
+                    break  # batch full: upstream's producer loop returns on the error
+                self._burst_held[sreq.request_id] = entry
+                return None
             producer.produce(sreq, candidates)
         denial = run_admission(self.loaded.admitters, sreq, candidates)
         if denial is not None:
@@ -154,25 +205,62 @@ class LlmdRouter:
         return self.schedule(request, endpoints, admit=False)[0]
 
     def poll(self, endpoints: Sequence[EndpointSnapshot]) -> list[tuple[str, RoutingDecision]]:
-        """Held requests decided now: TTL evictions and dispatches (``HoldingRouter``)."""
-        if self.flow_controller is None:
-            return []
-        return self.flow_controller.poll(endpoints, self._dispatch)
+        """Held requests decided now: TTL evictions and dispatches, and the requests of
+        burst batches whose window has ended (``HoldingRouter``)."""
+        out: list[tuple[str, RoutingDecision]] = []
+        if self.flow_controller is not None:
+            out.extend(self.flow_controller.poll(endpoints, self._dispatch))
+        if self._bursts:
+            self._seal_due(out)
+        return out
+
+    def _seal_due(self, out: list[tuple[str, RoutingDecision]]) -> None:
+        """Seal every batch whose seal time has come, earliest first (ties: producer order),
+        and resume its requests in arrival order."""
+        while True:
+            due: BurstPrefixCacheProducer | None = None
+            due_us = 0
+            for producer in self._bursts:
+                seal_us = producer.next_seal_us()
+                if seal_us is None or seal_us > producer.runtime.now_us:
+                    continue
+                if due is None or seal_us < due_us:
+                    due, due_us = producer, seal_us
+            if due is None:
+                return
+            for entry in due.seal_next():
+                if entry.aborted:
+                    continue
+                self._burst_held.pop(entry.request_id, None)
+                due.put_match_info(entry)
+                pending = entry.payload
+                assert isinstance(pending, _Pending)
+                outcome = self._resume(pending)
+                if outcome is not None:
+                    out.append((entry.request_id, outcome[0]))
 
     def next_wakeup_us(self) -> int | None:
-        """The earliest TTL expiry or the next 1 ms dispatch tick (``HoldingRouter``)."""
-        if self.flow_controller is None:
-            return None
-        return self.flow_controller.next_wakeup_us()
+        """The earliest TTL expiry, the next 1 ms dispatch tick or the next burst-window
+        seal (``HoldingRouter``)."""
+        wakes = [] if self.flow_controller is None else [self.flow_controller.next_wakeup_us()]
+        wakes += [p.next_seal_us() for p in self._bursts]
+        times = [w for w in wakes if w is not None]
+        return min(times) if times else None
 
     def observe(self, event: RouterEvent) -> None:
         """Relay ``first_token`` / ``completed`` / ``kv_events`` to the plugins that hear them.
 
-        ``aborted`` (the client gave up on a held request) leaves the flow-control queue.
+        ``aborted`` (the client gave up on a held request) leaves the flow-control queue; a
+        request held in a burst window stays in its batch but gets no decision.
         """
         if event.kind == "aborted":
             if self.flow_controller is not None:
                 self.flow_controller.abort(event.request_id)
+            entry = self._burst_held.pop(event.request_id, None)
+            if entry is not None:
+                # It stays in its batch (and is assigned with it), as upstream's entry does.
+                entry.aborted = True
+                self._discard(event.request_id)
             return
         for plugin in self.loaded.observers:
             plugin.on_event(event)

@@ -6,6 +6,7 @@ small shared-prefix workload to completion, and the same seed routes the same wa
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,60 @@ def test_always_disaggregating_moves_every_prompt_and_costs_ttft(
     assert (always_reads, never_reads) == (40, 0)
     # A disaggregated request crosses two frontends, the prefill and a KV read first.
     assert always_run.metrics["ttft"]["p50"] > never_run.metrics["ttft"]["p50"]
+
+
+def _burst_scenario(max_per_replica: int) -> dict[str, Any]:
+    """24 requests with one prompt, 2.5 ms apart: one 100 ms burst window holds them all."""
+    text = (
+        (FIXTURES / "epp-burst-prefix-cache-config.yaml")
+        .read_text()
+        .replace("hf-repo/model-name", "meta-llama/Llama-2-7b-hf")
+        .replace("maxPerReplica: -1", f"maxPerReplica: {max_per_replica}")
+    )
+    scenario = _scenario({"kind": "llm-d", "version": "v0.10.0", "config": yaml.safe_load(text)})
+    scenario["workload"] = {
+        "arrival": {"process": "constant", "rate_per_s": 400},
+        "shared_prefix": {
+            "num_unique_system_prompts": 1,
+            "num_users_per_system_prompt": 1,
+            "system_prompt_len": 800,
+            "question_len": 100,
+            "output_len": 20,
+        },
+        "num_requests": 24,
+    }
+    return scenario
+
+
+@pytest.mark.parametrize(("max_per_replica", "spread"), [(-1, [24]), (8, [8, 8, 8])])
+def test_burst_prefix_sample_colocates_a_burst(
+    max_per_replica: int, spread: list[int], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``epp-burst-prefix-cache-config.yaml`` (with a catalog model): a burst sharing one
+    prompt is held for the window and lands together, up to ``maxPerReplica`` per replica."""
+    from blis_llmd_router.router import LlmdRouter
+
+    held: list[str] = []
+    released: list[tuple[str, str | None]] = []
+    route, poll = LlmdRouter.route, LlmdRouter.poll
+
+    def recording_route(self: LlmdRouter, request: Any, endpoints: Any) -> Any:
+        decision = route(self, request, endpoints)
+        if decision.held:
+            held.append(request.request_id)
+        return decision
+
+    def recording_poll(self: LlmdRouter, endpoints: Any) -> Any:
+        out = poll(self, endpoints)
+        released.extend((rid, d.endpoint) for rid, d in out)
+        return out
+
+    monkeypatch.setattr(LlmdRouter, "route", recording_route)
+    monkeypatch.setattr(LlmdRouter, "poll", recording_poll)
+    scenario = parse_scenario(_burst_scenario(max_per_replica), "burst")
+    result = run_scenario(scenario, make_host(), data)
+    fates = result.replications[0].fates
+    assert fates.arrivals == fates.completed == 24
+    assert len(held) == len(released) == 24 and sorted(held) == sorted(r for r, _ in released)
+    per_replica = Counter(endpoint for _, endpoint in released)
+    assert sorted(per_replica.values(), reverse=True) == spread

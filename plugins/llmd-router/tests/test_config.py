@@ -270,7 +270,6 @@ SAMPLES_LOADING = {
 }
 SAMPLES_REFUSED = {
     "dp-epp-config.yaml": {"data-parallel-profile-handler"},
-    "epp-burst-prefix-cache-config.yaml": {"burst-prefix-cache-producer"},
     "epp-mm-embeddings-cache-config.yaml": {
         "mm-embeddings-cache-producer",
         "mm-embeddings-cache-scorer",
@@ -285,6 +284,7 @@ SAMPLES_REFUSED = {
 # Samples whose types are all implemented but whose token-producer names a model BLIS has
 # no tokenizer for (not in the model catalog): refused at ``modelName``.
 SAMPLES_REFUSED_MODEL = {
+    "epp-burst-prefix-cache-config.yaml": "hf-repo/model-name",
     "epp-precise-prefix-cache-config.yaml": "hf-repo/model-name",
     "sim-epp-kvcache-config.yaml": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
     "sim-epp-tokenizer-vllm-http-config.yaml": "${MODEL_NAME}",
@@ -336,4 +336,5 @@ def test_precise_sample_loads_with_a_catalog_model(name: str) -> None:
     assert loaded.vocab_size == 32000
     with pytest.raises(InputRefused, match="not in the run's model catalog"):
         load(load_yaml(text), FixedRuntime())  # a runtime without model facts
-    assert "precise-prefix-cache-producer" in loaded.plugins
+    producer = "burst" if "burst" in name else "precise"
+    assert f"{producer}-prefix-cache-producer" in loaded.plugins

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from blis_llmd_router.producers.approximate_prefix import ApproxPrefixCacheProducer
+from blis_llmd_router.producers.burst_prefix import BurstPrefixCacheProducer
 from blis_llmd_router.producers.inflight_load import InFlightLoadProducer
 from blis_llmd_router.producers.precise_prefix import PrecisePrefixCacheProducer
 from blis_llmd_router.producers.tokenizer import TokenProducer
 
 __all__ = [
     "ApproxPrefixCacheProducer",
+    "BurstPrefixCacheProducer",
     "InFlightLoadProducer",
     "PrecisePrefixCacheProducer",
     "TokenProducer",
