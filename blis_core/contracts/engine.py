@@ -13,9 +13,11 @@ driven by the simulator's engine component:
    :class:`StepOutcome` (tokens streamed, requests finished, KV events).
 
 Up to ``plan.steps_in_flight`` steps may be scheduled before the oldest completes
-(vLLM async scheduling, SGLang overlap); steps execute one after another in the order
-scheduled. ``input_boundary`` declares, per kind of external input, the step boundary
-at which it takes effect (design §8.2).
+(vLLM async scheduling or pipeline parallelism, SGLang overlap); steps complete in the
+order scheduled. With pipeline parallelism (``plan.layout.pp`` stages) a step's stage
+``s`` starts once its stage ``s - 1`` and the previous step's stage ``s`` have ended;
+otherwise steps execute one after another. ``input_boundary`` declares, per kind of
+external input, the step boundary at which it takes effect (design §8.2).
 """
 
 from __future__ import annotations

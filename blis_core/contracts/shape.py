@@ -56,8 +56,9 @@ class StepShape:
 
     ``seqs`` are the scheduled sequences (unpadded); ``padded_tokens`` is the token
     count as launched (CUDA-graph size or other padding, >= the sum of new tokens);
-    ``graph_mode`` how it was launched. With pipeline parallelism an engine emits one
-    shape per stage (``stage`` of ``num_stages``) and combines the stage times.
+    ``graph_mode`` how it was launched. With pipeline parallelism an engine emits the
+    step once with ``num_stages`` = the plan's PP degree; the simulator prices it at every
+    ``stage`` and runs the stages as a pipeline.
     ``dp_rank_tokens`` holds the padded token count of every DP rank when DP > 1
     (ranks in lockstep wait for the slowest). ``step_id`` numbers an engine's steps.
     ``draft_passes`` counts the forward passes of the plan's draft model

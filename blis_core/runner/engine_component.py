@@ -3,7 +3,11 @@
 It feeds arrivals and aborts to the engine, asks it for steps, prices each step
 through the Environment and advances time; when a step ends it asks the engine for
 the outcome and streams it to the client (and to the router). Up to
-``plan.steps_in_flight`` steps are scheduled ahead; they execute one after another.
+``plan.steps_in_flight`` steps are scheduled ahead. A step runs through the plan's
+pipeline stages (``plan.layout.pp``; one stage without pipeline parallelism): the engine's
+shape is priced at every stage, and stage ``s`` of a step starts once stage ``s - 1`` of it
+and stage ``s`` of the step before it have ended, so steps overlap in different stages and
+complete in the order scheduled. With one stage this is one step after another.
 
 Order within an instant: inputs first, then the step boundary. vLLM's engine core
 drains its input queue before each schedule call, so a request that arrives at the
@@ -47,7 +51,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from blis_core.contracts.engine import (
     EngineInstance,
@@ -70,6 +74,18 @@ from blis_core.sim.kernel import Component, Message
 from blis_core.sim.link import TransferDone, TransferStart
 
 __all__ = ["PREFILL_LEG_PARAMS", "PREFILL_LEG_SUFFIX", "EngineComponent"]
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A scheduled step: it enters the first stage at ``start_us`` and leaves the last
+    at ``end_us``; ``started`` once its KV moves have been started."""
+
+    shape: StepShape
+    start_us: int
+    end_us: int
+    started: bool = False
+
 
 PREFILL_LEG_PARAMS: dict[str, object] = {
     "do_remote_decode": True,
@@ -130,10 +146,9 @@ class EngineComponent(Component):
         # Requests in the frontend: (due_us, seq, request); released to add_request when due.
         self._frontend: list[tuple[int, int, InferenceRequest]] = []
         self._frontend_seq = 0
-        # (shape, duration_us); the head is executing and ends at _exec_end_us.
-        self._in_flight: deque[tuple[StepShape, int]] = deque()
-        self._exec_start_us = -1
-        self._exec_end_us = -1
+        # Scheduled steps in order, each with its timeline through the pipeline stages.
+        self._in_flight: deque[_InFlight] = deque()
+        self._stage_free_us = [0] * engine.plan.layout.pp
         self._reports: list[StepReport] = []
         self._dropped: list[Dropped] = []
         self._accepted: list[str] = []
@@ -156,7 +171,10 @@ class EngineComponent(Component):
     def _next_time(self, now_us: int) -> int | None:
         if self._reports or self._dropped or self._accepted or self._scrape_due or self._outbox:
             return now_us
-        times = [t for t in (self._exec_end_us, self._next_scrape_us) if t >= 0]
+        times = [self._next_scrape_us] if self._next_scrape_us >= 0 else []
+        if self._in_flight:
+            times.append(self._in_flight[0].end_us)
+            times.extend(f.start_us for f in self._in_flight if not f.started)
         if self._frontend:
             times.append(self._frontend[0][0])
         return min(times) if times else None
@@ -168,15 +186,20 @@ class EngineComponent(Component):
             shape = self.engine.schedule(now_us)
             if shape is None:
                 break
-            duration_us = self._env.price_step(self._plan, shape)
+            stage_us = self._price_stages(shape)
             if self._observe is not None:
-                self._observe(self.name, shape, duration_us)
-            self._in_flight.append((shape, duration_us))
+                self._observe(self.name, shape, sum(stage_us))
+            t = now_us
+            start_us = -1
+            for s, duration_us in enumerate(stage_us):
+                t = max(t, self._stage_free_us[s])
+                if s == 0:
+                    start_us = t
+                t += duration_us
+                self._stage_free_us[s] = t
+            self._in_flight.append(_InFlight(shape, start_us, t))
             self.steps += 1
-            if len(self._in_flight) == 1:
-                self._exec_start_us = now_us
-                self._exec_end_us = now_us + duration_us
-                self._start_moves(shape, now_us)
+        self._start_due(now_us)
         if not self._in_flight and not self._moves and self.engine.num_unfinished() > 0:
             raise SimulationError(
                 f"engine {self.name!r} holds {self.engine.num_unfinished()} unfinished "
@@ -361,16 +384,27 @@ class EngineComponent(Component):
         while frontend and frontend[0][0] <= now_us:
             self._add(heapq.heappop(frontend)[2], now_us)
 
+    def _price_stages(self, shape: StepShape) -> list[int]:
+        """The step's duration at each pipeline stage (one price without PP)."""
+        n = self._plan.layout.pp
+        if n == 1:
+            return [self._env.price_step(self._plan, shape)]
+        return [
+            self._env.price_step(self._plan, replace(shape, stage=s, num_stages=n))
+            for s in range(n)
+        ]
+
+    def _start_due(self, now_us: int) -> None:
+        """Start the KV moves of the steps whose first stage starts by now."""
+        for flight in self._in_flight:
+            if not flight.started and flight.start_us <= now_us:
+                flight.started = True
+                self._start_moves(flight.shape, now_us)
+
     def _step_end(self, now_us: int) -> None:
-        shape, _ = self._in_flight.popleft()
-        outcome: StepOutcome = self._public(self.engine.complete(shape, now_us))
-        self._reports.append(StepReport(self.name, self._exec_start_us, outcome))
-        if self._in_flight:
-            self._exec_start_us = now_us
-            self._exec_end_us = now_us + self._in_flight[0][1]
-            self._start_moves(self._in_flight[0][0], now_us)
-        else:
-            self._exec_start_us = self._exec_end_us = -1
+        flight = self._in_flight.popleft()
+        outcome: StepOutcome = self._public(self.engine.complete(flight.shape, now_us))
+        self._reports.append(StepReport(self.name, flight.start_us, outcome))
 
     # -- DEVS ------------------------------------------------------------------------
 
@@ -427,8 +461,10 @@ class EngineComponent(Component):
             self._next_scrape_us += self._scrape_interval_us
         if self._frontend and self._frontend[0][0] <= now_us:
             self._release_frontend(now_us)
-        if self._exec_end_us == now_us:
+        if self._in_flight and self._in_flight[0].end_us == now_us:
             self._step_end(now_us)
             self._fill(now_us)
         elif not self._in_flight:
             self._fill(now_us)
+        else:
+            self._start_due(now_us)
