@@ -55,6 +55,7 @@ from blis_llmd_router.producers.inert import create_metrics_data_source, inert_f
 from blis_llmd_router.producers.topology import TopologyExtractor
 from blis_llmd_router.profiles import (
     AlwaysDisaggPDDecider,
+    DataParallelProfileHandler,
     DisaggHeadersHandler,
     DisaggProfileHandler,
     HeaderProfileHandler,
@@ -127,6 +128,7 @@ REGISTRY: Mapping[str, PluginFactory] = {
     SingleProfileHandler.plugin_type: SingleProfileHandler.create,
     HeaderProfileHandler.plugin_type: HeaderProfileHandler.create,
     DisaggProfileHandler.plugin_type: DisaggProfileHandler.create,
+    DataParallelProfileHandler.plugin_type: DataParallelProfileHandler.create,
     PrefixBasedPDDecider.plugin_type: PrefixBasedPDDecider.create,
     AlwaysDisaggPDDecider.plugin_type: AlwaysDisaggPDDecider.create,
     DisaggHeadersHandler.plugin_type: DisaggHeadersHandler.create,

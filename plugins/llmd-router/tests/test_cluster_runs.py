@@ -20,6 +20,7 @@ from blis_core.runner import DataSources, make_host, run_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOADABLE = [
+    "dp-epp-config",
     "epp-config",
     "epp-estimate-prefix-cache-config",
     "sim-epp-config",

@@ -257,6 +257,7 @@ def test_errors_are_collected() -> None:
 # Upstream sample configurations (deploy/config at v0.10.0). Each either loads or is
 # refused naming the plugin types this port does not implement yet.
 SAMPLES_LOADING = {
+    "dp-epp-config.yaml",
     "epp-config.yaml",
     "epp-estimate-prefix-cache-config.yaml",
     "pd-epp-config.yaml",
@@ -269,7 +270,6 @@ SAMPLES_LOADING = {
     "soft-reflective-ceiling-epp-config.yaml",
 }
 SAMPLES_REFUSED = {
-    "dp-epp-config.yaml": {"data-parallel-profile-handler"},
     "epp-mm-embeddings-cache-config.yaml": {
         "mm-embeddings-cache-producer",
         "mm-embeddings-cache-scorer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blis_llmd_router.profiles.data_parallel import DataParallelProfileHandler
 from blis_llmd_router.profiles.disagg import (
     AlwaysDisaggPDDecider,
     DisaggHeadersHandler,
@@ -14,6 +15,7 @@ from blis_llmd_router.profiles.single import SingleProfileHandler
 
 __all__ = [
     "AlwaysDisaggPDDecider",
+    "DataParallelProfileHandler",
     "DisaggHeadersHandler",
     "DisaggProfileHandler",
     "HeaderProfileHandler",

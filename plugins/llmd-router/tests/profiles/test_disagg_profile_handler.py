@@ -247,3 +247,23 @@ def test_deprecated_headers_handler_writes_its_own_prefill_profile() -> None:
     assert sreq.prefiller == "d0"
     with pytest.raises(InputRefused):
         DisaggHeadersHandler.create("h", {"prefillProfile": 3}, CTX, "x")
+
+
+def test_data_parallel_handler_runs_its_single_profile() -> None:
+    from blis_llmd_router.framework import SchedulingResult
+    from blis_llmd_router.profiles import DataParallelProfileHandler
+
+    h = DataParallelProfileHandler.create("dp", {"primaryPort": 8000, "x": 1}, CTX, "p")
+    one = _profiles("default")
+    results: dict[str, ProfileRunResult | None] = {}
+    assert list(h.pick_profiles(request(), one, results)) == ["default"]
+    results["default"] = ProfileRunResult([endpoint(0)])
+    assert h.pick_profiles(request(), one, results) == {}
+    final = h.process_results(request(), results)
+    assert isinstance(final, SchedulingResult) and final.primary_profile_name == "default"
+    assert [e.name for e in final.profile_results["default"].target_endpoints] == ["d0"]  # type: ignore[union-attr]
+    assert h.pick_profiles(request(), _profiles("a", "b"), {}) == {}  # several: none
+    with pytest.raises(SchedulingError, match="failed to run scheduler profile 'default'"):
+        h.process_results(request(), {"default": None})
+    with pytest.raises(InputRefused, match="between 1 and 65535"):
+        DataParallelProfileHandler.create("dp", {"primaryPort": 70000}, CTX, "p")
