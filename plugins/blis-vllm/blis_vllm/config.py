@@ -46,6 +46,7 @@ __all__ = [
     "NOT_MODELLED_ARGS",
     "VllmSettings",
     "default_capture_sizes",
+    "eagle_lookahead",
     "resolve_settings",
 ]
 
@@ -172,6 +173,21 @@ class VllmSettings:
     speculative_model: str | None = None
     """``speculative_config.model``: the draft model's catalog key (EAGLE/EAGLE3 head;
     the target itself for ``mtp``, as ``SpeculativeConfig.__post_init__`` sets it)."""
+    num_prefill_lookahead_tokens: int = 0
+    """``VllmConfig.num_prefill_lookahead_tokens`` (vLLM 0.33.0 ``config/vllm.py``): prefill
+    tokens past the computed range the drafter reads: 1 for EAGLE/EAGLE3/MTP,
+    ``num_speculative_tokens`` for multi-module MTP (``min(num_nextn_predict_layers, k)
+    > 1``), 0 otherwise. No prefill chunk ends within it of the prefill end, and the
+    last ``num_prefill_lookahead_tokens - 1`` computed tokens are not cached yet."""
+    num_hash_lookahead_tokens: int = 0
+    """``VllmConfig.num_hash_lookahead_tokens``: tokens after each block its hash also
+    covers (``num_prefill_lookahead_tokens`` for EAGLE/EAGLE3/MTP with prefix caching,
+    no KV connector and neither ``disable_eagle_block_drop`` nor
+    ``disable_lookahead_block_hashes``; else 0)."""
+    use_eagle_block_drop: bool = False
+    """The scheduler's ``use_eagle_block_drop``: EAGLE/EAGLE3/MTP without
+    ``disable_eagle_block_drop`` and without lookahead block hashes (which prove the
+    boundary token): a prefix hit gives back its last matched block."""
     """``SchedulerConfig.scheduler_reserve_full_isl`` (vLLM 0.33.0
     ``config/scheduler.py``, default ``True``): admit a waiting request only if its
     whole current sequence fits in the free KV blocks, not just its first chunk."""
@@ -378,6 +394,7 @@ def resolve_settings(
     method: str | None = None
     num_spec = 0
     draft_model: str | None = None
+    spec_flags: set[str] = set()
     if spec is not None:
         if not isinstance(spec, Mapping):
             errors.append(FieldError(_arg_path("speculative_config"), spec, "must be a mapping"))
@@ -409,6 +426,14 @@ def resolve_settings(
                 )
                 draft = None
             draft_model = _resolve_draft_model(method, draft, num_spec, model, errors)
+            for key in ("disable_eagle_block_drop", "disable_lookahead_block_hashes"):
+                flag = spec.get(key, False)
+                if not isinstance(flag, bool):
+                    errors.append(
+                        FieldError(_arg_path(f"speculative_config.{key}"), flag, "must be a bool")
+                    )
+                elif flag:
+                    spec_flags.add(key)
     lookahead = num_spec if method in _EAGLE_METHODS or method == "draft_model" else 0
 
     kv_connector, kv_role, kv_policy, kv_threshold = _resolve_kv_transfer(
@@ -558,11 +583,25 @@ def resolve_settings(
                 comp.get("max_cudagraph_capture_size"),
             )
 
-    if errors:
-        raise InputRefused(errors, source=f"vllm@0.33.0 pool for {model.hf_id}")
     # MLA on Hopper selects FLASH_ATTN_MLA / FLASHMLA; FlashMLA's kernel block is 64.
     if block_size_arg is None and model.attention is AttentionKind.MLA:
         block_size = 64
+    prefill_ahead, hash_ahead, block_drop = eagle_lookahead(
+        method, num_spec, model.num_mtp_layers, prefix, kv_connector is not None, spec_flags
+    )
+    if prefix and prefill_ahead > block_size and "disable_eagle_block_drop" not in spec_flags:
+        # KVCacheCoordinator.__init__ (its KV cache groups flagged ``is_eagle_group``
+        # when ``use_eagle_block_drop()``): the dropped tail must hold the MTP window.
+        errors.append(
+            FieldError(
+                _arg_path("speculative_config.num_speculative_tokens"),
+                num_spec,
+                f"Multi-module MTP with prefix caching requires scheduler_block_size"
+                f" (={block_size}) >= num_speculative_tokens (={prefill_ahead}).",
+            )
+        )
+    if errors:
+        raise InputRefused(errors, source=f"vllm@0.33.0 pool for {model.hf_id}")
     return VllmSettings(
         model=model.hf_id,
         hardware=hw.id,
@@ -582,6 +621,9 @@ def resolve_settings(
         num_speculative_tokens=num_spec,
         num_lookahead_tokens=lookahead,
         speculative_model=draft_model,
+        num_prefill_lookahead_tokens=prefill_ahead,
+        num_hash_lookahead_tokens=hash_ahead,
+        use_eagle_block_drop=block_drop,
         compilation_mode=int(mode),
         cudagraph_mode=str(graph_mode),
         cudagraph_capture_sizes=sizes,
@@ -596,6 +638,39 @@ def resolve_settings(
         kv_load_failure_policy=kv_policy,
         kv_recompute_threshold=kv_threshold,
     )
+
+
+def eagle_lookahead(
+    method: str | None,
+    num_spec: int,
+    num_mtp_layers: int,
+    prefix_caching: bool,
+    kv_connector: bool,
+    flags: set[str],
+) -> tuple[int, int, bool]:
+    """``(num_prefill_lookahead_tokens, num_hash_lookahead_tokens, use_eagle_block_drop)``.
+
+    vLLM 0.33.0: ``VllmConfig.num_prefill_lookahead_tokens`` and
+    ``num_hash_lookahead_tokens`` (``config/vllm.py``), ``SpeculativeConfig.use_eagle``,
+    ``needs_eagle_block_drop``, ``use_eagle_block_drop`` and ``use_multi_module_mtp``
+    (``config/speculative.py``), and ``Scheduler.__init__``, which turns the block drop
+    off when lookahead hashes are on. An ``mtp`` drafter's module count is the
+    target's ``num_nextn_predict_layers`` (the drafter is the target checkpoint).
+    """
+    if method not in _EAGLE_METHODS:
+        return 0, 0, False
+    multi_module = method == "mtp" and min(num_mtp_layers or 1, num_spec) > 1
+    prefill_ahead = num_spec if multi_module else 1
+    block_drop = "disable_eagle_block_drop" not in flags
+    hash_ahead = (
+        prefill_ahead
+        if block_drop
+        and "disable_lookahead_block_hashes" not in flags
+        and prefix_caching
+        and not kv_connector
+        else 0
+    )
+    return prefill_ahead, hash_ahead, block_drop and not hash_ahead
 
 
 def _resolve_draft_model(

@@ -12,15 +12,17 @@ Port of ``vllm/v1/engine/core.py`` ``EngineCore.step`` (synchronous) and
   runs ``kv_connector_no_forward`` so transfers keep completing;
 * ``complete`` plays the model runner's part: one sampled token per request whose
   step reached the end of its known tokens, with ids from the deterministic
-  content key ``out/<request id>``; with speculative decoding (``ngram``) each
+  content key ``out/<request id>``; with speculative decoding (``ngram``, ``eagle``,
+  ``eagle3``, ``mtp``) each
   request that verifies drafts samples ``1 + accepted`` tokens, ``accepted`` drawn
   from the scenario's acceptance model (``iid``: the leading successes of one
   Bernoulli(``rate``) draw per draft token, from the substream
   ``("spec_acceptance", request id)``); rejected drafts are rolled back by
   ``update_from_output`` and all of a step's tokens reach the client in one chunk.
-  Without async scheduling the ngram drafter (CPU, inside the step) then proposes
-  ``num_speculative_tokens`` drafts for every decoding request
-  (``update_draft_token_ids``); with async scheduling the scheduler's placeholders
+  Without async scheduling the drafter (ngram on the CPU, or the EAGLE-family draft
+  model on the GPU, inside the step) then proposes ``num_speculative_tokens`` drafts
+  for every decoding request (``update_draft_token_ids``), none after a step the
+  scheduler marks ``skip_drafts``; with async scheduling the scheduler's placeholders
   stand for them; with a KV connector it also binds the step's
   connector metadata, takes ``get_transfer_results`` and
   ``get_block_ids_with_load_errors`` into a ``KVConnectorOutput``
@@ -75,20 +77,14 @@ if TYPE_CHECKING:
 
 __all__ = ["VllmEngine", "VllmEngineFactory", "pad_step"]
 
-#: Speculative methods whose acceptance the run phase models (drafting on the CPU
-#: inside the engine step, so the step's price is the verify forward pass).
-_MODELLED_SPEC_METHODS = frozenset({"ngram"})
-
-#: Why EAGLE-family methods are planned and priced but not built yet: vLLM 0.33.0
-#: schedules them differently from ngram beyond ``num_lookahead_tokens``.
-_EAGLE_SCHEDULING_GAP = (
-    "its plan (draft weights and KV layers in the KV budget) and step prices (draft "
-    "forward passes) are modelled, but vLLM 0.33.0 schedules EAGLE-family drafters "
-    "differently from ngram and blis-vllm has not ported that yet: lookahead block "
-    "hashes (VllmConfig.num_hash_lookahead_tokens), the prefill lookahead "
-    "(num_prefill_lookahead_tokens: no chunk ends one token before the prompt end), the "
-    "trailing prefix-cache block drop (use_eagle_block_drop) and skip_drafts"
-)
+#: Speculative methods the run phase models: ngram (drafting on the CPU inside the
+#: engine step, so the step's price is the verify forward pass) and the EAGLE family
+#: (draft weights and KV layers in the plan, draft forward passes in the step price,
+#: and vLLM 0.33.0's EAGLE scheduling: lookahead slots, lookahead block hashes, the
+#: prefill lookahead, the trailing prefix-cache block drop and ``skip_drafts``,
+#: proven against upstream by the oracle's ``eagle`` family). A drafter on a hybrid or
+#: sliding-window target is refused at planning (several KV cache groups).
+_MODELLED_SPEC_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp"})
 
 
 def pad_step(num_tokens: int, uniform_decode: bool, plan: PoolPlan) -> tuple[int, GraphMode]:
@@ -177,6 +173,7 @@ class VllmEngine:
             vocab_size=self._model.vocab_size,
             block_size=self._settings.block_size,
             hash_blocks=self._settings.enable_prefix_caching,
+            num_hash_lookahead_tokens=self._settings.num_hash_lookahead_tokens,
         )
         self.scheduler.add_request(queued)
         self._metrics.request_added(queued, now_us)
@@ -298,13 +295,16 @@ class VllmEngine:
         return accepted
 
     def _propose_drafts(self, out: SchedulerOutput) -> None:
-        """The ngram drafter's proposals after a synchronous step.
+        """The drafter's proposals after a synchronous step.
 
         ``Scheduler.update_draft_token_ids`` (vLLM 0.33.0): every request of the step
         that is still running and past its prompt gets ``num_speculative_tokens``
         drafts (ids from the content key ``draft/<request id>``; their values never
-        matter, acceptance is drawn); a prefill chunk gets none.
+        matter, acceptance is drawn); a prefill chunk gets none. After a step marked
+        ``skip_drafts`` the V2 model runner proposes none (K = 0).
         """
+        if out.skip_drafts:
+            return
         k = self._settings.num_speculative_tokens
         for rid in out.num_scheduled_tokens:
             request = self.scheduler.requests.get(rid)
@@ -425,8 +425,7 @@ class VllmEngine:
         if draft is None or not draft.layers:
             return 0
         k = draft.num_speculative_tokens
-        if k == 1:
-            return 1
+        return 1 if out.skip_drafts else k
         async_sched = self._settings.async_scheduling
         for rid, n in out.num_scheduled_tokens.items():
             request = self.scheduler.requests.get(rid)
@@ -484,15 +483,10 @@ class VllmEngineFactory:
         settings = resolve_settings(spec.args, model, hw, spec.layout)
         method = settings.speculative_method
         if method is not None and method not in _MODELLED_SPEC_METHODS:
-            why = (
-                _EAGLE_SCHEDULING_GAP
-                if settings.speculative_model is not None and method != "draft_model"
-                else "planned but not run yet"
-            )
             raise InputRefused.one(
                 "engine.args.speculative_config.method",
                 method,
-                f"{method} speculative decoding: {why} by blis-vllm "
+                f"{method} speculative decoding: planned but not run yet by blis-vllm "
                 f"(modelled: {', '.join(sorted(_MODELLED_SPEC_METHODS))}; issue #4)",
             )
         if method is not None and spec.acceptance is None:

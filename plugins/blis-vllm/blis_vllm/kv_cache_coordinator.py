@@ -12,9 +12,16 @@ Port of ``vllm/v1/core/kv_cache_coordinator.py`` (vLLM 0.33.0):
   tokens; ``free`` frees group by group (each tail first); ``pop_blocks_for_free``
   concatenates the groups;
 * ``cache_blocks`` passes every group the replay boundaries of the prompt
-  (``replay_boundaries``: ``num_prompt_tokens - 1`` without EAGLE) and the
+  (``replay_boundaries``: ``num_prompt_tokens - 1`` without the EAGLE drop; with it
+  the block-aligned resend and extension positions, one block lower) and the
   ``prefix_cache_retention_interval`` (0 by default in 0.33.0's ``CacheConfig``,
-  which the port does not expose);
+  which the port does not expose), and caches only tokens with finalized KV: the
+  last ``num_prefill_lookahead - 1`` computed tokens may be re-prefilled by
+  multi-module MTP (``get_num_cacheable_tokens``);
+* ``use_eagle`` (the scheduler's ``use_eagle_block_drop``: EAGLE/EAGLE3/MTP without
+  lookahead block hashes) drops the last matched block of a prefix hit
+  (``drop_eagle_group_ids``; one group here, which upstream flags whenever no group
+  is);
 * ``HybridKVCacheCoordinator.find_longest_cache_hit``: the fixed point over the
   attention types (full attention first, then each other spec): each type accepts
   the candidate length or lowers it, until no type lowers it (one pass for one full
@@ -54,10 +61,20 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def replay_boundaries(num_prompt_tokens: int) -> tuple[int, ...]:
-    """Where a later request replaying the prompt can resume (no EAGLE): a resend of
-    the identical prompt is capped at ``num_prompt_tokens - 1``."""
-    return (num_prompt_tokens - 1,)
+def replay_boundaries(
+    num_prompt_tokens: int, scheduler_block_size: int = 1, use_eagle: bool = False
+) -> tuple[int, ...]:
+    """Where a later request replaying the prompt can resume (vLLM 0.33.0
+    ``replay_boundaries``): a resend of the identical prompt is capped at
+    ``num_prompt_tokens - 1``; with the EAGLE drop, the block-aligned resend and
+    extension positions, each one block lower (they differ on a block-aligned
+    prompt)."""
+    if not use_eagle:
+        return (num_prompt_tokens - 1,)
+    block = scheduler_block_size
+    resend = (num_prompt_tokens - 1) // block * block
+    extension = num_prompt_tokens // block * block
+    return tuple(sorted({max(resend - block, 0), max(extension - block, 0)}))
 
 
 class KVCacheCoordinator:
@@ -71,6 +88,8 @@ class KVCacheCoordinator:
         max_in_flight_tokens: int,
         enable_caching: bool,
         enable_kv_events: bool,
+        use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
     ) -> None:
         assert groups, "at least one KV cache group"
         self.groups = tuple(groups)
@@ -80,6 +99,14 @@ class KVCacheCoordinator:
         block_sizes = {g.block_size for g in groups}
         assert len(block_sizes) == 1, "one block size for every KV cache group"
         self.scheduler_block_size = block_sizes.pop()
+        # Multi-module MTP may re-prefill the last ``num_prefill_lookahead - 1``
+        # computed tokens: they are not cached yet.
+        self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
+        # The groups that drop the last matched block: all of them with the drop on
+        # (upstream flags every group when the KV cache config flags none, and the
+        # port's one group holds the draft layers). Upstream's check that multi-module
+        # MTP with prefix caching has ``block_size >= k`` is made at resolution.
+        self.drop_eagle_group_ids: set[int] = set(range(len(self.groups))) if use_eagle else set()
         self.retention_interval: int | None = PREFIX_CACHE_RETENTION_INTERVAL
         self.single_type_managers: tuple[SingleTypeKVCacheManager, ...] = tuple(
             get_manager_for_kv_cache_spec(
@@ -146,14 +173,19 @@ class KVCacheCoordinator:
         return out
 
     def get_num_cacheable_tokens(self, num_computed_tokens: int) -> int:
-        """The prefix eligible for hashing (no multi-module MTP re-prefill)."""
-        return num_computed_tokens
+        """The prefix eligible for hashing: tokens with finalized KV (the last
+        ``num_reprefillable_tokens`` may be re-prefilled by multi-module MTP)."""
+        return max(0, num_computed_tokens - self.num_reprefillable_tokens)
 
     def cache_blocks(
         self, request: Request, num_computed_tokens: int, shared_prefix_boundary: int = 0
     ) -> None:
         """Cache the full blocks of every caching group."""
-        boundaries = replay_boundaries(request.num_prompt_tokens)
+        boundaries = replay_boundaries(
+            request.num_prompt_tokens,
+            self.scheduler_block_size,
+            use_eagle=bool(self.drop_eagle_group_ids),
+        )
         num_tokens = self.get_num_cacheable_tokens(num_computed_tokens)
         for m in self.single_type_managers:
             if not m.enable_caching:
@@ -202,12 +234,39 @@ class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """One KV cache group (all layers full attention, or all the same window)."""
 
+    def __init__(
+        self,
+        groups: Sequence[KVCacheGroupSpec],
+        num_gpu_blocks: int,
+        max_model_len: int,
+        max_in_flight_tokens: int,
+        enable_caching: bool,
+        enable_kv_events: bool,
+        use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
+    ) -> None:
+        super().__init__(
+            groups,
+            num_gpu_blocks,
+            max_model_len,
+            max_in_flight_tokens,
+            enable_caching,
+            enable_kv_events,
+            use_eagle,
+            num_prefill_lookahead,
+        )
+        self.single_type_managers[0].use_eagle = 0 in self.drop_eagle_group_ids
+
     def find_longest_cache_hit(
         self, block_hashes: Sequence[BlockHash], max_cache_hit_length: int
     ) -> tuple[tuple[list[KVCacheBlock], ...], int, int]:
         m = self.single_type_managers[0]
         blocks, length = m.find_longest_cache_hit(
-            block_hashes, max_cache_hit_length, (0,), m.block_size
+            block_hashes,
+            max_cache_hit_length,
+            (0,),
+            m.block_size,
+            drop_eagle_block=0 in self.drop_eagle_group_ids,
         )
         return blocks, length, 0
 
@@ -231,7 +290,13 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         max_in_flight_tokens: int,
         enable_caching: bool,
         enable_kv_events: bool,
+        use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
     ) -> None:
+        if use_eagle or num_prefill_lookahead:
+            # Upstream verifies the EAGLE drop per attention spec inside the fixed
+            # point (``eagle_proof_margin``); not ported (planning refuses it too).
+            raise ValueError("the port's hybrid KV cache coordinator has no EAGLE drafter")
         super().__init__(
             groups,
             num_gpu_blocks,
@@ -316,6 +381,8 @@ def get_kv_cache_coordinator(
     max_in_flight_tokens: int,
     enable_caching: bool,
     enable_kv_events: bool,
+    use_eagle: bool = False,
+    num_prefill_lookahead: int = 0,
 ) -> KVCacheCoordinator:
     """The coordinator vLLM 0.33.0 picks (``get_kv_cache_coordinator``)."""
     cls: type[KVCacheCoordinator]
@@ -332,4 +399,6 @@ def get_kv_cache_coordinator(
         max_in_flight_tokens,
         enable_caching,
         enable_kv_events,
+        use_eagle,
+        num_prefill_lookahead,
     )

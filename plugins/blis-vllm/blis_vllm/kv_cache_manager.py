@@ -15,6 +15,11 @@ group size: full attention and sliding window, as gpt-oss needs):
   evictable prefix hits and the optional watermark; adoption of the hits; blocks for
   the new and lookahead tokens; then caching of every block full of finalized tokens
   (capped at ``request.num_tokens``, so draft tokens are never cached);
+* EAGLE-family drafters (vLLM 0.33.0 ``KVCacheManager.__init__``): ``use_eagle`` (the
+  scheduler's ``use_eagle_block_drop``) drops the last matched block of every prefix
+  hit; ``num_prefill_lookahead`` (multi-module MTP) keeps the last
+  ``num_prefill_lookahead - 1`` computed tokens out of the cache; lookahead block
+  hashes live in :class:`~blis_vllm.request.Request`;
 * ``free``: group by group, each tail first;
 * prefix-cache statistics as ``PrefixCacheStats.record`` counts them (a request that
   was preempted before is counted apart).
@@ -68,7 +73,9 @@ class KVCacheManager:
     ``kv_cache_groups`` defaults to one full-attention group of ``block_size``;
     ``max_in_flight_tokens`` (``VllmConfig.max_in_flight_tokens``: the batched-token
     budget times the concurrent batches) sizes a sliding-window group's admission
-    cap and defaults to ``max_model_len`` (no cap), as upstream's.
+    cap and defaults to ``max_model_len`` (no cap), as upstream's. ``use_eagle`` and
+    ``num_prefill_lookahead`` are the scheduler's ``use_eagle_block_drop`` and
+    ``VllmConfig.num_prefill_lookahead_tokens``.
     """
 
     def __init__(
@@ -81,8 +88,11 @@ class KVCacheManager:
         watermark: float = 0.0,
         kv_cache_groups: Sequence[KVCacheGroupSpec] | None = None,
         max_in_flight_tokens: int | None = None,
+        use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
     ) -> None:
         self.block_size = block_size
+        self.use_eagle = use_eagle
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         groups = (
@@ -96,6 +106,8 @@ class KVCacheManager:
             max_model_len if max_in_flight_tokens is None else max_in_flight_tokens,
             enable_caching,
             enable_kv_events,
+            use_eagle=use_eagle,
+            num_prefill_lookahead=num_prefill_lookahead,
         )
         self.block_pool: BlockPool = self.coordinator.block_pool
         self.num_kv_cache_groups = len(groups)

@@ -47,8 +47,16 @@ def hash_block_tokens(
     parent_block_hash: BlockHash | None,
     block_token_ids: Sequence[int],
     extra_keys: tuple[str, ...] = (),
+    lookahead_token_ids: Sequence[int] = (),
 ) -> BlockHash:
-    """Hash of one full block chained on its parent (``None``: the first block)."""
+    """Hash of one full block chained on its parent (``None``: the first block).
+
+    ``lookahead_token_ids``: the tokens after the block that its hash also covers
+    (vLLM 0.33.0 ``get_request_block_hasher`` with ``num_hash_lookahead_tokens`` > 0,
+    EAGLE-family drafters with prefix caching: the drafter's KV at the block's last
+    position depends on them). A block hashed with lookahead tokens never equals one
+    hashed without (upstream's extra keys become ``(extra_keys, *lookahead)``).
+    """
     words = array("I", block_token_ids)
     if not _BIG_ENDIAN_HOST:
         words.byteswap()
@@ -57,6 +65,12 @@ def hash_block_tokens(
     h.update(words.tobytes())
     for key in extra_keys:
         h.update(b"\x00" + key.encode())
+    if lookahead_token_ids:
+        ahead = array("I", lookahead_token_ids)
+        if not _BIG_ENDIAN_HOST:
+            ahead.byteswap()
+        h.update(b"\x01" + len(lookahead_token_ids).to_bytes(4, "big"))
+        h.update(ahead.tobytes())
     return h.digest()
 
 

@@ -5,7 +5,9 @@ cache manager read: status, prompt and output token ids, ``num_computed_tokens``
 async-scheduling placeholders and in-flight counts, speculative token ids, priority
 ordering (``__lt__``: priority, then arrival time, then request id) and the block
 hashes of full blocks, extended as tokens are appended (upstream's
-``get_request_block_hasher``).
+``get_request_block_hasher``; with ``num_hash_lookahead_tokens`` L > 0, EAGLE-family
+drafters with prefix caching in vLLM 0.33.0, a block's hash also covers the L tokens
+after it and exists only once they do).
 
 Token ids come from :func:`blis_core.contracts.request.prompt_token_ids` and, for
 generated tokens, from the content key :func:`output_content_key`, so that two
@@ -79,6 +81,7 @@ class Request:
         "max_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
+        "num_hash_lookahead_tokens",
         "num_in_flight_tokens",
         "num_output_placeholders",
         "num_preemptions",
@@ -96,6 +99,7 @@ class Request:
         vocab_size: int,
         block_size: int,
         hash_blocks: bool,
+        num_hash_lookahead_tokens: int = 0,
     ) -> None:
         self.request_id = source.request_id
         self.priority = source.priority
@@ -108,6 +112,8 @@ class Request:
         )
         self._vocab_size = vocab_size
         self.block_size = block_size
+        # ``VllmConfig.num_hash_lookahead_tokens`` (vLLM 0.33.0 ``config/vllm.py``).
+        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.all_token_ids: list[int] = prompt_token_ids(source.prompt, vocab_size)
         self.num_prompt_tokens = len(self.all_token_ids)
         self.status = RequestStatus.WAITING
@@ -160,14 +166,23 @@ class Request:
         self._extend_block_hashes()
 
     def _extend_block_hashes(self) -> None:
+        """Hash every newly full block (``request_block_hasher`` of vLLM 0.33.0
+        ``v1/core/kv_cache_utils.py`` ``get_request_block_hasher``): with L lookahead
+        tokens, block ``i`` is hashed once ``(i + 1) * block_size + L`` tokens exist,
+        its hash covering those L tokens too."""
         hashes = self.block_hashes
         if hashes is None:
             return
         bs = self.block_size
-        while (len(hashes) + 1) * bs <= len(self.all_token_ids):
+        ahead = self.num_hash_lookahead_tokens
+        tokens = self.all_token_ids
+        while (len(hashes) + 1) * bs + ahead <= len(tokens):
             start = len(hashes) * bs
+            end = start + bs
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, self.all_token_ids[start : start + bs]))
+            hashes.append(
+                hash_block_tokens(parent, tokens[start:end], (), tokens[end : end + ahead])
+            )
 
     # -- priority ordering ----------------------------------------------------------
 

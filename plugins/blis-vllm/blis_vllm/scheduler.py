@@ -28,6 +28,16 @@ in this step, while ``max_num_seqs`` allows, with their prefix-cache hits.
 ``long_prefill_token_threshold`` caps a chunk only when more than one request is
 running or waiting (0.33.0 behaviour), floored at a fair share of the budget when
 ``long_prefill_token_threshold_adaptive`` is set.
+
+EAGLE-family drafters (``eagle``, ``eagle3``, ``mtp``; vLLM 0.33.0
+``Scheduler.__init__`` and ``schedule``): ``num_lookahead_tokens`` slots past every
+allocation; ``_reserve_prefill_lookahead`` keeps a prefill chunk from ending within
+``num_prefill_lookahead`` tokens of the prefill end (only multi-module MTP, whose
+lookahead is ``k``; a no-op at lookahead 1), a running request then skipped and a
+waiting one requeued when nothing is left; ``use_eagle_block_drop`` and lookahead
+block hashes reach the KV cache manager and :class:`Request`; ``skip_drafts`` is set
+when no scheduled request can use the drafts proposed after the step
+(``_drafts_unused``; only drafters with lookahead slots, V2 model runner).
 """
 
 from __future__ import annotations
@@ -72,6 +82,10 @@ class SchedulerOutput:
     finished_req_ids: set[str] = field(default_factory=set)
     has_sync_kv_loads: bool = False
     kv_connector_metadata: object | None = None
+    skip_drafts: bool = False
+    """The model runner proposes no drafts after this step (vLLM 0.33.0
+    ``SchedulerOutput.skip_drafts``): every scheduled request is a non-final prefill
+    chunk or samples its last output token."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:
@@ -118,6 +132,14 @@ class Scheduler:
         self.finished_req_ids: set[str] = set()
         self.num_spec_tokens = settings.num_speculative_tokens
         self.num_lookahead_tokens = settings.num_lookahead_tokens
+        # vLLM 0.33.0 ``Scheduler.__init__``: the drafter's prefill lookahead, the
+        # EAGLE trailing-block drop (off when lookahead block hashes are on) and
+        # whether the V2 model runner may skip drafting (drafters with their own
+        # forward pass, i.e. lookahead slots).
+        self.num_prefill_lookahead = settings.num_prefill_lookahead_tokens
+        self.num_hash_lookahead_tokens = settings.num_hash_lookahead_tokens
+        self.use_eagle_block_drop = settings.use_eagle_block_drop
+        self.can_skip_drafts = self.num_lookahead_tokens > 0
         self.kv_cache_manager = KVCacheManager(
             num_gpu_blocks=num_gpu_blocks,
             block_size=settings.block_size,
@@ -130,6 +152,8 @@ class Scheduler:
             kv_cache_groups=kv_cache_groups,
             max_in_flight_tokens=settings.max_num_batched_tokens
             * (2 if settings.async_scheduling else 1),
+            use_eagle=self.use_eagle_block_drop,
+            num_prefill_lookahead=self.num_prefill_lookahead,
         )
         if kv_connector is not None and self.kv_cache_manager.num_kv_cache_groups > 1:
             raise ValueError("the port's KV connectors support one KV cache group only")
@@ -228,6 +252,9 @@ class Scheduler:
         if threshold > 0 and self.settings.long_prefill_token_threshold_adaptive:
             threshold = max(threshold, self.max_num_scheduled_tokens // num_eligible)
         kv = self.kv_cache_manager
+        # Whether a scheduled request can use the drafts proposed after this step
+        # (stays set if that request is preempted later in the step).
+        drafts_needed = not self.can_skip_drafts
 
         # First, the RUNNING requests.
         prefill_scheduled = False
@@ -251,6 +278,8 @@ class Scheduler:
                 num_new = threshold
             num_new = min(num_new, token_budget)
             num_new = min(num_new, self.max_model_len - request.num_computed_tokens - 1)
+            # Multi-module MTP: no chunk ends within num_prefill_lookahead of the end.
+            num_new = self._reserve_prefill_lookahead(request, request.num_computed_tokens, num_new)
             if num_new <= 0:
                 req_index += 1
                 continue
@@ -301,6 +330,9 @@ class Scheduler:
             out.context_tokens[request.request_id] = request.num_computed_tokens
             token_budget -= num_new
             req_index += 1
+            drafts_needed = drafts_needed or not self._drafts_unused(
+                request, request.num_computed_tokens, num_new
+            )
             if request.spec_token_ids:
                 num_spec = (
                     num_new
@@ -384,6 +416,13 @@ class Scheduler:
                     break
                 num_new = min(num_new, token_budget)
                 assert num_new > 0 or load_kv_async
+                if not load_kv_async:
+                    # Multi-module MTP: no chunk ends within num_prefill_lookahead of
+                    # the prefill end; requeue the request when nothing is left.
+                    num_new = self._reserve_prefill_lookahead(request, num_computed, num_new)
+                    if num_new == 0:
+                        self._skip_waiting_request(queue, skipped, skipped_kv_holding)
+                        continue
                 new_blocks = kv.allocate_slots(
                     request,
                     num_new,
@@ -432,6 +471,9 @@ class Scheduler:
                 token_budget -= num_new
                 request.status = RequestStatus.RUNNING
                 request.num_computed_tokens = num_computed
+                drafts_needed = drafts_needed or not self._drafts_unused(
+                    request, num_computed, num_new
+                )
                 if pad_spec_decode:
                     out.scheduled_spec_decode_tokens[request.request_id] = [
                         -1
@@ -450,12 +492,42 @@ class Scheduler:
         assert len(self.running) <= self.max_num_running_reqs
         out.preempted_req_ids = [r.request_id for r in preempted]
         out.finished_req_ids = self.finished_req_ids
+        out.skip_drafts = not drafts_needed
         if self.connector is not None:
             out.kv_connector_metadata = self.connector.build_connector_meta(out)
         if self.defer_block_free and out.total_num_scheduled_tokens > 0:
             self.sched_step_seq += 1
         self._update_after_schedule(out)
         return out
+
+    def _reserve_prefill_lookahead(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int
+    ) -> int:
+        """Shorten a chunk that would end within ``num_prefill_lookahead`` tokens of the
+        prefill end (vLLM 0.33.0 ``Scheduler._reserve_prefill_lookahead``).
+
+        A multi-module MTP drafter reads the next ``k`` known tokens at a chunk
+        boundary: finish the prefill, or leave at least ``k`` tokens for the next
+        chunk. With lookahead 1 (EAGLE, EAGLE3, one-module MTP) it never shortens.
+        """
+        remaining = request.num_tokens - num_computed_tokens - num_new_tokens
+        if 0 < remaining < self.num_prefill_lookahead:
+            num_new_tokens -= self.num_prefill_lookahead - remaining
+        return max(num_new_tokens, 0)
+
+    def _drafts_unused(
+        self, request: Request, num_computed_tokens: int, num_new_tokens: int
+    ) -> bool:
+        """Whether drafts proposed for ``request`` after this step surely go unused
+        (vLLM 0.33.0 ``Scheduler._drafts_unused``): the step is a non-final prefill
+        chunk, or it samples the request's last output token (counting only the
+        tokens sure to exist: one per sampling step, in flight included)."""
+        if num_computed_tokens + num_new_tokens < request.num_tokens:
+            return True
+        min_num_output_tokens = request.num_output_tokens + 1
+        if request.num_output_placeholders > 0:
+            min_num_output_tokens += 1
+        return min_num_output_tokens >= request.max_tokens
 
     def _preempt_request(self, request: Request, drop_stale_output: bool = False) -> None:
         """Free a running request's blocks and put it back at the head of WAITING.

@@ -4,8 +4,10 @@ Port of ``vllm/v1/core/single_type_kv_cache_manager.py`` (vLLM 0.33.0),
 ``SingleTypeKVCacheManager`` with ``FullAttentionManager`` and
 ``SlidingWindowManager``, for the configurations the port models: one hash block
 size equal to every group's block size (no fine-grained partial hits, hence no
-copy-on-write of a partial tail), no EAGLE last-block drop, no decode/prefill
-context parallelism, no extra retained tokens.
+copy-on-write of a partial tail), no decode/prefill context parallelism, no extra
+retained tokens. The EAGLE last-block drop (``use_eagle``, ``drop_eagle_block``) is
+ported for full attention; a drafter on a sliding-window group is refused at
+planning, as the hybrid coordinator's per-spec EAGLE verification is not ported.
 
 * ``get_num_blocks_to_allocate``: blocks for the non-skipped suffix plus the
   evictable prefix hits; a running request has no new hits. The full-sequence
@@ -21,9 +23,11 @@ context parallelism, no extra retained tokens.
   ``prefix_cache_retention_interval=0``, the ``cdiv(sliding_window - 1,
   block_size)`` blocks ending at each replay boundary (the prompt's last
   cacheable position) and at a detected shared-prefix junction.
-* ``find_longest_cache_hit``: full attention scans left to right; sliding window
-  scans right to left for the last run of ``cdiv(sliding_window - 1, block_size)``
-  cached blocks, the blocks before it null.
+* ``find_longest_cache_hit``: full attention scans left to right (with
+  ``drop_eagle_block``, EAGLE/EAGLE3/MTP without lookahead block hashes, the last
+  matched block is then dropped so its tokens are recomputed for the drafter);
+  sliding window scans right to left for the last run of
+  ``cdiv(sliding_window - 1, block_size)`` cached blocks, the blocks before it null.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ class SingleTypeKVCacheManager:
         # given hit blocks or cached a block; upstream does not track preempted ones).
         self.num_cached_block: dict[str, int] = {}
         self._null_block = block_pool.null_block
+        # Whether this group's prefix-cache hits drop the EAGLE/MTP trailing block
+        # (``SingleTypeKVCacheManager.use_eagle``; the coordinator sets it).
+        self.use_eagle = False
 
     # -- allocation ------------------------------------------------------------------
 
@@ -170,6 +177,10 @@ class SingleTypeKVCacheManager:
         boundaries = [*replay_boundaries]
         if shared_prefix_boundary:
             boundaries.append(shared_prefix_boundary)
+            if self.use_eagle:
+                # A sibling diverging right after the junction cannot use the block
+                # past it as the EAGLE peek: its hit lands one block lower.
+                boundaries.append(shared_prefix_boundary - self.block_size)
         mask = self.reachable_block_mask(num_cached, num_full, retention_interval, boundaries)
         self.block_pool.cache_full_blocks(
             request,
@@ -236,8 +247,10 @@ class SingleTypeKVCacheManager:
         max_length: int,
         group_ids: Sequence[int],
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
-        """The longest hit of at most ``max_length`` tokens common to ``group_ids``."""
+        """The longest hit of at most ``max_length`` tokens common to ``group_ids``;
+        ``drop_eagle_block``: then give back the last matched block (EAGLE/MTP)."""
         raise NotImplementedError
 
 
@@ -250,8 +263,14 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         max_length: int,
         group_ids: Sequence[int],
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
-        """Cached full blocks from the start, left to right, up to ``max_length``."""
+        """Cached full blocks from the start, left to right, up to ``max_length``.
+
+        ``drop_eagle_block`` (vLLM 0.33.0 ``FullAttentionManager.find_longest_cache_hit``):
+        EAGLE needs the tokens right before the generation point recomputed, so a
+        non-empty hit loses one block (``min(alignment_tokens, block_size)`` tokens)
+        before the hit is rounded down to the alignment."""
         bs = self.block_size
         computed: tuple[list[KVCacheBlock], ...] = tuple([] for _ in group_ids)
         pool = self.block_pool
@@ -272,6 +291,8 @@ class FullAttentionManager(SingleTypeKVCacheManager):
                 for dst, blk in zip(computed, cached, strict=True):
                     dst.append(blk)
         hit_length = len(computed[0]) * bs
+        if drop_eagle_block and hit_length > 0:
+            hit_length -= min(alignment_tokens, bs)
         hit_length -= hit_length % alignment_tokens
         num_blocks = _cdiv(hit_length, bs)
         for dst in computed:
@@ -317,9 +338,15 @@ class SlidingWindowManager(SingleTypeKVCacheManager):
         max_length: int,
         group_ids: Sequence[int],
         alignment_tokens: int,
+        drop_eagle_block: bool = False,
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         """The last run of ``contiguous_blocks_for_hit`` cached blocks, right to left,
-        the blocks before it null (a shorter run from the start is a hit too)."""
+        the blocks before it null (a shorter run from the start is a hit too).
+
+        The EAGLE drop of a sliding-window group (one more contiguous block, then
+        the last dropped) is not ported: planning refuses drafters on such targets."""
+        if drop_eagle_block or self.use_eagle:
+            raise NotImplementedError("EAGLE on a sliding-window KV cache group")
         bs = self.block_size
         need = self.contiguous_blocks_for_hit()
         max_num_blocks = max_length // bs

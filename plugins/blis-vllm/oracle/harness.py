@@ -51,7 +51,7 @@ from blis_core.contracts.request import (
 )
 
 from blis_vllm import scheduler as port_sched
-from blis_vllm.config import VllmSettings
+from blis_vllm.config import VllmSettings, eagle_lookahead
 from blis_vllm.request import Request as PortRequest
 from blis_vllm.request import RequestStatus as PortStatus
 
@@ -151,7 +151,20 @@ class ScenarioConfig:
     async_scheduling: bool = False
     watermark: float = 0.0
     num_speculative_tokens: int = 0
-    """ngram speculative decoding (no draft model, so no lookahead slots) when > 0."""
+    """Speculative decoding with ``spec_method`` when > 0."""
+    spec_method: str = "ngram"
+    """``ngram`` (no draft model, no lookahead slots), ``eagle``, ``eagle3`` or ``mtp``
+    (a draft model: lookahead slots, lookahead block hashes or the trailing-block
+    drop, the prefill lookahead, ``skip_drafts``)."""
+    mtp_modules: int = 1
+    """``mtp``: the drafter's ``num_nextn_predict_layers`` (> 1 with k > 1: multi-module
+    MTP, prefill lookahead k)."""
+    disable_lookahead_block_hashes: bool = False
+    """``SpeculativeConfig.disable_lookahead_block_hashes``: EAGLE falls back to the
+    trailing prefix-cache block drop."""
+    disable_eagle_block_drop: bool = False
+    """``SpeculativeConfig.disable_eagle_block_drop``: neither the drop nor lookahead
+    block hashes."""
     kv_connector: str = ""
     """``"toy-sync"``: the equivalent toy KV connectors of ``toy_connector.py``."""
     layer_types: tuple[str, ...] = ()
@@ -267,7 +280,35 @@ class _CapturingPublisher:
 
 
 _MODEL_DIRS: dict[tuple[tuple[str, ...], int], str] = {}
+_DRAFT_DIRS: dict[str, str] = {}
 _HASH_FN: Callable[[Any], bytes] | None = None
+
+EAGLE_LLAMA2_CONFIG: dict[str, Any] = {**LLAMA2_7B_CONFIG, "num_hidden_layers": 1}
+"""An EAGLE head for Llama-2-7B (``yuhuili/EAGLE-llama2-chat-7B``'s shape: one Llama
+decoder layer of the target's width and vocabulary; ``SpeculativeConfig`` rewrites it
+to ``EagleLlamaForCausalLM``)."""
+
+EAGLE3_LLAMA2_CONFIG: dict[str, Any] = {
+    **LLAMA2_7B_CONFIG,
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "num_hidden_layers": 1,
+    "draft_vocab_size": VOCAB_SIZE,
+}
+"""An EAGLE3 head for Llama-2-7B: ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``'s catalog
+facts (``LlamaForCausalLMEagle3``, one decoder layer, a draft vocabulary) at the
+target's width and vocabulary."""
+
+
+def _draft_dir(method: str) -> str:
+    """A directory holding only the draft head's ``config.json`` (its name carries
+    the method, as upstream's model-name detection expects)."""
+    if method not in _DRAFT_DIRS:
+        d = tempfile.mkdtemp(prefix=f"blis-oracle-{method}-")
+        config = EAGLE3_LLAMA2_CONFIG if method == "eagle3" else EAGLE_LLAMA2_CONFIG
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config, f)
+        _DRAFT_DIRS[method] = d
+    return _DRAFT_DIRS[method]
 
 
 def _model_dir(layer_types: tuple[str, ...] = (), sliding_window: int = 0) -> str:
@@ -304,15 +345,22 @@ def _upstream_kv_cache_config(cfg: ScenarioConfig, vllm_config: Any) -> Any:
     )
 
     if not cfg.layer_types:
+        spec = vllm_config.speculative_config
+        draft = spec is not None and spec.use_eagle()
         groups = [
             KVCacheGroupSpec(
-                ["model.layers.0.self_attn.attn"],
+                # An EAGLE head's layer shares the target's spec, hence its group.
+                ["model.layers.0.self_attn.attn"]
+                + (["draft_model.model.layers.32.self_attn.attn"] if draft else []),
                 FullAttentionSpec(
                     block_size=cfg.block_size,
                     num_kv_heads=32,
                     head_size=128,
                     dtype=torch.float16,
                 ),
+                # get_kv_cache_groups flags the group holding draft layers when
+                # ``use_eagle_block_drop()``.
+                is_eagle_group=draft and spec is not None and spec.use_eagle_block_drop(),
             )
         ]
     else:
@@ -383,6 +431,7 @@ class UpstreamSide:
             DeviceConfig,
             KVEventsConfig,
             ModelConfig,
+            ParallelConfig,
             SchedulerConfig,
             SpeculativeConfig,
             VllmConfig,
@@ -400,12 +449,26 @@ class UpstreamSide:
             dtype="bfloat16" if cfg.layer_types else "float16",
         )
         spec = None
-        if cfg.num_speculative_tokens:
+        parallel_config = ParallelConfig()
+        if cfg.num_speculative_tokens and cfg.spec_method == "ngram":
             spec = SpeculativeConfig(
                 method="ngram",
                 num_speculative_tokens=cfg.num_speculative_tokens,
                 prompt_lookup_max=2,
                 prompt_lookup_min=1,
+            )
+        elif cfg.num_speculative_tokens:
+            # EAGLE/EAGLE3 from a local draft head; ``mtp`` is built as ``eagle`` and
+            # switched below (manifest.md row 5b).
+            method = "eagle3" if cfg.spec_method == "eagle3" else "eagle"
+            spec = SpeculativeConfig(
+                method=method,
+                model=_draft_dir(method),
+                num_speculative_tokens=cfg.num_speculative_tokens,
+                disable_lookahead_block_hashes=cfg.disable_lookahead_block_hashes,
+                disable_eagle_block_drop=cfg.disable_eagle_block_drop,
+                target_model_config=model_config,
+                target_parallel_config=parallel_config,
             )
         vllm_config = VllmConfig(
             model_config=model_config,
@@ -425,10 +488,16 @@ class UpstreamSide:
                 watermark=cfg.watermark,
             ),
             device_config=DeviceConfig(device="cpu"),
+            parallel_config=parallel_config,
             speculative_config=spec,
             kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"),
             kv_transfer_config=_upstream_kv_transfer_config(cfg),
         )
+        if spec is not None and cfg.spec_method == "mtp":
+            # What the scheduler reads of an MTP drafter: the method and the draft
+            # config's ``num_nextn_predict_layers`` (``use_multi_module_mtp``).
+            spec.method = "mtp"
+            spec.draft_model_config.hf_config.num_nextn_predict_layers = cfg.mtp_modules
         # EngineCore._initialize_kv_caches sets this from the profiled memory.
         vllm_config.cache_config.num_gpu_blocks = cfg.num_gpu_blocks
         self.vllm_config = vllm_config
@@ -444,8 +513,11 @@ class UpstreamSide:
         )
         self.publisher = _CapturingPublisher()
         self.sched.kv_event_publisher = self.publisher  # type: ignore[assignment]
+        # EngineCore.__init__: the hasher covers num_hash_lookahead_tokens.
         self._hasher = (
-            get_request_block_hasher(cfg.block_size, _hash_fn())
+            get_request_block_hasher(
+                cfg.block_size, _hash_fn(), vllm_config.num_hash_lookahead_tokens
+            )
             if cfg.enable_prefix_caching
             else None
         )
@@ -495,6 +567,7 @@ class UpstreamSide:
             "spec": {k: len(v) for k, v in out.scheduled_spec_decode_tokens.items()},
             "sampling": sampling,
             "total": out.total_num_scheduled_tokens,
+            "skip_drafts": out.skip_drafts,
         }
         return out, decision
 
@@ -627,9 +700,30 @@ def _block_hash_group(h: Any) -> int:
 
 
 def port_settings(cfg: ScenarioConfig) -> VllmSettings:
-    """The port's resolved settings for ``cfg`` (only the fields its scheduler reads)."""
+    """The port's resolved settings for ``cfg`` (only the fields its scheduler reads).
+
+    The EAGLE-family fields come from the port's own resolution rule
+    (:func:`blis_vllm.config.eagle_lookahead`); the driver checks them against
+    upstream's ``VllmConfig`` properties and ``Scheduler`` attributes."""
     from blis_core.contracts.plan import ParallelLayout
 
+    method = cfg.spec_method if cfg.num_speculative_tokens else None
+    flags = {
+        name
+        for name, on in (
+            ("disable_lookahead_block_hashes", cfg.disable_lookahead_block_hashes),
+            ("disable_eagle_block_drop", cfg.disable_eagle_block_drop),
+        )
+        if on
+    }
+    prefill_ahead, hash_ahead, block_drop = eagle_lookahead(
+        method,
+        cfg.num_speculative_tokens,
+        cfg.mtp_modules,
+        cfg.enable_prefix_caching,
+        bool(cfg.kv_connector),
+        flags,
+    )
     return VllmSettings(
         model="meta-llama/Llama-2-7b-hf",
         hardware="oracle",
@@ -645,9 +739,12 @@ def port_settings(cfg: ScenarioConfig) -> VllmSettings:
         long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
         scheduling_policy=cfg.policy,
         async_scheduling=cfg.async_scheduling,
-        speculative_method="ngram" if cfg.num_speculative_tokens else None,
+        speculative_method=method,
         num_speculative_tokens=cfg.num_speculative_tokens,
-        num_lookahead_tokens=0,
+        num_lookahead_tokens=cfg.num_speculative_tokens if method not in (None, "ngram") else 0,
+        num_prefill_lookahead_tokens=prefill_ahead,
+        num_hash_lookahead_tokens=hash_ahead,
+        use_eagle_block_drop=block_drop,
         compilation_mode=0,
         cudagraph_mode="NONE",
         cudagraph_capture_sizes=(),
@@ -699,6 +796,7 @@ class PortSide:
                 vocab_size=VOCAB_SIZE,
                 block_size=self.cfg.block_size,
                 hash_blocks=self.cfg.enable_prefix_caching,
+                num_hash_lookahead_tokens=self.sched.settings.num_hash_lookahead_tokens,
             )
         )
 
@@ -720,6 +818,7 @@ class PortSide:
             "spec": {k: len(v) for k, v in out.scheduled_spec_decode_tokens.items()},
             "sampling": sorted(out.sampling),
             "total": out.total_num_scheduled_tokens,
+            "skip_drafts": out.skip_drafts,
         }
         return out, decision
 
@@ -847,6 +946,16 @@ class RunStats:
     """Null blocks in block tables after schedule(): blocks recycled outside a window."""
     junctions: int = 0
     """Requests with a shared-prefix junction (``shared_prefix_boundary > 0``)."""
+    eagle_steps: int = 0
+    """schedule() calls with an EAGLE-family drafter (lookahead slots)."""
+    skip_drafts: int = 0
+    """schedule() calls marked ``skip_drafts`` (no scheduled request uses the drafts)."""
+    lookahead_hash_hits: int = 0
+    """Prefix-cache hit tokens with lookahead block hashes."""
+    eagle_drop_hits: int = 0
+    """Prefix-cache hit tokens with the EAGLE trailing-block drop."""
+    prefill_lookahead_cuts: int = 0
+    """Chunks the port shortened to keep out of the multi-module MTP prefill lookahead."""
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -909,13 +1018,48 @@ class Driver:
                 for g in self.port.sched.kv_cache_manager.kv_cache_groups
             ]
             if scenario.config.layer_types
-            else [("full", None, 1)],
+            # One full-attention group: the target layer, plus an EAGLE head's layer.
+            else [("full", None, 1 + int(self.port.sched.num_lookahead_tokens > 0))],
         )
         self.check(
             "KV cache coordinator",
             type(self.up.sched.kv_cache_manager.coordinator).__name__,
             type(self.port.sched.kv_cache_manager.coordinator).__name__,
         )
+        us, ps = self.up.sched, self.port.sched
+        self.check(
+            "speculative scheduling settings (lookahead slots, prefill lookahead, hash "
+            "lookahead, EAGLE block drop, drafts skippable)",
+            (
+                us.num_lookahead_tokens,
+                us.num_prefill_lookahead,
+                us.num_hash_lookahead_tokens,
+                us.use_eagle_block_drop,
+                us.can_skip_drafts,
+            ),
+            (
+                ps.num_lookahead_tokens,
+                ps.num_prefill_lookahead,
+                ps.num_hash_lookahead_tokens,
+                ps.use_eagle_block_drop,
+                ps.can_skip_drafts,
+            ),
+        )
+        self.check(
+            "EAGLE block-drop groups",
+            sorted(us.kv_cache_manager.coordinator.drop_eagle_group_ids),
+            sorted(ps.kv_cache_manager.coordinator.drop_eagle_group_ids),
+        )
+        if ps.num_prefill_lookahead > 1:
+            # Count the chunks the port keeps out of the prefill lookahead (coverage).
+            reserve = ps._reserve_prefill_lookahead
+
+            def counted(request: Any, num_computed: int, num_new: int) -> int:
+                out = reserve(request, num_computed, num_new)
+                self.stats.prefill_lookahead_cuts += int(out < num_new)
+                return out
+
+            ps._reserve_prefill_lookahead = counted  # type: ignore[method-assign]
 
     # comparison helpers
     def check(self, what: str, upstream: Any, port: Any) -> None:
@@ -1057,14 +1201,16 @@ class Driver:
         return toks
 
     def drafts_for(self, rids: list[str]) -> dict[str, list[int]]:
-        """ngram proposals: a seeded number of draft tokens per decoding request."""
+        """The drafter's proposals: ngram, a seeded number of draft tokens per decoding
+        request; an EAGLE-family head, always ``num_speculative_tokens``."""
         k = self.sc.config.num_speculative_tokens
+        eagle = self.sc.config.spec_method != "ngram"
         out: dict[str, list[int]] = {}
         for rid in rids:
             ur = self.up.request(rid)
             if ur is None or ur.is_finished():
                 continue
-            n = self._rng.randint(0, k)
+            n = k if eagle else self._rng.randint(0, k)
             out[rid] = segment_token_ids(f"draft/{rid}", VOCAB_SIZE, 0, n)
         return out
 
@@ -1106,6 +1252,9 @@ class Driver:
             self.check(f"schedule(): {key}", ud[key], pd[key])
         self.stats.scheduled_tokens += ud["total"]
         self.stats.preemptions += len(ud["preempted"])
+        if self.port.sched.num_lookahead_tokens:
+            self.stats.eagle_steps += 1
+            self.stats.skip_drafts += int(ud["skip_drafts"])
         if ud["spec"]:
             self.stats.spec_steps += 1
         for rid in ud["new+resumed"]:
@@ -1150,7 +1299,13 @@ class Driver:
                 st.num_waiting_reqs + st.num_skipped_waiting_reqs,
                 len(self.port.sched.waiting) + len(self.port.sched.kv_holding_waiting),
             )
-        if self.sc.config.num_speculative_tokens and not self.sc.config.async_scheduling:
+        if (
+            self.sc.config.num_speculative_tokens
+            and not self.sc.config.async_scheduling
+            and not ud["skip_drafts"]
+        ):
+            # EngineCore.post_step; after a skip_drafts step the V2 model runner
+            # proposes nothing (K = 0) and update_draft_token_ids is not called.
             drafts = self.drafts_for([r for r, _ in ud["scheduled"]])
             self.up.set_drafts(drafts)
             self.port.set_drafts(drafts)
@@ -1202,6 +1357,10 @@ class Driver:
             )
         self.stats.iterations = self.iteration
         self.stats.prefix_hits = self.up.prefix_stats()[2]
+        if self.port.sched.num_hash_lookahead_tokens:
+            self.stats.lookahead_hash_hits = self.stats.prefix_hits
+        if self.port.sched.use_eagle_block_drop:
+            self.stats.eagle_drop_hits = self.stats.prefix_hits
         return self.stats
 
 

@@ -42,6 +42,9 @@ class Mutant:
     new: str
     breaks: str
     """The upstream decision broken (vLLM 0.33.0 file and function)."""
+    family: str = ""
+    """The scenario family aimed at the broken decision, tried first by the sweep
+    (empty: families interleaved)."""
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
@@ -278,5 +281,60 @@ MUTANTS: tuple[Mutant, ...] = (
         "if True:",
         "single_type_kv_cache_manager.py SlidingWindowManager.reachable_block_mask: "
         "with prefix_cache_retention_interval=0 only the replay-boundary tails are cached",
+    ),
+    # EAGLE-family drafters: caught by the ``eagle`` family.
+    Mutant(
+        "eagle-hash-ignores-lookahead",
+        "request",
+        "Request",
+        "_extend_block_hashes",
+        "hash_block_tokens(parent, tokens[start:end], (), tokens[end : end + ahead])",
+        "hash_block_tokens(parent, tokens[start:end])",
+        "kv_cache_utils.py get_request_block_hasher: with num_hash_lookahead_tokens a "
+        "block's hash also covers the tokens after it",
+        family="eagle",
+    ),
+    Mutant(
+        "eagle-no-block-drop",
+        "single_type_kv_cache_manager",
+        "FullAttentionManager",
+        "find_longest_cache_hit",
+        "if drop_eagle_block and hit_length > 0:",
+        "if False:",
+        "single_type_kv_cache_manager.py FullAttentionManager.find_longest_cache_hit: "
+        "EAGLE drops the last matched block (use_eagle_block_drop)",
+        family="eagle",
+    ),
+    Mutant(
+        "mtp-no-prefill-reserve",
+        "scheduler",
+        "Scheduler",
+        "_reserve_prefill_lookahead",
+        "if 0 < remaining < self.num_prefill_lookahead:",
+        "if 0 < remaining < 1:",
+        "scheduler.py _reserve_prefill_lookahead: no chunk ends within "
+        "num_prefill_lookahead of the prefill end (multi-module MTP)",
+        family="eagle",
+    ),
+    Mutant(
+        "mtp-caches-reprefillable-tail",
+        "kv_cache_coordinator",
+        "KVCacheCoordinator",
+        "get_num_cacheable_tokens",
+        "max(0, num_computed_tokens - self.num_reprefillable_tokens)",
+        "num_computed_tokens",
+        "kv_cache_coordinator.py get_num_cacheable_tokens: the last "
+        "num_prefill_lookahead - 1 computed tokens are not cached",
+        family="eagle",
+    ),
+    Mutant(
+        "skip-drafts-ignores-in-flight-step",
+        "scheduler",
+        "Scheduler",
+        "_drafts_unused",
+        "min_num_output_tokens += 1",
+        "min_num_output_tokens += 0",
+        "scheduler.py _drafts_unused: an in-flight sampling step adds one output token",
+        family="eagle",
     ),
 )

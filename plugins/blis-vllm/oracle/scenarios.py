@@ -22,7 +22,12 @@ each, with every other knob also drawn at random:
   groups) with windows from a few blocks to more than the prompts: sliding-window
   block recycling, the hybrid cache-hit fixed point, sparse sliding-window caching
   and shared-prefix junctions, under prefix sharing, KV pressure and preemption,
-  sync and async, with aborts and ngram drafts.
+  sync and async, with aborts and ngram drafts;
+* ``eagle``: EAGLE-family drafters (``eagle``, ``eagle3``, one-module and
+  multi-module ``mtp``): lookahead slots, lookahead block hashes (or, with
+  ``disable_lookahead_block_hashes``, the trailing prefix-cache block drop), the
+  multi-module MTP prefill lookahead and re-prefillable tail, ``skip_drafts``, under
+  prefix sharing, chunked prefill, KV pressure and preemption, sync and async.
 """
 
 from __future__ import annotations
@@ -32,7 +37,13 @@ from collections.abc import Callable
 
 from harness import Abort, Arrival, Scenario, ScenarioConfig, make_request
 
-__all__ = ["FAMILIES", "STANDARD_COUNTS", "make_scenario", "standard_scenarios"]
+__all__ = [
+    "FAMILIES",
+    "STANDARD_COUNTS",
+    "make_scenario",
+    "mtp_requeue_scenario",
+    "standard_scenarios",
+]
 
 
 def _config(rng: random.Random, **overrides: object) -> ScenarioConfig:
@@ -249,6 +260,39 @@ def _hybrid(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
     }
 
 
+def _eagle(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    method = rng.choice(["eagle", "eagle3", "mtp", "mtp"])
+    multi_module = method == "mtp" and rng.random() < 0.7
+    k = rng.randint(2, 4) if multi_module else rng.randint(1, 4)
+    cfg = _config(
+        rng,
+        num_speculative_tokens=k,
+        spec_method=method,
+        mtp_modules=rng.choice([k, 4]) if multi_module else 1,
+        disable_lookahead_block_hashes=rng.random() < 0.35,
+        disable_eagle_block_drop=rng.random() < 0.08,
+        max_num_batched_tokens=rng.choice([16, 24, 32, 64, 128, 256]),
+    )
+    if not cfg.enable_chunked_prefill:
+        cfg = ScenarioConfig(
+            **{**_asdict(cfg), "max_num_batched_tokens": max(cfg.max_model_len, 256)}
+        )
+    cfg = ScenarioConfig(**{**_asdict(cfg), "max_num_seqs": min(cfg.max_num_seqs, 16)})
+    if rng.random() < 0.5:
+        blocks = rng.randint(
+            cfg.max_model_len // cfg.block_size + 2, cfg.max_model_len // cfg.block_size + 16
+        )
+        cfg = ScenarioConfig(**{**_asdict(cfg), "num_gpu_blocks": blocks})
+    return cfg, {
+        "n": rng.randint(5, 16),
+        "shared": rng.choice([0.5, 0.9]),
+        "spread": rng.randint(4, 16),
+        "long_frac": rng.choice([0.2, 0.4]),
+        "priorities": cfg.policy == "priority",
+        "abort_frac": 0.05,
+    }
+
+
 FAMILIES: dict[str, Callable[[random.Random], tuple[ScenarioConfig, dict[str, object]]]] = {
     "chunked": _chunked,
     "prefix": _prefix,
@@ -259,6 +303,7 @@ FAMILIES: dict[str, Callable[[random.Random], tuple[ScenarioConfig, dict[str, ob
     "mixed": _mixed,
     "spec": _spec,
     "hybrid": _hybrid,
+    "eagle": _eagle,
 }
 
 STANDARD_COUNTS: dict[str, int] = {
@@ -271,8 +316,41 @@ STANDARD_COUNTS: dict[str, int] = {
     "mixed": 80,
     "spec": 70,
     "hybrid": 120,
+    "eagle": 72,
 }
-"""Scenarios per family in the standard set (740 in all: 620 single-group, 120 hybrid)."""
+"""Scenarios per family in the standard set (812 in all: 692 single-group, 120 hybrid;
+72 of them with an EAGLE-family drafter)."""
+
+
+def mtp_requeue_scenario(async_scheduling: bool = False) -> Scenario:
+    """A directed scenario for the multi-module MTP requeue of a waiting request.
+
+    ``a`` caches a 34-token prompt (lookahead hashes of 2 tokens cover both blocks);
+    ``c`` resends it and hits 32 tokens, leaving 2 to compute, while ``b``'s capped
+    15-token chunks leave 1 token of budget: the chunk of 1 would end within the
+    prefill lookahead (k = 2), so ``_reserve_prefill_lookahead`` cuts it to 0 and ``c``
+    is requeued (upstream counts it in ``num_skipped_waiting_reqs``) until ``b``
+    decodes. The random ``eagle`` family rarely lines this up.
+    """
+    cfg = ScenarioConfig(
+        num_gpu_blocks=64,
+        block_size=16,
+        max_num_seqs=4,
+        max_num_batched_tokens=16,
+        max_model_len=256,
+        long_prefill_token_threshold=15,
+        async_scheduling=async_scheduling,
+        num_speculative_tokens=2,
+        spec_method="mtp",
+        mtp_modules=2,
+    )
+    arrivals = (
+        Arrival(0, make_request("a", [("sys/0", 34)], 1, 0)),
+        Arrival(8, make_request("b", [("user/b", 100)], 4, 8000)),
+        Arrival(9, make_request("c", [("sys/0", 34)], 4, 9000)),
+    )
+    name = f"mtp-requeue-{'async' if async_scheduling else 'sync'}"
+    return Scenario(name=name, seed=int(async_scheduling), config=cfg, arrivals=arrivals)
 
 
 def make_scenario(family: str, seed: int) -> Scenario:

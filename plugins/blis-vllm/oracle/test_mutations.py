@@ -1,8 +1,9 @@
 """T7 mutation sweep: every deliberate break of a ported function is caught.
 
 For each mutant of :mod:`mutations`, the standard scenarios (families interleaved,
-so every family is tried early) are run with the mutant installed until the oracle
-reports a divergence; a mutant that survives the whole standard set fails the test.
+so every family is tried early; a mutant's aimed-at family first when it names one)
+are run with the mutant installed until the oracle reports a divergence; a mutant
+that survives the whole standard set fails the test.
 A mutant that makes the port raise where upstream decided is caught as a divergence
 too (``harness.Driver`` reports the upstream decision next to the port's exception).
 """
@@ -28,11 +29,18 @@ def _interleaved() -> list[tuple[str, int]]:
 ORDER = _interleaved()
 
 
+def _order(mutant: Mutant) -> list[tuple[str, int]]:
+    """The standard scenarios, the mutant's aimed-at family (if any) first."""
+    if not mutant.family:
+        return ORDER
+    return [c for c in ORDER if c[0] == mutant.family] + [c for c in ORDER if c[0] != mutant.family]
+
+
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_mutant_is_caught(mutant: Mutant) -> None:
     """Some standard scenario diverges (or fails) with ``mutant`` installed."""
     with quiet_vllm(), mutant.applied():
-        for tried, (family, seed) in enumerate(ORDER, 1):
+        for tried, (family, seed) in enumerate(_order(mutant), 1):
             try:
                 run_scenario(make_scenario(family, seed))
             except Divergence as e:

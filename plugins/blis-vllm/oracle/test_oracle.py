@@ -1,8 +1,8 @@
 """T2 oracle: the port and vLLM 0.33.0's own scheduler decide the same at every step.
 
-One test per standard scenario (``scenarios.standard_scenarios``: 740 seeded
-scenarios over nine families, 120 of them a hybrid sliding-window + full-attention
-model). Each runs the real ``vllm.v1.core.sched`` scheduler
+One test per standard scenario (``scenarios.standard_scenarios``: 812 seeded
+scenarios over ten families, 120 of them a hybrid sliding-window + full-attention
+model, 72 with an EAGLE-family drafter). Each runs the real ``vllm.v1.core.sched`` scheduler
 and :mod:`blis_vllm.scheduler` side by side through :class:`harness.Driver`, which
 raises :class:`harness.Divergence` at the first step where any decision or state
 differs; the failure message names the scenario (family, seed, every parameter and
@@ -11,7 +11,9 @@ request) and both sides' values, which is the minimal reproducer:
 
 ``test_coverage`` then checks that the set as a whole exercised what it is meant to
 (preemption, resumption, prefix hits, KV events, stale async output, aborts, spec
-decode, length caps, sliding-window block recycling and shared-prefix junctions), so
+decode, length caps, sliding-window block recycling and shared-prefix junctions,
+EAGLE lookahead hashes, the EAGLE block drop, the MTP prefill lookahead and
+``skip_drafts``), so
 a generator change cannot make the agreement vacuous.
 """
 
@@ -22,7 +24,7 @@ from collections import Counter
 
 import pytest
 from harness import RunStats, quiet_vllm, run_scenario
-from scenarios import make_scenario, standard_scenarios
+from scenarios import make_scenario, mtp_requeue_scenario, standard_scenarios
 
 SCALE = float(os.environ.get("BLIS_ORACLE_SCALE", "1.0"))
 CASES = standard_scenarios(SCALE)
@@ -34,6 +36,16 @@ def test_scenario_agrees(family: str, seed: int) -> None:
     """Every schedule() and update_from_output() of the scenario agrees."""
     with quiet_vllm():
         _RESULTS[(family, seed)] = run_scenario(make_scenario(family, seed))
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_mtp_waiting_requeue_agrees(async_scheduling: bool) -> None:
+    """Directed: a waiting request whose only chunk would end inside the multi-module
+    MTP prefill lookahead is requeued (``skip_request``) on both sides, step by step."""
+    with quiet_vllm():
+        st = run_scenario(mtp_requeue_scenario(async_scheduling))
+    assert st.prefix_hits == 32 and st.lookahead_hash_hits == 32
+    assert st.skipped_waiting > 0 and st.prefill_lookahead_cuts > 0
 
 
 def test_coverage() -> None:
@@ -62,6 +74,11 @@ def test_coverage() -> None:
             "hybrid_steps",
             "window_null_blocks",
             "junctions",
+            "eagle_steps",
+            "skip_drafts",
+            "lookahead_hash_hits",
+            "eagle_drop_hits",
+            "prefill_lookahead_cuts",
         ):
             total[k] += getattr(st, k)
         reasons.update(st.reasons)
@@ -83,6 +100,11 @@ def test_coverage() -> None:
         "hybrid_steps": 5_000,
         "window_null_blocks": 10_000,
         "junctions": 10,
+        "eagle_steps": 5_000,
+        "skip_drafts": 300,
+        "lookahead_hash_hits": 3_000,
+        "eagle_drop_hits": 1_000,
+        "prefill_lookahead_cuts": 5,
     }
     if SCALE >= 1.0:
         low = {k: (total[k], v) for k, v in floors.items() if total[k] < v}

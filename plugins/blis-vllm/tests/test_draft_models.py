@@ -1,9 +1,9 @@
 """EAGLE-family drafters (eagle, eagle3, mtp): config, plan (KV budget), step prices.
 
 These run against the real catalog, registry and SimEnvironment, so the KV budget and
-the prices are the cost model's. The run phase still refuses the methods (their
-scheduling is not ported), so the engine-side draft passes are checked on an engine
-built around the factory's refusal.
+the prices are the cost model's. The run phase builds and runs every method through
+the factory (their vLLM 0.33.0 scheduling is ported and proven by the oracle's
+``eagle`` family); a drafter on a hybrid target stays refused by name.
 """
 
 from __future__ import annotations
@@ -189,15 +189,82 @@ def test_plans_without_a_draft_model_price_as_before(env: SimEnvironment) -> Non
 N_AGG_WIDTH = 16
 
 
-# -- run phase: refused, with the reason; engine-side draft passes --------------------------
+# -- run phase: each method runs to completion; engine-side draft passes -------------------
 
 
-def test_build_refuses_eagle_methods_with_the_scheduling_gap(env: SimEnvironment) -> None:
+def _run_to_completion(env: SimEnvironment, engine: VllmEngine, plan: PoolPlan) -> list[StepShape]:
+    inflight: list[StepShape] = []
+    shapes: list[StepShape] = []
+    now = 0
+    for _ in range(5000):
+        while (shape := engine.schedule(now)) is not None:
+            inflight.append(shape)
+        if not inflight:
+            break
+        now += env.price_step(plan, inflight[0])
+        shape = inflight.pop(0)
+        shapes.append(shape)
+        engine.complete(shape, now)
+    return shapes
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize(
+    ("method", "model", "tp", "hw"),
+    [
+        ("eagle", LLAMA, 1, "H100-SXM"),
+        ("eagle3", LLAMA, 1, "H100-SXM"),
+        ("mtp", DSV3, 8, "H200-SXM"),
+    ],
+)
+def test_factory_builds_and_runs_each_eagle_method(
+    env: SimEnvironment, method: str, model: str, tp: int, hw: str, async_scheduling: bool
+) -> None:
+    k = 2
+    speculative: dict[str, Any] = {"method": method, "num_speculative_tokens": k}
+    if method != "mtp":
+        speculative["model"] = EAGLE3
     spec = replace(
-        _spec(speculative_config=_eagle3()),
+        _spec(
+            model,
+            tp=tp,
+            hw=hw,
+            speculative_config=speculative,
+            async_scheduling=async_scheduling,
+            max_model_len=4096,
+            max_num_batched_tokens=256,
+            max_num_seqs=8,
+        ),
         acceptance=AcceptanceModel(model="iid", rate=0.7, source="test"),
     )
-    with pytest.raises(InputRefused, match="lookahead block hashes"):
+    engine = VllmEngineFactory().build(spec, env, "i0")
+    s = engine.scheduler
+    assert (s.num_lookahead_tokens, s.num_prefill_lookahead, s.num_hash_lookahead_tokens) == (
+        k,
+        1,
+        1,
+    )
+    assert s.use_eagle_block_drop is False and s.can_skip_drafts is True
+    for i in range(6):
+        # A shared system prompt: later requests hit the lookahead-hashed prefix.
+        engine.add_request(req(f"r{i}", ("sys", 300), (f"u{i}", 20 + i), max_tokens=16), 0)
+    plan = _plan(env, spec)
+    shapes = _run_to_completion(env, engine, plan)
+    assert engine.num_unfinished() == 0
+    assert any(sh.mode is StepMode.VERIFY for sh in shapes)
+    assert {sh.draft_passes for sh in shapes} <= {1, k}
+    assert s.kv_cache_manager.prefix_cache_stats.hits > 0
+
+
+def test_eagle_on_a_hybrid_target_is_refused_by_name(env: SimEnvironment) -> None:
+    spec = replace(
+        _spec(
+            "openai/gpt-oss-20b",
+            speculative_config={"method": "eagle3", "model": EAGLE3, "num_speculative_tokens": 2},
+        ),
+        acceptance=AcceptanceModel(model="iid", rate=0.7, source="test"),
+    )
+    with pytest.raises(InputRefused, match="hybrid or sliding-window target"):
         VllmEngineFactory().build(spec, env, "i0")
 
 
