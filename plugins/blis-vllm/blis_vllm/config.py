@@ -193,6 +193,15 @@ class VllmSettings:
     whole current sequence fits in the free KV blocks, not just its first chunk."""
 
     @property
+    def max_concurrent_batches(self) -> int:
+        """``VllmConfig.max_concurrent_batches`` (vLLM 0.33.0 ``config/vllm.py``) with the
+        V2 model runner (0.33.0's default, and the oracle's ``VLLM_USE_V2_MODEL_RUNNER=1``):
+        ``pp + 1`` with async scheduling, else ``pp``. The engine core's batch queue
+        (``step_with_batch_queue``) holds this many steps when it is above 1."""
+        pp = self.layout.pp
+        return pp + 1 if self.async_scheduling else pp
+
+    @property
     def uniform_decode_query_len(self) -> int:
         """Tokens a decode step scores per request (1 + drafts)."""
         return 1 + self.num_speculative_tokens
@@ -495,11 +504,28 @@ def resolve_settings(
         )
 
     # -- async scheduling (VllmConfig.__post_init__) -------------------------------------
+    # The V2 model runner (vLLM 0.33.0's default) runs async scheduling with pipeline
+    # parallelism (``pp + 1`` batches in flight); only the V1 runner refuses it.
     incompatible: str | None = None
     if method is not None and method not in _ASYNC_SPEC_METHODS:
         incompatible = f"{method}-based speculative decoding"
-    elif layout.pp > 1:
-        incompatible = "pipeline parallelism"
+    if layout.pp > 1 and method is not None:
+        errors.append(
+            FieldError(
+                _arg_path("speculative_config"),
+                method,
+                "speculative decoding with pipeline parallelism is not modelled by blis-vllm "
+                "(its draft exchange through the batch queue is not ported)",
+            )
+        )
+    if layout.pp > 1 and kv_connector is not None:
+        errors.append(
+            FieldError(
+                _arg_path("kv_transfer_config"),
+                kv_connector,
+                "a KV connector with pipeline parallelism is not modelled by blis-vllm",
+            )
+        )
     async_arg = _typed(args, "async_scheduling", bool, errors)
     if async_arg is True and incompatible is not None:
         errors.append(

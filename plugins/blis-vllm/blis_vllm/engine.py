@@ -1,12 +1,18 @@
 """The vLLM engine instance and factory: the EngineCore loop in simulated time.
 
 Port of ``vllm/v1/engine/core.py`` ``EngineCore.step`` (synchronous) and
-``step_with_batch_queue`` (async scheduling, a batch queue of depth 2), vLLM 0.33.0:
+``step_with_batch_queue`` (a batch queue of ``VllmConfig.max_concurrent_batches``
+steps: 2 with async scheduling, ``pp`` with pipeline parallelism, ``pp + 1`` with both),
+vLLM 0.33.0:
 
 * ``schedule`` calls the scheduler and turns its output into a padded
-  :class:`StepShape`; with async scheduling the simulator may call it again before
-  the previous step completes (``plan.steps_in_flight == 2``), exactly as
-  ``step_with_batch_queue`` schedules step N+1 while step N runs; with a KV connector
+  :class:`StepShape` (``num_stages`` = the pipeline degree; the simulator prices it at
+  every stage); the simulator calls it again before the previous steps complete while
+  fewer than ``plan.steps_in_flight`` (= ``max_concurrent_batches``) are in flight,
+  exactly as ``step_with_batch_queue`` schedules while its queue is not full; with
+  pipeline parallelism and async scheduling an empty schedule is an ``IDLE`` step, as
+  upstream queues the empty batch (each schedule call counts toward the scheduler's
+  ``pp``-step decode stagger); with a KV connector
   (Python only, see :mod:`blis_vllm.kv_connector`) a step that schedules no tokens
   still runs as an ``IDLE`` step while the scheduler ``has_requests``, as upstream
   runs ``kv_connector_no_forward`` so transfers keep completing;
@@ -128,6 +134,9 @@ class VllmEngine:
             kv_cache_groups=scheduler_kv_cache_groups(plan.kv_groups) if plan.kv_groups else None,
         )
         self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
+        # V2+PP+async: the scheduler staggers a request's decodes ``pp`` schedule calls
+        # apart, so an empty schedule is an (IDLE) step of the batch queue.
+        self._stagger = settings.async_scheduling and settings.layout.pp > 1
         # KV moves of each scheduled step, started when it starts executing.
         self._step_moves: dict[int, tuple[Transfer, ...]] = {}
         self._aborted: list[FinishedRequest] = []
@@ -198,11 +207,20 @@ class VllmEngine:
             (*out.scheduled_new_reqs, *out.scheduled_resumed_reqs), now_us
         )
         if out.total_num_scheduled_tokens == 0:
-            if self.kv_connector is None:
+            if self.kv_connector is None and not self._stagger:
                 return None
             # EngineCore.step executes an empty step too: the worker-side connector
             # runs (``kv_connector_no_forward``) and reports finished transfers.
-            shape = StepShape(step_id=out.step_id, mode=StepMode.IDLE, seqs=(), padded_tokens=0)
+            # With PP and async scheduling the empty batch takes its batch-queue slot
+            # too (``step_with_batch_queue``): schedule calls count toward the decode
+            # stagger, so the engine must make them as upstream does.
+            shape = StepShape(
+                step_id=out.step_id,
+                mode=StepMode.IDLE,
+                seqs=(),
+                padded_tokens=0,
+                num_stages=self._settings.layout.pp,
+            )
         else:
             shape = self._make_shape(out)
         self._in_flight.append((shape, out))
@@ -409,6 +427,7 @@ class VllmEngine:
             graph_mode=graph,
             num_spec_tokens=num_spec,
             draft_passes=self._draft_passes(out),
+            num_stages=self._settings.layout.pp,
         )
 
     def _draft_passes(self, out: SchedulerOutput) -> int:
@@ -497,11 +516,11 @@ class VllmEngineFactory:
                 "no engine argument upstream (it depends on the draft method, the model "
                 "pair and the content); state it, e.g. {model: iid, rate: 0.7, source: ...}",
             )
-        if spec.layout.pp > 1 or spec.layout.dp > 1:
+        if spec.layout.dp > 1:
             raise InputRefused.one(
                 "deployment.layout",
                 spec.layout.model_dump(),
-                "pipeline and data parallelism are not modelled yet by blis-vllm (issue #4)",
+                "data parallelism is not modelled yet by blis-vllm (issue #4)",
             )
         partial = build_partial_plan(settings, model, hw, env)
         plan = decide_kv_budget(partial, settings, hw, env)

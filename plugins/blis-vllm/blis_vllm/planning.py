@@ -311,7 +311,7 @@ def build_partial_plan(
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
         max_model_len=settings.max_model_len,
-        steps_in_flight=2 if settings.async_scheduling else 1,
+        steps_in_flight=settings.max_concurrent_batches,
     )
 
 
@@ -356,9 +356,9 @@ def bytes_per_block(groups: tuple[KVGroup, ...]) -> int:
 
 
 def _max_in_flight_tokens(settings: VllmSettings) -> int:
-    """``VllmConfig.max_in_flight_tokens``: one batch per concurrent step (two with
-    async scheduling, pipeline parallelism 1, V2 model runner)."""
-    return settings.max_num_batched_tokens * (2 if settings.async_scheduling else 1)
+    """``VllmConfig.max_in_flight_tokens``: one batch per concurrent step
+    (``max_concurrent_batches``: ``pp + 1`` with async scheduling, else ``pp``)."""
+    return settings.max_num_batched_tokens * settings.max_concurrent_batches
 
 
 def _max_request_bytes(groups: tuple[KVGroup, ...], settings: VllmSettings) -> int:

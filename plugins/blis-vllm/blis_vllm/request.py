@@ -79,6 +79,7 @@ class Request:
         "kv_transfer_params",
         "last_sched_seq",
         "max_tokens",
+        "next_decode_eligible_step",
         "num_cached_tokens",
         "num_computed_tokens",
         "num_hash_lookahead_tokens",
@@ -124,6 +125,8 @@ class Request:
         self.num_stale_output_tokens = 0
         self.drop_stale_output = False
         self.num_preemptions = 0
+        # The scheduler step from which it may decode again (V2+PP+async stagger).
+        self.next_decode_eligible_step = 0
         self.spec_token_ids: list[int] = []
         self.is_prefill_chunk = False
         # The scheduling step that last wrote this request's KV (deferred block

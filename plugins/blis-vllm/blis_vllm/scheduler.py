@@ -148,10 +148,9 @@ class Scheduler:
             watermark=settings.watermark,
             # One full-attention group unless the plan has others (gpt-oss: sliding
             # window and full attention); ``VllmConfig.max_in_flight_tokens`` sizes a
-            # sliding-window group's admission cap (2 batches in flight when async).
+            # sliding-window group's admission cap (one batch per concurrent step).
             kv_cache_groups=kv_cache_groups,
-            max_in_flight_tokens=settings.max_num_batched_tokens
-            * (2 if settings.async_scheduling else 1),
+            max_in_flight_tokens=settings.max_num_batched_tokens * settings.max_concurrent_batches,
             use_eagle=self.use_eagle_block_drop,
             num_prefill_lookahead=self.num_prefill_lookahead,
         )
@@ -181,7 +180,7 @@ class Scheduler:
             self.recompute_kv_load_failures = kv_connector.kv_load_failure_policy == "recompute"
             # A step in flight may still write a freed request's blocks, which a
             # consumer's load could refill out of order: defer the free.
-            if settings.async_scheduling and kv_connector.kv_role in (
+            if settings.max_concurrent_batches > 1 and kv_connector.kv_role in (
                 "kv_consumer",
                 "kv_both",
             ):
@@ -267,6 +266,10 @@ class Scheduler:
                 >= request.num_prompt_tokens + request.max_tokens
             ):
                 # Async: the in-flight step already reaches max_tokens.
+                req_index += 1
+                continue
+            if self._step_id < request.next_decode_eligible_step:
+                # V2+PP+async: ``pp`` steps between the same request's decodes.
                 req_index += 1
                 continue
             num_new = (
@@ -912,7 +915,21 @@ class AsyncScheduler(Scheduler):
 
     A decoding request gets ``1 + num_spec_tokens`` output placeholders when it is
     scheduled, so the next step can be scheduled before this one's output is known.
+    With the V2 model runner it may decode again only ``decode_stagger`` (= ``pp``)
+    schedule calls later (``next_decode_eligible_step``), the cadence of the worker's
+    sampled-token broadcast ring under pipeline parallelism (no-op without it).
     """
+
+    def __init__(
+        self,
+        settings: VllmSettings,
+        num_gpu_blocks: int,
+        kv_connector: KVConnector | None = None,
+        kv_cache_groups: Sequence[KVCacheGroupSpec] | None = None,
+    ) -> None:
+        super().__init__(settings, num_gpu_blocks, kv_connector, kv_cache_groups)
+        # ``decode_stagger``: the V2 model runner's PP microbatching (not XPU).
+        self.decode_stagger = settings.layout.pp
 
     def _update_after_schedule(self, out: SchedulerOutput) -> None:
         super()._update_after_schedule(out)
@@ -923,3 +940,5 @@ class AsyncScheduler(Scheduler):
             num_spec = len(out.scheduled_spec_decode_tokens.get(rid, ()))
             request.num_output_placeholders += 1 + num_spec
             request.spec_token_ids = [-1] * self.num_spec_tokens
+            # The next step in which it may decode (``current_step + decode_stagger``).
+            request.next_decode_eligible_step = self._step_id + self.decode_stagger

@@ -13,10 +13,12 @@ The port side is :class:`blis_vllm.scheduler.Scheduler` / ``AsyncScheduler``.
 :class:`Driver` feeds one :class:`Scenario` (the same requests, arrival iterations,
 aborts and sampled tokens) to both sides, steps them as upstream's
 ``vllm/v1/engine/core.py`` ``EngineCore.step`` (sync) or ``step_with_batch_queue``
-(async, batch queue of 2) does, and compares every ``schedule()`` decision and every
-``update_from_output`` result, plus the full scheduler and block-pool state after
-each call. The first difference raises :class:`Divergence` with the scenario and
-both sides' views. What the harness replaces is listed in ``manifest.md``.
+(batch queue of ``VllmConfig.max_concurrent_batches``: 2 with async scheduling,
+``pp`` with pipeline parallelism, ``pp + 1`` with both) does, and compares every
+``schedule()`` decision and every ``update_from_output`` result, plus the full
+scheduler and block-pool state after each call. The first difference raises
+:class:`Divergence` with the scenario and both sides' views. What the harness
+replaces is listed in ``manifest.md``.
 """
 
 from __future__ import annotations
@@ -172,6 +174,10 @@ class ScenarioConfig:
     (``sliding_attention`` / ``full_attention``); empty: Llama-2-7B, one group."""
     sliding_window: int = 0
     """The sliding window of the ``sliding_attention`` layers (hybrid only)."""
+    pipeline_parallel_size: int = 1
+    """``ParallelConfig.pipeline_parallel_size``: the engine core's batch queue holds
+    ``VllmConfig.max_concurrent_batches`` steps (``pp``, ``pp + 1`` with async
+    scheduling) and the async scheduler staggers decodes ``pp`` steps apart."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,7 +455,7 @@ class UpstreamSide:
             dtype="bfloat16" if cfg.layer_types else "float16",
         )
         spec = None
-        parallel_config = ParallelConfig()
+        parallel_config = ParallelConfig(pipeline_parallel_size=cfg.pipeline_parallel_size)
         if cfg.num_speculative_tokens and cfg.spec_method == "ngram":
             spec = SpeculativeConfig(
                 method="ngram",
@@ -660,6 +666,7 @@ class UpstreamSide:
                 r.num_stale_output_tokens,
                 r.num_preemptions,
                 r.is_prefill_chunk,
+                r.next_decode_eligible_step,
                 len(r.spec_token_ids),
                 len(r.block_hashes),
                 tuple(tuple(b.block_id for b in g) for g in blocks),
@@ -727,7 +734,7 @@ def port_settings(cfg: ScenarioConfig) -> VllmSettings:
     return VllmSettings(
         model="meta-llama/Llama-2-7b-hf",
         hardware="oracle",
-        layout=ParallelLayout(),
+        layout=ParallelLayout(pp=cfg.pipeline_parallel_size),
         max_num_batched_tokens=cfg.max_num_batched_tokens,
         max_num_seqs=cfg.max_num_seqs,
         max_model_len=cfg.max_model_len,
@@ -868,6 +875,7 @@ class PortSide:
                 r.num_stale_output_tokens,
                 r.num_preemptions,
                 r.is_prefill_chunk,
+                r.next_decode_eligible_step,
                 len(r.spec_token_ids),
                 len(r.block_hashes) if r.block_hashes is not None else 0,
                 tuple(tuple(g) for g in kv.get_block_ids(rid)),
@@ -956,6 +964,11 @@ class RunStats:
     """Prefix-cache hit tokens with the EAGLE trailing-block drop."""
     prefill_lookahead_cuts: int = 0
     """Chunks the port shortened to keep out of the multi-module MTP prefill lookahead."""
+    pp_steps: int = 0
+    """schedule() calls with pipeline parallelism (``pipeline_parallel_size > 1``)."""
+    stagger_waits: int = 0
+    """Running requests a V2+PP+async schedule() left out for their decode stagger
+    (``current_step < next_decode_eligible_step``)."""
     reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -1127,6 +1140,7 @@ class Driver:
             "num_stale_output_tokens",
             "num_preemptions",
             "is_prefill_chunk",
+            "next_decode_eligible_step",
             "num_spec_token_ids",
             "num_block_hashes",
             "block_ids",
@@ -1272,6 +1286,15 @@ class Driver:
         self.stats.stale_outputs += sum(
             1 for r in self.up.sched.requests.values() if r.num_stale_output_tokens > 0
         )
+        if self.sc.config.pipeline_parallel_size > 1:
+            self.stats.pp_steps += 1
+            scheduled = {r for r, _ in ud["scheduled"]}
+            self.stats.stagger_waits += sum(
+                1
+                for r in self.up.sched.running
+                if r.request_id not in scheduled
+                and self.up.sched.current_step < r.next_decode_eligible_step
+            )
         return uo, po, ud
 
     def _update(self, uo: Any, po: Any, ud: dict[str, Any]) -> None:
@@ -1322,22 +1345,29 @@ class Driver:
             [a.step for a in self.sc.arrivals] + [a.step for a in self.sc.aborts] + [0]
         )
         batch_queue: deque[tuple[Any, Any, dict[str, Any]]] = deque()
+        # EngineCore.__init__: batch_queue_size = VllmConfig.max_concurrent_batches.
+        queue_size = self.up.vllm_config.max_concurrent_batches
+        self.check(
+            "max_concurrent_batches",
+            queue_size,
+            self.port.sched.settings.max_concurrent_batches,
+        )
         while self.iteration < self.sc.max_iterations:
             self._inputs(arrivals, aborts)
             up_has = self.up.has_requests()
             self.check("has_requests()", up_has, self.port.has_requests())
-            if not self.sc.config.async_scheduling:
+            if queue_size == 1:
                 # EngineCore.step
                 if up_has:
                     self._update(*self._schedule())
             else:
-                # EngineCore.step_with_batch_queue, batch_queue_size == 2
+                # EngineCore.step_with_batch_queue, batch_queue_size == queue_size
                 pop = True
                 if up_has:
                     uo, po, ud = self._schedule()
                     batch_queue.appendleft((uo, po, ud))
                     executed = ud["total"] > 0
-                    if len(batch_queue) < 2 and (executed or self.up.has_requests()):
+                    if len(batch_queue) < queue_size and (executed or self.up.has_requests()):
                         pop = False
                 elif not batch_queue:
                     pop = False

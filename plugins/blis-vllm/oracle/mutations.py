@@ -7,14 +7,14 @@ module's own globals and installs it on the class for the duration of a
 decision upstream makes (the vLLM 0.33.0 function each one breaks is named); the
 sweep requires the oracle to catch each one on the standard scenarios.
 
-Not in the list, because no scenario the port models can reach it: dropping the
-"skip a waiting request whose stale output is still in flight" check of
-``schedule``. With one pipeline stage the batch queue holds two steps, so a request
-preempted while step N runs has that output drained by ``update_from_output(N)``
-before the next ``schedule()``; the check matters only with deeper pipelines
-(pipeline parallelism), which the port refuses. The oracle confirmed this: the
-mutant survived all standard scenarios, and ``SchedulerStats.num_skipped_waiting_reqs``
-stayed 0 on the upstream side.
+The "skip a waiting request whose stale output is still in flight" check of
+``schedule`` (mutant ``resume-with-stale-output-in-flight``) was long left out: with
+one pipeline stage the batch queue holds two steps, so a request preempted while step
+N runs has that output drained by ``update_from_output(N)`` before the next
+``schedule()``, and the mutant survived every scenario. With pipeline parallelism
+(the ``pp`` family: a batch queue of ``pp`` or ``pp + 1`` steps) the output of a
+preempted request can still be in flight deeper in the pipeline when it is next
+considered, and the oracle catches the mutant there.
 """
 
 from __future__ import annotations
@@ -336,5 +336,49 @@ MUTANTS: tuple[Mutant, ...] = (
         "min_num_output_tokens += 0",
         "scheduler.py _drafts_unused: an in-flight sampling step adds one output token",
         family="eagle",
+    ),
+    Mutant(
+        "resume-with-stale-output-in-flight",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "if request.num_stale_output_tokens and not request.drop_stale_output:",
+        "if False:",
+        "scheduler.py schedule: a waiting request whose stale output is still in flight "
+        "(preempted with steps deeper in the pipeline) is skipped",
+        family="pp",
+    ),
+    Mutant(
+        "pp-decode-stagger-off",
+        "scheduler",
+        "AsyncScheduler",
+        "_update_after_schedule",
+        "self._step_id + self.decode_stagger",
+        "self._step_id + 1",
+        "async_scheduler.py _update_after_schedule: V2+PP+async decodes a request at "
+        "most every pp steps (next_decode_eligible_step)",
+        family="pp",
+    ),
+    Mutant(
+        "pp-decode-stagger-unchecked",
+        "scheduler",
+        "Scheduler",
+        "schedule",
+        "if self._step_id < request.next_decode_eligible_step:",
+        "if False:",
+        "scheduler.py schedule: a running request is not scheduled before its "
+        "next_decode_eligible_step",
+        family="pp",
+    ),
+    Mutant(
+        "pp-in-flight-tokens-ignore-pipeline",
+        "scheduler",
+        "Scheduler",
+        "__init__",
+        "* settings.max_concurrent_batches",
+        "* (2 if settings.async_scheduling else 1)",
+        "config/vllm.py max_in_flight_tokens: max_concurrent_batches (pp, pp + 1 with "
+        "async scheduling) batches size the sliding-window admission cap",
+        family="pp",
     ),
 )

@@ -27,7 +27,12 @@ each, with every other knob also drawn at random:
   multi-module ``mtp``): lookahead slots, lookahead block hashes (or, with
   ``disable_lookahead_block_hashes``, the trailing prefix-cache block drop), the
   multi-module MTP prefill lookahead and re-prefillable tail, ``skip_drafts``, under
-  prefix sharing, chunked prefill, KV pressure and preemption, sync and async.
+  prefix sharing, chunked prefill, KV pressure and preemption, sync and async;
+* ``pp``: pipeline parallelism 2-4 (``pipeline_parallel_size``): the engine core's
+  batch queue of ``max_concurrent_batches`` steps (``pp``, ``pp + 1`` with async
+  scheduling), the async scheduler's ``pp``-step decode stagger and requests whose
+  stale output is still in flight deeper in the pipeline, under prefix sharing,
+  chunked prefill, KV pressure and preemption, with aborts.
 """
 
 from __future__ import annotations
@@ -222,8 +227,11 @@ _LAYER_PATTERNS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def _hybrid(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
-    cfg = _config(rng, enable_prefix_caching=rng.random() < 0.85)
+def _hybrid(rng: random.Random, pp: int = 1) -> tuple[ScenarioConfig, dict[str, object]]:
+    extra: dict[str, object] = {}
+    if pp > 1:
+        extra = {"pipeline_parallel_size": pp, "async_scheduling": rng.random() < 0.6}
+    cfg = _config(rng, enable_prefix_caching=rng.random() < 0.85, **extra)
     bs = cfg.block_size
     window = rng.choice([bs // 2 + 1, bs, bs + 1, 2 * bs, 3 * bs + 3, 128, 200])
     window = max(window, 2)
@@ -235,7 +243,8 @@ def _hybrid(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
         group_size = max(n_sliding, n_full)
     full_groups = -(-n_full // group_size)
     sliding_groups = -(-n_sliding // group_size)
-    in_flight = cfg.max_num_batched_tokens * (2 if cfg.async_scheduling else 1)
+    # VllmConfig.max_in_flight_tokens: one batch per step of the batch queue.
+    in_flight = cfg.max_num_batched_tokens * (pp + 1 if cfg.async_scheduling else pp)
     sliding_cap = -(-min(window - 1 + in_flight, cfg.max_model_len) // bs) + 1
     # Enough blocks for one max_model_len request (upstream's startup check), plus
     # a little (KV pressure, preemption) or a lot.
@@ -247,7 +256,8 @@ def _hybrid(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
             "num_gpu_blocks": floor + extra,
             "layer_types": layer_types,
             "sliding_window": window,
-            "num_speculative_tokens": rng.choice([0, 0, 0, 2]),
+            # The port refuses speculative decoding with pipeline parallelism.
+            "num_speculative_tokens": rng.choice([0, 0, 0, 2]) if pp == 1 else 0,
         }
     )
     return cfg, {
@@ -293,6 +303,37 @@ def _eagle(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
     }
 
 
+def _pp(rng: random.Random) -> tuple[ScenarioConfig, dict[str, object]]:
+    if rng.random() < 0.15:
+        # A hybrid model: the sliding-window admission cap (max_in_flight_tokens).
+        return _hybrid(rng, pp=rng.choice([2, 3, 4]))
+    cfg = _config(
+        rng,
+        pipeline_parallel_size=rng.choice([2, 2, 3, 4]),
+        async_scheduling=rng.random() < 0.6,
+    )
+    if cfg.enable_chunked_prefill and rng.random() < 0.4:
+        cfg = ScenarioConfig(
+            **{
+                **_asdict(cfg),
+                "max_num_batched_tokens": max(cfg.max_num_seqs, rng.choice([32, 64])),
+            }
+        )
+    if rng.random() < 0.6:
+        blocks = rng.randint(
+            cfg.max_model_len // cfg.block_size + 2, cfg.max_model_len // cfg.block_size + 12
+        )
+        cfg = ScenarioConfig(**{**_asdict(cfg), "num_gpu_blocks": blocks})
+    return cfg, {
+        "n": rng.randint(5, 16),
+        "shared": rng.choice([0.5, 0.9]),
+        "spread": rng.randint(4, 16),
+        "long_frac": rng.choice([0.2, 0.4]),
+        "priorities": cfg.policy == "priority",
+        "abort_frac": 0.15,
+    }
+
+
 FAMILIES: dict[str, Callable[[random.Random], tuple[ScenarioConfig, dict[str, object]]]] = {
     "chunked": _chunked,
     "prefix": _prefix,
@@ -304,6 +345,7 @@ FAMILIES: dict[str, Callable[[random.Random], tuple[ScenarioConfig, dict[str, ob
     "spec": _spec,
     "hybrid": _hybrid,
     "eagle": _eagle,
+    "pp": _pp,
 }
 
 STANDARD_COUNTS: dict[str, int] = {
@@ -317,9 +359,10 @@ STANDARD_COUNTS: dict[str, int] = {
     "spec": 70,
     "hybrid": 120,
     "eagle": 72,
+    "pp": 48,
 }
-"""Scenarios per family in the standard set (812 in all: 692 single-group, 120 hybrid;
-72 of them with an EAGLE-family drafter)."""
+"""Scenarios per family in the standard set (860 in all: 740 single-group, 120 hybrid;
+72 of them with an EAGLE-family drafter, 48 with pipeline parallelism 2-4)."""
 
 
 def mtp_requeue_scenario(async_scheduling: bool = False) -> Scenario:
@@ -359,7 +402,13 @@ def make_scenario(family: str, seed: int) -> Scenario:
     cfg, kw = FAMILIES[family](rng)
     arrivals, aborts = _requests(rng, cfg, **kw)  # type: ignore[arg-type]
     return Scenario(
-        name=f"{family}-{seed}", seed=seed, config=cfg, arrivals=arrivals, aborts=aborts
+        name=f"{family}-{seed}",
+        seed=seed,
+        config=cfg,
+        arrivals=arrivals,
+        aborts=aborts,
+        # A synchronous pipeline decodes a request once per ``pp`` engine iterations.
+        max_iterations=4000 * cfg.pipeline_parallel_size,
     )
 
 

@@ -1,13 +1,13 @@
 """T2 oracle: the port and vLLM 0.33.0's own scheduler decide the same at every step.
 
-One test per standard scenario (``scenarios.standard_scenarios``: 812 seeded
-scenarios over ten families, 120 of them a hybrid sliding-window + full-attention
-model, 72 with an EAGLE-family drafter). Each runs the real ``vllm.v1.core.sched`` scheduler
-and :mod:`blis_vllm.scheduler` side by side through :class:`harness.Driver`, which
-raises :class:`harness.Divergence` at the first step where any decision or state
-differs; the failure message names the scenario (family, seed, every parameter and
-request) and both sides' values, which is the minimal reproducer:
-``python plugins/blis-vllm/oracle/repro.py <family> <seed>``.
+One test per standard scenario (``scenarios.standard_scenarios``: 860 seeded
+scenarios over eleven families, 120 of them a hybrid sliding-window + full-attention
+model, 72 with an EAGLE-family drafter, 48 with pipeline parallelism 2-4). Each runs
+the real ``vllm.v1.core.sched`` scheduler and :mod:`blis_vllm.scheduler` side by side
+through :class:`harness.Driver`, which raises :class:`harness.Divergence` at the first
+step where any decision or state differs; the failure message names the scenario
+(family, seed, every parameter and request) and both sides' values, which is the
+minimal reproducer: ``python plugins/blis-vllm/oracle/repro.py <family> <seed>``.
 
 ``test_coverage`` then checks that the set as a whole exercised what it is meant to
 (preemption, resumption, prefix hits, KV events, stale async output, aborts, spec
@@ -79,6 +79,8 @@ def test_coverage() -> None:
             "lookahead_hash_hits",
             "eagle_drop_hits",
             "prefill_lookahead_cuts",
+            "pp_steps",
+            "stagger_waits",
         ):
             total[k] += getattr(st, k)
         reasons.update(st.reasons)
@@ -105,6 +107,8 @@ def test_coverage() -> None:
         "lookahead_hash_hits": 3_000,
         "eagle_drop_hits": 1_000,
         "prefill_lookahead_cuts": 5,
+        "pp_steps": 10_000,
+        "stagger_waits": 1_000,
     }
     if SCALE >= 1.0:
         low = {k: (total[k], v) for k, v in floors.items() if total[k] < v}

@@ -29,11 +29,17 @@ def test_defaults_on_h100_openai_server() -> None:
     assert s.cudagraph_capture_sizes[-1] == 512 and s.cudagraph_capture_sizes[:4] == (1, 2, 4, 8)
 
 
-def test_small_gpu_defaults_and_pp_disables_async() -> None:
+def test_small_gpu_defaults_and_pp_keeps_async() -> None:
+    # vLLM 0.33.0's default V2 model runner runs async scheduling with PP:
+    # VllmConfig.max_concurrent_batches is pp + 1 (pp without async scheduling).
     small = H100.model_copy(update={"id": "A100-80GB", "compute_capability": "8.0"})
     s = resolve_settings({}, TINY, small, ParallelLayout(pp=2))
     assert (s.max_num_batched_tokens, s.max_num_seqs) == (2048, 256)
-    assert not s.async_scheduling
+    assert s.async_scheduling and s.max_concurrent_batches == 3
+    s = resolve_settings({"async_scheduling": False}, TINY, small, ParallelLayout(pp=4))
+    assert not s.async_scheduling and s.max_concurrent_batches == 4
+    assert _resolve().max_concurrent_batches == 2
+    assert _resolve(async_scheduling=False).max_concurrent_batches == 1
 
 
 def test_capture_sizes_follow_max_num_seqs() -> None:
@@ -76,9 +82,10 @@ def test_upstream_refusals_carry_upstream_messages() -> None:
     with pytest.raises(InputRefused) as exc:
         _resolve(max_num_batched_tokens=64, max_num_seqs=128)
     assert "must be greater than or equal to max_num_seqs (128)" in str(exc.value)
+    assert _resolve(async_scheduling=True, pp=2).async_scheduling
     with pytest.raises(InputRefused) as exc:
-        _resolve(async_scheduling=True, pp=2)
-    assert "pipeline parallelism" in str(exc.value)
+        _resolve(pp=2, speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    assert "speculative decoding with pipeline parallelism is not modelled" in str(exc.value)
     with pytest.raises(InputRefused) as exc:
         _resolve(scheduling_policy="lifo")
     assert "Unknown scheduling policy: lifo" in str(exc.value)

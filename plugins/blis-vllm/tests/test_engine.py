@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import pytest
 from blis_core.contracts.engine import BlockStored, EngineInstance
+from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode
-from blis_core.contracts.shape import StepMode
-from vllm_fakes import req, tiny_engine
+from blis_core.contracts.shape import StepMode, StepShape
+from vllm_fakes import FakeEnvironment, pool_spec, req, tiny_engine
 
-from blis_vllm.engine import VllmEngine
+from blis_vllm.engine import VllmEngine, VllmEngineFactory
 from blis_vllm.metrics import (
     KV_CACHE_USAGE_PERC,
     NUM_PREEMPTIONS,
@@ -174,3 +176,64 @@ def test_abort_is_reported_at_the_next_completion() -> None:
     assert [(f.request_id, f.reason) for f in out.finished] == [("a", "abort")]
     assert [e.request_id for e in out.emitted] == ["b"]
     assert engine.num_unfinished() == 1
+
+
+def _run_pipelined(engine: VllmEngine, limit: int = 10_000) -> tuple[dict[str, int], int]:
+    """Drive ``engine`` as the simulator does: keep ``plan.steps_in_flight`` steps in
+    flight, complete the oldest; return the tokens per request and the most in flight."""
+    tokens: dict[str, int] = {}
+    inflight: list[StepShape] = []
+    most = 0
+    now = 0
+    for _ in range(limit):
+        while len(inflight) < engine.plan.steps_in_flight:
+            shape = engine.schedule(now)
+            if shape is None:
+                break
+            assert shape.num_stages == engine.plan.layout.pp
+            inflight.append(shape)
+        most = max(most, len(inflight))
+        if not inflight:
+            break
+        now += 1000
+        out = engine.complete(inflight.pop(0), now)
+        for e in out.emitted:
+            tokens[e.request_id] = tokens.get(e.request_id, 0) + e.num_tokens
+    return tokens, most
+
+
+def test_pipeline_parallel_pool_runs_to_completion() -> None:
+    # VllmConfig.max_concurrent_batches: pp without async scheduling, pp + 1 with it.
+    for async_sched, depth in ((False, 2), (True, 3)):
+        engine = tiny_engine(
+            pp=2, async_scheduling=async_sched, max_num_seqs=8, max_num_batched_tokens=64
+        )
+        assert engine.plan.layout.pp == 2 and engine.plan.steps_in_flight == depth
+        for i in range(6):
+            engine.add_request(req(f"r{i}", (f"k{i}", 30 + 7 * i), max_tokens=9), 0)
+        tokens, most = _run_pipelined(engine)
+        assert tokens == {f"r{i}": 9 for i in range(6)}, async_sched
+        assert most == depth
+        assert engine.num_unfinished() == 0
+        assert engine.scheduler.kv_cache_manager.usage == 0.0
+
+
+def test_pipeline_parallel_async_staggers_decodes_by_pp_steps() -> None:
+    # AsyncScheduler (V2 model runner): a request decodes at most every pp schedule
+    # calls; the empty schedule between is an IDLE step of the batch queue.
+    engine = tiny_engine(pp=2, async_scheduling=True)
+    engine.add_request(req("a", ("a", 20), max_tokens=5), 0)
+    s1 = engine.schedule(0)
+    s2 = engine.schedule(0)
+    s3 = engine.schedule(0)
+    assert s1 is not None and s2 is not None and s3 is not None
+    assert [c.new_tokens for c in s1.seqs] == [20]
+    assert s2.mode is StepMode.IDLE and s2.seqs == () and s2.num_stages == 2
+    assert [c.new_tokens for c in s3.seqs] == [1]
+    assert engine.schedule(0) is None  # the batch queue holds pp + 1 = 3 steps
+
+
+def test_data_parallel_is_refused_by_name() -> None:
+    with pytest.raises(InputRefused) as exc:
+        VllmEngineFactory().build(pool_spec(dp=2), FakeEnvironment(), "i0")
+    assert "data parallelism is not modelled yet" in str(exc.value)

@@ -142,19 +142,25 @@ class FakeEnvironment:
         return np.random.default_rng(0)
 
 
-def pool_spec(model: str = "test/tiny", tp: int = 1, **args: Any) -> EnginePoolSpec:
+def pool_spec(
+    model: str = "test/tiny", tp: int = 1, pp: int = 1, dp: int = 1, **args: Any
+) -> EnginePoolSpec:
     """A pool spec with the given engine args."""
     return EnginePoolSpec(
-        pool="p", model=model, hardware="H100-SXM", layout=ParallelLayout(tp=tp), args=args
+        pool="p",
+        model=model,
+        hardware="H100-SXM",
+        layout=ParallelLayout(tp=tp, pp=pp, dp=dp),
+        args=args,
     )
 
 
-def tiny_engine(num_gpu_blocks: int = 64, **args: Any) -> VllmEngine:
+def tiny_engine(num_gpu_blocks: int = 64, pp: int = 1, **args: Any) -> VllmEngine:
     """An engine on the tiny model with an exact number of KV blocks."""
     args.setdefault("block_size", 16)
     args.setdefault("max_model_len", 4096)
     args["num_gpu_blocks_override"] = num_gpu_blocks
-    return VllmEngineFactory().build(pool_spec(**args), FakeEnvironment(), "i0")
+    return VllmEngineFactory().build(pool_spec(pp=pp, **args), FakeEnvironment(), "i0")
 
 
 def req(
