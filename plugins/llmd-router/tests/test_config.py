@@ -338,3 +338,15 @@ def test_precise_sample_loads_with_a_catalog_model(name: str) -> None:
         load(load_yaml(text), FixedRuntime())  # a runtime without model facts
     producer = "burst" if "burst" in name else "precise"
     assert f"{producer}-prefix-cache-producer" in loaded.plugins
+
+
+def test_metrics_data_source_transport_parameters() -> None:
+    """metrics/datasource.go: transport fields accepted; port range; interval refused."""
+    ok = doc([{"type": "metrics-data-source", "parameters": {"scheme": "https", "port": 9090}}])
+    load(ok, FixedRuntime())
+    errs = refused(doc([{"type": "metrics-data-source", "parameters": {"nope": 1}}]))
+    assert "unknown field 'nope'" in errs[0][2]
+    errs = refused(doc([{"type": "metrics-data-source", "parameters": {"port": 70000}}]))
+    assert "invalid port 70000: must be between 1 and 65535" in errs[0][2]
+    errs = refused(doc([{"type": "metrics-data-source", "parameters": {"interval": "1s"}}]))
+    assert "scrape_interval_us" in errs[0][2]

@@ -8,8 +8,8 @@ Ports of llm-d-router v0.10.0 registrations (``cmd/epp/runner/runner.go``); the
   :class:`~blis_core.contracts.router.EndpointSnapshot` and the endpoints per decision.
   ``metrics-data-source``'s transport parameters (``scheme``, ``path``, ``port``,
   ``insecureSkipVerify``, ``caCertPath``, ``clientCertPath``, ``clientKeyPath``;
-  ``metrics/datasource.go``, decoded as upstream's plain ``json.Decoder`` does: unknown
-  fields ignored, a port outside 1..65535 refused) change nothing in simulation; a
+  ``metrics/datasource.go``, decoded strictly as every factory's parameters are; a port
+  outside 1..65535 refused) change nothing in simulation; a
   non-empty ``interval`` is refused by name: the scrape period is the scenario's
   ``deployment.router.scrape_interval_us``.
 * ``core-metrics-extractor`` (``.../datalayer/extractor/metrics/factories.go``): the
@@ -51,15 +51,15 @@ def inert_factory(plugin_type: str, params: Mapping[str, ParamSpec]) -> PluginFa
     return create
 
 
-_METRICS_SOURCE_KINDS: Mapping[str, type] = {
-    "scheme": str,
-    "path": str,
-    "port": int,
-    "insecureSkipVerify": bool,
-    "caCertPath": str,
-    "clientCertPath": str,
-    "clientKeyPath": str,
-    "interval": str,
+_METRICS_SOURCE_PARAMS: Mapping[str, ParamSpec] = {
+    "scheme": ParamSpec("str", "http"),
+    "path": ParamSpec("str", "/metrics"),
+    "port": ParamSpec("int", None),
+    "insecureSkipVerify": ParamSpec("bool", True),
+    "caCertPath": ParamSpec("str", ""),
+    "clientCertPath": ParamSpec("str", ""),
+    "clientKeyPath": ParamSpec("str", ""),
+    "interval": ParamSpec("str", ""),
 }
 
 
@@ -68,30 +68,22 @@ def create_metrics_data_source(
 ) -> InertPlugin:
     """``MetricsDataSourceFactory`` (module doc): transport fields accepted, inert."""
     ptype = "metrics-data-source"
+    p = decode_parameters(ptype, name, raw, _METRICS_SOURCE_PARAMS, path)
     errors: list[FieldError] = []
-    for key, kind in _METRICS_SOURCE_KINDS.items():
-        value = (raw or {}).get(key)
-        if value is None:
-            continue
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            errors.append(
-                FieldError(f"{path}.{key}", value, f"{ptype}: {key} must be a {kind.__name__}")
+    port = p["port"]
+    if port is not None and not 1 <= port <= 65535:
+        errors.append(
+            FieldError(f"{path}.port", port, f"invalid port {port}: must be between 1 and 65535")
+        )
+    if p["interval"]:
+        errors.append(
+            FieldError(
+                f"{path}.interval",
+                p["interval"],
+                f"{ptype} {name!r}: a per-source scrape interval is not modelled; the scrape"
+                " period is the scenario's deployment.router.scrape_interval_us",
             )
-        elif key == "port" and isinstance(value, int) and not 1 <= value <= 65535:
-            errors.append(
-                FieldError(
-                    f"{path}.port", value, f"invalid port {value}: must be between 1 and 65535"
-                )
-            )
-        elif key == "interval" and value:
-            errors.append(
-                FieldError(
-                    f"{path}.interval",
-                    value,
-                    f"{ptype} {name!r}: a per-source scrape interval is not modelled; the scrape"
-                    " period is the scenario's deployment.router.scrape_interval_us",
-                )
-            )
+        )
     if errors:
         raise InputRefused(errors)
     return InertPlugin(name, ptype)

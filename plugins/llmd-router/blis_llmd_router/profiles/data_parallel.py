@@ -10,8 +10,8 @@ picked endpoint and the header and port rewrite are transport only.
 
 ``Pick``: every profile on the first call, nothing afterwards; with more than one profile
 it picks none (upstream logs an error), so the request fails. ``ProcessResults``: exactly
-one result, which must have run. ``primaryPort`` (default 8000) is decoded as upstream's
-plain ``json.Decoder`` does (unknown fields ignored) and, when not 0, must be in 1..65535.
+one result, which must have run. ``primaryPort`` (default 8000; decoded strictly, as the
+loader's ``StrictDecoder`` makes upstream's) must be in 1..65535 when not 0.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from blis_llmd_router.framework import (
     SchedulingRequest,
     SchedulingResult,
 )
+from blis_llmd_router.params import ParamSpec, decode_parameters
 
 __all__ = ["DataParallelProfileHandler"]
 
@@ -70,21 +71,14 @@ class DataParallelProfileHandler(ProfileHandler):
             raise SchedulingError(f"failed to run scheduler profile '{name}'")
         return SchedulingResult({name: ProfileRunResult(list(result.target_endpoints))}, name)
 
+    PARAMS: Mapping[str, ParamSpec] = {"primaryPort": ParamSpec("int", _DEFAULT_PRIMARY_PORT)}
+
     @classmethod
     def create(
         cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
     ) -> DataParallelProfileHandler:
         """Factory (module doc)."""
-        port = (params or {}).get("primaryPort", _DEFAULT_PRIMARY_PORT)
-        if port is None:
-            port = _DEFAULT_PRIMARY_PORT
-        if isinstance(port, bool) or not isinstance(port, int):
-            raise InputRefused.one(
-                f"{path}.primaryPort",
-                port,
-                f"failed to parse the parameters of the '{cls.plugin_type}' profile handler:"
-                " primaryPort must be an integer",
-            )
+        port = decode_parameters(cls.plugin_type, name, params, cls.PARAMS, path)["primaryPort"]
         if port != 0 and not 1 <= port <= 65535:
             raise InputRefused.one(
                 f"{path}.primaryPort",

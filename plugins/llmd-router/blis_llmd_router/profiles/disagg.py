@@ -27,8 +27,7 @@ v0.10.0:
   The encode stage is refused at load: multimodal encoders are not modelled (BLIS
   requests are text-only), so ``deciders.encode`` is refused by name.
 * ``prefix_based_pd_decider.go`` — :class:`PrefixBasedPDDecider` (``nonCachedTokens``,
-  ``promptTokens``, both >= 0, default 0; parameters decoded non-strictly, as upstream's
-  plain ``json.Decoder`` does): disaggregate when ``nonCachedTokens > 0``, the prompt
+  ``promptTokens``, both >= 0, default 0): disaggregate when ``nonCachedTokens > 0``, the prompt
   (tokenised prompt's token count) is at least ``promptTokens`` (when > 0) and at least
   ``nonCachedTokens``, and the prompt minus the decode pick's cached prefix (the
   approximate producer's match-block count x block size) is at least ``nonCachedTokens``.
@@ -36,8 +35,9 @@ v0.10.0:
 * ``disagg_headers_handler.go`` — :class:`DisaggHeadersHandler` (``disagg-headers-handler``
   and its alias ``prefill-header-handler``, both deprecated since v0.9.0): the same
   ``PreRequest`` header write for a configurable ``prefillProfile`` (default ``prefill``;
-  ``encodeProfile`` is read and, with no encode stage, writes nothing); parameters decoded
-  non-strictly, as upstream's plain ``json.Decoder``.
+  ``encodeProfile`` is read and, with no encode stage, writes nothing).
+Every factory decodes its parameters strictly, as the loader's ``StrictDecoder`` makes
+upstream's (``pkg/epp/config/loader/configloader.go``).
 """
 
 from __future__ import annotations
@@ -137,39 +137,30 @@ class PrefixBasedPDDecider(PDDecider):
         hit_tokens = info.match_blocks * info.block_size_tokens
         return input_tokens - hit_tokens >= threshold
 
+    PARAMS: Mapping[str, ParamSpec] = {
+        "nonCachedTokens": ParamSpec("int", 0),
+        "promptTokens": ParamSpec("int", 0),
+    }
+
     @classmethod
     def create(
         cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
     ) -> PrefixBasedPDDecider:
-        """Factory. Upstream decodes with a plain ``json.Decoder``: unknown fields are
-        ignored, a wrong type or a negative value is refused."""
-        values = {"nonCachedTokens": 0, "promptTokens": 0}
-        errors: list[FieldError] = []
-        for key in values:
-            raw = (params or {}).get(key, 0)
-            if isinstance(raw, bool) or not isinstance(raw, int):
-                errors.append(
-                    FieldError(
-                        f"{path}.{key}",
-                        raw,
-                        f"failed to parse {cls.plugin_type} plugin config: {key} must be an"
-                        " integer",
-                    )
-                )
-            elif raw < 0:
-                errors.append(
-                    FieldError(
-                        f"{path}.{key}",
-                        raw,
-                        f"failed to create {cls.plugin_type} plugin: {key} parameter of prefix"
-                        " disaggregation decider cannot be negative",
-                    )
-                )
-            else:
-                values[key] = raw
+        """Factory: strict decoding (the loader's decoder), both fields ``>= 0``."""
+        p = decode_parameters(cls.plugin_type, name, params, cls.PARAMS, path)
+        errors = [
+            FieldError(
+                f"{path}.{key}",
+                p[key],
+                f"failed to create {cls.plugin_type} plugin: {key} parameter of prefix"
+                " disaggregation decider cannot be negative",
+            )
+            for key in cls.PARAMS
+            if p[key] < 0
+        ]
         if errors:
             raise InputRefused(errors)
-        return cls(name, values["nonCachedTokens"], values["promptTokens"])
+        return cls(name, p["nonCachedTokens"], p["promptTokens"])
 
 
 _NESTED: Mapping[str, ParamSpec] = {
@@ -390,28 +381,15 @@ class DisaggHeadersHandler(PreRequest):
         """Set ``x-prefiller-host-port`` from the prefill profile's result."""
         _set_prefiller(request, result, self.prefill_profile)
 
+    PARAMS: Mapping[str, ParamSpec] = {
+        "prefillProfile": ParamSpec("str", _DEFAULT_PREFILL),
+        "encodeProfile": ParamSpec("str", _DEFAULT_ENCODE),
+    }
+
     @classmethod
     def create(
         cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
     ) -> DisaggHeadersHandler:
-        """Factory: ``prefillProfile`` / ``encodeProfile`` strings, unknown fields ignored."""
-        values = {"prefillProfile": _DEFAULT_PREFILL, "encodeProfile": _DEFAULT_ENCODE}
-        errors: list[FieldError] = []
-        for key in values:
-            raw = (params or {}).get(key)
-            if raw is None:
-                continue
-            if not isinstance(raw, str):
-                errors.append(
-                    FieldError(
-                        f"{path}.{key}",
-                        raw,
-                        f"failed to parse the parameters of the '{cls.plugin_type}' pre-request"
-                        f" plugin: {key} must be a string",
-                    )
-                )
-            else:
-                values[key] = raw
-        if errors:
-            raise InputRefused(errors)
-        return cls(name, values["prefillProfile"])
+        """Factory: ``prefillProfile`` / ``encodeProfile`` strings, decoded strictly."""
+        p = decode_parameters(cls.plugin_type, name, params, cls.PARAMS, path)
+        return cls(name, p["prefillProfile"])

@@ -81,8 +81,11 @@ def test_prefix_based_decider_nil_endpoint_and_missing_match_info() -> None:
 
 
 def test_prefix_based_decider_parameters() -> None:
-    d = PrefixBasedPDDecider.create("d", {"nonCachedTokens": 50, "other": 1}, CTX, "p")
-    assert (d.non_cached_tokens, d.prompt_tokens) == (50, 0)  # unknown fields ignored
+    d = PrefixBasedPDDecider.create("d", {"nonCachedTokens": 50}, CTX, "p")
+    assert (d.non_cached_tokens, d.prompt_tokens) == (50, 0)
+    # The loader's StrictDecoder refuses unknown fields (configloader.go).
+    with pytest.raises(InputRefused, match="unknown field 'other'"):
+        PrefixBasedPDDecider.create("d", {"nonCachedTokens": 50, "other": 1}, CTX, "p")
     with pytest.raises(InputRefused) as exc:
         PrefixBasedPDDecider.create("d", {"promptTokens": -1}, CTX, "p")
     assert exc.value.errors[0].path == "p.promptTokens"
@@ -237,7 +240,9 @@ def test_deprecated_headers_handler_writes_its_own_prefill_profile() -> None:
     from blis_llmd_router.framework import SchedulingResult
     from blis_llmd_router.profiles import DisaggHeadersHandler
 
-    h = DisaggHeadersHandler.create("h", {"prefillProfile": "p", "other": 1}, CTX, "x")
+    with pytest.raises(InputRefused, match="unknown field 'other'"):
+        DisaggHeadersHandler.create("h", {"prefillProfile": "p", "other": 1}, CTX, "x")
+    h = DisaggHeadersHandler.create("h", {"prefillProfile": "p"}, CTX, "x")
     result = SchedulingResult({"decode": ProfileRunResult([endpoint(0)])}, "decode")
     sreq = request()
     h.pre_request(sreq, result)
@@ -253,7 +258,9 @@ def test_data_parallel_handler_runs_its_single_profile() -> None:
     from blis_llmd_router.framework import SchedulingResult
     from blis_llmd_router.profiles import DataParallelProfileHandler
 
-    h = DataParallelProfileHandler.create("dp", {"primaryPort": 8000, "x": 1}, CTX, "p")
+    with pytest.raises(InputRefused, match="unknown field 'x'"):
+        DataParallelProfileHandler.create("dp", {"primaryPort": 8000, "x": 1}, CTX, "p")
+    h = DataParallelProfileHandler.create("dp", {"primaryPort": 8000}, CTX, "p")
     one = _profiles("default")
     results: dict[str, ProfileRunResult | None] = {}
     assert list(h.pick_profiles(request(), one, results)) == ["default"]
