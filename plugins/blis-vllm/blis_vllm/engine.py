@@ -236,7 +236,7 @@ class VllmEngine:
 
     def transfer_done(self, transfer: Transfer, now_us: int) -> None:
         """A KV read this instance made or served ended (``KVTransferEngine``)."""
-        if isinstance(self.kv_connector, NixlConnector):
+        if self.kv_connector is not None:
             self.kv_connector.transfer_done(transfer)
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:

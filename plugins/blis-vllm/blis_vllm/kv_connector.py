@@ -30,7 +30,8 @@ the model runner's place, binds the step's metadata, asks
 ``get_transfer_results(finished_req_ids)`` and ``get_block_ids_with_load_errors``
 when a step completes, and collects the KV moves the connector started as
 :class:`blis_core.contracts.shape.Transfer` objects (``take_transfers``, a simulator
-addition) into ``StepOutcome.transfers`` for the simulator to price.
+addition) into ``StepOutcome.transfers`` for the simulator to price, and tells it when
+the simulator's link reports a move ended (``transfer_done``, also a simulator addition).
 """
 
 from __future__ import annotations
@@ -196,6 +197,10 @@ class KVConnector(Protocol):
         """KV moves started since the last call, for ``StepOutcome.transfers``."""
         ...
 
+    def transfer_done(self, transfer: Transfer) -> None:
+        """A move this instance reads or serves has ended (the simulator's link says)."""
+        ...
+
 
 class KVConnectorBase:
     """Defaults of ``KVConnectorBase_V1`` for the optional methods.
@@ -291,3 +296,6 @@ class KVConnectorBase:
     def take_transfers(self) -> Sequence[Transfer]:
         """No transfers."""
         return ()
+
+    def transfer_done(self, transfer: Transfer) -> None:
+        """No transfers to hear of."""
