@@ -341,6 +341,10 @@ def _print_explain(report: Any) -> None:
         f"[bold]pick[/bold]: {report.get('pick')} (status {report.get('status')}"
         + (f", {report['reason']})" if report.get("reason") else ")")
     )
+    if report.get("prefill_pick"):
+        console.print(f"[bold]prefill pick[/bold]: {report['prefill_pick']}")
+    for header, value in (report.get("headers") or {}).items():
+        console.print(f"[bold]header[/bold] {header}: {value}")
 
 
 def _cmd_surface(args: argparse.Namespace) -> int:

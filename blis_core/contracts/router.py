@@ -55,8 +55,12 @@ class RoutingDecision:
     """Where a request goes, or why it is refused, or that the router holds it.
 
     ``status`` is the HTTP status the router returns (200 when dispatched; 429 when
-    shed; 503 when no endpoint fits). ``prefill_endpoint`` is set for P/D. ``held``
-    (only from a :class:`HoldingRouter`) means the request waits in the router's queue.
+    shed; 503 when no endpoint fits). ``prefill_endpoint`` is set for P/D. ``headers``
+    are what the router adds to the forwarded request beyond the P/D prefill endpoint
+    (for example llm-d's ``x-kv-cache-source-host-port``); route observers see them, the
+    simulated cluster acts on none (no engine models a connector that reads them).
+    ``held`` (only from a :class:`HoldingRouter`) means the request waits in the
+    router's queue.
     """
 
     endpoint: str | None

@@ -9,6 +9,7 @@ producer's type, so a consumer finds the producer it names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "INFLIGHT_LOAD_PRODUCER_TYPE",
     "IN_FLIGHT_LOAD_DATA_TYPE",
     "PREFIX_MATCH_DATA_TYPE",
+    "SPECULATIVE_TIER",
     "UNCACHED_REQUEST_TOKENS_DATA_TYPE",
     "InFlightLoad",
     "PrefixCacheMatchInfo",
@@ -26,6 +28,8 @@ PREFIX_MATCH_DATA_TYPE = "PrefixCacheMatchInfoDataKey"
 IN_FLIGHT_LOAD_DATA_TYPE = "InFlightLoadDataKey"
 UNCACHED_REQUEST_TOKENS_DATA_TYPE = "UncachedRequestTokensDataKey"
 APPROX_PREFIX_PRODUCER_TYPE = "approx-prefix-cache-producer"
+SPECULATIVE_TIER = "speculative"
+"""Upstream ``SpeculativeTierKey``: the tier speculative index entries count under."""
 INFLIGHT_LOAD_PRODUCER_TYPE = "inflight-load-producer"
 
 
@@ -36,11 +40,25 @@ def data_key(data_type: str, default_producer: str, producer_name: str = "") -> 
 
 @dataclass(frozen=True, slots=True)
 class PrefixCacheMatchInfo:
-    """How many of a request's prompt blocks an endpoint is believed to hold."""
+    """How many of a request's prompt blocks an endpoint is believed to hold.
+
+    ``match_blocks`` is the producer's match length (for the precise producer the
+    tier-weighted longest-prefix score, truncated); ``cached_blocks`` the unweighted count
+    of contiguous cached prefix blocks (upstream ``WithCachedBlockCount``; ``None`` means
+    equal to ``match_blocks``, upstream's default); ``blocks_by_tier`` the contiguous
+    count per device tier (``None``: the producer gives no tier data).
+    """
 
     match_blocks: int
     total_blocks: int
     block_size_tokens: int
+    cached_blocks: int | None = None
+    blocks_by_tier: Mapping[str, int] | None = None
+
+    @property
+    def cached_block_count(self) -> int:
+        """Upstream ``CachedBlockCount``: unweighted contiguous cached prefix blocks."""
+        return self.match_blocks if self.cached_blocks is None else self.cached_blocks
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,9 +71,10 @@ def explain(
         the prefix index and in-flight counts hold what they would.
     :param completed: request ids from ``history`` that have completed.
     :returns: ``{"request_id", "config", "injected", "producers", "profiles",
-        "primary_profile", "pick", "status", "reason"}``; ``profiles[name]`` holds
-        ``candidates``, ``filters`` (name, type, survivors), ``scorers`` (name, type,
-        weight, scores), ``totals``, ``picker`` and ``picked``.
+        "primary_profile", "pick", "prefill_pick", "headers", "status", "reason"}``
+        (``headers``: what ``PreRequest`` plugins set on the forwarded request);
+        ``profiles[name]`` holds ``candidates``, ``filters`` (name, type, survivors),
+        ``scorers`` (name, type, weight, scores), ``totals``, ``picker`` and ``picked``.
     """
     if isinstance(config, str):
         config = load_yaml(config)
@@ -105,6 +106,8 @@ def explain(
         "profiles": trace.profiles,
         "primary_profile": result.primary_profile_name if result is not None else None,
         "pick": decision.endpoint,
+        "prefill_pick": decision.prefill_endpoint,
+        "headers": dict(decision.headers),
         "status": decision.status,
         "reason": decision.reason,
     }

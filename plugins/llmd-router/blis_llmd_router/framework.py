@@ -80,6 +80,7 @@ class SchedulingRequest:
     __slots__ = (
         "_tokens",
         "attributes",
+        "forward_headers",
         "headers",
         "prefiller",
         "priority",
@@ -93,7 +94,7 @@ class SchedulingRequest:
     def __init__(self, request: InferenceRequest, vocab_size: int = TOKENIZER_VOCAB_SIZE) -> None:
         self.request = request
         self.request_id = request.request_id
-        self.headers: Mapping[str, str] = dict(request.headers)
+        self.headers: dict[str, str] = dict(request.headers)
         self.target_model = self.headers.get("model", "")
         self.priority = request.priority
         self.vocab_size = vocab_size
@@ -102,6 +103,10 @@ class SchedulingRequest:
         self.prefiller: str | None = None
         """The ``x-prefiller-host-port`` header ``PreRequest`` plugins set for P/D: the
         prefill endpoint's name (``None``: not disaggregated)."""
+        self.forward_headers: dict[str, str] = {}
+        """Headers ``PreRequest`` plugins set on the forwarded request (upstream writes
+        ``request.Headers``): the decision's :attr:`RoutingDecision.headers`. The P/D
+        ``x-prefiller-host-port`` is :attr:`prefiller` instead."""
         self.attributes: dict[str, Any] = {}
         """Upstream ``InferenceRequest.PutAttribute`` / ``ReadRequestAttribute``: what a
         plugin publishes for later plugins of the same decision (the disagg handler's

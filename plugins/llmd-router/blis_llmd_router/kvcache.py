@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from blis_core.contracts.engine import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from blis_llmd_router.attributes import SPECULATIVE_TIER
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -47,6 +48,7 @@ __all__ = [
     "cbor_payload",
     "fnv64a",
     "longest_prefix_scores",
+    "matched_block_counts",
 ]
 
 DEFAULT_BLOCK_SIZE = 16
@@ -292,6 +294,48 @@ def longest_prefix_scores(
                 still.append(pod)
         active = still
     return scores
+
+
+def matched_block_counts(
+    keys: Sequence[int], key_to_pods: Mapping[int, Sequence[PodEntry]]
+) -> dict[str, tuple[int, dict[str, int]]]:
+    """``matchedBlockCount`` and ``matchedBlockCountByTier`` (``preciseprefixcache/utils.go``)
+    for every pod holding the first block, in one pass.
+
+    Per pod: the unweighted count of contiguous prefix blocks it holds in any tier, and per
+    device tier the contiguous count from the first block until the first block the pod
+    does not hold in that tier (a block held in several tiers counts in each; speculative
+    entries count under ``speculative``). Pods absent from the result hold no prefix.
+    """
+    out: dict[str, tuple[int, dict[str, int]]] = {}
+    if not keys:
+        return out
+    counts: dict[str, int] = {}
+    alive: dict[str, set[str]] = {}
+    by_tier: dict[str, dict[str, int]] = {}
+    for i, k in enumerate(keys):
+        at_key: dict[str, set[str]] = {}
+        for e in key_to_pods.get(k, ()):
+            tier = SPECULATIVE_TIER if e.speculative else e.tier
+            at_key.setdefault(e.pod, set()).add(tier)
+        if i == 0:
+            for pod, tiers in at_key.items():
+                counts[pod] = 0
+                alive[pod] = tiers
+                by_tier[pod] = {}
+        active = [pod for pod in counts if pod in at_key and counts[pod] == i]
+        if not active:
+            break
+        for pod in active:
+            counts[pod] += 1
+            tiers = alive[pod]
+            if i > 0 and tiers:
+                tiers &= at_key[pod]
+            for tier in tiers:
+                by_tier[pod][tier] = by_tier[pod].get(tier, 0) + 1
+    for pod, n in counts.items():
+        out[pod] = (n, by_tier[pod])
+    return out
 
 
 class KVEventPool:

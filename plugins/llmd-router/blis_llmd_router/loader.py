@@ -97,6 +97,7 @@ from blis_llmd_router.producers import (
     ApproxPrefixCacheProducer,
     BurstPrefixCacheProducer,
     InFlightLoadProducer,
+    P2PSourceProducer,
     PrecisePrefixCacheProducer,
     TokenProducer,
 )
@@ -226,8 +227,9 @@ _Need = tuple[str, tuple[type[Plugin], ...], str]
 
 
 def _scorers_consume(plugin: Plugin) -> list[_Need]:
-    """What scorers, the disagg handler and the concurrency detector consume."""
-    if isinstance(plugin, PrefixCacheScorer | NoHitLRUScorer):
+    """What scorers, ``p2p-source-producer``, the disagg handler and the concurrency
+    detector consume."""
+    if isinstance(plugin, PrefixCacheScorer | NoHitLRUScorer | P2PSourceProducer):
         return [(plugin.producer_name, _PREFIX_PRODUCERS, ApproxPrefixCacheProducer.plugin_type)]
     if isinstance(plugin, DisaggProfileHandler):
         # The default PrefixCacheMatchInfo key (for its PD decider).

@@ -48,6 +48,7 @@ from blis_llmd_router.producers import (
     ApproxPrefixCacheProducer,
     BurstPrefixCacheProducer,
     InFlightLoadProducer,
+    P2PSourceProducer,
     PrecisePrefixCacheProducer,
     TokenProducer,
 )
@@ -137,6 +138,7 @@ REGISTRY: Mapping[str, PluginFactory] = {
     ApproxPrefixCacheProducer.plugin_type: ApproxPrefixCacheProducer.create,
     BurstPrefixCacheProducer.plugin_type: BurstPrefixCacheProducer.create,
     InFlightLoadProducer.plugin_type: InFlightLoadProducer.create,
+    P2PSourceProducer.plugin_type: P2PSourceProducer.create,
     PrecisePrefixCacheProducer.plugin_type: PrecisePrefixCacheProducer.create,
     TokenProducer.plugin_type: TokenProducer.create,
     TopologyExtractor.plugin_type: TopologyExtractor.create,

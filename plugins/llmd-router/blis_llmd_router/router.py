@@ -174,7 +174,9 @@ class LlmdRouter:
         target = primary.target_endpoints[0].name if primary.target_endpoints else None
         if target is None:
             return RoutingDecision(None, 429, "failed to find target endpoint"), result, candidates
-        return RoutingDecision(target, prefill_endpoint=sreq.prefiller), result, candidates
+        headers = tuple(sorted(sreq.forward_headers.items())) if sreq.forward_headers else ()
+        decision = RoutingDecision(target, prefill_endpoint=sreq.prefiller, headers=headers)
+        return decision, result, candidates
 
     def _discard(self, request_id: str) -> None:
         """Drop the per-request state of a request that will not be dispatched."""

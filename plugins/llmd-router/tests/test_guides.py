@@ -53,8 +53,12 @@ GUIDES_LOADING = {
     "optimized-baseline-optimized-baseline.yaml",
     "optimized-baseline-optimized-baseline-trtllm.yaml",
     "p2p-kv-cache-sharing-benchmarking-epp-affinity.yaml",
+    "p2p-kv-cache-sharing-benchmarking-epp-affinity-p2p.yaml",
     "p2p-kv-cache-sharing-benchmarking-epp-glm-c64-approx.yaml",
+    "p2p-kv-cache-sharing-benchmarking-epp-glm-c64-approx-p2p.yaml",
     "p2p-kv-cache-sharing-benchmarking-epp-load.yaml",
+    "p2p-kv-cache-sharing-benchmarking-epp-load-p2p.yaml",
+    "p2p-kv-cache-sharing-p2p-kv-cache-sharing.yaml",
     "pd-disaggregation-pd-disaggregation.yaml",
     "precise-prefix-cache-routing-precise-prefix-cache-routing.yaml",
     "tiered-prefix-cache-tiered-prefix-cache-cpu.yaml",
@@ -64,7 +68,6 @@ GUIDES_LOADING = {
 }
 
 LATENCY = {"predicted-latency-producer", "latency-scorer"}
-P2P = {"p2p-source-producer"}
 GUIDES_REFUSED = {
     "multimodal-serving-e-disaggregation-vllm-e-p-d-disaggregation.yaml": {
         "always-disagg-multimodal-decider"
@@ -73,13 +76,6 @@ GUIDES_REFUSED = {
         "always-disagg-multimodal-decider"
     },
     "no-kubernetes-deployment-epp-config.yaml": {"file-discovery"},
-    "p2p-kv-cache-sharing-benchmarking-epp-affinity-p2p.yaml": P2P,
-    "p2p-kv-cache-sharing-benchmarking-epp-glm-c64-approx-p2p.yaml": P2P,
-    "p2p-kv-cache-sharing-benchmarking-epp-glm-c64-precise-p2p.yaml": P2P,
-    "p2p-kv-cache-sharing-benchmarking-epp-glm-loadfirst-p2p.yaml": P2P,
-    "p2p-kv-cache-sharing-benchmarking-epp-glm-precise-p2p.yaml": P2P,
-    "p2p-kv-cache-sharing-benchmarking-epp-load-p2p.yaml": P2P,
-    "p2p-kv-cache-sharing-p2p-kv-cache-sharing.yaml": P2P,
     "predicted-latency-routing-predicted-latency.yaml": LATENCY,
     "predicted-latency-routing-predicted-latency-multimodal.yaml": LATENCY,
     "predicted-latency-routing-predicted-latency-pd.yaml": LATENCY,
@@ -95,6 +91,9 @@ GUIDES_REFUSED = {
 # the catalog has no tokenizer for: refused at ``modelName``, as test_config.py's samples.
 GLM = "zai-org/GLM-5.2-FP8"
 GUIDES_REFUSED_MODEL = {
+    "p2p-kv-cache-sharing-benchmarking-epp-glm-precise-p2p.yaml": GLM,
+    "p2p-kv-cache-sharing-benchmarking-epp-glm-loadfirst-p2p.yaml": GLM,
+    "p2p-kv-cache-sharing-benchmarking-epp-glm-c64-precise-p2p.yaml": GLM,
     "p2p-kv-cache-sharing-benchmarking-epp-glm-c64-precise.yaml": GLM,
     "p2p-kv-cache-sharing-benchmarking-epp-glm-loadfirst.yaml": GLM,
     "p2p-kv-cache-sharing-benchmarking-epp-glm-precise.yaml": GLM,

@@ -9,8 +9,9 @@ request keys (``TokenProcessor``, ``blockSizeTokens`` default 16); the index is 
 for the candidates; each endpoint's match length is the tier-weighted longest-prefix score
 (``gpu`` 1.0, ``cpu`` 0.8 unless ``indexerConfig.kvCacheBackendConfigs`` says otherwise)
 truncated to an integer, as upstream's ``int(aggregatedScores[addr])``; every candidate gets
-``PrefixCacheMatchInfo(match, total blocks, block size)``. A prompt shorter than one block
-puts nothing (the scorer then scores 0).
+``PrefixCacheMatchInfo(match, total blocks, block size)`` with the unweighted contiguous
+count and the per-tier counts (``WithCachedBlockCount``, ``WithCachedBlocksByTier``). A
+prompt shorter than one block puts nothing (the scorer then scores 0).
 
 *Events*: ``kv_events`` router events feed :class:`~blis_llmd_router.kvcache.KVEventPool`
 (upstream subscribes to each pod's ZMQ socket; ``kvEventsConfig`` is accepted and inert).
@@ -62,6 +63,7 @@ from blis_llmd_router.kvcache import (
     PodEntry,
     TokenProcessor,
     longest_prefix_scores,
+    matched_block_counts,
 )
 from blis_llmd_router.params import ParamSpec, decode_parameters
 
@@ -341,9 +343,11 @@ class PrecisePrefixCacheProducer(DataProducer, PreRequest, EventObserver):
         names = {e.name for e in endpoints}
         key_to_pods = self.index.lookup(keys, names)
         scores = longest_prefix_scores(keys, key_to_pods, self.tier_weights)
+        counts = matched_block_counts(keys, key_to_pods)
         for e in endpoints:
+            cached, by_tier = counts.get(e.name, (0, {}))
             e.attributes[self.data_key] = PrefixCacheMatchInfo(
-                int(scores.get(e.name, 0.0)), len(keys), self.block_size
+                int(scores.get(e.name, 0.0)), len(keys), self.block_size, cached, by_tier
             )
         if self.speculative:
             self._keys[request.request_id] = keys

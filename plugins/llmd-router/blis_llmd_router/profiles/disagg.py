@@ -30,7 +30,8 @@ v0.10.0:
   ``promptTokens``, both >= 0, default 0): disaggregate when ``nonCachedTokens > 0``, the prompt
   (tokenised prompt's token count) is at least ``promptTokens`` (when > 0) and at least
   ``nonCachedTokens``, and the prompt minus the decode pick's cached prefix (the
-  approximate producer's match-block count x block size) is at least ``nonCachedTokens``.
+  unweighted cached-block count, ``CachedBlockCount``, x block size, read
+  under the default producer key) is at least ``nonCachedTokens``.
 * ``always_disagg_pd_decider.go`` — :class:`AlwaysDisaggPDDecider`: always.
 * ``disagg_headers_handler.go`` — :class:`DisaggHeadersHandler` (``disagg-headers-handler``
   and its alias ``prefill-header-handler``, both deprecated since v0.9.0): the same
@@ -134,7 +135,7 @@ class PrefixBasedPDDecider(PDDecider):
         info = endpoint.attributes.get(_PREFIX_KEY)
         if not isinstance(info, PrefixCacheMatchInfo):
             return False  # upstream logs "unable to read prefix cache state"
-        hit_tokens = info.match_blocks * info.block_size_tokens
+        hit_tokens = info.cached_block_count * info.block_size_tokens
         return input_tokens - hit_tokens >= threshold
 
     PARAMS: Mapping[str, ParamSpec] = {

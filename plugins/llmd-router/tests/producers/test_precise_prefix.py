@@ -146,7 +146,7 @@ def test_producer_match_info_and_speculative_ttl() -> None:
     # speculative entries make the next same-prefix request hit the same endpoint
     _, _, cands = router.schedule(InferenceRequest("r2", 0, (PromptSegment("sys", 64),), 4), eps)
     infos = {c.name: c.attributes[producer.data_key] for c in cands}
-    assert infos[d1.endpoint] == PrefixCacheMatchInfo(4, 4, 16)
+    assert infos[d1.endpoint] == PrefixCacheMatchInfo(4, 4, 16, 4, {"speculative": 4})
     clock.now_us = 1_000_001
     _, _, cands = router.schedule(InferenceRequest("r3", 0, (PromptSegment("sys", 64),), 4), eps)
     assert all(c.attributes[producer.data_key].match_blocks == 0 for c in cands)
@@ -157,6 +157,10 @@ def test_producer_match_info_and_speculative_ttl() -> None:
     )
     d4 = router.route(InferenceRequest("r4", 0, (PromptSegment("sys", 64),), 4), eps)
     assert d4.endpoint == "b"
+    _, _, cands = router.schedule(InferenceRequest("r5", 0, (PromptSegment("sys", 64),), 4), eps)
+    info = {c.name: c.attributes[producer.data_key] for c in cands}["b"]
+    assert (info.match_blocks, info.cached_block_count) == (4, 4)
+    assert info.blocks_by_tier == {"gpu": 4, "speculative": 4}
 
 
 def test_legacy_scorer_defers_to_existing_producer() -> None:

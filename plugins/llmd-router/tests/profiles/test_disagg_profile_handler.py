@@ -74,6 +74,16 @@ def test_prefix_based_decider_upstream_vectors(
     assert decider.disaggregate(request(), endpoint(cached)) is expected
 
 
+def test_prefix_based_decider_counts_unweighted_cached_blocks() -> None:
+    # A CPU-tier-weighted match of 2 over 8 cached blocks: upstream's decider converts
+    # CachedBlockCount (8), not the weighted MatchBlocks, to cached tokens.
+    e = Endpoint.from_snapshot(snap("d0", role="decode"))
+    e.attributes[KEY] = PrefixCacheMatchInfo(2, 10, 1, 8, {"cpu": 8})
+    assert PrefixBasedPDDecider("d", 5).disaggregate(request(), e) is False
+    e.attributes[KEY] = PrefixCacheMatchInfo(2, 10, 1)
+    assert PrefixBasedPDDecider("d", 5).disaggregate(request(), e) is True
+
+
 def test_prefix_based_decider_nil_endpoint_and_missing_match_info() -> None:
     decider = PrefixBasedPDDecider("d", 5)
     assert decider.disaggregate(request(), None) is False
