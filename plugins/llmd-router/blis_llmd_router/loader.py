@@ -49,6 +49,10 @@ hold a request it dispatched.
    upstream ignores ``flowControl`` settings other than the saturation detector, and so
    does BLIS. Parsers and
 data-layer sources are checked to name defined plugins and are otherwise inert.
+
+8. ``dataLayer.discovery`` (``cmd/epp/runner/runner.go``: a configured discovery takes
+   ``runWithFileDiscovery``; ``resolveDiscovery``) must name a ``file-discovery`` plugin;
+   it puts the router in file-discovery mode (:attr:`LoadedConfig.file_discovery`).
 """
 
 from __future__ import annotations
@@ -101,6 +105,7 @@ from blis_llmd_router.producers import (
     PrecisePrefixCacheProducer,
     TokenProducer,
 )
+from blis_llmd_router.producers.inert import FileDiscovery
 from blis_llmd_router.profiles import DisaggProfileHandler
 from blis_llmd_router.registry import REGISTRY, surface
 from blis_llmd_router.scorers import (
@@ -144,6 +149,9 @@ class LoadedConfig:
     vocab_size: int = TOKENIZER_VOCAB_SIZE
     flow_controller: FlowController | None = None
     admitters: list[Admitter] = field(default_factory=list)
+    file_discovery: bool = False
+    """``dataLayer.discovery`` names a discovery plugin: upstream's file-discovery mode,
+    in which no InferenceObjective reconciler runs and every request has priority 0."""
 
 
 def _refuse_type(ptype: str) -> str | None:
@@ -429,6 +437,24 @@ def _validate_references(
                 "cross-replica state sync is not modelled (BLIS runs one router replica)",
             )
         )
+    discovery = dl.get("discovery")
+    if discovery is not None:
+        # runner.go resolveDiscovery
+        ref_name = discovery.get("pluginRef") or ""
+        where = f"{path}.dataLayer.discovery.pluginRef"
+        found = plugins.get(ref_name)
+        if found is None:
+            errors.append(
+                FieldError(where, ref_name, f"discovery: no plugin found with name {ref_name!r}")
+            )
+        elif not isinstance(found, FileDiscovery):
+            errors.append(
+                FieldError(
+                    where,
+                    ref_name,
+                    f"discovery: plugin {ref_name!r} does not implement EndpointDiscovery",
+                )
+            )
     for i, src in enumerate(dl.get("sources") or []):
         refs = [(f"{path}.dataLayer.sources.{i}.pluginRef", src.get("pluginRef") or "")]
         refs += [
@@ -567,6 +593,7 @@ def load(
         vocab_size=tokenizer.vocab_size if tokenizer is not None else TOKENIZER_VOCAB_SIZE,
         flow_controller=flow_controller,
         admitters=[p for p in plugins.values() if isinstance(p, Admitter)],
+        file_discovery=(cfg.data_layer or {}).get("discovery") is not None,
     )
 
 

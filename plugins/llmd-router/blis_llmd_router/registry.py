@@ -52,7 +52,11 @@ from blis_llmd_router.producers import (
     PrecisePrefixCacheProducer,
     TokenProducer,
 )
-from blis_llmd_router.producers.inert import create_metrics_data_source, inert_factory
+from blis_llmd_router.producers.inert import (
+    FileDiscovery,
+    create_metrics_data_source,
+    inert_factory,
+)
 from blis_llmd_router.producers.topology import TopologyExtractor
 from blis_llmd_router.profiles import (
     AlwaysDisaggPDDecider,
@@ -163,6 +167,7 @@ REGISTRY: Mapping[str, PluginFactory] = {
     "metrics-data-source": create_metrics_data_source,
     "core-metrics-extractor": inert_factory("core-metrics-extractor", {}),
     "endpoint-notification-source": inert_factory("endpoint-notification-source", {}),
+    FileDiscovery.plugin_type: FileDiscovery.create,
     **{p: inert_factory(p, {}) for p in _PARSERS},
 }
 

@@ -37,12 +37,16 @@ scheduler and ``PreRequest`` plugins, returning the decisions. A full batch ("bu
 batch full") ends the producer run at once (upstream's loop returns on the error, which the
 director logs) and the request is scheduled without waiting. The combination with flow
 control is refused at load (:mod:`blis_llmd_router.loader`).
+
+In file-discovery mode (``dataLayer.discovery``) upstream runs no InferenceObjective
+reconciler, so the director gives every request its default priority 0
+(``director.go``, ``defaultPriority``); the router then reads every request with priority 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent, RoutingDecision
@@ -116,6 +120,7 @@ class LlmdRouter:
         the request already. When a burst producer holds the request the decision is
         ``RoutingDecision.hold()`` (no result); ``poll`` decides it at the batch's seal.
         """
+        request = self._objective(request)
         candidates = self._endpoints(endpoints)
         detector = self.loaded.saturation_detector
         if detector is not None and admit:
@@ -136,6 +141,12 @@ class LlmdRouter:
         if outcome is None:
             return RoutingDecision.hold(_HELD_REASON), None, candidates
         return outcome
+
+    def _objective(self, request: InferenceRequest) -> InferenceRequest:
+        """The request with its objective's priority: 0 for all in file-discovery mode."""
+        if self.loaded.file_discovery and request.priority != 0:
+            return replace(request, priority=0)
+        return request
 
     def _resume(
         self, pending: _Pending, trace: ScheduleTrace | None = None
@@ -198,7 +209,7 @@ class LlmdRouter:
         With flow control on the request is enqueued and usually held (see module doc).
         """
         if self.flow_controller is not None:
-            return self.flow_controller.enqueue(request, endpoints, self._dispatch)
+            return self.flow_controller.enqueue(self._objective(request), endpoints, self._dispatch)
         return self.schedule(request, endpoints)[0]
 
     def _dispatch(

@@ -50,6 +50,7 @@ GUIDES_LOADING = {
     "flow-control-flow-control.yaml",
     "multimodal-serving-aggregation-aggregation.yaml",
     "multimodal-serving-e-disaggregation-sglang-e-pd-disaggregation.yaml",
+    "no-kubernetes-deployment-epp-config.yaml",
     "optimized-baseline-optimized-baseline.yaml",
     "optimized-baseline-optimized-baseline-trtllm.yaml",
     "p2p-kv-cache-sharing-benchmarking-epp-affinity.yaml",
@@ -75,7 +76,6 @@ GUIDES_REFUSED = {
     "multimodal-serving-e-disaggregation-vllm-e-pd-disaggregation.yaml": {
         "always-disagg-multimodal-decider"
     },
-    "no-kubernetes-deployment-epp-config.yaml": {"file-discovery"},
     "predicted-latency-routing-predicted-latency.yaml": LATENCY,
     "predicted-latency-routing-predicted-latency-multimodal.yaml": LATENCY,
     "predicted-latency-routing-predicted-latency-pd.yaml": LATENCY,

@@ -16,6 +16,13 @@ Ports of llm-d-router v0.10.0 registrations (``cmd/epp/runner/runner.go``); the
   built-in engine name tables in :mod:`blis_llmd_router.datalayer`; custom mappings
   (any parameter) are refused.
 * Parsers (``.../requesthandling/parsers``): BLIS requests arrive parsed.
+* ``file-discovery`` (``.../datalayer/discovery/file/plugin.go``): upstream reads the
+  endpoint inventory from the file at ``path`` (required; ``watchFile`` reloads it); in
+  BLIS the inventory is the simulated deployment, so the file is not read. What the mode
+  changes is kept: with ``dataLayer.discovery`` set upstream runs without a controller
+  manager (``cmd/epp/runner/runner.go``, ``runWithFileDiscovery``), no
+  InferenceObjective reconciler runs, and every request gets the director's default
+  priority 0 (:attr:`~blis_llmd_router.loader.LoadedConfig.file_discovery`).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from blis_llmd_router.context import BuildContext, PluginFactory
 from blis_llmd_router.framework import Plugin
 from blis_llmd_router.params import ParamSpec, decode_parameters
 
-__all__ = ["InertPlugin", "create_metrics_data_source", "inert_factory"]
+__all__ = ["FileDiscovery", "InertPlugin", "create_metrics_data_source", "inert_factory"]
 
 
 class InertPlugin(Plugin):
@@ -87,3 +94,30 @@ def create_metrics_data_source(
     if errors:
         raise InputRefused(errors)
     return InertPlugin(name, ptype)
+
+
+class FileDiscovery(Plugin):
+    """``file-discovery``: an ``EndpointDiscovery`` whose inventory is the deployment."""
+
+    plugin_type = "file-discovery"
+    PARAMS: Mapping[str, ParamSpec] = {
+        "path": ParamSpec("str", ""),
+        "watchFile": ParamSpec("bool", False),
+    }
+
+    def __init__(self, name: str, path: str, watch_file: bool = False) -> None:
+        super().__init__(name)
+        self.path = path
+        self.watch_file = watch_file
+
+    @classmethod
+    def create(
+        cls, name: str, raw: Mapping[str, Any] | None, ctx: BuildContext, path: str
+    ) -> FileDiscovery:
+        """``Factory``: strict decoding; ``path`` is required."""
+        p = decode_parameters(cls.plugin_type, name, raw, cls.PARAMS, path)
+        if not p["path"]:
+            raise InputRefused.one(
+                f"{path}.path", p["path"], "file-discovery: 'path' parameter is required"
+            )
+        return cls(name, str(p["path"]), bool(p["watchFile"]))
