@@ -67,6 +67,12 @@ class BlockStored:
     group_idx: int | None = None
     """The KV cache group the blocks were cached for (vLLM ``group_idx``; a hybrid
     model caches one token chain once per group)."""
+    kv_cache_spec_kind: str | None = None
+    """The group's KV cache spec kind (vLLM ``kv_cache_spec_kind``: ``full_attention``,
+    ``mla_attention``, ``sliding_window``, ...), so consumers can tell prefix-reusable
+    groups from sliding-window ones."""
+    kv_cache_spec_sliding_window: int | None = None
+    """The group's sliding window in tokens, for a sliding-window group."""
 
 
 @dataclass(frozen=True, slots=True)

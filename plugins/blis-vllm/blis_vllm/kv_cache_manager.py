@@ -28,9 +28,9 @@ group size: full attention and sliding window, as gpt-oss needs):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from blis_core.contracts.engine import KVEvent
+from blis_core.contracts.engine import BlockStored, KVEvent
 
 from blis_vllm.block_pool import BlockPool
 from blis_vllm.kv_cache_coordinator import KVCacheCoordinator, get_kv_cache_coordinator
@@ -312,5 +312,19 @@ class KVCacheManager:
         return self.block_pool.reset_prefix_cache()
 
     def take_events(self) -> list[KVEvent]:
-        """KV events since the last call."""
-        return self.block_pool.take_events()
+        """KV events since the last call, each ``BlockStored`` annotated with its group's
+        spec kind and sliding window (upstream annotates here, ``kv_cache_event_metadata``,
+        so the block pool stays free of spec semantics)."""
+        events = self.block_pool.take_events()
+        groups = self.kv_cache_groups
+        for i, ev in enumerate(events):
+            if isinstance(ev, BlockStored) and ev.group_idx is not None:
+                g = groups[ev.group_idx]
+                events[i] = replace(
+                    ev,
+                    kv_cache_spec_kind=g.spec_kind,
+                    kv_cache_spec_sliding_window=(
+                        g.sliding_window if g.attention == "sliding_window" else None
+                    ),
+                )
+        return events

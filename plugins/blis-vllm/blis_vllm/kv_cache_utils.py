@@ -119,7 +119,9 @@ class KVCacheGroupSpec:
 
     ``attention`` is ``"full"`` or ``"sliding_window"`` (upstream ``FullAttentionSpec``
     / ``SlidingWindowSpec``); ``num_layers`` counts the layers of the group (the group
-    size, on one rank), ``page_bytes`` the bytes of one block of one layer.
+    size, on one rank), ``page_bytes`` the bytes of one block of one layer; ``mla``
+    marks a full group of MLA layers (upstream ``MLAAttentionSpec``, which the
+    scheduler treats as full attention).
     """
 
     attention: str
@@ -127,10 +129,21 @@ class KVCacheGroupSpec:
     num_layers: int = 1
     sliding_window: int | None = None
     page_bytes: int = 0
+    mla: bool = False
+
+    @property
+    def spec_kind(self) -> str:
+        """``get_kv_cache_spec_kind(spec).value`` (``kv_cache_interface.py``)."""
+        if self.attention == "sliding_window":
+            return "sliding_window"
+        return "mla_attention" if self.mla else "full_attention"
 
 
 def get_kv_cache_groups(
-    layers: Sequence[tuple[str, int | None]], block_size: int, page_bytes: int = 0
+    layers: Sequence[tuple[str, int | None]],
+    block_size: int,
+    page_bytes: int = 0,
+    mla: bool = False,
 ) -> list[KVCacheGroupSpec]:
     """Split layers ``(attention, sliding_window)`` into KV cache groups.
 
@@ -144,7 +157,8 @@ def get_kv_cache_groups(
     into ``cdiv(len, group_size)`` groups (padded). The groups share one block pool
     of ``num_blocks`` blocks; a block spans one page in each layer slot of a group.
     Mixed page sizes (upstream's ``unify_kv_cache_spec_page_size`` enlarges the
-    block size of smaller pages) are not supported by the port.
+    block size of smaller pages) are not supported by the port. ``mla`` marks the full
+    groups as MLA (every full layer is an MLA layer).
     """
     buckets: dict[tuple[str, int | None], int] = {}
     for kind in layers:
@@ -153,7 +167,11 @@ def get_kv_cache_groups(
         return []
     if len(buckets) == 1:
         ((attention, window), n), *_ = buckets.items()
-        return [KVCacheGroupSpec(attention, block_size, n, window, page_bytes)]
+        return [
+            KVCacheGroupSpec(
+                attention, block_size, n, window, page_bytes, mla and attention == "full"
+            )
+        ]
     counts = list(buckets.values())
     group_size = min(counts)
     if max(counts) < min(counts) * 1.5:
@@ -164,7 +182,11 @@ def get_kv_cache_groups(
         for i in range(num_groups):
             # layers[i::num_groups]: the last groups may hold padding layers.
             members = len(range(i, n, num_groups))
-            groups.append(KVCacheGroupSpec(attention, block_size, members, window, page_bytes))
+            groups.append(
+                KVCacheGroupSpec(
+                    attention, block_size, members, window, page_bytes, mla and attention == "full"
+                )
+            )
     return groups
 
 

@@ -342,7 +342,8 @@ def scheduler_kv_cache_groups(groups: tuple[KVGroup, ...]) -> list[KVCacheGroupS
             [(kind, g.sliding_window if kind == "sliding_window" else None)] * g.num_layers
         )
     block_size = groups[0].block_size_tokens
-    return get_kv_cache_groups(layers, block_size, pages.pop())
+    mla = all(g.attention == "mla" for g in groups if g.attention != "sliding_window")
+    return get_kv_cache_groups(layers, block_size, pages.pop(), mla)
 
 
 def bytes_per_block(groups: tuple[KVGroup, ...]) -> int:

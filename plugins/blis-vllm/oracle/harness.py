@@ -981,6 +981,8 @@ def _norm_up_event(ev: Any) -> tuple[str, Any]:
             tuple(ev.token_ids),
             ev.block_size,
             ev.group_idx,
+            ev.kv_cache_spec_kind,
+            ev.kv_cache_spec_sliding_window,
         )
     if name == "BlockRemoved":
         return name, (tuple(ev.block_hashes), ev.group_idx)
@@ -995,6 +997,8 @@ def _norm_port_event(ev: Any) -> tuple[str, Any]:
             tuple(ev.token_ids),
             ev.block_size,
             ev.group_idx,
+            ev.kv_cache_spec_kind,
+            ev.kv_cache_spec_sliding_window,
         )
     if isinstance(ev, PortBlockRemoved):
         return "BlockRemoved", (tuple(ev.block_hashes), ev.group_idx)
@@ -1159,7 +1163,11 @@ class Driver:
         self.check("KV event kinds", [k for k, _ in ue], [k for k, _ in pe])
         for i, ((kind, u), (_, p)) in enumerate(zip(ue, pe, strict=True)):
             if kind == "BlockStored":
-                self.check(f"KV event {i} BlockStored token_ids/block_size/group_idx", u[2:], p[2:])
+                self.check(
+                    f"KV event {i} BlockStored token_ids/block_size/group_idx/spec kind/window",
+                    u[2:],
+                    p[2:],
+                )
                 self.check(f"KV event {i} BlockStored #hashes", len(u[0]), len(p[0]))
                 for uh, ph in zip(u[0], p[0], strict=True):
                     self.check(

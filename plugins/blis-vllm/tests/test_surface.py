@@ -301,4 +301,21 @@ def test_gpt_oss_plans_hybrid_kv_cache_groups() -> None:
         ("sliding_window", 12),
         ("full", 12),
     ]
+    # KV events name each group's spec kind (vLLM get_kv_cache_spec_kind).
+    assert [g.spec_kind for g in engine_groups] == ["sliding_window", "full_attention"]
     assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks > 0
+
+
+def test_mla_model_groups_are_mla_attention_kind() -> None:
+    from blis_core.runner import DataSources
+    from blis_core.runner.environment import make_environment
+    from blis_core.sim.rng import RandomStreams
+
+    from blis_vllm.planning import scheduler_kv_cache_groups
+
+    env = make_environment(DataSources.load(), "p-0", RandomStreams(0))
+    base = pool_spec("deepseek-ai/DeepSeek-V3", tp=8)
+    spec = type(base)(base.pool, base.model, "H200-SXM", base.layout, {})
+    plan = VllmEngineFactory().plan(spec, env)
+    (group,) = scheduler_kv_cache_groups(plan.kv_groups)
+    assert (group.attention, group.spec_kind) == ("full", "mla_attention")

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_INDEX_SIZE",
     "DEFAULT_POD_CACHE_SIZE",
     "DEFAULT_TIER_WEIGHTS",
+    "PREFIX_INDEXABLE_KINDS",
     "InMemoryIndex",
     "KVEventPool",
     "PodEntry",
@@ -137,11 +138,16 @@ class TokenProcessor:
 
 @dataclass(frozen=True, slots=True)
 class PodEntry:
-    """``kvblock.PodEntry``: a pod holding a block, on a device tier (or speculatively)."""
+    """``kvblock.PodEntry``: a pod holding a block, on a device tier (or speculatively),
+    for a vLLM KV cache group (``group``; ``None`` is upstream's ``HasGroup`` false).
+
+    Entries of different groups are distinct (upstream compares the whole struct), so a
+    hybrid model's groups are added and evicted independently."""
 
     pod: str
     tier: str = DEFAULT_DEVICE_TIER
     speculative: bool = False
+    group: int | None = None
 
 
 class InMemoryIndex:
@@ -338,8 +344,24 @@ def matched_block_counts(
     return out
 
 
+PREFIX_INDEXABLE_KINDS = frozenset({"full_attention", "mla_attention", "sink_full_attention"})
+"""``isPrefixIndexableSpecKind``: the KV cache spec kinds whose blocks a prefix can reuse."""
+
+_Scope = tuple[str, int | None, int]
+"""(device tier, group, engine hash): a dedup filter scope's key within one pod."""
+
+
 class KVEventPool:
-    """``kvevents.Pool.processEventBatch`` with the dedup filter, applied synchronously."""
+    """``kvevents.Pool.processEventBatch`` with the dedup filter, applied synchronously.
+
+    KV cache groups (vLLM's hybrid memory allocator, ``group_idx``): a ``BlockStored``
+    with a group teaches the pool that group's spec kind (``GroupCatalog.Learn``; an event
+    without a kind takes the one learned before); only groups of a prefix-indexable kind
+    (full, MLA, sink-full attention) are indexed, and only when the event's tokens are
+    whole blocks, one per hash (else upstream skips it as a ``non_dense_block_span``); a
+    ``BlockRemoved`` for a group not learned, or not indexable, is skipped. Index entries
+    and dedup scopes carry the group.
+    """
 
     def __init__(
         self, index: InMemoryIndex, processor: TokenProcessor, model_name: str = ""
@@ -347,36 +369,42 @@ class KVEventPool:
         self.index = index
         self.processor = processor
         self.model_name = model_name
-        # pod -> (tier, engine hash) -> reference count (eventDedupFilter)
-        self._refs: dict[str, dict[tuple[str, int], int]] = {}
+        # pod -> (tier, group, engine hash) -> reference count (eventDedupFilter)
+        self._refs: dict[str, dict[_Scope, int]] = {}
+        # pod -> group -> spec kind (GroupCatalog; never cleared, as upstream)
+        self.group_kinds: dict[str, dict[int, str]] = {}
 
     def clear_pod(self, pod: str) -> None:
         """``clearPod``: the index and the dedup counts of ``pod``."""
         self.index.clear(pod)
         self._refs.pop(pod, None)
 
-    def _track_store(self, pod: str, tier: str, hashes: Sequence[int]) -> None:
+    def _track_store(self, pod: str, tier: str, group: int | None, hashes: Sequence[int]) -> None:
         bucket = self._refs.setdefault(pod, {})
         for h in hashes:
-            bucket[(tier, h)] = bucket.get((tier, h), 0) + 1
+            key = (tier, group, h)
+            bucket[key] = bucket.get(key, 0) + 1
 
-    def _filter_remove(self, pod: str, tier: str, hashes: Sequence[int]) -> list[int]:
+    def _filter_remove(
+        self, pod: str, tier: str, group: int | None, hashes: Sequence[int]
+    ) -> list[int]:
         bucket = self._refs.get(pod)
         kept: list[int] = []
         for h in hashes:
             if bucket is None:
                 kept.append(h)
                 continue
-            count = bucket.get((tier, h), 0)
+            key = (tier, group, h)
+            count = bucket.get(key, 0)
             if count <= 0:
                 kept.append(h)
                 continue
             count -= 1
             if count == 0:
-                del bucket[(tier, h)]
+                del bucket[key]
                 kept.append(h)
             else:
-                bucket[(tier, h)] = count
+                bucket[key] = count
         if bucket is not None and not bucket:
             del self._refs[pod]
         return kept
@@ -387,16 +415,44 @@ class KVEventPool:
             if isinstance(ev, BlockStored):
                 self._stored(pod, ev)
             elif isinstance(ev, BlockRemoved):
+                group = ev.group_idx
+                if group is not None:
+                    kind = self.group_kinds.get(pod, {}).get(group)
+                    if kind not in PREFIX_INDEXABLE_KINDS:
+                        continue  # unknown_group / unsupported_cache_kind: skipped
                 tier = (ev.medium or DEFAULT_DEVICE_TIER).lower()
-                entries = [PodEntry(pod, tier)]
-                for h in self._filter_remove(pod, tier, ev.block_hashes):
+                entries = [PodEntry(pod, tier, group=group)]
+                for h in self._filter_remove(pod, tier, group, ev.block_hashes):
                     self.index.evict_engine_key(h, entries)
             elif isinstance(ev, AllBlocksCleared):
                 self.clear_pod(pod)
 
+    def _digestible(self, pod: str, ev: BlockStored) -> bool:
+        """Learn or recall the group's kind; ``blockStoredEventDigestible``."""
+        group = ev.group_idx
+        if group is None:
+            return True
+        kinds = self.group_kinds.setdefault(pod, {})
+        if ev.kv_cache_spec_kind:
+            kinds[group] = ev.kv_cache_spec_kind
+            kind: str | None = ev.kv_cache_spec_kind
+        else:
+            kind = kinds.get(group)
+        if kind not in PREFIX_INDEXABLE_KINDS:
+            return False
+        tokens, bs = len(ev.token_ids), ev.block_size
+        if tokens == 0:
+            return True
+        if bs <= 0:
+            return False
+        return tokens % bs == 0 and tokens // bs == len(ev.block_hashes)
+
     def _stored(self, pod: str, ev: BlockStored) -> None:
+        if not self._digestible(pod, ev):
+            return
         tier = (ev.medium or DEFAULT_DEVICE_TIER).lower()
-        entries = [PodEntry(pod, tier)]
+        group = ev.group_idx
+        entries = [PodEntry(pod, tier, group=group)]
         engine_keys = list(ev.block_hashes)
         parent: int | None = None
         if ev.parent_block_hash is not None and ev.parent_block_hash != 0:
@@ -415,7 +471,7 @@ class KVEventPool:
                     resolved.append(rk)
             if resolved:
                 self.index.add(None, resolved, entries)
-                self._track_store(pod, tier, ev.block_hashes)
+                self._track_store(pod, tier, group, ev.block_hashes)
             return
         self.index.add(engine_keys, request_keys, entries)
-        self._track_store(pod, tier, ev.block_hashes)
+        self._track_store(pod, tier, group, ev.block_hashes)

@@ -34,7 +34,7 @@ from blis_core.cost.catalog import load_catalog
 from blis_core.hookspecs import hookimpl
 from blis_core.host.manager import PluginHost
 from blis_core.io.scenario import parse_scenario
-from blis_core.runner import DataSources, run_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
 
 
 def test_longest_prefix_scorer_upstream_vectors() -> None:
@@ -107,6 +107,169 @@ def test_unknown_parent_is_skipped() -> None:
     pool = KVEventPool(InMemoryIndex(), tp)
     pool.apply("e", [_stored(tp, [1, 2, 3, 4], 10, 99)])
     assert not pool.index.data
+
+
+# --- KV cache groups (vLLM hybrid memory allocator) ------------------------------------
+# Vectors from llm-d-router v0.10.0 pkg/kvevents/pool_test.go (TestHMA*).
+
+TOKENS_64 = tuple(range(1, 65))
+
+
+def _grouped(base: int, n: int, group: int, kind: str | None, parent: int | None = None) -> Any:
+    return BlockStored(
+        tuple(base + i for i in range(n)),
+        parent,
+        TOKENS_64,
+        16,
+        group_idx=group,
+        kv_cache_spec_kind=kind,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "indexed"),
+    [
+        ("full_attention", True),
+        ("mla_attention", True),
+        ("sink_full_attention", True),
+        ("sliding_window", False),
+        ("sliding_window_mla", False),
+        ("mamba", False),
+        ("chunked_local_attention", False),
+        ("encoder_only_attention", False),
+        ("cross_attention", False),
+        ("unknown", False),
+        (None, False),
+    ],
+)
+def test_group_kind_filter(kind: str | None, indexed: bool) -> None:
+    tp = TokenProcessor(16)
+    pool = KVEventPool(InMemoryIndex(), tp)
+    pool.apply("pod-hma", [_grouped(900, 4, 0, kind)])
+    keys = tp.keys(TOKENS_64, "")
+    found = pool.index.lookup(keys)
+    if indexed:
+        assert all(found[k] == [PodEntry("pod-hma", "gpu", group=0)] for k in keys)
+    else:
+        assert not any(found.get(k) for k in keys)
+
+
+def test_group_kind_is_learned_even_when_rejected_and_recalled_later() -> None:
+    tp = TokenProcessor(16)
+    pool = KVEventPool(InMemoryIndex(), tp)
+    pool.apply("pod-hma", [_grouped(800, 4, 0, "sliding_window")])
+    assert pool.group_kinds == {"pod-hma": {0: "sliding_window"}}
+    pool.apply("pod-hma", [_grouped(820, 4, 1, "full_attention")])
+    # A later event without a kind takes the group's learned kind.
+    pool.apply("pod-2", [_grouped(840, 4, 0, None)])
+    pool.apply("pod-hma", [_grouped(860, 4, 1, None)])
+    keys = tp.keys(TOKENS_64, "")
+    assert {e.pod for e in pool.index.lookup(keys)[keys[0]]} == {"pod-hma"}
+
+
+def test_non_dense_full_attention_span_is_skipped_before_the_parent_lookup() -> None:
+    tp = TokenProcessor(16)
+    pool = KVEventPool(InMemoryIndex(), tp)
+    pool.apply("pod-hma", [_grouped(950, 1, 0, "full_attention", parent=949)])
+    assert not pool.index.data and not pool.index.engine_to_request
+
+
+def test_removal_for_a_rejected_or_unknown_group_is_ignored() -> None:
+    tp = TokenProcessor(16)
+    pool = KVEventPool(InMemoryIndex(), tp)
+    pool.apply("pod-hma", [_grouped(700, 4, 0, "full_attention")])
+    pool.apply("pod-hma", [_grouped(700, 4, 1, "sliding_window_mla")])
+    keys = tp.keys(TOKENS_64, "")
+    # group 1 was never indexed, group 7 never seen: neither removal touches group 0
+    pool.apply("pod-hma", [BlockRemoved((700, 701), group_idx=1)])
+    pool.apply("pod-hma", [BlockRemoved((700, 701), group_idx=7)])
+    assert longest_prefix_scores(keys, pool.index.lookup(keys)) == {"pod-hma": 4.0}
+
+
+def test_group_level_eviction_leaves_the_other_group() -> None:
+    tp = TokenProcessor(16)
+    pool = KVEventPool(InMemoryIndex(), tp)
+    engine = tuple(range(850, 854))
+    for g in (0, 1):
+        pool.apply("pod-hma", [_grouped(850, 4, g, "full_attention")])
+    keys = tp.keys(TOKENS_64, "")
+    assert all({e.group for e in pool.index.lookup(keys)[k]} == {0, 1} for k in keys)
+    pool.apply("pod-hma", [BlockRemoved(engine, group_idx=0)])
+    assert all(pool.index.lookup(keys)[k] == [PodEntry("pod-hma", "gpu", group=1)] for k in keys)
+
+
+def test_gpt_oss_run_indexes_only_the_full_attention_group() -> None:
+    # A vLLM 0.33.0 gpt-oss engine emits events for its sliding-window and full groups;
+    # the router's index holds only full-group entries, so sliding-window evictions never
+    # remove a prefix the full group still holds.
+    scenario = parse_scenario(
+        {
+            "name": "hma",
+            "seed": 3,
+            "deployment": {
+                "pools": [
+                    {
+                        "name": "p",
+                        "engine": {"kind": "vllm", "version": "0.33.0"},
+                        "model": "openai/gpt-oss-20b",
+                        "hardware": "H100-SXM",
+                        "replicas": 2,
+                        "args": {"max_model_len": 4096},
+                    }
+                ],
+                "router": {
+                    "kind": "llm-d",
+                    "version": "v0.10.0",
+                    "config": {
+                        "apiVersion": "llm-d.ai/v1alpha1",
+                        "kind": "EndpointPickerConfig",
+                        "plugins": [
+                            {
+                                "type": "token-producer",
+                                "parameters": {"modelName": "openai/gpt-oss-20b"},
+                            },
+                            {"type": "precise-prefix-cache-producer"},
+                            {
+                                "type": "prefix-cache-scorer",
+                                "parameters": {
+                                    "prefixMatchInfoProducerName": "precise-prefix-cache-producer"
+                                },
+                            },
+                        ],
+                    },
+                },
+            },
+            "workload": {
+                "arrival": {"process": "poisson", "rate_per_s": 20},
+                "shared_prefix": {
+                    "num_unique_system_prompts": 2,
+                    "num_users_per_system_prompt": 3,
+                    "system_prompt_len": 512,
+                    "question_len": 64,
+                    "output_len": 16,
+                },
+                "num_requests": 24,
+            },
+        },
+        "hma",
+    )
+    seen: list[PodEntry] = []
+    original = KVEventPool.apply
+
+    def recording(self: KVEventPool, pod: str, events: Any) -> None:
+        original(self, pod, events)
+        for entries in self.index.data.values():
+            seen.extend(entries)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(KVEventPool, "apply", recording)
+    try:
+        fates = run_scenario(scenario, make_host(), DataSources.load()).replications[0].fates
+    finally:
+        mp.undo()
+    assert fates.completed == 24
+    groups = {e.group for e in seen if not e.speculative}
+    assert groups == {1}  # gpt-oss groups: 0 sliding window, 1 full attention
 
 
 class _Clock:
