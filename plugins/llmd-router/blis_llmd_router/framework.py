@@ -82,6 +82,7 @@ class SchedulingRequest:
         "attributes",
         "forward_headers",
         "headers",
+        "multimodal_features",
         "prefiller",
         "priority",
         "request",
@@ -103,6 +104,9 @@ class SchedulingRequest:
         self.prefiller: str | None = None
         """The ``x-prefiller-host-port`` header ``PreRequest`` plugins set for P/D: the
         prefill endpoint's name (``None``: not disaggregated)."""
+        self.multimodal_features: tuple[object, ...] = ()
+        """Upstream ``TokenizedPrompt.MultiModalFeatures``: always empty, BLIS requests are
+        text-only (an ``InferenceRequest`` has no image, video or audio inputs)."""
         self.forward_headers: dict[str, str] = {}
         """Headers ``PreRequest`` plugins set on the forwarded request (upstream writes
         ``request.Headers``): the decision's :attr:`RoutingDecision.headers`. The P/D

@@ -59,6 +59,7 @@ from blis_llmd_router.producers.inert import (
 )
 from blis_llmd_router.producers.topology import TopologyExtractor
 from blis_llmd_router.profiles import (
+    AlwaysDisaggMultimodalDecider,
     AlwaysDisaggPDDecider,
     DataParallelProfileHandler,
     DisaggHeadersHandler,
@@ -136,6 +137,7 @@ REGISTRY: Mapping[str, PluginFactory] = {
     DataParallelProfileHandler.plugin_type: DataParallelProfileHandler.create,
     PrefixBasedPDDecider.plugin_type: PrefixBasedPDDecider.create,
     AlwaysDisaggPDDecider.plugin_type: AlwaysDisaggPDDecider.create,
+    AlwaysDisaggMultimodalDecider.plugin_type: AlwaysDisaggMultimodalDecider.create,
     DisaggHeadersHandler.plugin_type: DisaggHeadersHandler.create,
     "prefill-header-handler": DisaggHeadersHandler.create,
     # data producers

@@ -105,7 +105,10 @@ def _pd_scenario(config: dict[str, Any]) -> dict[str, Any]:
     return scenario
 
 
-@pytest.mark.parametrize("name", ["pd-epp-config", "pd-topology-epp-config", "sim-pd-epp-config"])
+@pytest.mark.parametrize(
+    "name",
+    ["pd-epp-config", "pd-topology-epp-config", "sim-pd-epp-config", "sim-e-p-d-epp-config"],
+)
 def test_pd_sample_configs_run_disaggregated(
     name: str, data: DataSources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,6 +119,31 @@ def test_pd_sample_configs_run_disaggregated(
     assert fates.arrivals == fates.completed == 40
     # The prefix decider disaggregates the requests whose uncached suffix is long.
     assert 0 < len(reads) < 40 and sum(reads) > 0
+
+
+def test_e_pd_sample_routes_text_requests_to_decode_without_encoding(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sim-e-pd: the encode stage runs only for multimodal requests; BLIS's are text."""
+    reads = count_kv_reads(monkeypatch)
+    picks: list[tuple[str | None, tuple[tuple[str, str], ...]]] = []
+    from blis_llmd_router.router import LlmdRouter
+
+    route = LlmdRouter.route
+
+    def recording(self: LlmdRouter, request: Any, endpoints: Any) -> Any:
+        decision = route(self, request, endpoints)
+        picks.append((decision.endpoint, decision.headers))
+        return decision
+
+    monkeypatch.setattr(LlmdRouter, "route", recording)
+    config = load_yaml_mapping(FIXTURES / "sim-e-pd-epp-config.yaml")
+    result = run_scenario(parse_scenario(_pd_scenario(config), "e-pd"), make_host(), data)
+    fates = result.replications[0].fates
+    assert fates.arrivals == fates.completed == 40
+    assert reads == []
+    assert {p for p, _ in picks} <= {"decode-0", "decode-1"} and len(picks) == 40
+    assert all(headers == () for _, headers in picks)
 
 
 def test_pd_topology_sample_prefills_on_the_decode_host(

@@ -263,6 +263,8 @@ SAMPLES_LOADING = {
     "pd-epp-config.yaml",
     "pd-topology-epp-config.yaml",
     "sim-pd-epp-config.yaml",
+    "sim-e-p-d-epp-config.yaml",
+    "sim-e-pd-epp-config.yaml",
     "probabilistic-admitter-epp-config.yaml",
     "sim-epp-config.yaml",
     "sim-epp-no-hit-lru.yaml",
@@ -274,8 +276,6 @@ SAMPLES_REFUSED = {
         "mm-embeddings-cache-producer",
         "mm-embeddings-cache-scorer",
     },
-    "sim-e-p-d-epp-config.yaml": {"always-disagg-multimodal-decider"},
-    "sim-e-pd-epp-config.yaml": {"always-disagg-multimodal-decider"},
     # endpoint-attribute-filter/-scorer load; DCGM GPU telemetry is not modelled.
     "sim-epp-gpu-config.yaml": {"dcgm-data-source", "dcgm-extractor"},
 }

@@ -21,6 +21,8 @@ import pytest
 import yaml
 from blis_conformance.router import FixedRuntime
 from blis_llmd_router import load, load_yaml
+from blis_llmd_router.profiles import DisaggProfileHandler
+from blis_llmd_router.profiles.disagg import PREFILL_FIRST
 from helpers import count_kv_reads
 
 from blis_core.contracts.errors import InputRefused
@@ -50,6 +52,8 @@ GUIDES_LOADING = {
     "flow-control-flow-control.yaml",
     "multimodal-serving-aggregation-aggregation.yaml",
     "multimodal-serving-e-disaggregation-sglang-e-pd-disaggregation.yaml",
+    "multimodal-serving-e-disaggregation-vllm-e-p-d-disaggregation.yaml",
+    "multimodal-serving-e-disaggregation-vllm-e-pd-disaggregation.yaml",
     "no-kubernetes-deployment-epp-config.yaml",
     "optimized-baseline-optimized-baseline.yaml",
     "optimized-baseline-optimized-baseline-trtllm.yaml",
@@ -70,12 +74,6 @@ GUIDES_LOADING = {
 
 LATENCY = {"predicted-latency-producer", "latency-scorer"}
 GUIDES_REFUSED = {
-    "multimodal-serving-e-disaggregation-vllm-e-p-d-disaggregation.yaml": {
-        "always-disagg-multimodal-decider"
-    },
-    "multimodal-serving-e-disaggregation-vllm-e-pd-disaggregation.yaml": {
-        "always-disagg-multimodal-decider"
-    },
     "predicted-latency-routing-predicted-latency.yaml": LATENCY,
     "predicted-latency-routing-predicted-latency-multimodal.yaml": LATENCY,
     "predicted-latency-routing-predicted-latency-pd.yaml": LATENCY,
@@ -207,9 +205,20 @@ def data() -> DataSources:
     return DataSources.load()
 
 
+def _runs_prefill_stage(loaded: Any) -> bool:
+    """A disagg handler with a prefill profile that can run (a decider, or prefill-first):
+    P/D. An E/PD config (encode and decode only) is not disaggregated for text requests."""
+    handler = loaded.scheduler.handler
+    if not isinstance(handler, DisaggProfileHandler):
+        return False
+    if handler.prefill_profile not in loaded.scheduler.profiles:
+        return False
+    return handler.stage_order == PREFILL_FIRST or handler.prefill_decider is not None
+
+
 def _run(text: str, name: str, data: DataSources, reads: list[int]) -> None:
     """Run one config; every request completes, and a P/D config disaggregates."""
-    disaggregated = _load(text).scheduler.handler.plugin_type == "disagg-profile-handler"
+    disaggregated = _runs_prefill_stage(_load(text))
     config: dict[str, Any] = yaml.safe_load(text)
     scenario = parse_scenario(_scenario(config, disaggregated), name)
     fates = run_scenario(scenario, make_host(), data).replications[0].fates

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from blis_llmd_router.profiles.data_parallel import DataParallelProfileHandler
 from blis_llmd_router.profiles.disagg import (
+    AlwaysDisaggMultimodalDecider,
     AlwaysDisaggPDDecider,
     DisaggHeadersHandler,
     DisaggProfileHandler,
@@ -14,6 +15,7 @@ from blis_llmd_router.profiles.header_profile import HeaderProfileHandler
 from blis_llmd_router.profiles.single import SingleProfileHandler
 
 __all__ = [
+    "AlwaysDisaggMultimodalDecider",
     "AlwaysDisaggPDDecider",
     "DataParallelProfileHandler",
     "DisaggHeadersHandler",

@@ -24,8 +24,15 @@ v0.10.0:
   ``PreRequest`` turns the prefill target into the ``x-prefiller-host-port`` header
   (:attr:`SchedulingRequest.prefiller`, which the router hands on as
   :attr:`RoutingDecision.prefill_endpoint`).
-  The encode stage is refused at load: multimodal encoders are not modelled (BLIS
-  requests are text-only), so ``deciders.encode`` is refused by name.
+  The encode stage (E/PD, E/P/D) runs between decode and prefill (decode-first) or
+  between prefill and decode (prefill-first) when an ``encode`` profile exists and
+  ``deciders.encode`` says so (for the decode pick, or ``nil`` in prefill-first), else
+  it is marked evaluated; a result rides along in ``ProcessResults`` and ``PreRequest``
+  writes its targets, comma-joined, to ``x-encoder-hosts-ports`` (the decision's
+  ``headers``). The only encode decider accepted is ``always-disagg-multimodal-decider``:
+  BLIS requests carry no multimodal content, so it never fires and an E/PD config routes
+  text traffic exactly as upstream routes it; a decider that could send a text request to
+  an encoder is refused, since the simulated sidecar has no encoder connector.
 * ``prefix_based_pd_decider.go`` — :class:`PrefixBasedPDDecider` (``nonCachedTokens``,
   ``promptTokens``, both >= 0, default 0): disaggregate when ``nonCachedTokens > 0``, the prompt
   (tokenised prompt's token count) is at least ``promptTokens`` (when > 0) and at least
@@ -33,6 +40,9 @@ v0.10.0:
   unweighted cached-block count, ``CachedBlockCount``, x block size, read
   under the default producer key) is at least ``nonCachedTokens``.
 * ``always_disagg_pd_decider.go`` — :class:`AlwaysDisaggPDDecider`: always.
+* ``always_disagg_mm_decider.go`` and ``multimodal_helpers.go`` —
+  :class:`AlwaysDisaggMultimodalDecider`: when the tokenised prompt carries multimodal
+  features (:attr:`SchedulingRequest.multimodal_features`, empty for every BLIS request).
 * ``disagg_headers_handler.go`` — :class:`DisaggHeadersHandler` (``disagg-headers-handler``
   and its alias ``prefill-header-handler``, both deprecated since v0.9.0): the same
   ``PreRequest`` header write for a configurable ``prefillProfile`` (default ``prefill``;
@@ -68,7 +78,9 @@ from blis_llmd_router.framework import (
 from blis_llmd_router.params import ParamSpec, decode_parameters
 
 __all__ = [
+    "ENCODER_ENDPOINTS_HEADER",
     "PEER_ENDPOINT_ATTRIBUTE_KEY",
+    "AlwaysDisaggMultimodalDecider",
     "AlwaysDisaggPDDecider",
     "DisaggHeadersHandler",
     "DisaggProfileHandler",
@@ -82,6 +94,8 @@ _DEFAULT_DECODE = "decode"
 _DEFAULT_PREFILL = "prefill"
 _DEFAULT_ENCODE = "encode"
 _PREFIX_KEY = data_key(PREFIX_MATCH_DATA_TYPE, APPROX_PREFIX_PRODUCER_TYPE)
+ENCODER_ENDPOINTS_HEADER = "x-encoder-hosts-ports"
+"""Upstream ``routing.EncoderEndpointsHeader``."""
 PEER_ENDPOINT_ATTRIBUTE_KEY = "peer-endpoint"
 """Upstream ``PeerEndpointAttributeKey``: the request attribute holding the
 :class:`~blis_llmd_router.framework.Endpoint` an earlier stage picked."""
@@ -108,6 +122,23 @@ class AlwaysDisaggPDDecider(PDDecider):
     def create(
         cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
     ) -> AlwaysDisaggPDDecider:
+        """Factory; upstream ignores its parameters (it never decodes them)."""
+        return cls(name)
+
+
+class AlwaysDisaggMultimodalDecider(PDDecider):
+    """``always-disagg-multimodal-decider``: encode every request with multimodal content."""
+
+    plugin_type = "always-disagg-multimodal-decider"
+
+    def disaggregate(self, request: SchedulingRequest, endpoint: Endpoint | None) -> bool:
+        """``hasMultimodalContent``: the tokenised prompt has multimodal features."""
+        return len(request.multimodal_features) > 0
+
+    @classmethod
+    def create(
+        cls, name: str, params: Mapping[str, Any] | None, ctx: BuildContext, path: str
+    ) -> AlwaysDisaggMultimodalDecider:
         """Factory; upstream ignores its parameters (it never decodes them)."""
         return cls(name)
 
@@ -203,19 +234,30 @@ def _parse_stage_order(value: str, path: str) -> str:
     )
 
 
-def _set_prefiller(
-    request: SchedulingRequest, result: SchedulingResult, prefill_profile: str
+def _set_disagg_headers(
+    request: SchedulingRequest,
+    result: SchedulingResult,
+    prefill_profile: str,
+    encode_profile: str,
 ) -> None:
-    """Upstream's header write: clear ``x-prefiller-host-port``, then set it to the
-    prefill profile's first target when that profile ran and picked one."""
+    """Upstream's header writes: clear ``x-prefiller-host-port``, then set it to the
+    prefill profile's first target when that profile ran and picked one; likewise
+    ``x-encoder-hosts-ports`` with every target of the encode profile, comma-joined."""
     request.prefiller = None
     prefill_res = result.profile_results.get(prefill_profile)
     if prefill_res is not None and prefill_res.target_endpoints:
         request.prefiller = prefill_res.target_endpoints[0].name
+    request.headers.pop(ENCODER_ENDPOINTS_HEADER, None)
+    request.forward_headers.pop(ENCODER_ENDPOINTS_HEADER, None)
+    encode_res = result.profile_results.get(encode_profile)
+    if encode_res is not None and encode_res.target_endpoints:
+        value = ",".join(e.name for e in encode_res.target_endpoints)
+        request.headers[ENCODER_ENDPOINTS_HEADER] = value
+        request.forward_headers[ENCODER_ENDPOINTS_HEADER] = value
 
 
 class DisaggProfileHandler(ProfileHandler, PreRequest):
-    """``disagg-profile-handler`` (P/D; the encode stage is refused, see module doc)."""
+    """``disagg-profile-handler``: decode, optional encode, optional prefill (module doc)."""
 
     plugin_type = "disagg-profile-handler"
 
@@ -226,32 +268,65 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
         stage_order: str = DECODE_FIRST,
         decode_profile: str = _DEFAULT_DECODE,
         prefill_profile: str = _DEFAULT_PREFILL,
+        encode_profile: str = _DEFAULT_ENCODE,
         prefill_decider: str = "",
+        encode_decider: str = "",
     ) -> None:
         super().__init__(name)
         self.stage_order = stage_order
         self.decode_profile = decode_profile
         self.prefill_profile = prefill_profile
+        self.encode_profile = encode_profile
         self.prefill_decider_name = prefill_decider
+        self.encode_decider_name = encode_decider
         self.prefill_decider: PDDecider | None = None
+        self.encode_decider: PDDecider | None = None
 
-    def resolve(self, plugins: Mapping[str, Plugin], path: str) -> None:
-        """Bind the decider named in ``deciders.prefill`` (upstream ``handle.Plugin``)."""
-        ref = self.prefill_decider_name
+    def _decider(
+        self, plugins: Mapping[str, Plugin], ref: str, stage: str, path: str
+    ) -> PDDecider | None:
         if not ref:
-            return
+            return None
         plugin = plugins.get(ref)
+        where = f"{path}.deciders.{stage}"
         if plugin is None:
-            raise InputRefused.one(
-                f"{path}.deciders.prefill", ref, f"deciders.prefill plugin not found: {ref}"
-            )
+            raise InputRefused.one(where, ref, f"deciders.{stage} plugin not found: {ref}")
         if not isinstance(plugin, PDDecider):
             raise InputRefused.one(
-                f"{path}.deciders.prefill",
-                ref,
-                f"plugin {ref} does not implement prefillDeciderPlugin",
+                where, ref, f"plugin {ref} does not implement {stage}DeciderPlugin"
             )
-        self.prefill_decider = plugin
+        return plugin
+
+    def resolve(self, plugins: Mapping[str, Plugin], path: str) -> None:
+        """Bind the deciders named in ``deciders`` (upstream ``handle.Plugin``)."""
+        self.prefill_decider = self._decider(plugins, self.prefill_decider_name, "prefill", path)
+        encode = self._decider(plugins, self.encode_decider_name, "encode", path)
+        if encode is not None and not isinstance(encode, AlwaysDisaggMultimodalDecider):
+            raise InputRefused.one(
+                f"{path}.deciders.encode",
+                self.encode_decider_name,
+                f"encode decider {encode.plugin_type!r} would send text-only requests to an"
+                " encoder; BLIS requests carry no multimodal content and the simulated"
+                " sidecar has no encoder (EC) connector, so only"
+                " always-disagg-multimodal-decider is accepted as the encode decider",
+            )
+        self.encode_decider = encode
+
+    def _encode_stage(
+        self,
+        request: SchedulingRequest,
+        profiles: Mapping[str, SchedulerProfile],
+        results: MutableMapping[str, ProfileRunResult | None],
+        peer: Endpoint | None,
+    ) -> dict[str, SchedulerProfile] | None:
+        """Stage 2: the encode profile to run, or ``None`` (marking it evaluated)."""
+        encode = self.encode_profile
+        if encode in profiles and encode not in results:
+            decider = self.encode_decider
+            if decider is not None and decider.disaggregate(request, peer):
+                return {encode: profiles[encode]}
+            results[encode] = None
+        return None
 
     def pick_profiles(
         self,
@@ -268,6 +343,9 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
         decode_res = results[decode]
         if decode_res is None or not decode_res.target_endpoints:
             return {}
+        encode = self._encode_stage(request, profiles, results, decode_res.target_endpoints[0])
+        if encode is not None:
+            return encode
         if prefill in profiles and prefill not in results:
             decider = self.prefill_decider
             if decider is not None and decider.disaggregate(
@@ -289,6 +367,9 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
             return {}
         if prefill in profiles and prefill not in results:
             return {prefill: profiles[prefill]}
+        encode = self._encode_stage(request, profiles, results, None)
+        if encode is not None:
+            return encode
         if decode not in profiles:
             return {}
         prefill_res = results.get(prefill)
@@ -299,19 +380,20 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
     def process_results(
         self, request: SchedulingRequest, results: Mapping[str, ProfileRunResult | None]
     ) -> SchedulingResult:
-        """Decode is primary (it must have a target); a prefill result is kept."""
+        """Decode is primary (it must have a target); prefill and encode results are kept."""
         decode_res = results.get(self.decode_profile)
         if decode_res is None or not decode_res.target_endpoints:
             raise SchedulingError("failed to find available decode workers")
         kept: dict[str, ProfileRunResult | None] = {self.decode_profile: decode_res}
-        prefill_res = results.get(self.prefill_profile)
-        if prefill_res is not None:
-            kept[self.prefill_profile] = prefill_res
+        for stage in (self.prefill_profile, self.encode_profile):
+            res = results.get(stage)
+            if res is not None:
+                kept[stage] = res
         return SchedulingResult(kept, self.decode_profile)
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
-        """Upstream ``PreRequest``: the prefill pick goes into ``x-prefiller-host-port``."""
-        _set_prefiller(request, result, self.prefill_profile)
+        """Upstream ``PreRequest``: ``x-prefiller-host-port`` and ``x-encoder-hosts-ports``."""
+        _set_disagg_headers(request, result, self.prefill_profile, self.encode_profile)
 
     @classmethod
     def create(
@@ -352,20 +434,14 @@ class DisaggProfileHandler(ProfileHandler, PreRequest):
                 prefill_decider,
                 f"prefill decider is not supported in {PREFILL_FIRST} stage order",
             )
-        if encode_decider:
-            raise InputRefused.one(
-                f"{path}.deciders.encode",
-                encode_decider,
-                "encode disaggregation (E/PD) is not modelled: BLIS requests are text-only,"
-                " so there is no multimodal encoder stage",
-            )
-        del encode_profile  # only used by the encode stage, which is refused above
         return cls(
             name,
             stage_order=order,
             decode_profile=decode_profile or _DEFAULT_DECODE,
             prefill_profile=prefill_profile or _DEFAULT_PREFILL,
+            encode_profile=encode_profile or _DEFAULT_ENCODE,
             prefill_decider=prefill_decider,
+            encode_decider=encode_decider,
         )
 
 
@@ -374,13 +450,19 @@ class DisaggHeadersHandler(PreRequest):
 
     plugin_type = "disagg-headers-handler"
 
-    def __init__(self, name: str, prefill_profile: str = _DEFAULT_PREFILL) -> None:
+    def __init__(
+        self,
+        name: str,
+        prefill_profile: str = _DEFAULT_PREFILL,
+        encode_profile: str = _DEFAULT_ENCODE,
+    ) -> None:
         super().__init__(name)
         self.prefill_profile = prefill_profile
+        self.encode_profile = encode_profile
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
-        """Set ``x-prefiller-host-port`` from the prefill profile's result."""
-        _set_prefiller(request, result, self.prefill_profile)
+        """Set ``x-prefiller-host-port`` and ``x-encoder-hosts-ports`` from the results."""
+        _set_disagg_headers(request, result, self.prefill_profile, self.encode_profile)
 
     PARAMS: Mapping[str, ParamSpec] = {
         "prefillProfile": ParamSpec("str", _DEFAULT_PREFILL),
@@ -393,4 +475,4 @@ class DisaggHeadersHandler(PreRequest):
     ) -> DisaggHeadersHandler:
         """Factory: ``prefillProfile`` / ``encodeProfile`` strings, decoded strictly."""
         p = decode_parameters(cls.plugin_type, name, params, cls.PARAMS, path)
-        return cls(name, p["prefillProfile"])
+        return cls(name, p["prefillProfile"], p["encodeProfile"])

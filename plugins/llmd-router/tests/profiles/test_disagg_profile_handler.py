@@ -29,6 +29,7 @@ from blis_llmd_router.framework import (
     SchedulingRequest,
 )
 from blis_llmd_router.profiles import (
+    AlwaysDisaggMultimodalDecider,
     AlwaysDisaggPDDecider,
     DisaggProfileHandler,
     PrefixBasedPDDecider,
@@ -129,6 +130,94 @@ def test_decode_first_runs_prefill_only_when_the_decider_says_so() -> None:
         assert sreq.prefiller == ("d0" if expect_prefill else None)
 
 
+def _multimodal() -> SchedulingRequest:
+    # BLIS requests never carry multimodal features; set them to exercise the stage logic.
+    sreq = request()
+    sreq.multimodal_features = ("image",)
+    return sreq
+
+
+def _encode_endpoint(name: str) -> Endpoint:
+    return Endpoint.from_snapshot(snap(name, role="encode"))
+
+
+def test_multimodal_decider_fires_only_on_multimodal_content() -> None:
+    d = AlwaysDisaggMultimodalDecider("mm")
+    assert d.disaggregate(request(), endpoint(0)) is False
+    assert d.disaggregate(_multimodal(), None) is True
+
+
+def test_decode_first_runs_decode_encode_prefill_and_writes_both_headers() -> None:
+    h = DisaggProfileHandler("h")
+    h.prefill_decider, h.encode_decider = (
+        AlwaysDisaggPDDecider("a"),
+        AlwaysDisaggMultimodalDecider("m"),
+    )
+    profiles = _profiles("decode", "prefill", "encode")
+    sreq = _multimodal()
+    results: dict[str, ProfileRunResult | None] = {}
+    assert list(h.pick_profiles(sreq, profiles, results)) == ["decode"]
+    results["decode"] = ProfileRunResult([endpoint(0)])
+    assert list(h.pick_profiles(sreq, profiles, results)) == ["encode"]
+    results["encode"] = ProfileRunResult([_encode_endpoint("e0"), _encode_endpoint("e1")])
+    assert list(h.pick_profiles(sreq, profiles, results)) == ["prefill"]
+    results["prefill"] = ProfileRunResult([endpoint(0)])
+    assert h.pick_profiles(sreq, profiles, results) == {}
+    final = h.process_results(sreq, results)
+    assert set(final.profile_results) == {"decode", "prefill", "encode"}
+    h.pre_request(sreq, final)
+    assert sreq.prefiller == "d0"
+    assert sreq.forward_headers == {"x-encoder-hosts-ports": "e0,e1"}
+    # A text request skips the encode stage (marked evaluated) and writes no encoder header.
+    text = request()
+    results = {"decode": ProfileRunResult([endpoint(0)])}
+    assert list(h.pick_profiles(text, profiles, results)) == ["prefill"]
+    assert "encode" in results and results["encode"] is None
+    results["prefill"] = ProfileRunResult([endpoint(0)])
+    final = h.process_results(text, results)
+    assert set(final.profile_results) == {"decode", "prefill"}
+    h.pre_request(text, final)
+    assert text.forward_headers == {}
+
+
+def test_prefill_first_runs_prefill_encode_decode() -> None:
+    h = DisaggProfileHandler("h", stage_order="prefill-first")
+    h.encode_decider = AlwaysDisaggMultimodalDecider("m")
+    profiles = _profiles("decode", "prefill", "encode")
+    sreq = _multimodal()
+    results: dict[str, ProfileRunResult | None] = {}
+    assert list(h.pick_profiles(sreq, profiles, results)) == ["prefill"]
+    results["prefill"] = ProfileRunResult([endpoint(0)])
+    assert list(h.pick_profiles(sreq, profiles, results)) == ["encode"]
+    results["encode"] = ProfileRunResult([_encode_endpoint("e0")])
+    assert list(h.pick_profiles(sreq, profiles, results)) == ["decode"]
+
+
+def test_an_encode_decider_that_fires_on_text_is_refused() -> None:
+    cfg = {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "always-disagg-pd-decider"},
+            {
+                "type": "disagg-profile-handler",
+                "parameters": {"deciders": {"encode": "always-disagg-pd-decider"}},
+            },
+            {"type": "decode-filter"},
+            {"type": "encode-filter"},
+        ],
+        "schedulingProfiles": [
+            {"name": "decode", "plugins": [{"pluginRef": "decode-filter"}]},
+            {"name": "encode", "plugins": [{"pluginRef": "encode-filter"}]},
+        ],
+    }
+    with pytest.raises(InputRefused) as exc:
+        load(cfg, FixedRuntime())
+    (err,) = exc.value.errors
+    assert err.path.endswith("deciders.encode") and err.value == "always-disagg-pd-decider"
+    assert "only always-disagg-multimodal-decider is accepted" in err.cause
+
+
 def test_decode_failure_stops_and_fails() -> None:
     h = DisaggProfileHandler("h")
     h.prefill_decider = AlwaysDisaggPDDecider("a")
@@ -181,7 +270,6 @@ def test_parameter_schemas(params: Any, decode: str, prefill: str, decider: str)
             {"stageOrder": "prefill-first", "deciders": {"prefill": "x"}},
             "prefill decider is not supported in prefill-first stage order",
         ),
-        ({"deciders": {"encode": "e"}}, "encode disaggregation (E/PD) is not modelled"),
     ],
 )
 def test_parameter_refusals(params: Any, cause: str) -> None:
