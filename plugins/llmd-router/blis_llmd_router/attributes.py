@@ -1,10 +1,10 @@
 """Endpoint attributes that data producers put and scorers read.
 
-Ports of ``pkg/epp/framework/plugins/datalayer/attribute/prefix/data_types.go`` and
-``.../attribute/concurrency/data_types.go`` and of the key scheme of
-``pkg/epp/framework/interface/plugin/datakey.go`` (llm-d-router v0.10.0): an attribute's
-key is ``<data type>/<producer name>``, the producer name defaulting to the default
-producer's type, so a consumer finds the producer it names.
+Ports of ``pkg/epp/framework/plugins/datalayer/attribute/prefix/data_types.go``,
+``.../attribute/concurrency/data_types.go``, ``.../attribute/multimodal/data_types.go``
+and of the key scheme of ``pkg/epp/framework/interface/plugin/datakey.go`` (llm-d-router
+v0.10.0): an attribute's key is ``<data type>/<producer name>``, the producer name
+defaulting to the default producer's type, so a consumer finds the producer it names.
 """
 
 from __future__ import annotations
@@ -14,12 +14,16 @@ from dataclasses import dataclass
 
 __all__ = [
     "APPROX_PREFIX_PRODUCER_TYPE",
+    "ENCODER_CACHE_MATCH_DATA_TYPE",
     "INFLIGHT_LOAD_PRODUCER_TYPE",
     "IN_FLIGHT_LOAD_DATA_TYPE",
+    "MM_EMBEDDINGS_PRODUCER_TYPE",
     "PREFIX_MATCH_DATA_TYPE",
     "SPECULATIVE_TIER",
     "UNCACHED_REQUEST_TOKENS_DATA_TYPE",
+    "EncoderCacheMatchInfo",
     "InFlightLoad",
+    "MatchItem",
     "PrefixCacheMatchInfo",
     "data_key",
 ]
@@ -28,6 +32,8 @@ PREFIX_MATCH_DATA_TYPE = "PrefixCacheMatchInfoDataKey"
 IN_FLIGHT_LOAD_DATA_TYPE = "InFlightLoadDataKey"
 UNCACHED_REQUEST_TOKENS_DATA_TYPE = "UncachedRequestTokensDataKey"
 APPROX_PREFIX_PRODUCER_TYPE = "approx-prefix-cache-producer"
+ENCODER_CACHE_MATCH_DATA_TYPE = "MultiModalEncoderCacheMatchInfoKey"
+MM_EMBEDDINGS_PRODUCER_TYPE = "mm-embeddings-cache-producer"
 SPECULATIVE_TIER = "speculative"
 """Upstream ``SpeculativeTierKey``: the tier speculative index entries count under."""
 INFLIGHT_LOAD_PRODUCER_TYPE = "inflight-load-producer"
@@ -67,3 +73,21 @@ class InFlightLoad:
 
     requests: int
     tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MatchItem:
+    """Upstream ``attrmm.MatchItem``: one multimodal item by content hash (size 1)."""
+
+    hash: str
+    size: int
+    modality: str
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderCacheMatchInfo:
+    """Upstream ``EncoderCacheMatchInfo``: a request's multimodal items, and those an
+    endpoint's encoder cache is believed to hold."""
+
+    matched_items: tuple[MatchItem, ...]
+    request_items: tuple[MatchItem, ...]

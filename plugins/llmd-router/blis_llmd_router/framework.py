@@ -35,6 +35,7 @@ __all__ = [
     "Endpoint",
     "EventObserver",
     "Filter",
+    "MultiModalFeature",
     "Picker",
     "Plugin",
     "PreRequest",
@@ -61,6 +62,16 @@ content keys, not text, so the router's tokenised prompt is
 content always gives the same ids and different content different ids (up to 32-bit
 collisions), which is all the approximate prefix index compares.
 """
+
+
+@dataclass(frozen=True, slots=True)
+class MultiModalFeature:
+    """Upstream ``MultiModalFeature``: one image, video or audio item of a tokenised
+    prompt, by content hash and modality. No BLIS request has any (see
+    :attr:`SchedulingRequest.multimodal_features`)."""
+
+    hash: str
+    modality: str
 
 
 class SchedulingError(Exception):
@@ -104,7 +115,7 @@ class SchedulingRequest:
         self.prefiller: str | None = None
         """The ``x-prefiller-host-port`` header ``PreRequest`` plugins set for P/D: the
         prefill endpoint's name (``None``: not disaggregated)."""
-        self.multimodal_features: tuple[object, ...] = ()
+        self.multimodal_features: tuple[MultiModalFeature, ...] = ()
         """Upstream ``TokenizedPrompt.MultiModalFeatures``: always empty, BLIS requests are
         text-only (an ``InferenceRequest`` has no image, video or audio inputs)."""
         self.forward_headers: dict[str, str] = {}

@@ -101,6 +101,7 @@ from blis_llmd_router.producers import (
     ApproxPrefixCacheProducer,
     BurstPrefixCacheProducer,
     InFlightLoadProducer,
+    MMEmbeddingsCacheProducer,
     P2PSourceProducer,
     PrecisePrefixCacheProducer,
     TokenProducer,
@@ -110,6 +111,7 @@ from blis_llmd_router.profiles import DisaggProfileHandler
 from blis_llmd_router.registry import REGISTRY, surface
 from blis_llmd_router.scorers import (
     ActiveRequestScorer,
+    MMEmbeddingsCacheScorer,
     NoHitLRUScorer,
     PrecisePrefixCacheScorer,
     PrefixCacheScorer,
@@ -243,6 +245,9 @@ def _scorers_consume(plugin: Plugin) -> list[_Need]:
         # The default PrefixCacheMatchInfo key (for its PD decider).
         default = ApproxPrefixCacheProducer.plugin_type
         return [(default, _PREFIX_PRODUCERS, default)]
+    if isinstance(plugin, MMEmbeddingsCacheScorer):
+        mm = MMEmbeddingsCacheProducer.plugin_type
+        return [(plugin.producer_name, (MMEmbeddingsCacheProducer,), mm)]
     if isinstance(plugin, ActiveRequestScorer | TokenLoadScorer | ConcurrencyDetector):
         return [(plugin.producer_name, (InFlightLoadProducer,), InFlightLoadProducer.plugin_type)]
     return []
@@ -298,7 +303,15 @@ def _ensure_producers(
     # Prefix and in-flight producers and the disagg handler consume the tokenised prompt
     # (TokenizedPromptDataKey).
     needs_tokens = any(
-        isinstance(p, (*_PREFIX_PRODUCERS, InFlightLoadProducer, DisaggProfileHandler))
+        isinstance(
+            p,
+            (
+                *_PREFIX_PRODUCERS,
+                InFlightLoadProducer,
+                MMEmbeddingsCacheProducer,
+                DisaggProfileHandler,
+            ),
+        )
         for p in plugins.values()
     ) or any(isinstance(p, ContextLengthAware) for p in plugins.values())
     if needs_tokens and not any(isinstance(p, TokenProducer) for p in plugins.values()):

@@ -60,7 +60,11 @@ from blis_llmd_router.framework import (
     SchedulingResult,
 )
 from blis_llmd_router.loader import LoadedConfig
-from blis_llmd_router.producers import ApproxPrefixCacheProducer, PrecisePrefixCacheProducer
+from blis_llmd_router.producers import (
+    ApproxPrefixCacheProducer,
+    MMEmbeddingsCacheProducer,
+    PrecisePrefixCacheProducer,
+)
 from blis_llmd_router.producers.burst_prefix import BurstEntry, BurstPrefixCacheProducer
 from blis_llmd_router.scorers import (
     NoHitLRUScorer,
@@ -194,7 +198,10 @@ class LlmdRouter:
         for producer in self.loaded.producers:
             if isinstance(
                 producer,
-                ApproxPrefixCacheProducer | PrecisePrefixCacheProducer | PrecisePrefixCacheScorer,
+                ApproxPrefixCacheProducer
+                | MMEmbeddingsCacheProducer
+                | PrecisePrefixCacheProducer
+                | PrecisePrefixCacheScorer,
             ):
                 producer.discard(request_id)
         for plugin in self.loaded.pre_request:

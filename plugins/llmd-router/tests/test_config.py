@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 from blis_conformance.router import FixedRuntime
-from blis_llmd_router import decode_config, load, load_yaml
+from blis_llmd_router import decode_config, explain, load, load_yaml
 from blis_llmd_router.framework import WeightedScorer
+from helpers import snap
 
 from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.cost.catalog import load_catalog
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -272,10 +274,6 @@ SAMPLES_LOADING = {
     "soft-reflective-ceiling-epp-config.yaml",
 }
 SAMPLES_REFUSED = {
-    "epp-mm-embeddings-cache-config.yaml": {
-        "mm-embeddings-cache-producer",
-        "mm-embeddings-cache-scorer",
-    },
     # endpoint-attribute-filter/-scorer load; DCGM GPU telemetry is not modelled.
     "sim-epp-gpu-config.yaml": {"dcgm-data-source", "dcgm-extractor"},
 }
@@ -291,9 +289,26 @@ SAMPLES_REFUSED_MODEL = {
 }
 
 
+# Samples upstream's own loader refuses (a parameter its factory's strict decoder does not
+# know), refused here for the same field.
+SAMPLES_REFUSED_AS_UPSTREAM = {
+    # producer.go Parameters has only cacheSizeInMBPerServer; the sample (and its
+    # placeholder tokenizer model) says cacheSizeInMB.
+    "epp-mm-embeddings-cache-config.yaml": {
+        ("plugins.0.parameters.modelName", "hf-repo/model-name"),
+        ("plugins.4.parameters.cacheSizeInMB", 2048),
+    },
+}
+
+
 def test_every_fixture_is_classified() -> None:
     names = {p.name for p in FIXTURES.glob("*.yaml")}
-    assert names == SAMPLES_LOADING | set(SAMPLES_REFUSED) | set(SAMPLES_REFUSED_MODEL)
+    assert names == (
+        SAMPLES_LOADING
+        | set(SAMPLES_REFUSED)
+        | set(SAMPLES_REFUSED_MODEL)
+        | set(SAMPLES_REFUSED_AS_UPSTREAM)
+    )
     for p in FIXTURES.glob("*.yaml"):
         assert p.read_text().startswith("# Source: github.com/llm-d/llm-d-router deploy/config/")
 
@@ -314,6 +329,36 @@ def test_sample_refused_by_unimplemented_type(name: str) -> None:
 
 
 CATALOG_MODELS = load_catalog().models
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES_REFUSED_AS_UPSTREAM))
+def test_sample_refused_as_upstream_refuses_it(name: str) -> None:
+    with pytest.raises(InputRefused) as exc:
+        load(load_yaml((FIXTURES / name).read_text()), FixedRuntime(models=CATALOG_MODELS))
+    prefix = "deployment.router.config."
+    got = {(e.path.removeprefix(prefix), e.value) for e in exc.value.errors}
+    assert got == SAMPLES_REFUSED_AS_UPSTREAM[name]
+
+
+def test_mm_embeddings_sample_with_upstreams_field_name_routes_text_requests() -> None:
+    """With the field upstream decodes and a catalog model, the sample loads; on text-only
+    requests the producer puts nothing and the mm scorer scores every endpoint 0."""
+    text = (
+        (FIXTURES / "epp-mm-embeddings-cache-config.yaml")
+        .read_text()
+        .replace("cacheSizeInMB:", "cacheSizeInMBPerServer:")
+        .replace("hf-repo/model-name", "meta-llama/Llama-2-7b-hf")
+    )
+    out = explain(
+        text,
+        [snap("a", waiting=1), snap("b")],
+        InferenceRequest("r", 0, (PromptSegment("p", 128),), 4),
+        models=FixedRuntime(models=CATALOG_MODELS),
+    )
+    (scorers,) = [p["scorers"] for p in out["profiles"].values()]
+    mm = next(sc for sc in scorers if sc["type"] == "mm-embeddings-cache-scorer")
+    assert mm["scores"] == {"a": 0.0, "b": 0.0}
+    assert out["pick"] == "b"
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES_REFUSED_MODEL))

@@ -8,6 +8,7 @@ from blis_llmd_router.scorers.header_label_affinity import HeaderLabelAffinitySc
 from blis_llmd_router.scorers.kvcache_utilization import KVCacheUtilizationScorer
 from blis_llmd_router.scorers.load_aware import LoadAwareScorer
 from blis_llmd_router.scorers.lora_affinity import LoraAffinityScorer
+from blis_llmd_router.scorers.mm_embeddings import MMEmbeddingsCacheScorer
 from blis_llmd_router.scorers.no_hit_lru import NoHitLRUScorer
 from blis_llmd_router.scorers.precise_prefix import (
     PrecisePrefixCacheScorer,
@@ -26,6 +27,7 @@ __all__ = [
     "KVCacheUtilizationScorer",
     "LoadAwareScorer",
     "LoraAffinityScorer",
+    "MMEmbeddingsCacheScorer",
     "NoHitLRUScorer",
     "PrecisePrefixCacheScorer",
     "PrefixCacheScorer",
