@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "DataLayerFacts",
     "EndpointSnapshot",
     "ExplainingRouterFactory",
     "HoldingRouter",
@@ -60,7 +61,9 @@ class RoutingDecision:
     (for example llm-d's ``x-kv-cache-source-host-port``); route observers see them, the
     simulated cluster acts on none (no engine models a connector that reads them).
     ``held`` (only from a :class:`HoldingRouter`) means the request waits in the
-    router's queue.
+    router's queue. ``evicted`` (only from :meth:`HoldingRouter.poll`, for a request the
+    router already dispatched) revokes it: the client gets ``status`` and ``reason``, the
+    engine aborts the request, and the router hears its stream end (``completed``).
     """
 
     endpoint: str | None
@@ -69,11 +72,19 @@ class RoutingDecision:
     prefill_endpoint: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     held: bool = False
+    evicted: bool = False
 
     @classmethod
     def hold(cls, reason: str = "queued") -> RoutingDecision:
         """The router keeps the request (flow control); it decides later, in ``poll``."""
         return cls(endpoint=None, status=0, reason=reason, held=True)
+
+    @classmethod
+    def evict(
+        cls, status: int, reason: str, headers: tuple[tuple[str, str], ...] = ()
+    ) -> RoutingDecision:
+        """Revoke a request the router dispatched earlier (in-flight eviction)."""
+        return cls(endpoint=None, status=status, reason=reason, headers=headers, evicted=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,17 @@ class RouterRuntime(Protocol):
 
     def substream(self, purpose: str, entity: str) -> np.random.Generator:
         """A random substream named by (the router, purpose, entity)."""
+        ...
+
+
+@runtime_checkable
+class DataLayerFacts(Protocol):
+    """How the simulator refreshes what a router knows, which the simulator's router
+    runtime also provides (a router timing its own pacing on the scrape period)."""
+
+    @property
+    def scrape_interval_us(self) -> int:
+        """The period of engine metrics scrapes (``deployment.router.scrape_interval_us``)."""
         ...
 
 
@@ -142,6 +164,12 @@ class HoldingRouter(RouterInstance, Protocol):
     first tokens, completions) and at ``next_wakeup_us``; ``poll`` returns the held
     requests it now decides — dispatched, or refused (e.g. 429 on TTL or capacity) —
     by request id. A request still held at the horizon is ``not_started``.
+
+    ``poll`` may also return :meth:`RoutingDecision.evict` for a request it dispatched
+    earlier and that is still in flight (llm-d's in-flight eviction): the simulator aborts
+    it on its engine, drops it at the client with the decision's status and reason, and
+    tells the router its stream ended (``completed``) in the same instant. An eviction
+    of a request that already finished is ignored (its response is complete).
     """
 
     def poll(self, endpoints: Sequence[EndpointSnapshot]) -> Sequence[tuple[str, RoutingDecision]]:

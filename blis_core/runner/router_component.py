@@ -32,19 +32,27 @@ RouteObserver = Callable[[InferenceRequest, RoutingDecision, int], None]
 
 
 class SimRouterRuntime:
-    """The router's clock and substreams, owned by the simulator, and the run's model
-    facts (:class:`~blis_core.contracts.router.ModelFacts`)."""
+    """The router's clock and substreams, owned by the simulator, the run's model facts
+    (:class:`~blis_core.contracts.router.ModelFacts`) and its scrape period
+    (:class:`~blis_core.contracts.router.DataLayerFacts`)."""
 
     def __init__(
         self,
         name: str,
         streams: RandomStreams,
         models: Mapping[str, ModelArchitecture] | None = None,
+        scrape_interval_us: int = 50_000,
     ) -> None:
         self._name = name
         self._streams = streams
         self._models = dict(models or {})
         self._now_us = 0
+        self._scrape_interval_us = scrape_interval_us
+
+    @property
+    def scrape_interval_us(self) -> int:
+        """The engine metrics scrape period (``DataLayerFacts``)."""
+        return self._scrape_interval_us
 
     def model(self, hf_id: str) -> ModelArchitecture | None:
         """The run's catalog entry for ``hf_id`` (``ModelFacts``), or ``None``."""
@@ -124,6 +132,9 @@ class RouterComponent(Component):
         if self._holding is None or not self._held:
             return
         for rid, decision in self._holding.poll(tuple(self._snapshots.values())):
+            if decision.evicted:
+                self._evict(rid, decision)
+                continue
             request = self._held.pop(rid, None)
             if request is None or decision.held:
                 raise SimulationError(
@@ -131,6 +142,22 @@ class RouterComponent(Component):
                     "a held request or is held again"
                 )
             self._apply(request, decision, now_us)
+
+    def _evict(self, rid: str, decision: RoutingDecision) -> None:
+        """Revoke a dispatched request: abort it on its engine, answer the client, and
+        tell the router its stream ended. One that already finished is left alone."""
+        if rid in self._held:
+            raise SimulationError(
+                f"router {self.name!r}: poll() evicted {rid!r}, which it still holds"
+            )
+        target = self._dispatched.pop(rid, None)
+        if target is None:
+            return  # the response is complete: nothing to revoke
+        self._awaiting_first_token.discard(rid)
+        self._outbox.append((target, "abort", rid))
+        reason = f"router {decision.status}: {decision.reason}"
+        self._outbox.append((self._client, "dropped", Dropped(rid, reason)))
+        self._router.observe(RouterEvent("completed", target, rid))
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         self._runtime.set_now(now_us)

@@ -322,7 +322,9 @@ def _build(
         rfactory: RouterFactory = host.select_router(router_spec.kind, router_spec.version)
         rkey = f"{rfactory.kind}@{rfactory.upstream_release}"
         stamps[f"blis.routers:{rkey}"] = host.stamp("blis.routers", rkey, rfactory.upstream_release)
-        runtime = SimRouterRuntime(ROUTER, streams, data.catalog.models)
+        runtime = SimRouterRuntime(
+            ROUTER, streams, data.catalog.models, router_spec.scrape_interval_us
+        )
         config = dict(router_spec.config or {})
         if router_spec.config_path is not None:
             from blis_core.io.yaml_safe import load_yaml_mapping

@@ -2,7 +2,9 @@
 
 Exercises the simulator's HoldingRouter support (flow control): requests over the limit
 are held; ``poll`` releases them as others complete, and refuses with 429 those held
-longer than ``ttl_us``.
+longer than ``ttl_us``. With ``evict`` it also revokes the newest in-flight request
+whenever one is held (at most once per ``evict_gap_us``), and records the ids it revoked
+and the stream ends it heard.
 """
 
 from __future__ import annotations
@@ -22,15 +24,21 @@ from blis_core.contracts.router import (
 )
 from blis_core.hookspecs import hookimpl
 
-STATS: dict[str, int] = {"max_in_flight": 0, "held": 0, "expired": 0}
+STATS: dict[str, int] = {"max_in_flight": 0, "held": 0, "expired": 0, "evicted": 0}
+EVICTED: list[str] = []
+ENDED: list[str] = []
 
 
 class GateRouter:
-    def __init__(self, runtime: RouterRuntime, limit: int, ttl_us: int) -> None:
+    def __init__(
+        self, runtime: RouterRuntime, limit: int, ttl_us: int, evict_gap_us: int | None = None
+    ) -> None:
         self._runtime = runtime
         self._limit = limit
         self._ttl_us = ttl_us
-        self._in_flight: set[str] = set()
+        self._evict_gap_us = evict_gap_us
+        self._last_evict_us: int | None = None
+        self._in_flight: dict[str, None] = {}
         self._queue: deque[tuple[str, int]] = deque()
         self._next = 0
 
@@ -50,10 +58,11 @@ class GateRouter:
 
     def observe(self, event: RouterEvent) -> None:
         if event.kind == "dispatched":
-            self._in_flight.add(event.request_id)
+            self._in_flight[event.request_id] = None
             STATS["max_in_flight"] = max(STATS["max_in_flight"], len(self._in_flight))
         elif event.kind == "completed":
-            self._in_flight.discard(event.request_id)
+            self._in_flight.pop(event.request_id, None)
+            ENDED.append(event.request_id)
         elif event.kind == "aborted":
             self._queue = deque(q for q in self._queue if q[0] != event.request_id)
 
@@ -70,10 +79,25 @@ class GateRouter:
         ):
             rid, _ = self._queue.popleft()
             out.append((rid, self._pick(endpoints)))
+        if self._evict_due(now) and self._in_flight:
+            victim = next(reversed(self._in_flight))
+            self._last_evict_us = now
+            STATS["evicted"] += 1
+            EVICTED.append(victim)
+            out.append((victim, RoutingDecision.evict(429, "evicted")))
         return out
 
+    def _evict_due(self, now: int) -> bool:
+        if self._evict_gap_us is None or not self._queue:
+            return False
+        last = self._last_evict_us
+        return last is None or now >= last + self._evict_gap_us
+
     def next_wakeup_us(self) -> int | None:
-        return self._queue[0][1] + self._ttl_us if self._queue else None
+        wakes = [self._queue[0][1] + self._ttl_us] if self._queue else []
+        if self._evict_gap_us is not None and self._queue and self._last_evict_us is not None:
+            wakes.append(max(self._runtime.now_us, self._last_evict_us + self._evict_gap_us))
+        return min(wakes) if wakes else None
 
 
 class GateFactory:
@@ -82,7 +106,13 @@ class GateFactory:
     plugin_version = "1"
 
     def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
-        return GateRouter(runtime, int(config.get("limit", 4)), int(config.get("ttl_us", 10**9)))
+        gap = config.get("evict_gap_us")
+        return GateRouter(
+            runtime,
+            int(config.get("limit", 4)),
+            int(config.get("ttl_us", 10**9)),
+            None if gap is None else int(gap),
+        )
 
 
 @hookimpl

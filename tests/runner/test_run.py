@@ -221,12 +221,13 @@ def test_replayed_trace_is_hashed_into_the_result(
 
 
 def test_router_runtime_offers_the_runs_model_facts(data: DataSources) -> None:
-    from blis_core.contracts.router import ModelFacts
+    from blis_core.contracts.router import DataLayerFacts, ModelFacts
     from blis_core.runner.router_component import SimRouterRuntime
     from blis_core.sim.rng import RandomStreams
 
-    runtime = SimRouterRuntime("router", RandomStreams(1), data.catalog.models)
-    assert isinstance(runtime, ModelFacts)
+    runtime = SimRouterRuntime("router", RandomStreams(1), data.catalog.models, 20_000)
+    assert isinstance(runtime, ModelFacts) and isinstance(runtime, DataLayerFacts)
+    assert runtime.scrape_interval_us == 20_000
     model = runtime.model("meta-llama/Llama-2-7b-hf")
     assert model is not None and model.vocab_size == 32000
     assert runtime.model("no/such-model") is None
@@ -265,3 +266,30 @@ def test_holding_router_refuses_on_its_own_timer(
     f = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].fates
     assert f.dropped.get("router 429: ttl", 0) == gate.STATS["expired"] > 0
     assert f.completed + f.dropped["router 429: ttl"] == 120
+
+
+def test_holding_router_evicts_dispatched_requests(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    """An eviction from ``poll`` aborts the request on its engine, drops it at the client
+    with the router's status and reason, and the router hears its stream end at once."""
+    install_plugins(TOY, GATE)
+    gate = importlib.import_module("gate_router")
+    gate.STATS.update(max_in_flight=0, held=0, expired=0, evicted=0)
+    gate.EVICTED.clear()
+    gate.ENDED.clear()
+    doc = _scenario(frame={"replications": 1})
+    doc["deployment"]["router"] = {
+        "kind": "gate",
+        "version": "1",
+        "config": {"limit": 2, "evict_gap_us": 30_000},
+    }
+    doc["workload"]["arrival"]["rate_per_s"] = 300
+    f = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].fates
+    evicted = gate.STATS["evicted"]
+    assert f.dropped.get("router 429: evicted", 0) == evicted > 0
+    assert f.completed + evicted == 120
+    # Each revoked stream ended exactly once, in the router's view, and no revoked request
+    # completed later (its engine aborted it).
+    assert all(gate.ENDED.count(rid) == 1 for rid in gate.EVICTED)
+    assert len(set(gate.ENDED)) == len(gate.ENDED) == 120

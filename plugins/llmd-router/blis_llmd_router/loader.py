@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blis_core.contracts.errors import FieldError, InputRefused
-from blis_core.contracts.router import RouterRuntime
+from blis_core.contracts.router import DataLayerFacts, RouterRuntime
 from blis_llmd_router.admission import Admitter
 from blis_llmd_router.config import (
     DEFAULT_CONFIG_PATH,
@@ -82,6 +82,11 @@ from blis_llmd_router.flowcontrol.controller import (
     DEFAULT_USAGE_LIMIT_POLICY,
     FlowController,
     build_flow_control,
+)
+from blis_llmd_router.flowcontrol.reclamation import (
+    ReclamationController,
+    RequestEvictor,
+    confirmation_grace_us,
 )
 from blis_llmd_router.framework import (
     TOKENIZER_VOCAB_SIZE,
@@ -119,7 +124,11 @@ from blis_llmd_router.scorers import (
 )
 from blis_llmd_router.scorers.context_length_aware import ContextLengthAware
 
-__all__ = ["FEATURE_GATES", "LoadedConfig", "load"]
+__all__ = ["DEFAULT_REFRESH_INTERVAL_US", "FEATURE_GATES", "LoadedConfig", "load"]
+
+DEFAULT_REFRESH_INTERVAL_US = 50_000
+"""The EPP's ``--refresh-metrics-interval`` default (``pkg/epp/server/options.go``), for a
+runtime that does not say its scrape period."""
 
 FEATURE_GATES: Mapping[str, bool] = {"flowControl": False, "haPopulateNonLeaderDatastore": True}
 """Gates upstream registers (``cmd/epp/runner/runner.go``) and their defaults."""
@@ -580,7 +589,16 @@ def load(
     if flow_control_on:
         settings = build_flow_control(cfg.flow_control, plugins, path)
         assert detector is not None  # ensureSaturationDetector always provides one
-        flow_controller = FlowController(settings, detector.saturation, runtime)
+        reclamation = None
+        if settings.enable_eviction:
+            refresh_us = (
+                runtime.scrape_interval_us
+                if isinstance(runtime, DataLayerFacts)
+                else DEFAULT_REFRESH_INTERVAL_US
+            )
+            grace = confirmation_grace_us(isinstance(detector, ConcurrencyDetector), refresh_us)
+            reclamation = ReclamationController(RequestEvictor(), grace)
+        flow_controller = FlowController(settings, detector.saturation, runtime, reclamation)
     tokenizer = next((p for p in plugins.values() if isinstance(p, TokenProducer)), None)
     for p in plugins.values():
         if isinstance(p, PrecisePrefixCacheProducer) and tokenizer is not None:

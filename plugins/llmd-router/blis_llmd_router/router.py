@@ -189,6 +189,8 @@ class LlmdRouter:
         target = primary.target_endpoints[0].name if primary.target_endpoints else None
         if target is None:
             return RoutingDecision(None, 429, "failed to find target endpoint"), result, candidates
+        if self.flow_controller is not None:
+            self.flow_controller.dispatched(sreq.request)
         headers = tuple(sorted(sreq.forward_headers.items())) if sreq.forward_headers else ()
         decision = RoutingDecision(target, prefill_endpoint=sreq.prefiller, headers=headers)
         return decision, result, candidates
@@ -282,5 +284,7 @@ class LlmdRouter:
                 entry.aborted = True
                 self._discard(event.request_id)
             return
+        if event.kind == "completed" and self.flow_controller is not None:
+            self.flow_controller.stream_ended(event.request_id)
         for plugin in self.loaded.observers:
             plugin.on_event(event)

@@ -48,9 +48,12 @@ BLIS substitutions:
 * The flow (fairness ID) is the ``x-llm-d-inference-fairness-id`` header (or the older
   ``x-gateway-inference-fairness-id``), else ``default-flow``; the priority is
   ``request.priority``.
-* ``enableEviction`` (revoking in-flight requests, ``controller/internal/reclamation.go``
-  with ``pkg/epp/flowcontrol/eviction``) is refused: it aborts *dispatched* requests, and
-  the ``HoldingRouter`` contract gives the router no way to ask the simulator for that.
+* ``enableEviction`` (``controller/internal/reclamation.go``, ``pkg/epp/flowcontrol/eviction``;
+  :mod:`blis_llmd_router.flowcontrol.reclamation`): a head-of-line break runs the reclamation
+  trigger; revocations leave ``poll`` as :meth:`RoutingDecision.evict` for the dispatched
+  request (429 "request evicted by flow control", dropped reason ``evicted``). While the pool
+  is saturated, the next wake-up is also the next tick at which a decision could fire (the
+  pacing gate open, a victim, eligible demand), or the tick at which the gate opens.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from blis_llmd_router.flowcontrol.policies import (
     UsageLimitPolicy,
     fairness_id,
 )
+from blis_llmd_router.flowcontrol.reclamation import ReclamationController
 from blis_llmd_router.framework import Endpoint, Plugin
 from blis_llmd_router.producers.precise_prefix import parse_go_duration_us
 
@@ -102,6 +106,7 @@ DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason"
 _ERR_CAPACITY = "request rejected pre-queue: queue at capacity"
 _ERR_NO_ENDPOINTS = "request rejected pre-queue: no endpoints available"
 _ERR_TTL = "request evicted from queue: request TTL expired"
+_ERR_EVICTED = "request evicted by flow control"
 
 _QUANTITY = re.compile(r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[kMGTPEm]?)$")
 _SUFFIX = {
@@ -163,6 +168,7 @@ class FlowControlSettings:
     max_bytes: int = 0
     max_requests: int = 0
     default_ttl_us: int = DEFAULT_REQUEST_TTL_US
+    enable_eviction: bool = False
 
 
 def _resolve(
@@ -259,16 +265,9 @@ def build_flow_control(
                 )
             )
             ttl = 0
-    if fc.get("enableEviction") not in (None, False):
-        errors.append(
-            FieldError(
-                f"{base}.enableEviction",
-                fc["enableEviction"],
-                "in-flight eviction (reclamation) is not modelled by blis-llmd-router: it"
-                " revokes dispatched requests, and the HoldingRouter contract has no way for"
-                " the router to make the simulator abort one",
-            )
-        )
+    eviction = fc.get("enableEviction")
+    if eviction is not None and not isinstance(eviction, bool):
+        errors.append(FieldError(f"{base}.enableEviction", eviction, "must be a boolean"))
     default_raw = fc.get("defaultPriorityBand") or {}
     default_band = band(default_raw, f"{base}.defaultPriorityBand", "default priority band", 0)
     negative_band = None
@@ -298,7 +297,7 @@ def build_flow_control(
     if errors:
         raise InputRefused(errors)
     return FlowControlSettings(
-        default_band, negative_band, bands, usage, max_bytes, max_requests, ttl
+        default_band, negative_band, bands, usage, max_bytes, max_requests, ttl, eviction is True
     )
 
 
@@ -327,8 +326,11 @@ class FlowController:
         settings: FlowControlSettings,
         saturation: Saturation,
         runtime: RouterRuntime,
+        reclamation: ReclamationController | None = None,
     ) -> None:
         self.settings = settings
+        self.reclamation = reclamation
+        """In-flight eviction (``enableEviction``), or ``None``."""
         self._saturation = saturation
         self._runtime = runtime
         self._bands: dict[int, _Band] = {}
@@ -459,6 +461,18 @@ class FlowController:
                 return decision
         return RoutingDecision.hold()
 
+    def dispatched(self, request: InferenceRequest) -> None:
+        """The request was scheduled and sent (the evictor's ``PreRequest``)."""
+        if self.reclamation is not None:
+            self.reclamation.evictor.track(
+                request.request_id, request.priority, self._runtime.now_us
+            )
+
+    def stream_ended(self, request_id: str) -> None:
+        """A dispatched request's response ended (the evictor's cleanup)."""
+        if self.reclamation is not None:
+            self.reclamation.evictor.untrack(request_id)
+
     def abort(self, request_id: str) -> None:
         """The client gave up on a held request (``EvictedContextCancelled``; nobody to answer)."""
         item = self._items.get(request_id)
@@ -556,8 +570,10 @@ class FlowController:
         saturation = self._pool_saturation(endpoints)
         priorities = list(self._bands)
         ceilings = self.settings.usage_limit.ceilings(saturation, priorities)
-        for prio, ceiling in zip(priorities, ceilings, strict=True):
+        for i, (prio, ceiling) in enumerate(zip(priorities, ceilings, strict=True)):
             if saturation >= ceiling:
+                if self.reclamation is not None:
+                    self._maybe_reclaim(saturation, priorities, ceilings, i)
                 return False  # head-of-line blocking
             band = self._bands[prio]
             queue = band.config.fairness.pick(band.sorted_queues(), band.state)
@@ -571,6 +587,45 @@ class FlowController:
             self._ready.append((item.request_id, dispatch(item.request, endpoints)))
             return True
         return False
+
+    def _maybe_reclaim(
+        self, saturation: float, priorities: list[int], ceilings: list[float], break_idx: int
+    ) -> None:
+        """``maybeReclaim``: one revocation decision when the gate is open and demand is
+        eligible; each revocation is answered now and confirmed now (its stream ends)."""
+        rc = self.reclamation
+        assert rc is not None
+        now = self._runtime.now_us
+        if not rc.gate_open(now):
+            return
+        queued = {p: b.length for p, b in self._bands.items()}
+        j = rc.eligible_demand(saturation, priorities, ceilings, break_idx, queued)
+        if j is None:
+            return
+        for rid in rc.reclaim(saturation, ceilings[j], priorities[j], now):
+            decision = RoutingDecision.evict(
+                429, _ERR_EVICTED, headers=((DROPPED_REASON_HEADER, "evicted"),)
+            )
+            self._ready.append((rid, decision))
+            rc.confirm(rid, now)
+
+    def _reclaim_wake_us(self, saturation: float, priorities: list[int]) -> int | None:
+        """The next tick at which a reclamation decision could fire, if nothing else
+        happens: the tick at which the pacing gate opens, once a victim and eligible
+        demand exist (judged on the current state; any input re-polls the router)."""
+        rc = self.reclamation
+        if rc is None:
+            return None
+        now = self._runtime.now_us
+        ceilings = self.settings.usage_limit.peek(saturation, priorities)
+        broken = next((i for i, c in enumerate(ceilings) if saturation >= c), None)
+        if broken is None:
+            return None
+        queued = {p: b.length for p, b in self._bands.items()}
+        if rc.eligible_demand(saturation, priorities, ceilings, broken, queued) is None:
+            return None
+        at = max(now + 1, rc.gate_opens_at_us() or 0)
+        return -(-at // DISPATCH_TICK_US) * DISPATCH_TICK_US
 
     def next_wakeup_us(self) -> int | None:
         """The earliest TTL expiry, and the next 1 ms tick while the pool is not saturated."""
@@ -587,9 +642,13 @@ class FlowController:
             if any(saturation < c for c in ceilings[:1]):
                 tick = (now // DISPATCH_TICK_US + 1) * DISPATCH_TICK_US
                 wake = tick if wake is None else min(wake, tick)
-            elif self._detector is not None:
-                views = [Endpoint.from_snapshot(s) for s in self._endpoints]
-                later = [c for c in self._detector.change_times_us(views) if c > now]
-                if later:
-                    wake = min(later) if wake is None else min(wake, *later)
+            else:
+                if self._detector is not None:
+                    views = [Endpoint.from_snapshot(s) for s in self._endpoints]
+                    later = [c for c in self._detector.change_times_us(views) if c > now]
+                    if later:
+                        wake = min(later) if wake is None else min(wake, *later)
+                reclaim = self._reclaim_wake_us(saturation, priorities)
+                if reclaim is not None:
+                    wake = reclaim if wake is None else min(wake, reclaim)
         return wake

@@ -1,4 +1,4 @@
-"""Victim-selection policies of in-flight eviction (loaded; never invoked in BLIS).
+"""Victim-selection policies of in-flight eviction.
 
 Ports of llm-d-router v0.10.0 (read, not copied):
 
@@ -11,11 +11,10 @@ Ports of llm-d-router v0.10.0 (read, not copied):
 
 Upstream these types are registered, but instances declared in a configuration are not
 used: with ``flowControl.enableEviction`` the runner (``cmd/epp/runner/runner.go``,
-``buildRequestEvictor``) builds its own instances of both for the ``RequestEvictor``, which
-revokes *dispatched* requests (429 "request evicted by flow control", dropped reason
-``evicted``). A declared instance is therefore inert upstream, and it is inert here.
-``enableEviction`` itself stays refused: revoking a dispatched request needs the router to
-ask the simulator to abort it, which the ``HoldingRouter`` contract cannot express.
+``buildRequestEvictor``) builds its own instances of both for the ``RequestEvictor``
+(:mod:`blis_llmd_router.flowcontrol.reclamation`), which revokes *dispatched* requests
+(429 "request evicted by flow control", dropped reason ``evicted``). A declared instance is
+therefore inert upstream, and it is inert here.
 """
 
 from __future__ import annotations

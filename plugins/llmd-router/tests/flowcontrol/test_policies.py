@@ -154,7 +154,7 @@ def test_bands_and_refusals() -> None:
         ({"priorityBands": [{"priority": 1, "fairnessPolicyRef": "nope"}]}, "fairnessPolicyRef"),
         ({"priorityBands": [{"priority": 1, "bogus": 1}]}, "priorityBands.0.bogus"),
         ({"defaultRequestTTL": "-1s"}, "defaultRequestTTL"),
-        ({"enableEviction": True}, "enableEviction"),
+        ({"enableEviction": "yes"}, "enableEviction"),
         ({"maxBytes": "-1"}, "maxBytes"),
         ({"unknownField": 1}, "flowControl.unknownField"),
     ]
