@@ -308,6 +308,10 @@ class PreRequest(Plugin):
         """Record the decision (index writes, in-flight counters)."""
         raise NotImplementedError
 
+    def discard(self, request_id: str) -> None:
+        """Drop what was kept for ``request_id`` before scheduling (``Produce`` or
+        ``Score`` state awaiting ``pre_request``): it will not be dispatched. Default: none."""
+
 
 class EventObserver(Plugin):
     """Hears what the router observes after a decision (upstream response plugins)."""

@@ -60,17 +60,7 @@ from blis_llmd_router.framework import (
     SchedulingResult,
 )
 from blis_llmd_router.loader import LoadedConfig
-from blis_llmd_router.producers import (
-    ApproxPrefixCacheProducer,
-    MMEmbeddingsCacheProducer,
-    PrecisePrefixCacheProducer,
-)
 from blis_llmd_router.producers.burst_prefix import BurstEntry, BurstPrefixCacheProducer
-from blis_llmd_router.scorers import (
-    NoHitLRUScorer,
-    PrecisePrefixCacheScorer,
-    SessionAffinityScorer,
-)
 
 __all__ = ["LlmdRouter"]
 
@@ -197,18 +187,8 @@ class LlmdRouter:
 
     def _discard(self, request_id: str) -> None:
         """Drop the per-request state of a request that will not be dispatched."""
-        for producer in self.loaded.producers:
-            if isinstance(
-                producer,
-                ApproxPrefixCacheProducer
-                | MMEmbeddingsCacheProducer
-                | PrecisePrefixCacheProducer
-                | PrecisePrefixCacheScorer,
-            ):
-                producer.discard(request_id)
         for plugin in self.loaded.pre_request:
-            if isinstance(plugin, NoHitLRUScorer | SessionAffinityScorer):
-                plugin.discard(request_id)
+            plugin.discard(request_id)
 
     def route(
         self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]
