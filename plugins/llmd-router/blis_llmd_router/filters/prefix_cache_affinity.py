@@ -205,8 +205,9 @@ class PrefixCacheAffinityFilter(Filter):
                 f"{path}.ttftSource",
                 source,
                 f"plugin {name!r} (type {cls.plugin_type!r}): ttftSource 'latencyPredictor'"
-                " reads the predicted-latency-producer; latency prediction (external predictor"
-                " service) is not yet ported",
+                " reads the predicted-latency-producer; latency prediction is not ported (see"
+                " that type's entry in the surface list: which predictor build to model needs a"
+                " decision)",
             )
         return cls(
             name,
