@@ -77,6 +77,42 @@ def test_sample_configs_run_on_vllm_pools(name: str, data: DataSources) -> None:
     assert ("llm-d", "v0.10.0") in stamps and ("vllm", "0.33.0") in stamps
 
 
+def test_precise_kvcache_sample_runs_on_its_model(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sim-epp-kvcache-config.yaml tokenizes for TinyLlama 1.1B: on a pool serving it the
+    router's block keys equal the engines' KV events, so repeats of a system prompt follow
+    the endpoint that cached it (the only scorer is the precise prefix cache)."""
+    from blis_llmd_router.router import LlmdRouter
+
+    picks: dict[str, list[str]] = {}
+    route = LlmdRouter.route
+
+    def recording(self: LlmdRouter, request: Any, endpoints: Any) -> Any:
+        decision = route(self, request, endpoints)
+        picks.setdefault(request.prompt[0].content_key, []).append(decision.endpoint)
+        return decision
+
+    monkeypatch.setattr(LlmdRouter, "route", recording)
+    doc = _scenario(
+        {
+            "kind": "llm-d",
+            "version": "v0.10.0",
+            "config": load_yaml_mapping(FIXTURES / "sim-epp-kvcache-config.yaml"),
+        }
+    )
+    doc["deployment"]["pools"][0]["model"] = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+    doc["deployment"]["pools"][0]["args"] = {"max_model_len": 2048}
+    rep = run_scenario(parse_scenario(doc, "kvcache"), make_host(), data).replications[0]
+    assert rep.fates.arrivals == rep.fates.completed == 80
+    assert len(picks) == 2
+    for endpoints in picks.values():
+        # after its first requests (before the first KV events arrive), a system prompt
+        # stays on the endpoint that holds it
+        home = Counter(endpoints).most_common(1)[0][0]
+        assert all(e == home for e in endpoints[10:])
+
+
 def test_same_seed_same_routing(data: DataSources) -> None:
     router = {"kind": "llm-d", "version": "v0.10.0"}
     a = run_scenario(parse_scenario(_scenario(router), "a"), make_host(), data)

@@ -269,6 +269,7 @@ SAMPLES_LOADING = {
     "sim-e-pd-epp-config.yaml",
     "probabilistic-admitter-epp-config.yaml",
     "sim-epp-config.yaml",
+    "sim-epp-kvcache-config.yaml",
     "sim-epp-no-hit-lru.yaml",
     "sim-program-aware-config.yaml",
     "soft-reflective-ceiling-epp-config.yaml",
@@ -284,7 +285,6 @@ SAMPLES_REFUSED = {
 SAMPLES_REFUSED_MODEL = {
     "epp-burst-prefix-cache-config.yaml": "hf-repo/model-name",
     "epp-precise-prefix-cache-config.yaml": "hf-repo/model-name",
-    "sim-epp-kvcache-config.yaml": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
     "sim-epp-tokenizer-vllm-http-config.yaml": "${MODEL_NAME}",
 }
 
@@ -315,7 +315,8 @@ def test_every_fixture_is_classified() -> None:
 
 @pytest.mark.parametrize("name", sorted(SAMPLES_LOADING))
 def test_sample_loads(name: str) -> None:
-    loaded = load(load_yaml((FIXTURES / name).read_text()), FixedRuntime())
+    runtime = FixedRuntime(models=load_catalog().models)
+    loaded = load(load_yaml((FIXTURES / name).read_text()), runtime)
     assert loaded.scheduler.profiles
 
 
