@@ -119,13 +119,24 @@ class SchedulingRequest:
         """Upstream ``TokenizedPrompt.MultiModalFeatures``: always empty, BLIS requests are
         text-only (an ``InferenceRequest`` has no image, video or audio inputs)."""
         self.forward_headers: dict[str, str] = {}
-        """Headers ``PreRequest`` plugins set on the forwarded request (upstream writes
-        ``request.Headers``): the decision's :attr:`RoutingDecision.headers`. The P/D
+        """Headers ``PreRequest`` plugins set on the forwarded request (through
+        :meth:`set_header`): the decision's :attr:`RoutingDecision.headers`. The P/D
         ``x-prefiller-host-port`` is :attr:`prefiller` instead."""
         self.attributes: dict[str, Any] = {}
         """Upstream ``InferenceRequest.PutAttribute`` / ``ReadRequestAttribute``: what a
         plugin publishes for later plugins of the same decision (the disagg handler's
         ``peer-endpoint``). Lives as long as this object, i.e. one decision."""
+
+    def set_header(self, name: str, value: str) -> None:
+        """A ``PreRequest`` header write (upstream ``request.Headers[name] = value``): seen
+        by later plugins and forwarded with the decision."""
+        self.headers[name] = value
+        self.forward_headers[name] = value
+
+    def drop_header(self, name: str) -> None:
+        """A ``PreRequest`` header delete (upstream ``delete(request.Headers, name)``)."""
+        self.headers.pop(name, None)
+        self.forward_headers.pop(name, None)
 
     @property
     def token_ids(self) -> tuple[int, ...]:

@@ -146,8 +146,7 @@ class P2PSourceProducer(DataProducer, PreRequest):
 
     def pre_request(self, request: SchedulingRequest, result: SchedulingResult) -> None:
         """Set ``x-kv-cache-source-host-port`` when the peer out-caches the computing pod."""
-        request.headers.pop(KV_CACHE_SOURCE_HEADER, None)
-        request.forward_headers.pop(KV_CACHE_SOURCE_HEADER, None)
+        request.drop_header(KV_CACHE_SOURCE_HEADER)
         best = request.attributes.get(self.attribute_key)
         if best is None:
             return
@@ -163,8 +162,7 @@ class P2PSourceProducer(DataProducer, PreRequest):
             return
         if peer_cached - self.cached_token_count(endpoint) < self.min_cached_token_delta:
             return
-        request.headers[KV_CACHE_SOURCE_HEADER] = peer
-        request.forward_headers[KV_CACHE_SOURCE_HEADER] = peer
+        request.set_header(KV_CACHE_SOURCE_HEADER, peer)
 
     @classmethod
     def create(

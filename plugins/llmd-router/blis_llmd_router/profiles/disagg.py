@@ -247,13 +247,11 @@ def _set_disagg_headers(
     prefill_res = result.profile_results.get(prefill_profile)
     if prefill_res is not None and prefill_res.target_endpoints:
         request.prefiller = prefill_res.target_endpoints[0].name
-    request.headers.pop(ENCODER_ENDPOINTS_HEADER, None)
-    request.forward_headers.pop(ENCODER_ENDPOINTS_HEADER, None)
+    request.drop_header(ENCODER_ENDPOINTS_HEADER)
     encode_res = result.profile_results.get(encode_profile)
     if encode_res is not None and encode_res.target_endpoints:
         value = ",".join(e.name for e in encode_res.target_endpoints)
-        request.headers[ENCODER_ENDPOINTS_HEADER] = value
-        request.forward_headers[ENCODER_ENDPOINTS_HEADER] = value
+        request.set_header(ENCODER_ENDPOINTS_HEADER, value)
 
 
 class DisaggProfileHandler(ProfileHandler, PreRequest):
