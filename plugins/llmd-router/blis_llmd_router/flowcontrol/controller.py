@@ -609,7 +609,9 @@ class FlowController:
             self._ready.append((rid, decision))
             rc.confirm(rid, now)
 
-    def _reclaim_wake_us(self, saturation: float, priorities: list[int]) -> int | None:
+    def _reclaim_wake_us(
+        self, saturation: float, priorities: list[int], ceilings: list[float]
+    ) -> int | None:
         """The next tick at which a reclamation decision could fire, if nothing else
         happens: the tick at which the pacing gate opens, once a victim and eligible
         demand exist (judged on the current state; any input re-polls the router)."""
@@ -617,7 +619,6 @@ class FlowController:
         if rc is None:
             return None
         now = self._runtime.now_us
-        ceilings = self.settings.usage_limit.peek(saturation, priorities)
         broken = next((i for i, c in enumerate(ceilings) if saturation >= c), None)
         if broken is None:
             return None
@@ -628,7 +629,8 @@ class FlowController:
         return -(-at // DISPATCH_TICK_US) * DISPATCH_TICK_US
 
     def next_wakeup_us(self) -> int | None:
-        """The earliest TTL expiry, and the next 1 ms tick while the pool is not saturated."""
+        """The earliest TTL expiry, and the next 1 ms tick while the pool is not saturated;
+        while it is, the next staleness change and (``enableEviction``) reclamation tick."""
         while self._expiries and not self._expiries[0][2].live:
             heapq.heappop(self._expiries)
         if self._ready:
@@ -648,7 +650,7 @@ class FlowController:
                     later = [c for c in self._detector.change_times_us(views) if c > now]
                     if later:
                         wake = min(later) if wake is None else min(wake, *later)
-                reclaim = self._reclaim_wake_us(saturation, priorities)
+                reclaim = self._reclaim_wake_us(saturation, priorities, ceilings)
                 if reclaim is not None:
                     wake = reclaim if wake is None else min(wake, reclaim)
         return wake

@@ -44,13 +44,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from blis_llmd_router.flowcontrol.eviction import (
-    EvictionItem,
-    PriorityThenTimeEvictionOrder,
-    SheddableEvictionFilter,
-)
-
-_ORDER = PriorityThenTimeEvictionOrder  # documented order of the heap key below
+from blis_llmd_router.flowcontrol.eviction import EvictionItem, SheddableEvictionFilter
 
 __all__ = [
     "CONCURRENCY_GRACE_US",
@@ -80,8 +74,8 @@ def confirmation_grace_us(concurrency_detector: bool, refresh_interval_us: int) 
 
 @dataclass(order=True, slots=True)
 class _Victim:
-    """A heap entry: lowest priority first, then the latest dispatch (then sequence), the
-    order of :meth:`PriorityThenTimeEvictionOrder.less`."""
+    """A heap entry: lowest priority first, then the latest dispatch (then sequence): the
+    order of ``PriorityThenTimeEvictionOrder.less`` (``flowcontrol/eviction.py``)."""
 
     priority: int
     neg_dispatch_us: int
@@ -178,13 +172,10 @@ class ReclamationController:
             if now_us - r.issued_us >= self.timeout_us:
                 del self.outstanding[rid]
                 self.cooling.append((r.credit, now_us + self.grace_us))
-        kept = [(c, t) for c, t in self.cooling if now_us < t]
-        if len(kept) != len(self.cooling):
-            for c, t in self.cooling:
-                if now_us >= t:
-                    self.pending_reclaim -= c
-            self.pending_reclaim = max(0.0, self.pending_reclaim)
-            self.cooling = kept
+        expired = sum(c for c, t in self.cooling if now_us >= t)
+        if expired:
+            self.pending_reclaim = max(0.0, self.pending_reclaim - expired)
+            self.cooling = [(c, t) for c, t in self.cooling if now_us < t]
         return not self.outstanding and not self.cooling
 
     def gate_opens_at_us(self) -> int | None:
