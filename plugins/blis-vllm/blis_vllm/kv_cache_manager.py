@@ -99,6 +99,11 @@ class KVCacheManager:
             tuple(kv_cache_groups) if kv_cache_groups else (KVCacheGroupSpec("full", block_size),)
         )
         self.kv_cache_groups = groups
+        # Upstream ``kv_cache_event_metadata``: (spec kind, sliding window) per group.
+        self._event_metadata = tuple(
+            (g.spec_kind, g.sliding_window if g.attention == "sliding_window" else None)
+            for g in groups
+        )
         self.coordinator: KVCacheCoordinator = get_kv_cache_coordinator(
             groups,
             num_gpu_blocks,
@@ -316,15 +321,10 @@ class KVCacheManager:
         spec kind and sliding window (upstream annotates here, ``kv_cache_event_metadata``,
         so the block pool stays free of spec semantics)."""
         events = self.block_pool.take_events()
-        groups = self.kv_cache_groups
         for i, ev in enumerate(events):
             if isinstance(ev, BlockStored) and ev.group_idx is not None:
-                g = groups[ev.group_idx]
+                kind, window = self._event_metadata[ev.group_idx]
                 events[i] = replace(
-                    ev,
-                    kv_cache_spec_kind=g.spec_kind,
-                    kv_cache_spec_sliding_window=(
-                        g.sliding_window if g.attention == "sliding_window" else None
-                    ),
+                    ev, kv_cache_spec_kind=kind, kv_cache_spec_sliding_window=window
                 )
         return events
