@@ -48,6 +48,51 @@ def test_explain_table_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "pick: a" in capsys.readouterr().out
 
 
+PD_CONFIG = """
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: always-disagg-pd-decider}}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}]
+"""
+
+
+def test_explain_table_shows_the_prefill_pick_and_decision_headers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = {
+        "endpoints": [
+            {"name": "d", "role": "decode"},
+            {"name": "p", "role": "prefill"},
+        ]
+    }
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    (tmp_path / "req.json").write_text(json.dumps({"request_id": "r1", "input_tokens": 64}))
+    (tmp_path / "pd.yaml").write_text(PD_CONFIG)
+    args = ["route", "explain", "--config", str(tmp_path / "pd.yaml")]
+    args += ["--state", str(tmp_path / "state.json"), "--request", str(tmp_path / "req.json")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "pick: d" in out and "prefill pick: p" in out
+    assert "header" not in out  # the prefill pick is not one of the decision's headers
+
+
+def test_explain_table_prints_decision_headers(capsys: pytest.CaptureFixture[str]) -> None:
+    from blis_core.cli import _print_explain
+
+    report = {"pick": "b", "status": 200, "headers": {"x-kv-cache-source-host-port": "a"}}
+    _print_explain(report)
+    assert "header x-kv-cache-source-host-port: a" in capsys.readouterr().out
+
+
 def test_explain_refuses_bad_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"endpoints": [{"name": "a", "kv_usage": 1.5, "colour": 1}]}))

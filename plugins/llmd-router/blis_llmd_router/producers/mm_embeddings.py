@@ -42,7 +42,7 @@ from blis_llmd_router.framework import (
 )
 from blis_llmd_router.params import ParamSpec, decode_parameters
 
-__all__ = ["DEFAULT_CACHE_SIZE_MB", "MMEmbeddingsCacheProducer", "lru_capacity"]
+__all__ = ["DEFAULT_CACHE_SIZE_MB", "MMEmbeddingsCacheProducer", "lru_capacity", "request_items"]
 
 DEFAULT_CACHE_SIZE_MB = 4096
 _BYTES_PER_IMAGE = 2 * 1024 * 1024
