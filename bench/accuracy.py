@@ -419,6 +419,11 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
 # ----------------------------------------------------------------------------------
 
 FIT_FILE = "calibrated-vllm-serving.yaml"
+#: the coefficient files of the roofline floor and of the calibrated cost method
+REGISTRY_DIRS = (
+    REPO / "plugins" / "cost-roofline" / "blis_cost_roofline" / "data",
+    REPO / "plugins" / "cost-calibrated" / "blis_cost_calibrated" / "data",
+)
 HOST_WORK = "vllm-0.33.0/async"
 # Prior values: what the registry held before this calibration (roofline.yaml assumed
 # fractions, the Vidur-calibrated all-reduce latency).
@@ -547,7 +552,7 @@ def frontend_entries(params: dict[str, float], covered: dict[str, Any] | None = 
 
 
 def registry_dir(params: dict[str, float] | None, root: Path) -> str:
-    """A registry directory: the embedded files except ``FIT_FILE``, plus ``params``'
+    """A registry directory: the cost packages' files except ``FIT_FILE``, plus ``params``'
     entries (None: the prior, i.e. without any of this calibration)."""
     import yaml
 
@@ -556,10 +561,10 @@ def registry_dir(params: dict[str, float] | None, root: Path) -> str:
     if out.exists():
         return str(out)
     out.mkdir(parents=True)
-    src = REPO / "blis_core" / "data" / "registry"
-    for f in sorted(src.glob("*.yaml")):
-        if f.name != FIT_FILE:
-            (out / f.name).write_text(f.read_text())
+    for src in REGISTRY_DIRS:
+        for f in sorted(src.glob("*.yaml")):
+            if f.name != FIT_FILE:
+                (out / f.name).write_text(f.read_text())
     if params is not None:
         doc = {"kind": "coefficients", "entries": fitted_entries(params)}
         (out / "zz-candidate.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -822,7 +827,7 @@ def write_registry(params: dict[str, float], exps: dict[str, Experiment], data: 
         f"@ c4f0340: {runs}); loss mean |log(sim/measured)| of stage TTFT/TPOT/E2E means"
     )
     entries = fitted_entries(params, cov, src)
-    path = REPO / "blis_core" / "data" / "registry" / FIT_FILE
+    path = REGISTRY_DIRS[1] / FIT_FILE
     header = (
         "# Calibrated against real vLLM serving runs (Llama-2-7B TP1, Llama-2-70B TP4,\n"
         "# Mixtral-8x7B TP2, CodeLlama-34B TP2 on H100-SXM; inference-sim-training).\n"

@@ -12,14 +12,15 @@ import numpy as np
 
 from blis_core.contracts.plan import GraphMode, ParallelLayout
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
-from blis_core.cost import SimEnvironment, default_plan, load_catalog, load_registry
+from blis_core.cost import SimEnvironment, default_plan, load_catalog
+from blis_core.runner import installed_registry
 
 
 def main() -> None:
     """Print µs per call for a 256-request decode step and a mixed step."""
     catalog = load_catalog()
     env = SimEnvironment(
-        catalog, load_registry(), (), lambda purpose, entity: np.random.default_rng(0)
+        catalog, installed_registry(catalog), (), lambda purpose, entity: np.random.default_rng(0)
     )
     plan = default_plan(
         catalog.model("meta-llama/Llama-2-7b-hf"),

@@ -51,6 +51,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for pool in data.get("deployment", {}).get("pools", []) or []:
             if isinstance(pool, dict):
                 pool["engine"] = {"kind": kind, "version": version}
+    _apply_cost_methods(args, data)
     if args.seed is not None:
         data["seed"] = args.seed
     if args.replications is not None:
@@ -71,6 +72,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _apply_cost_methods(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """``--cost-methods a,b`` replaces the scenario's ``cost_methods``."""
+    if args.cost_methods is not None:
+        names = [n.strip() for n in args.cost_methods.split(",") if n.strip()]
+        if not names:
+            raise InputRefused.one("--cost-methods", args.cost_methods, "names no cost method")
+        data["cost_methods"] = names
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -80,6 +90,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from blis_core.runner.run import DataSources, check_scenario
 
     data, source = read_scenario_data(args.scenario)
+    _apply_cost_methods(args, data)
     errors: list[FieldError] = []
     scenario: Scenario | None = None
     try:
@@ -202,7 +213,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         raise InputRefused.one("", str(path), f"not a BLIS Result: {err}") from None
     catalog = None if recorded.data.catalog_source == "embedded" else recorded.data.catalog_source
     registry = (
-        None if recorded.data.registry_source == "embedded" else recorded.data.registry_source
+        None
+        if recorded.data.registry_source in ("embedded", "installed")
+        else recorded.data.registry_source
     )
     sources = DataSources.load(catalog, registry)
     result = run_scenario(recorded.scenario, _host(), sources, base_dir=path.resolve().parent)
@@ -419,7 +432,18 @@ def _parser() -> argparse.ArgumentParser:
 
     def data_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--catalog", help="catalog directory (replaces the embedded catalog)")
-        p.add_argument("--registry", help="coefficient registry directory (replaces embedded)")
+        p.add_argument(
+            "--registry",
+            help="coefficient registry directory (replaces the installed cost methods' entries)",
+        )
+
+    def cost_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--cost-methods",
+            metavar="NAMES",
+            help="comma-separated installed cost methods that may price the run, e.g. "
+            "roofline (replaces the scenario's cost_methods; default: every installed one)",
+        )
 
     p = sub.add_parser("run", help="run a scenario (the embedded default when none is given)")
     p.add_argument("scenario", nargs="?", help="scenario YAML file")
@@ -429,11 +453,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the canonical Result JSON here")
     p.add_argument("--json", action="store_true", help="print the Result JSON")
     data_args(p)
+    cost_args(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("validate", help="check a scenario and report every error")
     p.add_argument("scenario")
     data_args(p)
+    cost_args(p)
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("schema", help="write the JSON Schema of each document")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from blis_core.contracts.cost import CostMethod, StepPrice
+    from blis_core.contracts.cost import CoefficientSet, CostMethod, StepPrice
     from blis_core.contracts.engine import EngineFactory
     from blis_core.contracts.plan import PoolPlan
     from blis_core.contracts.registry import Registrar
@@ -58,13 +58,17 @@ def blis_register_routers(registry: Registrar[RouterFactory]) -> None:
 
 
 @hookspec
-def blis_register_cost_methods(registry: Registrar[CostMethod]) -> None:
-    """Add cost methods (ways to price primitive work) this plugin provides.
+def blis_register_cost_methods(registry: Registrar[CostMethod | CoefficientSet]) -> None:
+    """Add the cost methods (ways to price primitive work) this plugin provides.
 
-    :param registry: collects :class:`~blis_core.contracts.cost.CostMethod` objects.
+    :param registry: collects :class:`~blis_core.contracts.cost.CoefficientSet` objects
+        (registry entries, priced on the compiled fast path) and
+        :class:`~blis_core.contracts.cost.CostMethod` objects (asked per kernel); a second
+        method with the same ``name`` is an error.
 
-    Implemented by cost-method plugins (group ``blis.cost_methods``) and by blis-core's
-    own roofline method, which registers through this same hook.
+    Implemented by cost-method plugins (group ``blis.cost_methods``): the roofline floor
+    (``blis-cost-roofline``) and the calibrated entries (``blis-cost-calibrated``) register
+    through this hook like any third party's method.
     """
 
 

@@ -68,7 +68,8 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
             )
     console.print(table)
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.rank_shares.items()))
-    console.print(f"priced by: {shares or '-'}")
+    methods = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.method_shares.items()))
+    console.print(f"priced by: {shares or '-'} (cost methods: {methods or '-'})")
     v = result.validity
     console.print(
         "validity: inside the calibrated domain"

@@ -103,6 +103,19 @@ def test_engine_override_refuses_unmodelled_release(
     assert "newest release of 'toy' that is modelled is 2.0" in capsys.readouterr().err
 
 
+def test_cost_methods_flag_selects_and_refuses_by_name(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    path = _write(tmp_path, SCENARIO)
+    assert main(["validate", path, "--cost-methods", "roofline,nope"]) == 2
+    assert "cost_methods.1: 'nope': no such cost method installed" in capsys.readouterr().err
+    assert main(["run", path, "--cost-methods", "roofline", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["scenario"]["cost_methods"] == ["roofline"]
+    assert doc["replications"][0]["method_shares"] == {"roofline": 1.0}
+
+
 def test_schema_writes_every_document(tmp_path: Path) -> None:
     assert main(["schema", "--out", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())

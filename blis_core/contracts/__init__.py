@@ -18,10 +18,12 @@ from blis_core.contracts.catalog import (
 )
 from blis_core.contracts.cost import (
     CoefficientRank,
+    CoefficientSet,
     CostMethod,
     PrimitivePrice,
     PrimitiveWork,
     StepPrice,
+    packaged_coefficient_documents,
 )
 from blis_core.contracts.engine import (
     AllBlocksCleared,
@@ -145,6 +147,7 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "CoefficientRank",
+    "CoefficientSet",
     "ComponentSelection",
     "ConcurrencyArrival",
     "ConstantArrival",
@@ -227,6 +230,7 @@ __all__ = [
     "Validity",
     "WorkloadSpec",
     "output_content_key",
+    "packaged_coefficient_documents",
     "parse_kind_at_version",
     "parse_workload_spec",
     "prompt_token_ids",

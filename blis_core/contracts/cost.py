@@ -1,12 +1,37 @@
-"""Cost-model contract: trust ranks and the price of a step (design §9)."""
+"""Cost-model contract: trust ranks, the price of a step, and cost methods (design §9).
+
+A cost method is a plugin (entry-point group ``blis.cost_methods``) in one of two forms:
+
+* a :class:`CoefficientSet`: coefficient-registry entries, priced by the registry's one
+  formula on the compiled fast path (the roofline floor and the calibrated entries are
+  such sets);
+* a :class:`CostMethod`: a function from one kernel's :class:`PrimitiveWork` to seconds
+  and a rank, asked for every kernel of every step (a slower path, for methods whose
+  price is not the registry's formula, e.g. a learned model).
+
+Either kind's ``name`` is what a scenario's ``cost_methods`` (and ``--cost-methods``)
+selects; a step's kernel is priced by the most trusted rank any selected method answers.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol
+from importlib import resources
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CoefficientRank", "CostMethod", "PrimitivePrice", "PrimitiveWork", "StepPrice"]
+import yaml
+
+__all__ = [
+    "CoefficientRank",
+    "CoefficientSet",
+    "CostMethod",
+    "PrimitivePrice",
+    "PrimitiveWork",
+    "StepPrice",
+    "packaged_coefficient_documents",
+]
 
 
 class CoefficientRank(IntEnum):
@@ -75,3 +100,39 @@ class CostMethod(Protocol):
     def price(self, work: PrimitiveWork) -> tuple[float, CoefficientRank] | None:
         """Seconds for ``work`` and the trust rank of that figure, or ``None``."""
         ...
+
+
+@runtime_checkable
+class CoefficientSet(Protocol):
+    """A cost method given as coefficient-registry entries (``kind: coefficients`` files).
+
+    The host loads :meth:`documents` into the run's registry, checking each entry as a
+    registry file is checked (known family, chip in the catalog, finite coefficients) and
+    refusing a key two selected sets both claim. Entries keep this set's ``name`` as
+    their provider, so a Result says which set priced what share of the time.
+
+    ``description`` is one line for ``blis plugins``.
+    """
+
+    name: str
+    description: str
+
+    def documents(self) -> Sequence[tuple[str, Any]]:
+        """``(label, parsed YAML document)`` pairs, each a ``kind: coefficients`` document;
+        the label names the file in refusals."""
+        ...
+
+
+def packaged_coefficient_documents(package: str, folder: str = "data") -> list[tuple[str, Any]]:
+    """Every ``*.yaml`` file in ``folder`` of importable ``package``, parsed, sorted by name.
+
+    A helper for :class:`CoefficientSet` plugins that ship their entries as package data;
+    labels read ``<package>/<folder>/<file>``. A file that does not parse raises
+    :class:`yaml.YAMLError` (a broken wheel, not user input).
+    """
+    root = resources.files(package).joinpath(folder)
+    files = sorted((p for p in root.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name)
+    return [
+        (f"{package}/{folder}/{p.name}", yaml.safe_load(p.read_text(encoding="utf-8")))
+        for p in files
+    ]

@@ -93,6 +93,9 @@ class ReplicationResult(Document):
         description="metric -> statistic -> value (latency metrics omitted when overloaded)"
     )
     rank_shares: dict[str, float] = Field(description="coefficient rank -> share of priced time")
+    method_shares: dict[str, float] = Field(
+        default_factory=dict, description="cost method -> share of priced time"
+    )
     steps: int
     events: int
 

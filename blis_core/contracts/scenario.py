@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from blis_core.contracts.base import Document
 from blis_core.contracts.plan import ParallelLayout
@@ -224,3 +230,28 @@ class Scenario(Document):
     frame: ExperimentalFrame = Field(
         default=ExperimentalFrame(), description="when and what is measured"
     )
+    cost_methods: tuple[str, ...] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "installed cost methods that may price this run (e.g. ['roofline']); "
+            "absent: every installed one. A kernel is priced by the most trusted rank "
+            "a selected method answers"
+        ),
+    )
+
+    @field_validator("cost_methods")
+    @classmethod
+    def _unique_methods(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError(f"cost method names must be unique; got {list(v)}")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_selection(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A scenario that selects no cost methods dumps (and hashes) as it did before
+        # the field existed.
+        doc: dict[str, Any] = handler(self)
+        if doc.get("cost_methods", ()) is None:
+            del doc["cost_methods"]
+        return doc

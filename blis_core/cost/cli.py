@@ -32,7 +32,7 @@ from blis_core.cost.catalog import (
 from blis_core.cost.environment import SimEnvironment
 from blis_core.cost.fit import fit_vidur
 from blis_core.cost.plans import default_plan
-from blis_core.cost.registry import entries_to_yaml_doc, load_registry
+from blis_core.cost.registry import Registry, entries_to_yaml_doc, load_registry
 
 __all__ = ["main", "register_cli"]
 
@@ -165,9 +165,19 @@ def _catalog_add_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _registry(args: argparse.Namespace, c: Catalog) -> Registry:
+    """The ``--registry`` path's entries, else every installed coefficient set's."""
+    if args.registry is not None:
+        return load_registry(args.registry, c)
+    from blis_core.runner.builtins import make_host
+    from blis_core.runner.run import coefficient_sets
+
+    return load_registry(None, c, coefficient_sets(make_host()))
+
+
 def _env(args: argparse.Namespace) -> tuple[Catalog, SimEnvironment]:
     c = load_catalog(args.catalog)
-    r = load_registry(args.registry, c)
+    r = _registry(args, c)
     return c, SimEnvironment(c, r, (), lambda purpose, entity: np.random.default_rng(0))
 
 
@@ -266,7 +276,7 @@ def _cost_price(args: argparse.Namespace) -> int:
 
 def _cost_fit(args: argparse.Namespace) -> int:
     c = load_catalog(args.catalog)
-    r = load_registry(args.registry, c)
+    r = _registry(args, c)
     report = fit_vidur(args.data_dir, c, r, args.leave_one_out)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -4,10 +4,12 @@ One instance serves one simulation (it keeps running rank totals, never global s
 Pricing compiles each PoolPlan once (cached by identity) and then prices a StepShape
 with one pass over its sequences (see :mod:`blis_core.cost.pricing`).
 
-Cost methods: the built-in registry lookup (fitted entries, then the roofline floor) is
-always present. Extra methods (plugins registered through ``blis_register_cost_methods``)
-are asked for every kernel of a step and win when they answer a more trusted rank;
-a plan priced with extra methods takes that slower path.
+Cost methods: the registry holds the entries of the selected coefficient-set methods
+(e.g. the roofline floor and the calibrated entries); a plan's kernels take its most
+trusted entry on the compiled fast path. Per-kernel methods
+(:class:`~blis_core.contracts.cost.CostMethod` plugins) are asked for every kernel of a
+step and win when they answer a more trusted rank; a plan priced with them takes that
+slower path.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class SimEnvironment:
 
     :param catalog: the loaded catalog (:func:`~blis_core.cost.catalog.load_catalog`).
     :param registry: the loaded registry (:func:`~blis_core.cost.registry.load_registry`).
-    :param cost_methods: extra cost methods (plugins); built-in ones given here are ignored.
+    :param cost_methods: the selected per-kernel cost methods (plugins).
     :param substream: ``(purpose, entity) -> Generator``, the simulator's named substreams.
     """
 
@@ -57,6 +59,7 @@ class SimEnvironment:
         self.extra_methods = tuple(
             m for m in cost_methods if not isinstance(m, RegistryMethod | RooflineMethod)
         )
+        self._extra_seconds: dict[str, float] = {}
         self._substream = substream
         self._compiled: dict[int, CompiledPlan] = {}
         # (path, host_work, hardware) -> (overhead_us, per_item_us, entry)
@@ -155,9 +158,14 @@ class SimEnvironment:
         cp = self.compiled(plan)
         if not self.extra_methods:
             return seconds_to_us(cp.price_seconds(shape))
-        ev = self._with_extra(cp, cp.evaluate(shape), plan, shape)
-        for rank, seconds in zip(ev.ranks.tolist(), ev.seconds.tolist(), strict=True):
+        ev, winners = self._with_extra(cp, cp.evaluate(shape), plan, shape)
+        for j, (rank, seconds) in enumerate(
+            zip(ev.ranks.tolist(), ev.seconds.tolist(), strict=True)
+        ):
             self.totals.add(rank, seconds)
+            if seconds > 0.0:
+                who = winners[j] or cp.entries[j].provider
+                self._extra_seconds[who] = self._extra_seconds.get(who, 0.0) + seconds
         return seconds_to_us(ev.total_s)
 
     def explain_step(self, plan: PoolPlan, shape: StepShape) -> StepPrice:
@@ -169,7 +177,7 @@ class SimEnvironment:
         cp = self.compiled(plan)
         ev = cp.evaluate(shape)
         if self.extra_methods:
-            ev = self._with_extra(cp, ev, plan, shape)
+            ev, _ = self._with_extra(cp, ev, plan, shape)
         parts = []
         for j, term in enumerate(cp.terms):
             secs = float(ev.seconds[j])
@@ -190,10 +198,13 @@ class SimEnvironment:
 
     def _with_extra(
         self, cp: CompiledPlan, ev: StepEvaluation, plan: PoolPlan, shape: StepShape
-    ) -> StepEvaluation:
-        """Ask the extra cost methods for every launched kernel; keep more trusted answers."""
+    ) -> tuple[StepEvaluation, list[str]]:
+        """Ask the per-kernel cost methods for every launched kernel; keep more trusted
+        answers. Also returns, per term, the name of the method that won ("" when the
+        registry's entry kept it)."""
         seconds = ev.seconds.copy()
         ranks = ev.ranks.copy()
+        winners = [""] * cp.n
         launches = cp.counts[cp.stage_kind(shape)]
         for j in range(cp.n):
             if ev.seconds[j] <= 0.0:
@@ -204,7 +215,8 @@ class SimEnvironment:
                 if answer is not None and int(answer[1]) < int(ranks[j]):
                     seconds[j] = answer[0] * float(launches[j])
                     ranks[j] = int(answer[1])
-        return StepEvaluation(seconds, ranks, ev.work, float(seconds.sum()))
+                    winners[j] = method.name
+        return StepEvaluation(seconds, ranks, ev.work, float(seconds.sum())), winners
 
     def rank_totals(self) -> RankTotals:
         """Seconds of priced time per rank so far, over every step this Environment priced."""
@@ -213,6 +225,14 @@ class SimEnvironment:
         for cp in self._compiled.values():
             for rank, seconds in enumerate(cp.rank_seconds()):
                 merged.add(rank, seconds)
+        return merged
+
+    def method_seconds(self) -> dict[str, float]:
+        """Seconds of priced time per cost method so far (over every step priced)."""
+        merged = dict(self._extra_seconds)
+        for cp in self._compiled.values():
+            for name, seconds in cp.method_seconds().items():
+                merged[name] = merged.get(name, 0.0) + seconds
         return merged
 
     def rank_shares(self) -> dict[str, float]:

@@ -147,9 +147,10 @@ class CompiledPlan:
             entry = registry.best(term.family, term.impl, hw.id, term.dtype, term.ranks)
             if entry is None:
                 raise InputRefused.one(
-                    "registry",
+                    "cost_methods",
                     f"{term.family}/{term.impl}/{hw.id}/{term.dtype}",
-                    "no coefficient and no roofline entry for this primitive family",
+                    "no selected cost method prices this kernel; install blis-cost-roofline "
+                    "(the floor, cost method 'roofline') and select it",
                 )
             self.entries.append(entry)
             c = entry_constants(entry, hw, term.dtype, link_bw)
@@ -397,6 +398,15 @@ class CompiledPlan:
         for j in range(self.n):
             out[int(self.base_rank[j])] += float(self.acc_inside[j])
             out[int(self.out_rank[j])] += float(self.acc_outside[j])
+        return out
+
+    def method_seconds(self) -> dict[str, float]:
+        """Priced seconds per cost method (the provider of each term's entry)."""
+        out: dict[str, float] = {}
+        for j, entry in enumerate(self.entries):
+            secs = float(self.acc_inside[j]) + float(self.acc_outside[j])
+            if secs > 0.0:
+                out[entry.provider] = out.get(entry.provider, 0.0) + secs
         return out
 
     def stage_kind(self, shape: StepShape) -> int:

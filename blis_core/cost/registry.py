@@ -24,11 +24,14 @@ tokenisation, IPC) and ``stream:<host_work>`` (``overhead_us`` per streamed step
 output processing, detokenisation, SSE). Their floor is the ``frontend:*``/``stream:*``
 entries of ``roofline.yaml``.
 
-Loading is like the catalog's: embedded (``blis_core/data/registry/*.yaml``) or a
-directory path that replaces it, with a content hash over the canonical parsed content.
-Refused, naming file, key and cause: two entries for one key, an unknown family, rank,
-method, parameter or unit, a coefficient for a chip the catalog lacks, and a negative or
-non-finite coefficient.
+Entries come from the installed cost methods that are coefficient sets
+(:class:`~blis_core.contracts.cost.CoefficientSet` plugins: ``blis-cost-roofline`` ships
+the floor, ``blis-cost-calibrated`` the fitted entries), each entry remembering its
+provider, or from a directory path that replaces them all; the content hash is over the
+canonical parsed entries (not their provider), so the same entries give the same hash
+however they were loaded. Refused, naming file, key and cause: two entries for one key,
+an unknown family, rank, method, parameter or unit, a coefficient for a chip the catalog
+lacks, and a negative or non-finite coefficient.
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blis_core.contracts.cost import CoefficientRank
+from blis_core.contracts.cost import CoefficientRank, CoefficientSet
 from blis_core.contracts.errors import InputRefused
 from blis_core.cost.catalog import Catalog, content_hash, load_catalog, parse_quantity
 from blis_core.cost.catalog import read_yaml_documents as _read_yaml
 
 __all__ = [
     "FAMILIES",
+    "PATH_PROVIDER",
     "CoefficientEntry",
     "RankTotals",
     "Registry",
@@ -53,7 +57,8 @@ __all__ = [
     "load_registry",
 ]
 
-EMBEDDED_REGISTRY = "data/registry"
+#: provider of the entries read from a ``--registry`` path
+PATH_PROVIDER = "registry-path"
 
 FAMILIES: tuple[str, ...] = (
     "gemm",
@@ -100,6 +105,7 @@ class CoefficientEntry:
     params: Mapping[str, float]
     covered: Mapping[str, tuple[float, float]]
     source: str
+    provider: str = ""  # the cost method (coefficient set) that supplied it; not hashed
 
     @property
     def price_rank(self) -> CoefficientRank:
@@ -149,6 +155,7 @@ class Registry:
     entries: tuple[CoefficientEntry, ...]
     content_hash: str
     origin: str
+    providers: tuple[str, ...] = ()
     _cache: dict[tuple[str, str, str, str, int | None], CoefficientEntry | None] = field(
         default_factory=dict, repr=False
     )
@@ -201,6 +208,24 @@ class Registry:
         ]
         return max(found, key=_specificity, default=None)
 
+    def restricted(self, providers: Sequence[str]) -> Registry:
+        """The registry of the entries that ``providers`` supplied (hash recomputed)."""
+        keep = set(providers)
+        if keep >= set(self.providers):
+            return self
+        return build_registry(
+            [e for e in self.entries if e.provider in keep],
+            self.origin,
+            providers=tuple(p for p in self.providers if p in keep),
+        )
+
+    def covers(self, family: str, hardware: str) -> bool:
+        """Whether some entry prices ``family`` on chip ``hardware`` (any impl, dtype)."""
+        return any(
+            e.family == family and e.hardware in ("*", hardware) and e.impl == "*"
+            for e in self.entries
+        )
+
 
 class RankTotals:
     """Running totals of priced seconds per rank (one per Environment, not global)."""
@@ -231,7 +256,7 @@ def _rank(value: object, path: str, label: str) -> CoefficientRank:
     return CoefficientRank[value.upper()]
 
 
-def _entry(raw: object, path: str, label: str, catalog: Catalog) -> CoefficientEntry:
+def _entry(raw: object, path: str, label: str, catalog: Catalog, provider: str) -> CoefficientEntry:
     if not isinstance(raw, Mapping):
         raise InputRefused.one(path, raw, "expected a mapping", label)
     unknown = set(raw) - _ENTRY_KEYS
@@ -296,6 +321,7 @@ def _entry(raw: object, path: str, label: str, catalog: Catalog) -> CoefficientE
         params=params,
         covered=covered,
         source=str(raw["source"]),
+        provider=provider,
     )
 
 
@@ -308,7 +334,12 @@ def _plain(value: object, path: str, label: str) -> float:
     return number
 
 
-def build_registry(entries: Sequence[CoefficientEntry], origin: str, label: str = "") -> Registry:
+def build_registry(
+    entries: Sequence[CoefficientEntry],
+    origin: str,
+    label: str = "",
+    providers: Sequence[str] = (),
+) -> Registry:
     """A Registry from entries; refuses two entries for one key."""
     seen: dict[tuple[str, str, str, str, int], CoefficientEntry] = {}
     for e in entries:
@@ -316,7 +347,7 @@ def build_registry(entries: Sequence[CoefficientEntry], origin: str, label: str 
             raise InputRefused.one(
                 f"{e.family}/{e.impl}/{e.hardware}/{e.dtype}",
                 e.price_rank.name.lower(),
-                "two entries for one key",
+                "two entries for one key" + _claimants(seen[e.key], e),
                 label,
             )
         seen[e.key] = e
@@ -325,27 +356,45 @@ def build_registry(entries: Sequence[CoefficientEntry], origin: str, label: str 
         entries=ordered,
         content_hash=content_hash([e.to_json() for e in ordered]),
         origin=origin,
+        providers=tuple(providers) or tuple(sorted({e.provider for e in ordered})),
     )
 
 
-def load_registry(path: Path | None = None, catalog: Catalog | None = None) -> Registry:
-    """Load the embedded registry (``path`` None) or the one in directory/file ``path``.
+def _claimants(a: CoefficientEntry, b: CoefficientEntry) -> str:
+    if a.provider == b.provider:
+        return ""
+    return f" (cost methods {a.provider!r} and {b.provider!r} both supply it)"
 
-    Coefficients are checked against ``catalog`` (the embedded catalog when None): an
-    entry for a chip the catalog lacks is refused. Each file holds ``kind:
-    coefficients`` and ``entries``. See the module doc for what else is refused.
+
+def load_registry(
+    path: Path | None = None,
+    catalog: Catalog | None = None,
+    sets: Sequence[CoefficientSet] = (),
+) -> Registry:
+    """The registry of the coefficient sets ``sets``, or the one in directory/file ``path``.
+
+    ``path`` replaces the sets' entries wholesale (provider ``registry-path``). Entries
+    are checked against ``catalog`` (the embedded catalog when None): an entry for a chip
+    the catalog lacks is refused. Each document holds ``kind: coefficients`` and
+    ``entries``. See the module doc for what else is refused.
     """
     cat = catalog if catalog is not None else load_catalog(None)
+    documents: list[tuple[str, str, Any]] = []
+    if path is not None:
+        documents = [(PATH_PROVIDER, label, doc) for label, doc in _read_yaml("", path)]
+    else:
+        for cs in sets:
+            documents.extend((cs.name, label, doc) for label, doc in cs.documents())
     entries: list[CoefficientEntry] = []
     where: dict[tuple[str, str, str, str, int], str] = {}
-    for label, doc in _read_yaml(EMBEDDED_REGISTRY, path):
+    for provider, label, doc in documents:
         if not isinstance(doc, Mapping) or doc.get("kind") != "coefficients":
             raise InputRefused.one("kind", None, "expected 'kind: coefficients'", label)
         raw_entries = doc.get("entries")
         if not isinstance(raw_entries, list):
             raise InputRefused.one("entries", raw_entries, "expected a list", label)
         for i, raw in enumerate(raw_entries):
-            e = _entry(raw, f"entries.{i}", label, cat)
+            e = _entry(raw, f"entries.{i}", label, cat, provider)
             if e.key in where:
                 raise InputRefused.one(
                     f"entries.{i}",
@@ -355,7 +404,9 @@ def load_registry(path: Path | None = None, catalog: Catalog | None = None) -> R
                 )
             where[e.key] = label
             entries.append(e)
-    return build_registry(entries, "embedded" if path is None else str(path))
+    if path is not None:
+        return build_registry(entries, str(path), providers=(PATH_PROVIDER,))
+    return build_registry(entries, "installed", providers=tuple(cs.name for cs in sets))
 
 
 def entries_to_yaml_doc(entries: Sequence[CoefficientEntry]) -> dict[str, Any]:

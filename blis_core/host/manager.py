@@ -30,7 +30,7 @@ from stevedore import DriverManager, ExtensionManager
 from stevedore.exception import MultipleMatches, NoMatches
 
 from blis_core import hookspecs
-from blis_core.contracts.cost import CostMethod
+from blis_core.contracts.cost import CoefficientSet, CostMethod
 from blis_core.contracts.engine import EngineFactory
 from blis_core.contracts.errors import PluginError
 from blis_core.contracts.plan import PoolPlan
@@ -96,7 +96,7 @@ class PluginHost:
     """Owns the pluggy manager and the registries the registration hooks fill.
 
     :param builtins: modules of blis-core's own implementations, registered through the
-        same hooks as third-party plugins (e.g. the roofline cost method).
+        same hooks as third-party plugins (e.g. the round-robin router).
     :param blocked: plugin names never loaded; defaults to ``BLIS_DISABLE_PLUGINS``.
     :param trace: write every hook call to stderr; defaults to ``BLIS_TRACE_HOOKS``.
     """
@@ -121,7 +121,7 @@ class PluginHost:
         self.records: dict[tuple[str, str], PluginRecord] = {}
         self.engines: NamedRegistry[EngineFactory] = NamedRegistry("engine", _engine_key)
         self.routers: NamedRegistry[RouterFactory] = NamedRegistry("router", _router_key)
-        self.cost_methods: NamedRegistry[CostMethod] = NamedRegistry(
+        self.cost_methods: NamedRegistry[CostMethod | CoefficientSet] = NamedRegistry(
             "cost method", lambda m: m.name
         )
         self.scorers: NamedRegistry[ScorerFactory] = NamedRegistry("scorer", lambda s: s.name)

@@ -6,6 +6,7 @@ from blis_core.runner.builtins import make_host
 from blis_core.runner.run import (
     DataSources,
     check_scenario,
+    installed_registry,
     replication_seed,
     run_scenario,
     write_result,
@@ -14,6 +15,7 @@ from blis_core.runner.run import (
 __all__ = [
     "DataSources",
     "check_scenario",
+    "installed_registry",
     "make_host",
     "replication_seed",
     "run_scenario",

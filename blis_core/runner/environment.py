@@ -13,7 +13,7 @@ from blis_core.sim.rng import RandomStreams
 if TYPE_CHECKING:
     from blis_core.runner.run import DataSources
 
-__all__ = ["make_environment", "merge_rank_shares"]
+__all__ = ["make_environment", "merge_method_shares", "merge_rank_shares"]
 
 
 def make_environment(
@@ -44,5 +44,16 @@ def merge_rank_shares(envs: Sequence[Environment]) -> dict[str, float]:
             if seconds > 0:
                 name = CoefficientRank(rank).name.lower()
                 totals[name] = totals.get(name, 0.0) + seconds
+    whole = sum(totals.values())
+    return {k: v / whole for k, v in sorted(totals.items())} if whole > 0 else {}
+
+
+def merge_method_shares(envs: Sequence[Environment]) -> dict[str, float]:
+    """Each cost method's share of all time priced by ``envs`` together."""
+    totals: dict[str, float] = {}
+    for env in envs:
+        assert isinstance(env, SimEnvironment)
+        for name, seconds in env.method_seconds().items():
+            totals[name] = totals.get(name, 0.0) + seconds
     whole = sum(totals.values())
     return {k: v / whole for k, v in sorted(totals.items())} if whole > 0 else {}

@@ -8,13 +8,14 @@ the client, and the DEVS kernel runs the components.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
 from blis_core import __version__
+from blis_core.contracts.cost import CoefficientSet, CostMethod
 from blis_core.contracts.engine import (
     EngineFactory,
     EnginePoolSpec,
@@ -34,6 +35,7 @@ from blis_core.contracts.router import EndpointSnapshot, RouterFactory
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
 from blis_core.cost import Catalog, Registry, load_catalog, load_registry
+from blis_core.cost.registry import FAMILIES, PATH_PROVIDER
 from blis_core.host.manager import PluginHost
 from blis_core.io.canonical import canonical_json, content_hash
 from blis_core.metrics import (
@@ -44,9 +46,14 @@ from blis_core.metrics import (
     fate_counts,
     replication_metrics,
 )
+from blis_core.runner.builtins import make_host
 from blis_core.runner.client_component import ClientComponent
 from blis_core.runner.engine_component import EngineComponent
-from blis_core.runner.environment import make_environment, merge_rank_shares
+from blis_core.runner.environment import (
+    make_environment,
+    merge_method_shares,
+    merge_rank_shares,
+)
 from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
 from blis_core.runner.validity import validity_of
 from blis_core.sim.kernel import Component, Simulation
@@ -58,8 +65,12 @@ __all__ = [
     "DataSources",
     "check_pool",
     "check_scenario",
+    "coefficient_sets",
+    "installed_registry",
+    "kernel_methods",
     "replication_seed",
     "run_scenario",
+    "selected_cost_methods",
     "write_result",
 ]
 
@@ -67,23 +78,54 @@ _log = structlog.get_logger("blis.run")
 
 CLIENT = "client"
 ROUTER = "router"
+COST_GROUP = "blis.cost_methods"
+FLOOR_DISTRIBUTION = "blis-cost-roofline"
 
 
 @dataclass(frozen=True)
 class DataSources:
-    """The catalog and coefficient registry a run uses (embedded when paths are None)."""
+    """The catalog and coefficient registry a run uses.
+
+    The registry holds every installed coefficient-set cost method's entries (or, with a
+    registry path, that path's entries alone); :meth:`select` narrows it to the methods a
+    scenario names.
+    """
 
     catalog: Catalog
     registry: Registry
     catalog_source: str
     registry_source: str
+    _selected: dict[tuple[str, ...], Registry] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @classmethod
-    def load(cls, catalog_path: str | None = None, registry_path: str | None = None) -> DataSources:
-        """Load both, from the given directories or from the embedded copies."""
+    def load(
+        cls,
+        catalog_path: str | None = None,
+        registry_path: str | None = None,
+        host: PluginHost | None = None,
+    ) -> DataSources:
+        """Load the catalog (embedded unless a path is given) and the registry: the
+        entries of every coefficient set ``host`` (a default host when None) can load,
+        or the directory ``registry_path`` instead."""
         catalog = load_catalog(Path(catalog_path) if catalog_path else None)
-        registry = load_registry(Path(registry_path) if registry_path else None, catalog)
-        return cls(catalog, registry, catalog_path or "embedded", registry_path or "embedded")
+        sets: list[CoefficientSet] = []
+        if not registry_path:
+            sets = coefficient_sets(host if host is not None else make_host())
+        registry = load_registry(Path(registry_path) if registry_path else None, catalog, sets)
+        return cls(catalog, registry, catalog_path or "embedded", registry_path or "installed")
+
+    def select(self, providers: Sequence[str]) -> DataSources:
+        """The same data with only the entries ``providers`` supplied (cached)."""
+        key = tuple(sorted(set(providers) & set(self.registry.providers)))
+        reg = self._selected.get(key)
+        if reg is None:
+            reg = self.registry.restricted(key)
+            self._selected[key] = reg
+        if reg is self.registry:
+            return self
+        return DataSources(self.catalog, reg, self.catalog_source, self.registry_source)
 
     def stamp(self) -> DataStamp:
         """What the Result records about the data."""
@@ -93,6 +135,24 @@ class DataSources:
             catalog_source=self.catalog_source,
             registry_source=self.registry_source,
         )
+
+
+def coefficient_sets(host: PluginHost) -> list[CoefficientSet]:
+    """Every coefficient-set cost method ``host`` can load (a failed plugin is logged)."""
+    for rec in host.load_all(groups=(COST_GROUP,)):
+        if rec.group == COST_GROUP and rec.status == "failed":
+            _log.warning("cost method plugin not loaded", plugin=rec.name, cause=rec.error)
+    return [m for m in host.cost_methods if isinstance(m, CoefficientSet)]
+
+
+def installed_registry(catalog: Catalog | None = None) -> Registry:
+    """The registry of every coefficient set a default host can load (tests, tools)."""
+    return load_registry(None, catalog, coefficient_sets(make_host()))
+
+
+def kernel_methods(host: PluginHost) -> list[CostMethod]:
+    """Every per-kernel cost method (not a coefficient set) ``host`` has loaded."""
+    return [m for m in host.cost_methods if not isinstance(m, CoefficientSet)]
 
 
 def replication_seed(seed: int, replication: int) -> int:
@@ -178,9 +238,11 @@ def check_pool(
 def check_scenario(
     scenario: Scenario, host: PluginHost, data: DataSources, base_dir: Path | None = None
 ) -> list[FieldError]:
-    """Every refusal a scenario earns before simulation: each pool (:func:`check_pool`),
-    metric names, the router, the workload."""
-    errors: list[FieldError] = []
+    """Every refusal a scenario earns before simulation: the cost methods it selects,
+    each pool (:func:`check_pool`), metric names, the router, the workload."""
+    names, errors = selected_cost_methods(scenario, host, data)
+    data = data.select(names)
+    errors.extend(_floor_errors(scenario, data))
     for i, pool in enumerate(scenario.deployment.pools):
         errors.extend(check_pool(i, pool, host, data, scenario.seed))
     for j, name in enumerate(scenario.frame.metrics):
@@ -208,6 +270,58 @@ def check_scenario(
         WorkloadSource(scenario.workload, RandomStreams(scenario.seed).get, base_dir=base_dir)
     except InputRefused as err:
         errors.extend(FieldError(_join("workload", e.path), e.value, e.cause) for e in err.errors)
+    return errors
+
+
+def selected_cost_methods(
+    scenario: Scenario, host: PluginHost, data: DataSources
+) -> tuple[tuple[str, ...], list[FieldError]]:
+    """The cost methods that price ``scenario`` (sorted names) and the refusals its
+    ``cost_methods`` earn: a name no installed method has, or a blocked one.
+
+    Absent ``cost_methods`` selects every installed method. Entries of a registry path
+    always price (the path is the user's own data and replaces the coefficient sets).
+    """
+    coefficient_sets(host)
+    installed = sorted(set(data.registry.providers) | {m.name for m in kernel_methods(host)})
+    wanted = scenario.cost_methods
+    if wanted is None:
+        return tuple(installed), []
+    errors: list[FieldError] = []
+    for i, name in enumerate(wanted):
+        if name in installed:
+            continue
+        rec = host.records.get((COST_GROUP, name))
+        if rec is not None and rec.status in ("blocked", "failed"):
+            cause = f"cost method plugin {name!r} is {rec.status}" + (
+                f": {rec.error}" if rec.error else ""
+            )
+        elif PATH_PROVIDER in data.registry.providers and rec is not None:
+            cause = "coefficient sets are replaced by the registry path given (--registry)"
+        else:
+            cause = f"no such cost method installed; installed: {', '.join(installed) or 'none'}"
+        errors.append(FieldError(f"cost_methods.{i}", name, cause))
+    chosen = set(wanted) & set(installed)
+    if PATH_PROVIDER in data.registry.providers:
+        chosen.add(PATH_PROVIDER)
+    return tuple(sorted(chosen)), errors
+
+
+def _floor_errors(scenario: Scenario, data: DataSources) -> list[FieldError]:
+    """A refusal per chip for which no selected method prices every primitive family."""
+    errors: list[FieldError] = []
+    for hw in sorted({p.hardware for p in scenario.deployment.pools}):
+        missing = [f for f in FAMILIES if not data.registry.covers(f, hw)]
+        if missing:
+            errors.append(
+                FieldError(
+                    "cost_methods",
+                    list(data.registry.providers),
+                    f"no selected cost method prices {', '.join(missing)} on {hw}; install "
+                    f"{FLOOR_DISTRIBUTION} (the roofline floor, cost method 'roofline') "
+                    "and select it",
+                )
+            )
     return errors
 
 
@@ -274,11 +388,12 @@ def _build(
     envs: list[Environment] = []
     endpoints: dict[str, EndpointSnapshot] = {}
     step_observer = host.step_observer()
-    cost_methods = list(host.cost_methods)
-    for method in cost_methods:
-        stamps[f"blis.cost_methods:{method.name}"] = host.stamp(
-            "blis.cost_methods", method.name, "-"
-        )
+    wanted = scenario.cost_methods
+    cost_methods = [m for m in kernel_methods(host) if wanted is None or m.name in wanted]
+    pricing = set(data.registry.providers) | {m.name for m in cost_methods}
+    for method in host.cost_methods:
+        if method.name in pricing:
+            stamps[f"{COST_GROUP}:{method.name}"] = host.stamp(COST_GROUP, method.name, "-")
     for pool in scenario.deployment.pools:
         factory = host.select_engine(pool.engine.kind, pool.engine.version)
         key = f"{factory.kind}@{factory.upstream_release}"
@@ -395,6 +510,7 @@ def _replicate(
         overload_evidence=evidence,
         metrics=replication_metrics(cluster.ledger, scenario.frame, end_us, overloaded),
         rank_shares=merge_rank_shares(cluster.envs),
+        method_shares=merge_method_shares(cluster.envs),
         steps=sum(e.steps for e in cluster.engines),
         events=cluster.sim.events,
     )
@@ -415,9 +531,8 @@ def run_scenario(
     errors = check_scenario(scenario, host, data, base_dir)
     if errors:
         raise InputRefused(errors, scenario.name)
-    for rec in host.load_all(groups=("blis.cost_methods",)):
-        if rec.status == "failed":
-            _log.warning("cost method plugin not loaded", plugin=rec.name, cause=rec.error)
+    names, _ = selected_cost_methods(scenario, host, data)
+    data = data.select(names)
     stamps: dict[str, PluginStamp] = {}
     reps: list[ReplicationResult] = []
     n = scenario.frame.replications
@@ -444,7 +559,7 @@ def run_scenario(
         metric_definitions=tuple(METRICS[m] for m in scenario.frame.metrics if m in METRICS),
         replications=tuple(reps),
         estimates=estimates,
-        validity=validity_of(scenario),
+        validity=validity_of(scenario, data.registry.providers),
     )
     result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})
     host.result_written(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -21,11 +22,19 @@ def _domain() -> dict[str, Any]:
     return data
 
 
-def validity_of(scenario: Scenario) -> Validity:
-    """Inside when every pool's engine kind, model, hardware and TP are covered."""
+def validity_of(scenario: Scenario, cost_methods: Sequence[str] = ()) -> Validity:
+    """Inside when the domain's cost methods price the run (``cost_methods``: the methods
+    whose entries priced it) and every pool's engine kind, model, hardware and TP are
+    covered."""
     domain = _domain()
     covered = {(c["model"], c["hardware"], int(c["tp"])) for c in domain["covered"]}
     reasons: list[str] = []
+    for name in domain["cost_methods"]:
+        if name not in cost_methods:
+            reasons.append(
+                f"cost method {name!r} (the coefficients fitted to the measured runs) is not "
+                f"installed or not selected; priced by {', '.join(cost_methods) or 'nothing'}"
+            )
     for pool in scenario.deployment.pools:
         if pool.engine.kind not in domain["engines"]:
             reasons.append(f"pool {pool.name!r}: engine {pool.engine.kind!r} has no measurements")

@@ -8,13 +8,20 @@ plugin passes them or fails them the same way inside and outside this repository
 
 from __future__ import annotations
 
-from blis_conformance.cost import CostMethodConformance, ScorerConformance
+from blis_conformance.cost import (
+    CoefficientSetConformance,
+    CostMethodConformance,
+    FloorConformance,
+    ScorerConformance,
+)
 from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
 from blis_conformance.router import RouterConformance
 
 __all__ = [
+    "CoefficientSetConformance",
     "CostMethodConformance",
     "EngineConformance",
+    "FloorConformance",
     "PrefixCachingConformance",
     "RouterConformance",
     "ScorerConformance",

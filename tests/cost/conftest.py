@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blis_core.cost import Catalog, Registry, SimEnvironment, load_catalog, load_registry
+from blis_core.cost import Catalog, Registry, SimEnvironment, load_catalog
+from blis_core.runner import installed_registry
 
 
 @pytest.fixture(scope="session")
@@ -15,7 +16,7 @@ def catalog() -> Catalog:
 
 @pytest.fixture(scope="session")
 def registry(catalog: Catalog) -> Registry:
-    return load_registry(None, catalog)
+    return installed_registry(catalog)
 
 
 @pytest.fixture

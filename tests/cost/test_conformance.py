@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from blis_conformance import CostMethodConformance, ScorerConformance
 
-from blis_core.cost import RegistryMethod, RooflineMethod, load_catalog, load_registry
+from blis_core.cost import RegistryMethod, RooflineMethod, load_catalog
+from blis_core.runner import installed_registry
 
 _CATALOG = load_catalog()
-_REGISTRY = load_registry(None, _CATALOG)
+_REGISTRY = installed_registry(_CATALOG)
 
 
 class TestRooflineConformance(CostMethodConformance):

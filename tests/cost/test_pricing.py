@@ -13,10 +13,11 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
-from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog, load_registry
+from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog
+from blis_core.runner import installed_registry
 
 _CAT = load_catalog()
-_ENV = SimEnvironment(_CAT, load_registry(None, _CAT), (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+_ENV = SimEnvironment(_CAT, installed_registry(_CAT), (), lambda p, e: None)  # type: ignore[arg-type,return-value]
 
 
 def _plan(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.contracts.errors import InputRefused
@@ -18,13 +18,21 @@ from blis_core.cost import (
     load_registry,
 )
 from blis_core.cost.registry import FAMILIES
+from blis_core.runner import make_host
+from blis_core.runner.run import coefficient_sets
 
-EMBEDDED = Path(__file__).resolve().parents[2] / "blis_core" / "data" / "registry"
+
+def _installed_copy(d: Path) -> Path:
+    """The installed coefficient sets' documents, written as a registry directory."""
+    d.mkdir()
+    for cs in coefficient_sets(make_host()):
+        for i, (_label, doc) in enumerate(cs.documents()):
+            (d / f"{cs.name}-{i}.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return d
 
 
 def _write(tmp_path: Path, entry: str) -> Path:
-    d = tmp_path / "reg"
-    shutil.copytree(EMBEDDED, d)
+    d = _installed_copy(tmp_path / "reg")
     (d / "zz-extra.yaml").write_text("kind: coefficients\nentries:\n  - " + entry + "\n")
     return d
 
@@ -44,8 +52,7 @@ def test_roofline_covers_every_family_on_every_chip(catalog: Catalog, registry: 
 def test_path_and_embedded_registry_hash_agree(
     catalog: Catalog, registry: Registry, tmp_path: Path
 ) -> None:
-    d = tmp_path / "reg"
-    shutil.copytree(EMBEDDED, d)
+    d = _installed_copy(tmp_path / "reg")
     assert load_registry(d, catalog).content_hash == registry.content_hash
 
 

@@ -21,7 +21,7 @@ from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.cost import memory
 from blis_core.cost.catalog import load_catalog
 from blis_core.cost.environment import SimEnvironment
-from blis_core.cost.registry import load_registry
+from blis_core.runner import installed_registry
 from vllm_fakes import req
 
 from blis_vllm.config import resolve_settings
@@ -37,7 +37,7 @@ DSV3 = "deepseek-ai/DeepSeek-V3"
 def env() -> SimEnvironment:
     catalog = load_catalog()
     return SimEnvironment(
-        catalog, load_registry(None, catalog), (), lambda p, e: np.random.default_rng(0)
+        catalog, installed_registry(catalog), (), lambda p, e: np.random.default_rng(0)
     )
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.cost import Catalog, Registry
 from blis_core.cost.roofline import RegistryMethod, in_range
 
-FILE = Path(__file__).resolve().parents[2] / "blis_core/data/registry/calibrated-vllm-serving.yaml"
+FILE = (
+    Path(__file__).resolve().parents[1] / "blis_cost_calibrated/data/calibrated-vllm-serving.yaml"
+)
 FAMILIES = {"attention_decode", "moe_gemm", "allreduce", "host_step"}
 
 

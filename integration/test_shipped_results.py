@@ -1,0 +1,67 @@
+"""The shipped scenarios' Results, pinned: the embedded default and every example.
+
+These run the real plugins (vLLM, llm-d, the roofline and calibrated cost methods), so
+they live outside blis-core's own tests and run in tox's ``conformance`` environment.
+Like the byte gate (``tests/runner/test_byte_gate.py``), a change meant to move them
+regenerates ``golden.json`` with ``BLIS_UPDATE_SHIPPED_GATE=1`` in a commit of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from blis_core.contracts.result import Result
+from blis_core.io.scenario import load_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden.json"
+SHIPPED = {
+    "default": ROOT / "blis_core" / "data" / "scenarios" / "default.yaml",
+    **{p.stem: p for p in sorted((ROOT / "examples").glob("*.yaml"))},
+}
+
+
+def _run(name: str, data: DataSources) -> Result:
+    path = SHIPPED[name]
+    return run_scenario(load_scenario(str(path)), make_host(), data, base_dir=path.parent)
+
+
+@pytest.fixture(scope="module")
+def data() -> DataSources:
+    return DataSources.load()
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_result_bytes_unchanged(name: str, data: DataSources) -> None:
+    result = _run(name, data)
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    if os.environ.get("BLIS_UPDATE_SHIPPED_GATE") == "1":
+        golden[name] = result.content_hash
+        GOLDEN.write_text(json.dumps(golden, indent=2, sort_keys=True) + "\n")
+        pytest.fail(f"shipped gate golden updated for {name}; review and commit it")
+    assert golden.get(name) == result.content_hash, (
+        f"{name}: Result bytes changed ({golden.get(name)} -> {result.content_hash})"
+    )
+
+
+def test_without_the_calibrated_method_the_default_is_roofline_priced_and_says_so() -> None:
+    """Uninstalling blis-cost-calibrated (here: blocking it) prices by the floor alone;
+    the Result says so. With it back, the pinned Result comes back byte for byte."""
+    host = make_host(blocked=["calibrated"])
+    data = DataSources.load(host=host)
+    assert data.registry.providers == ("roofline",)
+    path = SHIPPED["default"]
+    result = run_scenario(load_scenario(str(path)), host, data, base_dir=path.parent)
+    rep = result.replications[0]
+    assert rep.method_shares == {"roofline": 1.0}
+    assert "calibrated" not in rep.rank_shares
+    assert not result.validity.inside_domain
+    assert any("'calibrated'" in r for r in result.validity.reasons)
+    assert {p.name for p in result.stack.plugins if p.group == "blis.cost_methods"} == {"roofline"}
+    again = _run("default", DataSources.load())
+    assert again.content_hash == json.loads(GOLDEN.read_text())["default"]

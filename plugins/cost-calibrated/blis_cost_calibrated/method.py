@@ -1,0 +1,31 @@
+"""Coefficients fitted to measured runs, each with the range of work it covered.
+
+``data/calibrated-vidur.yaml``: kernel efficiencies fitted by ``blis cost fit`` to
+Vidur's public operator profiles; ``data/calibrated-vllm-serving.yaml``: host and
+frontend overheads and kernel efficiencies fitted to real vLLM serving runs on H100
+(written by ``python bench/accuracy.py --fit --write-registry``; regenerate, do not
+edit). Inside its covered range an entry prices at its own rank (``calibrated``); outside
+it, as ``transferred``. Without this package every run is priced by the roofline floor alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from blis_core.contracts.cost import packaged_coefficient_documents
+
+__all__ = ["METHOD_NAME", "CalibratedCoefficients"]
+
+METHOD_NAME = "calibrated"
+
+
+class CalibratedCoefficients:
+    """The fitted entries as a :class:`~blis_core.contracts.cost.CoefficientSet`."""
+
+    name = METHOD_NAME
+    description = "coefficients fitted to measured runs (Vidur profiles, vLLM serving on H100)"
+
+    def documents(self) -> Sequence[tuple[str, Any]]:
+        """The packaged ``kind: coefficients`` documents."""
+        return packaged_coefficient_documents("blis_cost_calibrated")
