@@ -47,6 +47,13 @@ from blis_core.contracts.errors import (
     PluginError,
     SimulationError,
 )
+from blis_core.contracts.lowering import (
+    DEFAULT_IMPLS,
+    GENERIC_HOST_WORK,
+    LoweringRequest,
+    host_work_problem,
+    impl_problem,
+)
 from blis_core.contracts.plan import (
     DraftPolicy,
     GraphMode,
@@ -137,6 +144,8 @@ from blis_core.contracts.workload import (
 )
 
 __all__ = [
+    "DEFAULT_IMPLS",
+    "GENERIC_HOST_WORK",
     "STEP_SHAPE_ADAPTER",
     "TRANSFER_ADAPTER",
     "US_PER_S",
@@ -187,6 +196,7 @@ __all__ = [
     "LoadStage",
     "LogNormalLength",
     "LoweredLayer",
+    "LoweringRequest",
     "MLASpec",
     "MetricDefinition",
     "MoESpec",
@@ -229,6 +239,8 @@ __all__ = [
     "UniformLength",
     "Validity",
     "WorkloadSpec",
+    "host_work_problem",
+    "impl_problem",
     "output_content_key",
     "packaged_coefficient_documents",
     "parse_kind_at_version",

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitecture
 from blis_core.contracts.cost import StepPrice
-from blis_core.contracts.plan import ParallelLayout, PoolPlan
+from blis_core.contracts.lowering import LoweringRequest
+from blis_core.contracts.plan import KVBudget, ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.scenario import AcceptanceModel
 from blis_core.contracts.shape import StepShape, Transfer
@@ -204,6 +205,17 @@ class Environment(Protocol):
         self, model: ModelArchitecture, layout: ParallelLayout, kv_cache_dtype: str, attention: str
     ) -> int:
         """KV bytes one token takes in one layer on one rank (K and V, or MLA's latent)."""
+        ...
+
+    def lower(self, request: LoweringRequest) -> PoolPlan:
+        """The catalog model lowered for ``request``: a plan-phase PoolPlan (no KV budget)
+        with layers, kernel implementations, KV groups, host work and memory figures
+        (see :mod:`blis_core.contracts.lowering`); refuses names that break its rules."""
+        ...
+
+    def default_kv_budget(self, plan: PoolPlan, memory_fraction: float) -> KVBudget:
+        """The default KV budget rule: blocks in ``memory_fraction`` of one device's
+        memory after weights, activation peak, graphs and non-torch memory."""
         ...
 
     def price_step(self, plan: PoolPlan, shape: StepShape) -> int:

@@ -21,11 +21,13 @@ from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitect
 from blis_core.contracts.cost import CoefficientRank, CostMethod, PrimitivePrice, StepPrice
 from blis_core.contracts.engine import LinkLoad
 from blis_core.contracts.errors import InputRefused
-from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
+from blis_core.contracts.lowering import LoweringRequest
+from blis_core.contracts.plan import GraphMode, KVBudget, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import StepShape, Transfer
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import memory
 from blis_core.cost.catalog import Catalog
+from blis_core.cost.plans import lowered_plan
 from blis_core.cost.pricing import CompiledPlan, StepEvaluation, compile_plan
 from blis_core.cost.registry import CoefficientEntry, RankTotals, Registry
 from blis_core.cost.roofline import RegistryMethod, RooflineMethod
@@ -142,6 +144,54 @@ class SimEnvironment:
     ) -> int:
         """KV bytes one token takes in one layer on one rank (K and V, or MLA's latent)."""
         return memory.kv_bytes_per_token_per_layer(model, layout.tp, kv_cache_dtype, attention)
+
+    # -- lowering ----------------------------------------------------------------------
+
+    def lower(self, request: LoweringRequest) -> PoolPlan:
+        """The catalog model lowered for ``request`` (see
+        :func:`~blis_core.cost.plans.lowered_plan`): a plan-phase PoolPlan, no KV budget."""
+        return lowered_plan(self.model(request.model), self.hardware(request.hardware), request)
+
+    def default_kv_budget(self, plan: PoolPlan, memory_fraction: float) -> KVBudget:
+        """KV blocks in ``memory_fraction`` of one device's memory after the plan's
+        weights, activation peak, graphs and non-torch memory (each figure the plan does
+        not state is asked of this Environment). A block holds ``block_size_tokens`` of
+        every KV group's layers. Refuses a fraction outside (0, 1] and a plan that
+        leaves no room for one block."""
+        if not 0 < memory_fraction <= 1:
+            raise InputRefused.one("memory_fraction", memory_fraction, "must be in (0, 1]")
+        if not plan.kv_groups:
+            raise InputRefused.one("plan.kv_groups", (), "a KV budget needs a KV group")
+        weights = plan.resident_weight_bytes
+        if weights is None:
+            weights = self.weight_bytes_per_rank(plan)
+        act = plan.activation_peak_bytes
+        if act is None:
+            act = self.activation_peak_bytes(plan, plan.max_num_batched_tokens)
+        graphs = plan.graph_bytes if plan.graph_bytes is not None else self.graph_memory_bytes(plan)
+        other = plan.nonkv_buffer_bytes
+        if other is None:
+            other = self.non_torch_bytes(plan)
+        budget = int(self.device_memory_bytes(plan.hardware) * memory_fraction)
+        available = budget - weights - act - graphs - other
+        block_tokens = plan.kv_groups[0].block_size_tokens
+        per_block = sum(
+            g.block_size_tokens * g.bytes_per_token_per_layer * g.num_layers for g in plan.kv_groups
+        )
+        blocks = max(0, available) // per_block if per_block > 0 else 0
+        if blocks <= 0:
+            raise InputRefused.one(
+                "memory_fraction",
+                memory_fraction,
+                f"no room for a KV block: {budget} bytes less weights {weights}, activation "
+                f"{act}, graphs {graphs} and other {other} leaves {available}",
+            )
+        return KVBudget(
+            num_gpu_blocks=blocks,
+            block_size_tokens=block_tokens,
+            kv_bytes=blocks * per_block,
+            available_bytes=available,
+        )
 
     # -- pricing -----------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ import numpy.typing as npt
 from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.lowering import host_work_problem, impl_problem
 from blis_core.contracts.plan import GraphMode, LayerKind, LoweredLayer, PoolPlan
 from blis_core.contracts.shape import StepMode, StepShape
 from blis_core.cost import memory
@@ -496,8 +497,25 @@ def _shift(term: Term, offset: int, prefix: str) -> Term:
     )
 
 
+def _check_names(plan: PoolPlan) -> None:
+    problem = host_work_problem(plan.engine, plan.host_work)
+    if problem is not None:
+        raise InputRefused.one("plan.host_work", plan.host_work, problem)
+    draft = plan.draft_policy.layers if plan.draft_policy is not None else ()
+    for where, layers in (("plan.layers", plan.layers), ("plan.draft_policy.layers", draft)):
+        for i, layer in enumerate(layers):
+            problem = impl_problem(layer.impl)
+            if problem is not None:
+                raise InputRefused.one(f"{where}.{i}.impl", layer.impl, problem)
+
+
 def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> CompiledPlan:
-    """Lower ``plan`` into priced terms for its model and chip (see module doc)."""
+    """Lower ``plan`` into priced terms for its model and chip (see module doc).
+
+    Refuses a host-work key or a kernel implementation name that breaks the rules of
+    :mod:`blis_core.contracts.lowering`, naming the plan's field.
+    """
+    _check_names(plan)
     model = catalog.model(plan.model)
     hw = catalog.chip(plan.hardware)
     lay = plan.layout

@@ -190,7 +190,7 @@ class ToyFactory:
                     bytes_per_token_per_layer=kv_per_layer,
                 ),
             ),
-            host_work="toy",
+            host_work=f"toy-{self.upstream_release}",
             max_num_batched_tokens=int(spec.args.get("max_num_batched_tokens", 2048)),
             max_num_seqs=int(spec.args.get("max_num_seqs", 64)),
             max_model_len=model.max_position_embeddings,

@@ -43,8 +43,8 @@ def plain() -> DataSources:
 @pytest.fixture(scope="module")
 def priced(plain: DataSources) -> DataSources:
     extra = [
-        _entry("frontend:toy", overhead_us=FE_US, per_item_us=PER_TOKEN_US),
-        _entry("stream:toy", overhead_us=STREAM_US),
+        _entry("frontend:toy-1.0", overhead_us=FE_US, per_item_us=PER_TOKEN_US),
+        _entry("stream:toy-1.0", overhead_us=STREAM_US),
     ]
     reg = build_registry([*plain.registry.entries, *extra], "test")
     return dataclasses.replace(plain, registry=reg)
@@ -135,7 +135,7 @@ def test_request_in_the_frontend_at_the_horizon_is_queued(
     install_plugins: Callable[..., None], plain: DataSources
 ) -> None:
     install_plugins(TOY)
-    slow = [_entry("frontend:toy", overhead_us=10_000_000)]
+    slow = [_entry("frontend:toy-1.0", overhead_us=10_000_000)]
     data = dataclasses.replace(
         plain, registry=build_registry([*plain.registry.entries, *slow], "test")
     )
