@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from blis_core import __version__
-from blis_core.contracts.errors import BlisError, InputRefused
+from blis_core.contracts.errors import BlisError, FieldError, InputRefused
 from blis_core.contracts.scenario import parse_kind_at_version
 
 __all__ = ["main"]
@@ -46,20 +46,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from blis_core.runner.run import DataSources, run_scenario, write_result
 
     data, source = read_scenario_data(args.scenario)
-    if args.engine:
-        kind, version = _kind_version(args.engine, "--engine")
-        for pool in data.get("deployment", {}).get("pools", []) or []:
-            if isinstance(pool, dict):
-                pool["engine"] = {"kind": kind, "version": version}
+    _apply_engine(args, data)
     _apply_cost_methods(args, data)
     if args.seed is not None:
         data["seed"] = args.seed
     if args.replications is not None:
         data.setdefault("frame", {})["replications"] = args.replications
     scenario = parse_scenario(data, source)
-    sources = DataSources.load(args.catalog, args.registry)
+    host = _host()
+    sources = DataSources.load(args.catalog, args.registry, host)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
-    result = run_scenario(scenario, _host(), sources, base_dir=base_dir)
+    result = run_scenario(scenario, host, sources, base_dir=base_dir)
     text = write_result(result)
     if args.out:
         Path(args.out).write_text(text, encoding="ascii")
@@ -70,6 +67,56 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print_summary(result, out=args.out)
     return 0
+
+
+#: engine arguments ``--engine`` carries to an engine of another kind (their meaning is
+#: the same for every engine BLIS models: vLLM's and SGLang's scheduler budgets)
+COMMON_ENGINE_ARGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
+
+
+def _apply_engine(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """``--engine KIND@VER`` replaces every pool's engine; ``--engine-arg K=V`` sets an
+    argument on every pool.
+
+    A pool whose engine changes kind keeps only :data:`COMMON_ENGINE_ARGS`; every other
+    argument of its old engine is refused by name, with the two ways on: give the new
+    engine's own arguments with ``--engine-arg``, or leave the old ones behind with
+    ``--drop-engine-args``. Never are they passed blindly.
+    """
+    import yaml
+
+    pools = [p for p in (data.get("deployment", {}).get("pools", []) or []) if isinstance(p, dict)]
+    if args.engine:
+        kind, version = _kind_version(args.engine, "--engine")
+        errors: list[FieldError] = []
+        for i, pool in enumerate(pools):
+            old = pool.get("engine") or {}
+            old_kind = old.get("kind") if isinstance(old, dict) else None
+            given = pool.get("args") or {}
+            if old_kind != kind and isinstance(given, dict):
+                foreign = sorted(k for k in given if k not in COMMON_ENGINE_ARGS)
+                if foreign and not args.drop_engine_args:
+                    errors.extend(
+                        FieldError(
+                            f"deployment.pools.{i}.args.{k}",
+                            given[k],
+                            f"an argument of {old_kind!r}, not carried to {kind!r} (--engine "
+                            f"carries only {', '.join(COMMON_ENGINE_ARGS)}); give {kind!r}'s "
+                            "own with --engine-arg KEY=VALUE, or leave these behind with "
+                            "--drop-engine-args",
+                        )
+                        for k in foreign
+                    )
+                pool["args"] = {k: v for k, v in given.items() if k in COMMON_ENGINE_ARGS}
+            pool["engine"] = {"kind": kind, "version": version}
+        if errors:
+            raise InputRefused(errors, "--engine")
+    for item in args.engine_arg or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise InputRefused.one("--engine-arg", item, "expected KEY=VALUE")
+        for pool in pools:
+            pool.setdefault("args", {})[key.replace("-", "_")] = yaml.safe_load(value)
 
 
 def _apply_cost_methods(args: argparse.Namespace, data: dict[str, Any]) -> None:
@@ -84,7 +131,6 @@ def _apply_cost_methods(args: argparse.Namespace, data: dict[str, Any]) -> None:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from blis_core.contracts.errors import FieldError
     from blis_core.contracts.scenario import Scenario
     from blis_core.io.scenario import field_errors, read_scenario_data
     from blis_core.runner.run import DataSources, check_scenario
@@ -97,10 +143,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         scenario = Scenario.model_validate(data)
     except ValidationError as err:
         errors.extend(field_errors(err, data))
-    sources = DataSources.load(args.catalog, args.registry)
+    host = _host()
+    sources = DataSources.load(args.catalog, args.registry, host)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
     if scenario is not None:
-        errors.extend(check_scenario(scenario, _host(), sources, base_dir))
+        errors.extend(check_scenario(scenario, host, sources, base_dir))
     else:
         errors.extend(_partial_checks(data, sources))
     if errors:
@@ -150,8 +197,12 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
+    from blis_core.runner.run import DataSources
+
     host = _host()
-    records = host.load_all()
+    host.load_all()
+    DataSources.load(host=host)  # marks a coefficient set whose entries do not load failed
+    records = host.discovered()
     rows = []
     for rec in records:
         provides = rec.provides or ["-"]
@@ -201,6 +252,18 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plugin_new(args: argparse.Namespace) -> int:
+    from blis_core.plugin_template import KINDS, new_plugin
+
+    group = KINDS.get(args.kind)
+    taken = _host().claimed_names(group) if group is not None else set()
+    dest = Path(args.dir) if args.dir else Path.cwd() / f"blis-{args.name}"
+    new_plugin(args.kind, args.name, dest, taken)
+    print(f"wrote {args.kind} plugin {args.name!r} to {dest}")
+    print(f"next: python3 -m pip install -e {dest} && pytest {dest} && blis plugins")
+    return 0
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from blis_core.contracts.result import Result
     from blis_core.runner.run import DataSources, run_scenario, write_result
@@ -217,8 +280,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         if recorded.data.registry_source in ("embedded", "installed")
         else recorded.data.registry_source
     )
-    sources = DataSources.load(catalog, registry)
-    result = run_scenario(recorded.scenario, _host(), sources, base_dir=path.resolve().parent)
+    host = _host()
+    sources = DataSources.load(catalog, registry, host)
+    result = run_scenario(recorded.scenario, host, sources, base_dir=path.resolve().parent)
     again = write_result(result)
     if again == original:
         print(f"{path}: reproduced byte for byte ({recorded.content_hash})")
@@ -448,6 +512,17 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a scenario (the embedded default when none is given)")
     p.add_argument("scenario", nargs="?", help="scenario YAML file")
     p.add_argument("--engine", help="override every pool's engine, e.g. vllm@0.33.0")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set an engine argument on every pool (repeatable; VALUE is YAML)",
+    )
+    p.add_argument(
+        "--drop-engine-args",
+        action="store_true",
+        help="with --engine of another kind: leave the old engine's own arguments behind",
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--replications", type=int)
     p.add_argument("--out", help="write the canonical Result JSON here")
@@ -469,6 +544,16 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list installed plugins")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_plugins)
+
+    p = sub.add_parser("plugin", help="plugin authoring tools")
+    psub = p.add_subparsers(dest="plugin_command", required=True)
+    n = psub.add_parser(
+        "new", help="write a plugin package that installs and passes its conformance suite"
+    )
+    n.add_argument("kind", metavar="KIND", help="engine, router or cost-method")
+    n.add_argument("name", metavar="NAME", help="the plugin's name, e.g. my-engine")
+    n.add_argument("--dir", help="folder to create (default: ./blis-NAME)")
+    n.set_defaults(func=_cmd_plugin_new)
 
     p = sub.add_parser("replay", help="rerun a Result and check it reproduces byte for byte")
     p.add_argument("result")

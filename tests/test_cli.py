@@ -116,6 +116,44 @@ def test_cost_methods_flag_selects_and_refuses_by_name(
     assert doc["replications"][0]["method_shares"] == {"roofline": 1.0}
 
 
+def test_engine_of_another_kind_refuses_foreign_args_by_name(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    doc = json.loads(json.dumps(SCENARIO))
+    doc["deployment"]["pools"][0]["engine"] = {"kind": "other", "version": "9"}
+    doc["deployment"]["pools"][0]["args"] = {"max_num_seqs": 8, "enable_prefix_caching": True}
+    path = _write(tmp_path, doc)
+    assert main(["run", path, "--engine", "toy@1.0", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "deployment.pools.0.args.enable_prefix_caching" in err
+    assert "--engine-arg KEY=VALUE" in err and "--drop-engine-args" in err
+    argv = ["run", path, "--engine", "toy@1.0", "--drop-engine-args", "--json"]
+    assert main([*argv, "--engine-arg", "max_num_batched_tokens=1024"]) == 0
+    args = json.loads(capsys.readouterr().out)["scenario"]["deployment"]["pools"][0]["args"]
+    assert args == {"max_num_seqs": 8, "max_num_batched_tokens": 1024}
+
+
+def test_engine_arg_needs_key_and_value(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    assert main(["run", _write(tmp_path, SCENARIO), "--engine-arg", "oops"]) == 2
+    assert "--engine-arg: 'oops': expected KEY=VALUE" in capsys.readouterr().err
+
+
+def test_plugin_new_refuses_bad_kinds_and_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plugin", "new", "scheduler", "x", "--dir", str(tmp_path / "a")]) == 2
+    assert "unknown plugin kind" in capsys.readouterr().err
+    assert main(["plugin", "new", "engine", "My Engine", "--dir", str(tmp_path / "b")]) == 2
+    assert "lower-case" in capsys.readouterr().err
+    assert main(["plugin", "new", "router", "round-robin", "--dir", str(tmp_path / "c")]) == 2
+    assert "already claims 'round-robin'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_schema_writes_every_document(tmp_path: Path) -> None:
     assert main(["schema", "--out", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())

@@ -198,6 +198,14 @@ class PluginHost:
         if not isinstance(module, ModuleType):
             rec.status, rec.error = "failed", f"entry point {rec.target!r} is not a module"
             raise PluginError(f"plugin {name!r} ({group}): {rec.error}")
+        first = self._pm.get_name(module)
+        if first is not None:
+            # One module serving several entry-point groups registered everything it
+            # provides when its first group loaded it; this group's items are its own.
+            reg = self._registry(group)
+            rec.provides = [k for k in reg.keys() if reg.owner(k) == first]
+            rec.status = "loaded"
+            return rec
         try:
             self._register(module, (group, name))
         except PluginError:
@@ -262,8 +270,13 @@ class PluginHost:
         """Releases of ``kind`` that installed plugins model, oldest first (loads on demand)."""
         reg = self._registry(group)
         known = reg.keys()
-        if not any(k.split("@", 1)[0] == kind for k in known) and (group, kind) in self.records:
-            self.load(group, kind)
+        if not any(k.split("@", 1)[0] == kind for k in known):
+            if (group, kind) in self.records:
+                self.load(group, kind)
+            else:
+                # An entry point named otherwise than the kind it registers: only loading
+                # every plugin of the group can find it (docs/plugins.md: name them alike).
+                self.load_all(groups=(group,))
             known = reg.keys()
         return sorted(
             (k.split("@", 1)[1] for k in known if k.split("@", 1)[0] == kind), key=release_key
@@ -302,6 +315,11 @@ class PluginHost:
             "blis.scorers": self.scorers,
         }
         return registries[group]
+
+    def claimed_names(self, group: str) -> set[str]:
+        """Names taken in ``group``: entry-point names and kinds registered so far."""
+        names = {n for (g, n) in self.records if g == group}
+        return names | {k.split("@", 1)[0] for k in self._registry(group).keys()}
 
     def stamp(self, group: str, key: str, version: str) -> PluginStamp:
         """The Result stamp of a registered item (``key`` as in its registry)."""

@@ -96,7 +96,7 @@ class DataSources:
     catalog_source: str
     registry_source: str
     _selected: dict[tuple[str, ...], Registry] = field(
-        default_factory=dict, repr=False, compare=False
+        default_factory=dict, init=False, repr=False, compare=False
     )
 
     @classmethod
@@ -112,7 +112,8 @@ class DataSources:
         catalog = load_catalog(Path(catalog_path) if catalog_path else None)
         sets: list[CoefficientSet] = []
         if not registry_path:
-            sets = coefficient_sets(host if host is not None else make_host())
+            host = host if host is not None else make_host()
+            sets = [cs for cs in coefficient_sets(host) if _loads(cs, catalog, host)]
         registry = load_registry(Path(registry_path) if registry_path else None, catalog, sets)
         return cls(catalog, registry, catalog_path or "embedded", registry_path or "installed")
 
@@ -148,6 +149,21 @@ def coefficient_sets(host: PluginHost) -> list[CoefficientSet]:
 def installed_registry(catalog: Catalog | None = None) -> Registry:
     """The registry of every coefficient set a default host can load (tests, tools)."""
     return load_registry(None, catalog, coefficient_sets(make_host()))
+
+
+def _loads(cs: CoefficientSet, catalog: Catalog, host: PluginHost) -> bool:
+    """Whether ``cs``'s documents load on their own; a set that does not is marked
+    failed with the refusal as its cause (its plugin, not the run, is broken)."""
+    try:
+        load_registry(None, catalog, [cs])
+    except InputRefused as err:
+        group, _, name = host.cost_methods.owner(cs.name).partition(":")
+        rec = host.records.get((group, name))
+        if rec is not None:
+            rec.status, rec.error = "failed", f"coefficient set {cs.name!r} does not load: {err}"
+        _log.warning("cost method not loaded", method=cs.name, cause=str(err))
+        return False
+    return True
 
 
 def kernel_methods(host: PluginHost) -> list[CostMethod]:
@@ -226,7 +242,7 @@ def check_pool(
                 FieldError(
                     where + "." + e.path[len(by_name) :]
                     if e.path.startswith(by_name)
-                    else _join(f"{where}.args", e.path),
+                    else _join(f"{where}.args", e.path.removeprefix("args.")),
                     e.value,
                     e.cause,
                 )
@@ -298,6 +314,8 @@ def selected_cost_methods(
             )
         elif PATH_PROVIDER in data.registry.providers and rec is not None:
             cause = "coefficient sets are replaced by the registry path given (--registry)"
+        elif name in {m.name for m in host.cost_methods}:
+            cause = f"cost method {name!r} is installed but its coefficients do not load"
         else:
             cause = f"no such cost method installed; installed: {', '.join(installed) or 'none'}"
         errors.append(FieldError(f"cost_methods.{i}", name, cause))

@@ -29,6 +29,13 @@ def validity_of(scenario: Scenario, cost_methods: Sequence[str] = ()) -> Validit
     domain = _domain()
     covered = {(c["model"], c["hardware"], int(c["tp"])) for c in domain["covered"]}
     reasons: list[str] = []
+    trusted = {*domain["cost_methods"], *domain["floor_methods"]}
+    for name in cost_methods:
+        if name not in trusted:
+            reasons.append(
+                f"cost method {name!r} priced part of the run; the domain's data were "
+                f"checked with {', '.join(sorted(trusted))} only"
+            )
     for name in domain["cost_methods"]:
         if name not in cost_methods:
             reasons.append(

@@ -6,10 +6,14 @@ plan), and the capability flags that apply.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import ClassVar
 
 import pytest
+from packaging.version import Version
 
 from blis_core.contracts.engine import (
     EngineFactory,
@@ -23,7 +27,25 @@ from blis_core.contracts.plan import PoolPlan
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepMode, StepShape
 
-__all__ = ["EngineConformance", "PrefixCachingConformance", "drive_engine"]
+__all__ = ["EngineConformance", "PrefixCachingConformance", "drive_engine", "pep440_of"]
+
+_BLIS_TAG = re.compile(r"^(?P<base>.+)-blis\.(?P<n>\d+)$")
+
+
+def pep440_of(plugin_version: str) -> str:
+    """The PEP 440 form of a BLIS plugin version: ``X-blis.N`` is released as ``X.postN``
+    (a leading ``v`` of the upstream tag dropped); any other form is taken as it is."""
+    m = _BLIS_TAG.match(plugin_version)
+    if m is None:
+        return plugin_version
+    return f"{m['base'].removeprefix('v')}.post{m['n']}"
+
+
+def _distribution_of(cls: type) -> str | None:
+    """The installed distribution that ships ``cls``'s top-level package, if any."""
+    top = cls.__module__.split(".", 1)[0]
+    dists = metadata.packages_distributions().get(top, [])
+    return dists[0] if len(dists) == 1 else None
 
 
 def drive_engine(
@@ -69,10 +91,16 @@ def _request(i: int, prompt: int, output: int, shared: int = 0) -> InferenceRequ
 
 
 class EngineConformance:
-    """Tests every engine plugin must pass. Set ``factory`` and ``spec`` in a subclass."""
+    """Tests every engine plugin must pass. Set ``factory``, ``spec`` and ``metric_names``.
+
+    ``metric_names`` declares the metrics the engine exports for routers (e.g. vLLM's
+    ``vllm:num_requests_waiting``, ``vllm:num_requests_running``,
+    ``vllm:kv_cache_usage_perc``); every scrape must carry them.
+    """
 
     factory: ClassVar[EngineFactory]
     spec: ClassVar[EnginePoolSpec]
+    metric_names: ClassVar[tuple[str, ...]] = ()
 
     @pytest.fixture
     def env(self, blis_environment: Callable[[str], Environment]) -> Environment:
@@ -149,6 +177,90 @@ class EngineConformance:
     def test_scrape_gives_numbers(self, engine: EngineInstance) -> None:
         metrics = engine.scrape()
         assert metrics and all(isinstance(v, float) for v in metrics.values())
+
+    @pytest.mark.conformance
+    def test_steps_respect_the_token_and_sequence_budgets(
+        self, engine: EngineInstance, env: Environment
+    ) -> None:
+        plan = engine.plan
+        n = min(plan.max_num_seqs + 8, 300)
+        prompt = max(1, min(plan.max_num_batched_tokens // 2, plan.max_model_len // 4))
+        try:
+            shapes, _ = drive_engine(engine, env, [_request(i, prompt, 4) for i in range(n)])
+        except InputRefused as err:  # the Environment refuses to price such a step
+            raise AssertionError(f"a step the plan's budgets refuse was formed: {err}") from err
+        dp = plan.layout.dp
+        for s in shapes:
+            assert s.scheduled_tokens <= plan.max_num_batched_tokens * dp, (
+                f"step {s.step_id} schedules {s.scheduled_tokens} tokens, more than "
+                f"max_num_batched_tokens={plan.max_num_batched_tokens}"
+            )
+            assert len(s.seqs) <= plan.max_num_seqs * dp, (
+                f"step {s.step_id} runs {len(s.seqs)} sequences, more than "
+                f"max_num_seqs={plan.max_num_seqs}"
+            )
+
+    @pytest.mark.conformance
+    def test_never_holds_more_kv_than_its_budget(
+        self, engine: EngineInstance, env: Environment
+    ) -> None:
+        plan = engine.plan
+        budget = plan.kv_budget
+        assert budget is not None, "the run-phase plan has no KV budget"
+        block = budget.block_size_tokens
+        capacity = budget.num_gpu_blocks * block
+        prompt = max(1, min(plan.max_model_len // 2, 4 * plan.max_num_batched_tokens))
+        n = min(plan.max_num_seqs, 2 + capacity // prompt)
+        shapes, _ = drive_engine(engine, env, [_request(i, prompt, 8) for i in range(n)])
+        for s in shapes:
+            blocks = sum(-(-(c.context_tokens + c.new_tokens) // block) for c in s.seqs)
+            assert blocks <= budget.num_gpu_blocks, (
+                f"step {s.step_id} computes over {blocks} KV blocks of {block} tokens; the "
+                f"KV budget has {budget.num_gpu_blocks} (an engine must admit, chunk or "
+                "preempt within its budget)"
+            )
+
+    @pytest.mark.conformance
+    def test_exports_the_metrics_it_declares(
+        self, engine: EngineInstance, env: Environment
+    ) -> None:
+        names = self.metric_names
+        assert names, (
+            "set metric_names on the suite: the metrics this engine exports for routers "
+            "(e.g. vllm:num_requests_waiting, vllm:num_requests_running)"
+        )
+        for r in [_request(i, 64, 4) for i in range(6)]:
+            engine.add_request(r, 0)
+        scrapes = [dict(engine.scrape())]
+        for _ in range(50):
+            shape = engine.schedule(0)
+            if shape is None:
+                break
+            engine.complete(shape, 0)
+            scrapes.append(dict(engine.scrape()))
+        for name in names:
+            for i, scrape in enumerate(scrapes):
+                assert name in scrape, f"scrape {i} lacks declared metric {name!r}"
+                assert isinstance(scrape[name], float) and math.isfinite(scrape[name]), (
+                    f"{name!r} is {scrape[name]!r} in scrape {i}, not a finite float"
+                )
+        moved = [n for n in names if len({s[n] for s in scrapes}) > 1]
+        assert moved, (
+            f"none of the declared metrics {list(names)} changed while six requests ran; "
+            "a router reading them learns nothing"
+        )
+
+    @pytest.mark.conformance
+    def test_plugin_version_matches_its_distribution(self) -> None:
+        dist = _distribution_of(type(self.factory))
+        if dist is None:
+            return  # not installed as a distribution (a throw-away test factory)
+        installed = metadata.version(dist)
+        expected = pep440_of(self.factory.plugin_version)
+        assert Version(installed) == Version(expected), (
+            f"plugin_version {self.factory.plugin_version!r} (PEP 440: {expected}) does not "
+            f"match distribution {dist} {installed}; X-blis.N is released as X.postN"
+        )
 
     @pytest.mark.conformance
     def test_too_long_prompt_is_refused(self, engine: EngineInstance) -> None:

@@ -99,3 +99,42 @@ class RouterConformance:
     def test_no_endpoint_is_not_a_dispatch(self) -> None:
         decision = self.build().route(_req(0), ())
         assert decision.endpoint is None and decision.status != 200
+
+    @pytest.mark.conformance
+    def test_observes_every_event_of_a_request_lifecycle(self) -> None:
+        router = self.build()
+        eps = endpoints(3)
+        names = {e.name for e in eps}
+        for i in range(12):
+            decision = router.route(_req(i), eps)
+            assert decision.endpoint in names
+            ep, rid = decision.endpoint or "", f"r{i}"
+            router.observe(RouterEvent("dispatched", ep, rid))
+            router.observe(RouterEvent("first_token", ep, rid))
+            router.observe(RouterEvent("kv_events", ep, rid))
+            router.observe(RouterEvent("completed", ep, rid))
+        # Events for requests it never routed (late, duplicated) are ignored, not fatal.
+        router.observe(RouterEvent("completed", "ep-0", "never-routed"))
+        router.observe(RouterEvent("aborted", "ep-1", "never-routed"))
+        router.observe(RouterEvent("completed", "ep-0", "r0"))
+        after = router.route(_req(99), eps)
+        assert after.status == 200 and after.endpoint in names, (
+            "after observing completions the router no longer routes"
+        )
+
+    @pytest.mark.conformance
+    def test_decisions_depend_only_on_the_seed_and_inputs(self) -> None:
+        """Two routers built with one seed decide alike even when their calls interleave:
+        randomness comes from the runtime's substreams, never a global generator."""
+        eps = endpoints(5)
+        alone = self.build(seed=11)
+        expected = [alone.route(_req(i), eps).endpoint for i in range(30)]
+        a, b = self.build(seed=11), self.build(seed=11)
+        got_a, got_b = [], []
+        for i in range(30):
+            got_a.append(a.route(_req(i), eps).endpoint)
+            got_b.append(b.route(_req(i), eps).endpoint)
+        assert got_a == expected and got_b == expected, (
+            "decisions changed when another router with the same seed ran in between: "
+            "draw randomness from runtime.substream, not a shared generator"
+        )

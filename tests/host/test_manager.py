@@ -129,6 +129,32 @@ def test_cost_methods_and_scorers_register(install_plugins: Callable[..., None])
     assert rec.provides == ["flat", "count"]
 
 
+def test_an_engine_registered_under_another_entry_point_name_is_found(
+    install_plugins: Callable[..., None],
+) -> None:
+    install_plugins(("blis-toy", "blis.engines", "toy-engines", "toy_engine"))
+    host = PluginHost()
+    factory = host.select_engine("toy", "1.0")
+    assert factory.kind == "toy" and host.records[("blis.engines", "toy-engines")].status == (
+        "loaded"
+    )
+
+
+def test_one_module_may_serve_two_entry_point_groups(
+    install_plugins: Callable[..., None],
+) -> None:
+    install_plugins(
+        ("blis-extra", "blis.cost_methods", "extra", "extra_kinds"),
+        ("blis-extra", "blis.scorers", "extra", "extra_kinds"),
+    )
+    host = PluginHost()
+    records = {(r.group, r.name): r for r in host.load_all()}
+    cost, scorer = records[("blis.cost_methods", "extra")], records[("blis.scorers", "extra")]
+    assert cost.status == scorer.status == "loaded", (cost.error, scorer.error)
+    assert scorer.provides == ["count"] and "flat" in cost.provides
+    assert host.scorers.keys() == ["count"] and "flat" in host.cost_methods.keys()
+
+
 def test_step_explained_reaches_plugins(install_plugins: Callable[..., None]) -> None:
     import importlib
 

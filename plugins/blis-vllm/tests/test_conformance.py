@@ -20,3 +20,8 @@ _SPEC = EnginePoolSpec(
 class TestVllmConformance(EngineConformance, PrefixCachingConformance):
     factory = VllmEngineFactory()
     spec = _SPEC
+    metric_names = (
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+    )

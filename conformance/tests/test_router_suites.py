@@ -1,0 +1,81 @@
+"""The router suite's checks, each proven by a toy router broken in one way."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from blis_conformance import RouterConformance
+
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import (
+    EndpointSnapshot,
+    RouterEvent,
+    RouterInstance,
+    RouterRuntime,
+    RoutingDecision,
+)
+
+_SHARED = random.Random(0)  # what a router must not use: a generator shared by instances
+
+
+class _Router:
+    def __init__(self, runtime: RouterRuntime, flaw: str) -> None:
+        self._rng = runtime.substream("pick", "route")
+        self._flaw = flaw
+        self._live: dict[str, str] = {}
+
+    def route(self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]) -> Any:
+        if not endpoints:
+            return RoutingDecision(endpoint=None, status=503, reason="none")
+        if self._flaw == "global-random":
+            return RoutingDecision(endpoint=_SHARED.choice(endpoints).name)
+        return RoutingDecision(endpoint=endpoints[int(self._rng.integers(len(endpoints)))].name)
+
+    def observe(self, event: RouterEvent) -> None:
+        if event.kind == "dispatched":
+            self._live[event.request_id] = event.endpoint
+        elif event.kind in ("completed", "aborted"):
+            if self._flaw == "strict-completions":
+                del self._live[event.request_id]  # KeyError on an unknown id
+            else:
+                self._live.pop(event.request_id, None)
+
+
+class _Factory:
+    kind = "toy-router"
+    upstream_release = "1.0"
+    plugin_version = "1.0-blis.1"
+
+    def __init__(self, flaw: str = "") -> None:
+        self._flaw = flaw
+
+    def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
+        return _Router(runtime, self._flaw)
+
+
+def _suite(flaw: str) -> Any:
+    class Suite(RouterConformance):
+        pass
+
+    Suite.factory = _Factory(flaw)
+    return Suite()
+
+
+def test_the_sound_toy_passes_every_check() -> None:
+    suite = _suite("")
+    for name in dir(suite):
+        if name.startswith("test_"):
+            getattr(suite, name)()
+
+
+def test_a_router_drawing_from_a_shared_generator_fails() -> None:
+    with pytest.raises(AssertionError, match="runtime.substream"):
+        _suite("global-random").test_decisions_depend_only_on_the_seed_and_inputs()
+
+
+def test_a_router_crashing_on_an_unknown_completion_fails() -> None:
+    with pytest.raises(KeyError):
+        _suite("strict-completions").test_observes_every_event_of_a_request_lifecycle()
