@@ -65,3 +65,31 @@ def test_without_the_calibrated_method_the_default_is_roofline_priced_and_says_s
     assert {p.name for p in result.stack.plugins if p.group == "blis.cost_methods"} == {"roofline"}
     again = _run("default", DataSources.load())
     assert again.content_hash == json.loads(GOLDEN.read_text())["default"]
+
+
+def test_a_saturated_long_output_run_names_the_axes_it_leaves() -> None:
+    """Like the shared runs (vLLM, H100, max_num_seqs 128, 2048 batched tokens, 4096
+    context) but 1,448-token outputs at 4 req/s on Llama-2-70B TP4: BLIS must not call it
+    inside the calibrated domain."""
+    from blis_core.io.scenario import parse_scenario
+
+    doc = {
+        "name": "long-output-70b",
+        "seed": 7,
+        "deployment": {"pools": [{
+            "name": "llama70", "engine": {"kind": "vllm", "version": "0.33.0"},
+            "model": "meta-llama/Llama-2-70b-hf", "hardware": "H100-SXM", "layout": {"tp": 4},
+            "args": {"max_num_seqs": 128, "max_num_batched_tokens": 2048,
+                     "max_model_len": 4096}}]},
+        "workload": {
+            "arrival": {"process": "poisson", "rate_per_s": 4},
+            "input_len": {"family": "fixed", "value": 934},
+            "output_len": {"family": "fixed", "value": 1448},
+            "num_requests": 400},
+        "frame": {"horizon_s": 100},
+    }  # fmt: skip
+    result = run_scenario(parse_scenario(doc, "long"), make_host(), DataSources.load())
+    assert not result.validity.inside_domain
+    axes = {e.axis for e in result.validity.excursions}
+    assert {"output_tokens", "load", "in_flight_per_instance"} <= axes
+    assert any(r.startswith("load: the run is overloaded") for r in result.validity.reasons)

@@ -77,6 +77,7 @@ from blis_core.contracts.request import (
     segment_token_ids,
 )
 from blis_core.contracts.result import (
+    AxisExcursion,
     DataStamp,
     Estimate,
     FateCounts,
@@ -152,6 +153,7 @@ __all__ = [
     "AllBlocksCleared",
     "ArrivalSpec",
     "AttentionKind",
+    "AxisExcursion",
     "BlisError",
     "BlockRemoved",
     "BlockStored",

@@ -13,6 +13,7 @@ from blis_core.contracts.base import Document
 from blis_core.contracts.scenario import Scenario
 
 __all__ = [
+    "AxisExcursion",
     "DataStamp",
     "Estimate",
     "FateCounts",
@@ -113,11 +114,25 @@ class Estimate(Document):
     replications: int
 
 
+class AxisExcursion(Document):
+    """One axis of the validity domain a run left: its value and the covered range."""
+
+    axis: str = Field(description="e.g. output_tokens, kv_occupancy, load")
+    value: float
+    low: float
+    high: float
+
+
 class Validity(Document):
-    """Whether the scenario lies inside the domain the calibration data cover (§8.9)."""
+    """Whether the scenario lies inside the domain the calibration data cover (§8.9).
+
+    ``excursions`` names each operating-point axis (per-request lengths, in-flight
+    requests, KV occupancy, load) on which the run left the measured runs' range.
+    """
 
     inside_domain: bool
     reasons: tuple[str, ...]
+    excursions: tuple[AxisExcursion, ...] = ()
 
 
 class Result(Document):

@@ -41,6 +41,7 @@ class RequestRecord:
     chunk_gaps_us: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
     fate: str = ""
     reason: str = ""
+    timed_out_us: int = -1
 
 
 class RequestLedger:
@@ -111,9 +112,10 @@ class RequestLedger:
         """The request was refused (router shed, no endpoint, engine rejection)."""
         self._fate(request_id, Fate.DROPPED, reason)
 
-    def timed_out(self, request_id: str) -> None:
-        """The client gave up at the request's deadline."""
+    def timed_out(self, request_id: str, now_us: int = -1) -> None:
+        """The client gave up at the request's deadline (``now_us``, when known)."""
         self._fate(request_id, Fate.TIMED_OUT, "deadline")
+        self.records[request_id].timed_out_us = now_us
 
     def close(self, arrivals_generated: int) -> dict[str, int]:
         """Write horizon fates for every request without one; assert arrivals == fates.

@@ -141,7 +141,7 @@ class ClientComponent(Component):
         while self._deadlines and self._deadlines[0][0] <= now_us:
             _, rid = heapq.heappop(self._deadlines)
             if not self._ledger.has_fate(rid):
-                self._ledger.timed_out(rid)
+                self._ledger.timed_out(rid, now_us)
                 self._aborts.append(rid)
                 self._follow_ups(rid, now_us, 0, failed=True)
 

@@ -46,6 +46,7 @@ from blis_core.metrics import (
     fate_counts,
     replication_metrics,
 )
+from blis_core.metrics.envelope import operating_point
 from blis_core.runner.builtins import make_host
 from blis_core.runner.client_component import ClientComponent
 from blis_core.runner.engine_component import EngineComponent
@@ -55,7 +56,7 @@ from blis_core.runner.environment import (
     merge_rank_shares,
 )
 from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
-from blis_core.runner.validity import validity_of
+from blis_core.runner.validity import RunPoint, validity_of
 from blis_core.sim.kernel import Component, Simulation
 from blis_core.sim.link import Link
 from blis_core.sim.rng import RandomStreams, stream_key_digest
@@ -510,6 +511,7 @@ def _replicate(
     data: DataSources,
     base_dir: Path | None,
     stamps: dict[str, PluginStamp],
+    points: list[RunPoint],
 ) -> ReplicationResult:
     seed = replication_seed(scenario.seed, replication)
     cluster = _build(scenario, seed, host, data, base_dir, stamps)
@@ -519,6 +521,7 @@ def _replicate(
     counts = cluster.ledger.close(cluster.source.arrivals_generated - cluster.client.unsent)
     warmup_us = round(scenario.frame.warmup_s * 1e6)
     overloaded, evidence = detect_overload(cluster.ledger, warmup_us)
+    points.append(_run_point(cluster, end_us, overloaded))
     return ReplicationResult(
         replication=replication,
         seed=seed,
@@ -553,9 +556,10 @@ def run_scenario(
     data = data.select(names)
     stamps: dict[str, PluginStamp] = {}
     reps: list[ReplicationResult] = []
+    points: list[RunPoint] = []
     n = scenario.frame.replications
     for r in range(n):
-        reps.append(_replicate(scenario, r, host, data, base_dir, stamps))
+        reps.append(_replicate(scenario, r, host, data, base_dir, stamps, points))
         if progress is not None:
             progress(r + 1, n)
     estimates: dict[str, dict[str, Estimate]] = {}
@@ -577,11 +581,42 @@ def run_scenario(
         metric_definitions=tuple(METRICS[m] for m in scenario.frame.metrics if m in METRICS),
         replications=tuple(reps),
         estimates=estimates,
-        validity=validity_of(scenario, data.registry.providers),
+        validity=validity_of(scenario, data.registry.providers, _worst(points)),
     )
     result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})
     host.result_written(result)
     return result
+
+
+def _run_point(cluster: _Cluster, end_us: int, overloaded: bool) -> RunPoint:
+    """The replication's operating point on the validity domain's axes."""
+    point = operating_point(cluster.ledger, end_us)
+    capacity = 0
+    for comp in cluster.engines:
+        budget = comp.engine.plan.kv_budget
+        if budget is not None:
+            capacity += budget.num_gpu_blocks * budget.block_size_tokens
+    return RunPoint(
+        input_tokens=point.input_tokens,
+        output_tokens=point.output_tokens,
+        in_flight_per_instance=point.peak_in_flight / max(len(cluster.engines), 1),
+        kv_occupancy=point.peak_kv_tokens / capacity if capacity else 0.0,
+        overloaded=overloaded,
+    )
+
+
+def _worst(points: Sequence[RunPoint]) -> RunPoint | None:
+    """Means of the per-request lengths, maxima of the peaks, any overload."""
+    if not points:
+        return None
+    n = len(points)
+    return RunPoint(
+        input_tokens=sum(p.input_tokens for p in points) / n,
+        output_tokens=sum(p.output_tokens for p in points) / n,
+        in_flight_per_instance=max(p.in_flight_per_instance for p in points),
+        kv_occupancy=max(p.kv_occupancy for p in points),
+        overloaded=any(p.overloaded for p in points),
+    )
 
 
 def _trace_hash(scenario: Scenario, base_dir: Path | None) -> str | None:

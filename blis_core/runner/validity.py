@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 import yaml
 
-from blis_core.contracts.result import Validity
+from blis_core.contracts.result import AxisExcursion, Validity
 from blis_core.contracts.scenario import Scenario
 
-__all__ = ["validity_of"]
+__all__ = ["RunPoint", "validity_of"]
 
 
 @lru_cache(maxsize=1)
@@ -22,10 +23,23 @@ def _domain() -> dict[str, Any]:
     return data
 
 
-def validity_of(scenario: Scenario, cost_methods: Sequence[str] = ()) -> Validity:
+@dataclass(frozen=True, slots=True)
+class RunPoint:
+    """Where a run operated, on the domain's axes (worst replication)."""
+
+    input_tokens: float
+    output_tokens: float
+    in_flight_per_instance: float
+    kv_occupancy: float
+    overloaded: bool
+
+
+def validity_of(
+    scenario: Scenario, cost_methods: Sequence[str] = (), point: RunPoint | None = None
+) -> Validity:
     """Inside when the domain's cost methods price the run (``cost_methods``: the methods
-    whose entries priced it) and every pool's engine kind, model, hardware and TP are
-    covered."""
+    whose entries priced it), every pool's engine kind, model, hardware and TP are
+    covered, and the run's operating ``point`` stays on the measured runs' axes."""
     domain = _domain()
     covered = {(c["model"], c["hardware"], int(c["tp"])) for c in domain["covered"]}
     reasons: list[str] = []
@@ -50,4 +64,24 @@ def validity_of(scenario: Scenario, cost_methods: Sequence[str] = ()) -> Validit
                 f"pool {pool.name!r}: {pool.model} on {pool.hardware} TP{pool.layout.tp} "
                 "is not covered by measured runs"
             )
-    return Validity(inside_domain=not reasons, reasons=tuple(reasons))
+    excursions = _excursions(point, domain["coverage"]) if point is not None else []
+    for e in excursions:
+        if e.axis == "load":
+            reasons.append("load: the run is overloaded (its backlog grows); no measured run was")
+        else:
+            reasons.append(
+                f"{e.axis}: {e.value:.4g} is outside the measured runs' {e.low:g} to {e.high:g}"
+            )
+    return Validity(inside_domain=not reasons, reasons=tuple(reasons), excursions=tuple(excursions))
+
+
+def _excursions(point: RunPoint, coverage: dict[str, Any]) -> list[AxisExcursion]:
+    margin = float(coverage["margin"])
+    out: list[AxisExcursion] = []
+    for axis, (low, high) in coverage["axes"].items():
+        value = float(getattr(point, axis))
+        if value < low * (1 - margin) or value > high * (1 + margin):
+            out.append(AxisExcursion(axis=axis, value=value, low=low, high=high))
+    if point.overloaded and not coverage["saturated"]:
+        out.append(AxisExcursion(axis="load", value=1.0, low=0.0, high=0.0))
+    return out

@@ -1,0 +1,80 @@
+"""Validity from coverage: a run names each operating-point axis it leaves."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from blis_core.io.scenario import parse_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+from blis_core.runner.validity import RunPoint, validity_of
+from tests.runner.test_run import TOY, _scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data" / "ground-truth" / "inference-sim-training"
+INSIDE = RunPoint(600, 240, 40, 0.2, overloaded=False)
+
+
+def _axes(point: RunPoint) -> set[str]:
+    scenario = parse_scenario(_scenario(), "t")
+    return {e.axis for e in validity_of(scenario, ("calibrated", "roofline"), point).excursions}
+
+
+def test_a_point_inside_every_range_leaves_no_axis() -> None:
+    assert _axes(INSIDE) == set()
+
+
+@pytest.mark.parametrize(
+    ("change", "axis"),
+    [
+        ({"output_tokens": 1448}, "output_tokens"),
+        ({"input_tokens": 100}, "input_tokens"),
+        ({"in_flight_per_instance": 400}, "in_flight_per_instance"),
+        ({"kv_occupancy": 0.95}, "kv_occupancy"),
+        ({"overloaded": True}, "load"),
+    ],
+)
+def test_each_axis_left_is_named_with_value_and_range(change: dict[str, Any], axis: str) -> None:
+    point = dataclasses.replace(INSIDE, **change)
+    scenario = parse_scenario(_scenario(), "t")
+    validity = validity_of(scenario, ("calibrated", "roofline"), point)
+    assert not validity.inside_domain
+    (exc,) = validity.excursions
+    assert exc.axis == axis
+    assert any(r.startswith(f"{axis}:") for r in validity.reasons)
+
+
+def test_a_margin_of_ten_percent_is_allowed() -> None:
+    assert _axes(dataclasses.replace(INSIDE, input_tokens=547)) == set()  # 2 % below 557
+    assert _axes(dataclasses.replace(INSIDE, output_tokens=300)) == {"output_tokens"}
+
+
+def test_a_run_records_its_excursions(install_plugins: Callable[..., None]) -> None:
+    install_plugins(TOY)
+    doc = _scenario()
+    doc["workload"]["output_len"] = {"family": "fixed", "value": 1000}
+    doc["frame"] = {"replications": 1}
+    result = run_scenario(parse_scenario(doc, "t"), make_host(), DataSources.load())
+    axes = {e.axis: e for e in result.validity.excursions}
+    assert axes["output_tokens"].value == 1000 and axes["output_tokens"].high == 272
+    assert "input_tokens" in axes  # uniform 50..400: below the measured prompts
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="the shared measured runs are not beside the repo")
+def test_the_recorded_coverage_is_what_the_measured_runs_give() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "cov", ROOT / "scripts" / "gen_validity_coverage.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    computed = module.coverage(SHARED)
+    recorded = yaml.safe_load((ROOT / "blis_core" / "data" / "validity.yaml").read_text())
+    assert computed["runs"] == 10
+    assert computed["axes"] == recorded["coverage"]["axes"]
