@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from blis_core import __version__
 from blis_core.contracts.errors import BlisError, FieldError, InputRefused
@@ -34,6 +38,40 @@ def _kind_version(text: str, flag: str) -> tuple[str, str | None]:
         raise InputRefused.one(flag, text, str(err)) from None
 
 
+def _check_writable(path: Path, flag: str) -> None:
+    """Refuse, before any work, an output path whose folder is missing or not writable."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise InputRefused.one(flag, str(path), "is a folder; give a file name")
+    if not folder.is_dir():
+        raise InputRefused.one(flag, str(path), f"folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise InputRefused.one(flag, str(path), f"folder {str(folder)!r} is not writable")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place, so an
+    interrupted write never leaves a partial file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_text(path: Path, what: str, encoding: str = "utf-8") -> str:
+    """The text of ``path``, or a refusal naming the argument (missing, unreadable)."""
+    try:
+        return path.read_text(encoding=encoding)
+    except FileNotFoundError:
+        raise InputRefused.one(what, str(path), "no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputRefused.one(what, str(path), f"cannot be read: {err}") from None
+
+
 def _print_refusal(err: BlisError) -> None:
     print(f"blis: error: {err}", file=sys.stderr)
 
@@ -53,13 +91,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.replications is not None:
         data.setdefault("frame", {})["replications"] = args.replications
     scenario = parse_scenario(data, source)
+    if args.out:
+        _check_writable(Path(args.out), "--out")
     host = _host()
     sources = DataSources.load(args.catalog, args.registry, host)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
     result = run_scenario(scenario, host, sources, base_dir=base_dir)
     text = write_result(result)
     if args.out:
-        Path(args.out).write_text(text, encoding="ascii")
+        _write_atomically(Path(args.out), text)
     if args.json:
         sys.stdout.write(text)
     else:
@@ -88,6 +128,8 @@ def _apply_engine(args: argparse.Namespace, data: dict[str, Any]) -> None:
     pools = [p for p in (data.get("deployment", {}).get("pools", []) or []) if isinstance(p, dict)]
     if args.engine:
         kind, version = _kind_version(args.engine, "--engine")
+        if version is None:
+            _host().select_engine(kind, None)  # refuses, naming the modelled releases
         errors: list[FieldError] = []
         for i, pool in enumerate(pools):
             old = pool.get("engine") or {}
@@ -184,7 +226,12 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     docs = schemas()
     if args.out:
         out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputRefused.one("--out", str(out), f"cannot be created: {err}") from None
+        if not os.access(out, os.W_OK):
+            raise InputRefused.one("--out", str(out), "folder is not writable")
         for name, schema in docs.items():
             (out / f"{name}.schema.json").write_text(
                 json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8"
@@ -266,14 +313,25 @@ def _cmd_plugin_new(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from blis_core.contracts.result import Result
+    from blis_core.io.canonical import content_hash
     from blis_core.runner.run import DataSources, run_scenario, write_result
 
     path = Path(args.result)
-    original = path.read_text(encoding="ascii")
+    original = _read_text(path, "result")
     try:
         recorded = Result.model_validate_json(original)
     except ValueError as err:
-        raise InputRefused.one("", str(path), f"not a BLIS Result: {err}") from None
+        raise InputRefused.one("result", str(path), f"not a BLIS Result: {err}") from None
+    body = json.loads(original)
+    body["content_hash"] = ""
+    own = content_hash(body)
+    if own != recorded.content_hash:
+        print(
+            f"{path}: edited after it was written: it records {recorded.content_hash}, "
+            f"its body hashes to {own}; not replayed",
+            file=sys.stderr,
+        )
+        return 1
     catalog = None if recorded.data.catalog_source == "embedded" else recorded.data.catalog_source
     registry = (
         None
@@ -291,6 +349,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         f"{path}: NOT reproduced: recorded {recorded.content_hash}, rerun {result.content_hash}",
         file=sys.stderr,
     )
+    again_doc = json.loads(again)
+    parts = sorted(k for k in body if k != "content_hash" and body[k] != again_doc.get(k))
+    print(f"  parts that differ: {', '.join(parts) or 'none'}", file=sys.stderr)
     if recorded.stack != result.stack:
         print(f"  stack differs: recorded {recorded.stack}, now {result.stack}", file=sys.stderr)
     if recorded.data != result.data:
@@ -492,6 +553,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="blis", description="BLIS: simulate an LLM serving cluster."
     )
     parser.add_argument("--version", action="version", version=f"blis-core {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an internal error"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def data_args(p: argparse.ArgumentParser) -> None:
@@ -622,6 +686,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BlisError as err:
         _print_refusal(err)
         return 2
+    except ValidationError as err:
+        _print_refusal(InputRefused(_validation_errors(err), "arguments"))
+        return 2
+    except KeyboardInterrupt:
+        print("blis: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if args.debug:
+            raise
+        print(
+            f"blis: internal error: {type(err).__name__}: {err} (raised in "
+            f"{_raised_in(err)}); rerun with --debug for the traceback",
+            file=sys.stderr,
+        )
+        return 3
+
+
+def _validation_errors(err: ValidationError) -> list[FieldError]:
+    return [
+        FieldError(".".join(str(x) for x in e["loc"]), e.get("input"), e["msg"])
+        for e in err.errors()
+    ]
+
+
+def _raised_in(err: BaseException) -> str:
+    """The module of the innermost frame, so that a plugin's own failure names it."""
+    tb = err.__traceback__
+    module = "?"
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", module))
+        tb = tb.tb_next
+    return module
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -154,6 +154,67 @@ def test_plugin_new_refuses_bad_kinds_and_names(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["plan", "--engine", "toy@1.0", "--model", "meta-llama/Llama-2-7b-hf",
+          "--hardware", "H100-SXM", "--tp", "0"], "tp: 0: Input should be greater than 0"),
+        (["replay", "/no/such/result.json"], "result: '/no/such/result.json': no such file"),
+        (["run", "--out", "/no/such/dir/r.json"], "folder '/no/such/dir' does not exist"),
+        (["run", "--engine", "toy"], "engine 'toy' needs a version; modelled releases"),
+        (["schema", "--out", "/proc/blis-schemas"], "--out: '/proc/blis-schemas': cannot be"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_are_refused_before_any_work(
+    argv: list[str],
+    needle: str,
+    install_plugins: Callable[..., None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    install_plugins(TOY)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_an_internal_error_names_where_it_was_raised(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import blis_core.cli as cli
+
+    def boom(args: object) -> int:
+        raise ZeroDivisionError("oops")
+
+    monkeypatch.setattr(cli, "_cmd_schema", boom)
+    assert main(["schema"]) == 3
+    err = capsys.readouterr().err
+    assert "internal error: ZeroDivisionError: oops (raised in tests.test_cli)" in err
+    assert "--debug" in err and "Traceback" not in err
+    with pytest.raises(ZeroDivisionError):
+        main(["--debug", "schema"])
+
+
+def test_out_is_written_atomically(install_plugins: Callable[..., None], tmp_path: Path) -> None:
+    install_plugins(TOY)
+    out = tmp_path / "r.json"
+    assert main(["run", _write(tmp_path, SCENARIO), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["content_hash"].startswith("sha256:")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "s.yaml", "site"]
+
+
+def test_replay_of_an_edited_result_says_it_was_edited(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    out = tmp_path / "r.json"
+    assert main(["run", _write(tmp_path, SCENARIO), "--out", str(out)]) == 0
+    out.write_text(out.read_text().replace('"completed":30', '"completed":31'))
+    capsys.readouterr()
+    assert main(["replay", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "edited after it was written" in err and "not replayed" in err
+
+
 def test_schema_writes_every_document(tmp_path: Path) -> None:
     assert main(["schema", "--out", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())

@@ -145,16 +145,18 @@ class PluginHost:
                 by_name.setdefault(ep.name, []).append(ep)
             for name, eps in sorted(by_name.items()):
                 dists = sorted({_ep_dist(ep) for ep in eps})
-                if len(eps) > 1:
-                    raise PluginError(
-                        f"plugin name {name!r} in entry-point group {group!r} is claimed by "
-                        f"several distributions: {', '.join(dists)}; uninstall one, or block "
-                        f"it with {BLOCK_ENV}"
-                    )
                 ep = eps[0]
-                rec = PluginRecord(group, name, dists[0], _dist_version(dists[0]), ep.value)
+                rec = PluginRecord(group, name, ", ".join(dists), _dist_version(dists[0]), ep.value)
                 if name in self._blocked or f"{group}:{name}" in self._blocked:
                     rec.status = "blocked"
+                elif len(eps) > 1:
+                    # Neither is loaded (which one would win is an accident of sys.path);
+                    # every other plugin keeps working.
+                    rec.status = "failed"
+                    rec.error = (
+                        f"plugin name {name!r} in entry-point group {group!r} is claimed by "
+                        f"several distributions: {', '.join(dists)}; uninstall one"
+                    )
                 self.records[(group, name)] = rec
 
     def discovered(self, group: str | None = None) -> list[PluginRecord]:
@@ -175,6 +177,8 @@ class PluginHost:
             return rec
         if rec.status == "blocked":
             raise PluginError(f"plugin {name!r} ({group}) is blocked by {BLOCK_ENV}")
+        if rec.status == "failed":
+            raise PluginError(f"plugin {name!r} ({group}) failed: {rec.error}")
         failures: list[str] = []
 
         def on_failure(_mgr: Any, _ep: Any, err: BaseException) -> None:
@@ -231,7 +235,12 @@ class PluginHost:
     def _register(self, module: ModuleType, key: tuple[str, str]) -> None:
         plugin_name = f"{key[0]}:{key[1]}"
         self._pm.register(module, name=plugin_name)
-        self._pm.check_pending()
+        try:
+            self._pm.check_pending()
+        except pluggy.PluginValidationError:
+            # Unregister at once, so that the next plugin's check does not fail on this one.
+            self._pm.unregister(module)
+            raise
         caller = self._pm.subset_hook_caller
         others = [p for p in self._pm.get_plugins() if p is not module]
         rec = self.records[key]
@@ -247,6 +256,8 @@ class PluginHost:
                 caller(hook, remove_plugins=others)(registry=reg)
             except Exception:
                 self._pm.unregister(module)
+                for r in (self.engines, self.routers, self.cost_methods, self.scorers):
+                    r.discard_owner(plugin_name)
                 raise
             rec.provides.extend(sorted(set(reg.keys()) - before))
 

@@ -37,6 +37,11 @@ class NamedRegistry(Generic[T]):
         self._items[key] = item
         self._owner[key] = self.current_plugin
 
+    def discard_owner(self, plugin: str) -> None:
+        """Forget every item ``plugin`` registered (its registration failed part-way)."""
+        for key in [k for k, owner in self._owner.items() if owner == plugin]:
+            del self._items[key], self._owner[key]
+
     def get(self, key: str) -> T | None:
         """The item registered under ``key``, or ``None``."""
         return self._items.get(key)

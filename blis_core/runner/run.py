@@ -249,6 +249,15 @@ def check_pool(
                 )
                 for e in err.errors
             )
+        except Exception as err:  # a plugin bug: refusals must be InputRefused
+            errors.append(
+                FieldError(
+                    f"{where}.engine",
+                    f"{pool.engine.kind}@{pool.engine.version}",
+                    f"the engine plugin raised {type(err).__name__}: {err} while planning "
+                    "the pool (a plugin must refuse bad input by name, with InputRefused)",
+                )
+            )
     return errors
 
 

@@ -60,9 +60,38 @@ def test_raising_hook_is_reported(install_plugins: Callable[..., None]) -> None:
 
 
 def test_two_plugins_one_name_is_an_error(install_plugins: Callable[..., None]) -> None:
-    install_plugins(TOY, ("blis-toy-fork", "blis.engines", "toy", "toy_engine"))
+    install_plugins(
+        TOY,
+        ("blis-toy-fork", "blis.engines", "toy", "toy_engine"),
+        ("blis-extra", "blis.cost_methods", "extra", "extra_kinds"),
+    )
+    host = PluginHost()  # discovery itself does not fail: the rest keep working
+    rec = host.records[("blis.engines", "toy")]
+    assert rec.status == "failed" and "blis-toy, blis-toy-fork" in rec.error
     with pytest.raises(PluginError, match="claimed by several distributions.*blis-toy"):
-        PluginHost()
+        host.select_engine("toy", "1.0")
+    assert host.load("blis.cost_methods", "extra").status == "loaded"
+
+
+def test_a_duplicate_name_can_be_blocked(install_plugins: Callable[..., None]) -> None:
+    install_plugins(TOY, ("blis-toy-fork", "blis.engines", "toy", "toy_engine"))
+    host = PluginHost(blocked=["toy"])
+    assert host.records[("blis.engines", "toy")].status == "blocked"
+
+
+def test_a_misspelled_hook_does_not_fail_the_plugins_after_it(
+    install_plugins: Callable[..., None],
+) -> None:
+    install_plugins(
+        ("blis-typo", "blis.cost_methods", "a-typo", "misspelled_hook"),  # loaded first
+        TOY,
+        ("blis-extra", "blis.cost_methods", "extra", "extra_kinds"),
+    )
+    records = {(r.group, r.name): r for r in PluginHost().load_all()}
+    typo = records[("blis.cost_methods", "a-typo")]
+    assert typo.status == "failed" and "blis_register_engine" in typo.error
+    assert records[("blis.engines", "toy")].status == "loaded", records[("blis.engines", "toy")]
+    assert records[("blis.cost_methods", "extra")].status == "loaded"
 
 
 def test_two_plugins_registering_one_release_is_an_error(

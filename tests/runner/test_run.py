@@ -293,3 +293,18 @@ def test_holding_router_evicts_dispatched_requests(
     # completed later (its engine aborted it).
     assert all(gate.ENDED.count(rid) == 1 for rid in gate.EVICTED)
     assert len(set(gate.ENDED)) == len(gate.ENDED) == 120
+
+
+def test_a_raising_engine_factory_is_refused_naming_the_pool(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, ("blis-raiser", "blis.engines", "raiser", "raising_factory"))
+    doc = _scenario()
+    doc["deployment"]["pools"][0]["engine"] = {"kind": "raiser", "version": "1.0"}
+    with pytest.raises(InputRefused) as exc:
+        run_scenario(parse_scenario(doc, "t"), make_host(), data)
+    err = exc.value.errors[0]
+    assert err.path == "deployment.pools.0.engine" and err.value == "raiser@1.0"
+    assert "raised KeyError" in err.cause
+    # the stock toy engine is unaffected
+    assert run_scenario(parse_scenario(_scenario(), "t"), make_host(), data).replications
