@@ -27,6 +27,7 @@ __all__ = [
     "CoefficientRank",
     "CoefficientSet",
     "CostMethod",
+    "PackagedCoefficientSet",
     "PrimitivePrice",
     "PrimitiveWork",
     "StepPrice",
@@ -114,8 +115,15 @@ class CoefficientSet(Protocol):
     ``description`` is one line for ``blis plugins``.
     """
 
-    name: str
-    description: str
+    @property
+    def name(self) -> str:
+        """The method's name: what ``cost_methods`` selects."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """One line for ``blis plugins``."""
+        ...
 
     def documents(self) -> Sequence[tuple[str, Any]]:
         """``(label, parsed YAML document)`` pairs, each a ``kind: coefficients`` document;
@@ -136,3 +144,18 @@ def packaged_coefficient_documents(package: str, folder: str = "data") -> list[t
         (f"{package}/{folder}/{p.name}", yaml.safe_load(p.read_text(encoding="utf-8")))
         for p in files
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class PackagedCoefficientSet:
+    """A :class:`CoefficientSet` whose documents are the ``*.yaml`` files that importable
+    ``package`` ships in its ``folder`` (see :func:`packaged_coefficient_documents`)."""
+
+    name: str
+    description: str
+    package: str
+    folder: str = "data"
+
+    def documents(self) -> Sequence[tuple[str, Any]]:
+        """The packaged ``kind: coefficients`` documents, sorted by file name."""
+        return packaged_coefficient_documents(self.package, self.folder)

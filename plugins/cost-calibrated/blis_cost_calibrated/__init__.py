@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from blis_cost_calibrated.method import METHOD_NAME, CalibratedCoefficients
+from blis_cost_calibrated.method import CALIBRATED, METHOD_NAME
 
-__all__ = ["METHOD_NAME", "CalibratedCoefficients"]
+__all__ = ["CALIBRATED", "METHOD_NAME"]

@@ -10,22 +10,15 @@ it, as ``transferred``. Without this package every run is priced by the roofline
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from blis_core.contracts.cost import PackagedCoefficientSet
 
-from blis_core.contracts.cost import packaged_coefficient_documents
-
-__all__ = ["METHOD_NAME", "CalibratedCoefficients"]
+__all__ = ["CALIBRATED", "METHOD_NAME"]
 
 METHOD_NAME = "calibrated"
 
-
-class CalibratedCoefficients:
-    """The fitted entries as a :class:`~blis_core.contracts.cost.CoefficientSet`."""
-
-    name = METHOD_NAME
-    description = "coefficients fitted to measured runs (Vidur profiles, vLLM serving on H100)"
-
-    def documents(self) -> Sequence[tuple[str, Any]]:
-        """The packaged ``kind: coefficients`` documents."""
-        return packaged_coefficient_documents("blis_cost_calibrated")
+#: the fitted entries as a coefficient set named ``calibrated``
+CALIBRATED = PackagedCoefficientSet(
+    name=METHOD_NAME,
+    description="coefficients fitted to measured runs (Vidur profiles, vLLM serving on H100)",
+    package="blis_cost_calibrated",
+)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from blis_conformance import CoefficientSetConformance
 
-from blis_cost_calibrated import CalibratedCoefficients
+from blis_cost_calibrated import CALIBRATED
 
 
-class TestCalibratedCoefficients(CoefficientSetConformance):
-    coefficient_set = CalibratedCoefficients()
+class TestCALIBRATED(CoefficientSetConformance):
+    coefficient_set = CALIBRATED
 
 
 class TestCalibratedOnA100(CoefficientSetConformance):
-    coefficient_set = CalibratedCoefficients()
+    coefficient_set = CALIBRATED
     hardware = "A100-80GB-SXM"

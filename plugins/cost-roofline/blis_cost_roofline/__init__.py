@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from blis_cost_roofline.method import METHOD_NAME, RooflineFloor
+from blis_cost_roofline.method import METHOD_NAME, ROOFLINE
 
-__all__ = ["METHOD_NAME", "RooflineFloor"]
+__all__ = ["METHOD_NAME", "ROOFLINE"]

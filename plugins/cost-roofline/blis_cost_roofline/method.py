@@ -9,22 +9,15 @@ of a measurement; only the trust varies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from blis_core.contracts.cost import PackagedCoefficientSet
 
-from blis_core.contracts.cost import packaged_coefficient_documents
-
-__all__ = ["METHOD_NAME", "RooflineFloor"]
+__all__ = ["METHOD_NAME", "ROOFLINE"]
 
 METHOD_NAME = "roofline"
 
-
-class RooflineFloor:
-    """The floor as a :class:`~blis_core.contracts.cost.CoefficientSet` named ``roofline``."""
-
-    name = METHOD_NAME
-    description = "datasheet roofline x achievable fractions; assumed host overheads (floor)"
-
-    def documents(self) -> Sequence[tuple[str, Any]]:
-        """The packaged ``kind: coefficients`` documents."""
-        return packaged_coefficient_documents("blis_cost_roofline")
+#: the floor as a coefficient set named ``roofline``
+ROOFLINE = PackagedCoefficientSet(
+    name=METHOD_NAME,
+    description="datasheet roofline x achievable fractions; assumed host overheads (floor)",
+    package="blis_cost_roofline",
+)

@@ -6,7 +6,7 @@ from blis_core.contracts.cost import CoefficientSet, CostMethod
 from blis_core.contracts.registry import Registrar
 from blis_core.hookspecs import hookimpl
 
-from blis_cost_roofline.method import RooflineFloor
+from blis_cost_roofline.method import ROOFLINE
 
 __all__ = ["blis_register_cost_methods"]
 
@@ -14,4 +14,4 @@ __all__ = ["blis_register_cost_methods"]
 @hookimpl
 def blis_register_cost_methods(registry: Registrar[CostMethod | CoefficientSet]) -> None:
     """Add the ``roofline`` coefficient set."""
-    registry.add(RooflineFloor())
+    registry.add(ROOFLINE)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from blis_conformance import FloorConformance
 
-from blis_cost_roofline import RooflineFloor
+from blis_cost_roofline import ROOFLINE
 
 
-class TestRooflineFloor(FloorConformance):
-    coefficient_set = RooflineFloor()
+class TestROOFLINE(FloorConformance):
+    coefficient_set = ROOFLINE
 
 
-class TestRooflineFloorOnAmd(FloorConformance):
-    coefficient_set = RooflineFloor()
+class TestROOFLINEOnAmd(FloorConformance):
+    coefficient_set = ROOFLINE
     hardware = "MI300X"
