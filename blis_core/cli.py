@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from blis_core import __version__
-from blis_core.contracts.errors import BlisError, FieldError, InputRefused
+from blis_core.contracts.errors import BlisError, FieldError, InputRefused, RunInterrupted
 from blis_core.contracts.scenario import parse_kind_at_version
 
 __all__ = ["main"]
@@ -36,6 +37,10 @@ def _kind_version(text: str, flag: str) -> tuple[str, str | None]:
         return parse_kind_at_version(text)
     except ValueError as err:
         raise InputRefused.one(flag, text, str(err)) from None
+
+
+def _progress(done: int, planned: int) -> None:
+    print(f"replication {done}/{planned} done", file=sys.stderr, flush=True)
 
 
 def _check_writable(path: Path, flag: str) -> None:
@@ -96,7 +101,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     host = _host()
     sources = DataSources.load(args.catalog, args.registry, host)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
-    result = run_scenario(scenario, host, sources, base_dir=base_dir)
+    n = scenario.frame.replications
+    try:
+        result = run_scenario(
+            scenario, host, sources, base_dir=base_dir, progress=_progress if n > 1 else None
+        )
+    except RunInterrupted as stop:
+        kept = "nothing was kept"
+        if stop.partial is not None and args.out:
+            _write_atomically(Path(args.out), write_result(stop.partial))
+            kept = f"the {stop.finished} finished ones are in {args.out} (marked incomplete)"
+        elif stop.partial is not None:
+            kept = "give --out to keep the finished ones"
+        print(f"blis: {stop}; {kept}", file=sys.stderr)
+        return 130
     text = write_result(result)
     if args.out:
         _write_atomically(Path(args.out), text)
@@ -322,6 +340,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         recorded = Result.model_validate_json(original)
     except ValueError as err:
         raise InputRefused.one("result", str(path), f"not a BLIS Result: {err}") from None
+    if recorded.incomplete is not None:
+        raise InputRefused.one(
+            "result",
+            str(path),
+            f"an incomplete Result ({recorded.incomplete}) has nothing to reproduce; "
+            "run its scenario again",
+        )
     body = json.loads(original)
     body["content_hash"] = ""
     own = content_hash(body)
@@ -677,6 +702,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     try:
+        previous: Any = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: leave signals to the caller
+        previous = None
+    try:
         if getattr(args, "plan", False):
             return _cmd_plan(args, extra)
         if extra:
@@ -701,6 +730,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM ends a run as Ctrl-C does: finished replications are kept."""
+    raise KeyboardInterrupt
 
 
 def _validation_errors(err: ValidationError) -> list[FieldError]:

@@ -46,6 +46,7 @@ from blis_core.contracts.errors import (
     FieldError,
     InputRefused,
     PluginError,
+    RunInterrupted,
     SimulationError,
 )
 from blis_core.contracts.lowering import (
@@ -224,6 +225,7 @@ __all__ = [
     "RouterRuntime",
     "RouterSpec",
     "RoutingDecision",
+    "RunInterrupted",
     "Scenario",
     "ScorerFactory",
     "ScoringRecord",

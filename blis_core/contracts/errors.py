@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "BlisError",
     "FieldError",
     "InputRefused",
     "PluginError",
+    "RunInterrupted",
     "SimulationError",
 ]
 
@@ -62,3 +64,17 @@ class PluginError(BlisError):
 
 class SimulationError(BlisError):
     """An invariant of the simulation kernel failed (a bug, never a user mistake)."""
+
+
+class RunInterrupted(BlisError):
+    """A run was interrupted (Ctrl-C, SIGTERM) after some replications finished.
+
+    ``partial`` is the Result of the finished replications (marked ``incomplete``), or
+    ``None`` when none had finished.
+    """
+
+    def __init__(self, partial: Any, finished: int, planned: int) -> None:
+        super().__init__(f"interrupted after {finished} of {planned} replications")
+        self.partial = partial
+        self.finished = finished
+        self.planned = planned

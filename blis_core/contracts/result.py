@@ -7,7 +7,9 @@ no wall-clock time and no host facts, so run, export and replay give the same by
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from blis_core.contracts.base import Document
 from blis_core.contracts.scenario import Scenario
@@ -147,4 +149,17 @@ class Result(Document):
     replications: tuple[ReplicationResult, ...]
     estimates: dict[str, dict[str, Estimate]]
     validity: Validity
+    incomplete: str | None = Field(
+        default=None,
+        description="why the run stopped early (e.g. interrupted after 2 of 5 "
+        "replications); the Result then holds the finished replications only",
+    )
     content_hash: str = ""
+
+    @model_serializer(mode="wrap")
+    def _omit_when_complete(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A complete Result dumps (and hashes) as it did before the field existed.
+        doc: dict[str, Any] = handler(self)
+        if doc.get("incomplete", "") is None:
+            del doc["incomplete"]
+        return doc

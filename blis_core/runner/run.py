@@ -22,7 +22,7 @@ from blis_core.contracts.engine import (
     Environment,
     KVTransferEngine,
 )
-from blis_core.contracts.errors import FieldError, InputRefused, PluginError
+from blis_core.contracts.errors import FieldError, InputRefused, PluginError, RunInterrupted
 from blis_core.contracts.result import (
     DataStamp,
     Estimate,
@@ -556,7 +556,9 @@ def run_scenario(
 ) -> Result:
     """Run every replication of ``scenario`` and assemble its Result (hash included).
 
-    Refuses, before any simulation, everything :func:`check_scenario` finds.
+    Refuses, before any simulation, everything :func:`check_scenario` finds. An interrupt
+    (KeyboardInterrupt) raises :class:`RunInterrupted` carrying the Result of the
+    replications that had finished, marked ``incomplete``.
     """
     errors = check_scenario(scenario, host, data, base_dir)
     if errors:
@@ -566,11 +568,33 @@ def run_scenario(
     stamps: dict[str, PluginStamp] = {}
     reps: list[ReplicationResult] = []
     points: list[RunPoint] = []
-    n = scenario.frame.replications
-    for r in range(n):
-        reps.append(_replicate(scenario, r, host, data, base_dir, stamps, points))
-        if progress is not None:
-            progress(r + 1, n)
+    planned = scenario.frame.replications
+    try:
+        for r in range(planned):
+            reps.append(_replicate(scenario, r, host, data, base_dir, stamps, points))
+            if progress is not None:
+                progress(r + 1, planned)
+    except KeyboardInterrupt:
+        partial = None
+        if reps:
+            why = f"interrupted after {len(reps)} of {planned} replications"
+            partial = _assemble(scenario, host, data, base_dir, stamps, reps, points, why)
+        raise RunInterrupted(partial, len(reps), planned) from None
+    return _assemble(scenario, host, data, base_dir, stamps, reps, points, None)
+
+
+def _assemble(
+    scenario: Scenario,
+    host: PluginHost,
+    data: DataSources,
+    base_dir: Path | None,
+    stamps: dict[str, PluginStamp],
+    reps: list[ReplicationResult],
+    points: list[RunPoint],
+    incomplete: str | None,
+) -> Result:
+    """The Result of the finished replications ``reps`` (hash included)."""
+    n = len(reps)
     estimates: dict[str, dict[str, Estimate]] = {}
     for name in scenario.frame.metrics:
         per_stat: dict[str, list[float]] = {}
@@ -591,9 +615,11 @@ def run_scenario(
         replications=tuple(reps),
         estimates=estimates,
         validity=validity_of(scenario, data.registry.providers, _worst(points)),
+        incomplete=incomplete,
     )
     result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})
-    host.result_written(result)
+    if incomplete is None:
+        host.result_written(result)
     return result
 
 
