@@ -287,6 +287,14 @@ class _CapturingPublisher:
 
 _MODEL_DIRS: dict[tuple[tuple[str, ...], int], str] = {}
 _DRAFT_DIRS: dict[str, str] = {}
+_SCRATCH: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _scratch_dir(prefix: str) -> str:
+    """A fresh folder under this process's one scratch folder, removed when it exits."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="blis-oracle-"))
+    return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH[0].name)
 _HASH_FN: Callable[[Any], bytes] | None = None
 
 EAGLE_LLAMA2_CONFIG: dict[str, Any] = {**LLAMA2_7B_CONFIG, "num_hidden_layers": 1}
@@ -309,7 +317,7 @@ def _draft_dir(method: str) -> str:
     """A directory holding only the draft head's ``config.json`` (its name carries
     the method, as upstream's model-name detection expects)."""
     if method not in _DRAFT_DIRS:
-        d = tempfile.mkdtemp(prefix=f"blis-oracle-{method}-")
+        d = _scratch_dir(f"{method}-")
         config = EAGLE3_LLAMA2_CONFIG if method == "eagle3" else EAGLE_LLAMA2_CONFIG
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(config, f)
@@ -321,7 +329,7 @@ def _model_dir(layer_types: tuple[str, ...] = (), sliding_window: int = 0) -> st
     """A directory holding only the model's ``config.json`` (one per model shape)."""
     key = (layer_types, sliding_window)
     if key not in _MODEL_DIRS:
-        d = tempfile.mkdtemp(prefix="blis-oracle-model-")
+        d = _scratch_dir("model-")
         if layer_types:
             config = {
                 **GPT_OSS_LIKE_CONFIG,
