@@ -22,7 +22,13 @@ from blis_core.contracts.engine import (
     Environment,
     KVTransferEngine,
 )
-from blis_core.contracts.errors import FieldError, InputRefused, PluginError, RunInterrupted
+from blis_core.contracts.errors import (
+    BlisError,
+    FieldError,
+    InputRefused,
+    PluginError,
+    RunInterrupted,
+)
 from blis_core.contracts.result import (
     DataStamp,
     Estimate,
@@ -526,7 +532,18 @@ def _replicate(
     cluster = _build(scenario, seed, host, data, base_dir, stamps)
     horizon = scenario.frame.horizon_s
     horizon_us = round(horizon * 1e6) if horizon is not None else None
-    end_us = _run_until_done(cluster, horizon_us)
+    try:
+        end_us = _run_until_done(cluster, horizon_us)
+    except (BlisError, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        # A plugin's bug (an engine's schedule/complete, a router's route, ...): name it
+        # and where the run was, instead of a bare traceback.
+        where = _plugin_frame(err)
+        raise PluginError(
+            f"{where} raised {type(err).__name__}: {err} in replication {replication} at "
+            f"t={cluster.sim.now_us} us (a plugin bug; rerun with --debug for the traceback)"
+        ) from err
     counts = cluster.ledger.close(cluster.source.arrivals_generated - cluster.client.unsent)
     warmup_us = round(scenario.frame.warmup_s * 1e6)
     overloaded, evidence = detect_overload(cluster.ledger, warmup_us)
@@ -621,6 +638,20 @@ def _assemble(
     if incomplete is None:
         host.result_written(result)
     return result
+
+
+def _plugin_frame(err: BaseException) -> str:
+    """The innermost frame outside blis_core, as ``module.function`` (else the innermost)."""
+    tb = err.__traceback__
+    found = inner = "blis_core"
+    while tb is not None:
+        frame = tb.tb_frame
+        name = f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_name}"
+        inner = name
+        if not name.startswith("blis_core."):
+            found = name
+        tb = tb.tb_next
+    return found if found != "blis_core" else inner
 
 
 def _run_point(cluster: _Cluster, end_us: int, overloaded: bool) -> RunPoint:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.errors import InputRefused, PluginError
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario, write_result
 
@@ -308,3 +308,18 @@ def test_a_raising_engine_factory_is_refused_naming_the_pool(
     assert "raised KeyError" in err.cause
     # the stock toy engine is unaffected
     assert run_scenario(parse_scenario(_scenario(), "t"), make_host(), data).replications
+
+
+def test_an_engine_raising_mid_run_is_named_with_where_the_run_was(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, ("blis-faulty", "blis.engines", "faulty", "raising_engine"))
+    doc = _scenario()
+    doc["deployment"]["pools"][0]["engine"] = {"kind": "faulty", "version": "1.0"}
+    doc["deployment"]["pools"][0]["replicas"] = 1
+    doc["deployment"]["router"] = None
+    with pytest.raises(PluginError) as exc:
+        run_scenario(parse_scenario(doc, "t"), make_host(), data)
+    text = str(exc.value)
+    assert "raising_engine.schedule raised IndexError: faulty schedule in replication 0" in text
+    assert "at t=" in text and "us (a plugin bug" in text

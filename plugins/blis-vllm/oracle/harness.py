@@ -295,6 +295,8 @@ def _scratch_dir(prefix: str) -> str:
     if not _SCRATCH:
         _SCRATCH.append(tempfile.TemporaryDirectory(prefix="blis-oracle-"))
     return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH[0].name)
+
+
 _HASH_FN: Callable[[Any], bytes] | None = None
 
 EAGLE_LLAMA2_CONFIG: dict[str, Any] = {**LLAMA2_7B_CONFIG, "num_hidden_layers": 1}
