@@ -713,6 +713,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.func(args)
         return status
     except BlisError as err:
+        if args.debug and err.__cause__ is not None:
+            raise  # a plugin's failure: --debug shows where it came from
         _print_refusal(err)
         return 2
     except ValidationError as err:
