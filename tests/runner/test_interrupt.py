@@ -24,20 +24,25 @@ from tests.conftest import PLUGINS_DIR
 from tests.runner.test_run import TOY, _scenario
 
 
+def _interrupt_at(monkeypatch: pytest.MonkeyPatch, nth: int) -> None:
+    """Make the ``nth`` replication of the next run be interrupted (Ctrl-C)."""
+    real = run_module._replicate
+    calls = {"n": 0}
+
+    def replicate(*args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == nth:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(run_module, "_replicate", replicate)
+
+
 def test_an_interrupt_keeps_the_finished_replications(
     install_plugins: Callable[..., None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install_plugins(TOY)
-    real = run_module._replicate
-    calls = {"n": 0}
-
-    def interrupted_third(*args: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real(*args)
-
-    monkeypatch.setattr(run_module, "_replicate", interrupted_third)
+    _interrupt_at(monkeypatch, 3)
     doc = _scenario()
     doc["frame"] = {"replications": 5}
     with pytest.raises(RunInterrupted) as exc:
@@ -102,16 +107,7 @@ def test_an_interrupt_without_out_says_how_to_keep_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     install_plugins(TOY)
-    real = run_module._replicate
-    calls = {"n": 0}
-
-    def interrupted_second(*args: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*args)
-
-    monkeypatch.setattr(run_module, "_replicate", interrupted_second)
+    _interrupt_at(monkeypatch, 2)
     doc = _scenario()
     doc["frame"] = {"replications": 3}
     path = tmp_path / "s.yaml"
