@@ -41,7 +41,7 @@ from blis_core.contracts.router import EndpointSnapshot, RouterFactory
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
 from blis_core.cost import Catalog, Registry, load_catalog, load_registry
-from blis_core.cost.registry import FAMILIES, PATH_PROVIDER
+from blis_core.cost.registry import FAMILIES, PATH_PROVIDER, build_registry
 from blis_core.host.manager import PluginHost
 from blis_core.io.canonical import canonical_json, content_hash
 from blis_core.metrics import (
@@ -117,12 +117,19 @@ class DataSources:
         entries of every coefficient set ``host`` (a default host when None) can load,
         or the directory ``registry_path`` instead."""
         catalog = load_catalog(Path(catalog_path) if catalog_path else None)
-        sets: list[CoefficientSet] = []
-        if not registry_path:
-            host = host if host is not None else make_host()
-            sets = [cs for cs in coefficient_sets(host) if _loads(cs, catalog, host)]
-        registry = load_registry(Path(registry_path) if registry_path else None, catalog, sets)
-        return cls(catalog, registry, catalog_path or "embedded", registry_path or "installed")
+        if registry_path:
+            registry = load_registry(Path(registry_path), catalog)
+            return cls(catalog, registry, catalog_path or "embedded", registry_path)
+        host = host if host is not None else make_host()
+        loaded = [
+            r for cs in coefficient_sets(host) if (r := _load_set(cs, catalog, host)) is not None
+        ]
+        registry = build_registry(
+            [e for r in loaded for e in r.entries],
+            "installed",
+            providers=tuple(p for r in loaded for p in r.providers),
+        )
+        return cls(catalog, registry, catalog_path or "embedded", "installed")
 
     def select(self, providers: Sequence[str]) -> DataSources:
         """The same data with only the entries ``providers`` supplied (cached)."""
@@ -158,19 +165,19 @@ def installed_registry(catalog: Catalog | None = None) -> Registry:
     return load_registry(None, catalog, coefficient_sets(make_host()))
 
 
-def _loads(cs: CoefficientSet, catalog: Catalog, host: PluginHost) -> bool:
-    """Whether ``cs``'s documents load on their own; a set that does not is marked
-    failed with the refusal as its cause (its plugin, not the run, is broken)."""
+def _load_set(cs: CoefficientSet, catalog: Catalog, host: PluginHost) -> Registry | None:
+    """The registry of ``cs``'s documents alone, or ``None`` when they do not load: the set
+    is then marked failed with the refusal as its cause (its plugin, not the run, is
+    broken)."""
     try:
-        load_registry(None, catalog, [cs])
+        return load_registry(None, catalog, [cs])
     except InputRefused as err:
         group, _, name = host.cost_methods.owner(cs.name).partition(":")
         rec = host.records.get((group, name))
         if rec is not None:
             rec.status, rec.error = "failed", f"coefficient set {cs.name!r} does not load: {err}"
         _log.warning("cost method not loaded", method=cs.name, cause=str(err))
-        return False
-    return True
+        return None
 
 
 def kernel_methods(host: PluginHost) -> list[CostMethod]:
