@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from blis_core.contracts.cost import CoefficientRank, CostMethod
@@ -37,23 +37,31 @@ def make_environment(
 
 def merge_rank_shares(envs: Sequence[Environment]) -> dict[str, float]:
     """Each coefficient rank's share of all time priced by ``envs`` together."""
-    totals: dict[str, float] = {}
-    for env in envs:
-        assert isinstance(env, SimEnvironment)
-        for rank, seconds in enumerate(env.rank_totals().seconds):
-            if seconds > 0:
-                name = CoefficientRank(rank).name.lower()
-                totals[name] = totals.get(name, 0.0) + seconds
-    whole = sum(totals.values())
-    return {k: v / whole for k, v in sorted(totals.items())} if whole > 0 else {}
+    return _shares(
+        (CoefficientRank(rank).name.lower(), seconds)
+        for env in _sim(envs)
+        for rank, seconds in enumerate(env.rank_totals().seconds)
+        if seconds > 0
+    )
 
 
 def merge_method_shares(envs: Sequence[Environment]) -> dict[str, float]:
     """Each cost method's share of all time priced by ``envs`` together."""
-    totals: dict[str, float] = {}
+    return _shares(item for env in _sim(envs) for item in env.method_seconds().items())
+
+
+def _sim(envs: Sequence[Environment]) -> list[SimEnvironment]:
+    out = []
     for env in envs:
         assert isinstance(env, SimEnvironment)
-        for name, seconds in env.method_seconds().items():
-            totals[name] = totals.get(name, 0.0) + seconds
+        out.append(env)
+    return out
+
+
+def _shares(items: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """Seconds summed per name, as shares of the whole (sorted by name; empty if none)."""
+    totals: dict[str, float] = {}
+    for name, seconds in items:
+        totals[name] = totals.get(name, 0.0) + seconds
     whole = sum(totals.values())
     return {k: v / whole for k, v in sorted(totals.items())} if whole > 0 else {}
