@@ -220,7 +220,8 @@ class Registry:
         )
 
     def covers(self, family: str, hardware: str) -> bool:
-        """Whether some entry prices ``family`` on chip ``hardware`` (any impl, dtype)."""
+        """Whether some entry prices ``family`` for every kernel implementation (impl
+        ``*``) on chip ``hardware`` (or on every chip)."""
         return any(
             e.family == family and e.hardware in ("*", hardware) and e.impl == "*"
             for e in self.entries

@@ -30,7 +30,6 @@ __all__ = ["OperatingPoint", "in_flight_peaks", "operating_point"]
 class OperatingPoint:
     """Per-request means and in-flight peaks of one run (see module doc)."""
 
-    requests: int
     input_tokens: float
     output_tokens: float
     peak_in_flight: int
@@ -59,7 +58,7 @@ def in_flight_peaks(
             slope = n_out / (e - f)
             events.append((f, 1, 0, 0.0, slope))
         events.append((a, 2, 1, float(n_in), 0.0))
-        grown = slope * (e - f) if f is not None and slope else 0.0
+        grown = float(n_out) if slope else 0.0  # the output reached by the end
         events.append((e, 0, -1, -(float(n_in) + grown), -slope))
     events.sort(key=lambda ev: (ev[0], ev[1]))
     count = peak_count = 0
@@ -111,7 +110,6 @@ def operating_point(ledger: RequestLedger, end_us: int) -> OperatingPoint:
         outputs.append(rec.output_tokens)
     peak_count, peak_kv = in_flight_peaks(arrivals, firsts, ends, inputs, outputs)
     return OperatingPoint(
-        requests=completed,
         input_tokens=n_in / completed if completed else 0.0,
         output_tokens=n_out / completed if completed else 0.0,
         peak_in_flight=peak_count,
