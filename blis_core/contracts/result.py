@@ -7,6 +7,7 @@ no wall-clock time and no host facts, so run, export and replay give the same by
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
@@ -22,12 +23,47 @@ __all__ = [
     "MetricDefinition",
     "PluginStamp",
     "ReplicationResult",
+    "RequestOutcome",
     "Result",
     "Stack",
     "Validity",
 ]
 
 RESULT_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """One simulated request as the client saw it; times in µs, ``-1`` where none.
+
+    ``fate`` is the ledger's (``completed``, ``timed_out``, ``dropped``,
+    ``in_flight_at_horizon``, ``queued_at_horizon``, ``not_started``); ``chunk_gaps_us``
+    are the gaps between streamed chunks (inter-token latency samples).
+    """
+
+    request_id: str
+    arrival_us: int
+    input_tokens: int
+    output_tokens: int
+    first_token_us: int
+    last_token_us: int
+    fate: str
+    reason: str
+    chunk_gaps_us: tuple[int, ...] = ()
+
+    @property
+    def ttft_s(self) -> float | None:
+        """First token time minus send time, seconds (``None`` before a first token)."""
+        if self.first_token_us < 0:
+            return None
+        return (self.first_token_us - self.arrival_us) / 1e6
+
+    @property
+    def e2e_s(self) -> float | None:
+        """Last token time minus send time, seconds, for a completed request."""
+        if self.fate != "completed" or self.last_token_us < 0:
+            return None
+        return (self.last_token_us - self.arrival_us) / 1e6
 
 
 class PluginStamp(Document):

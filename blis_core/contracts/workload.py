@@ -37,9 +37,16 @@ YAML example (inference-perf ``shared_prefix`` with ``load.stages``)::
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from blis_core.contracts.base import Document
 from blis_core.contracts.errors import FieldError, InputRefused
@@ -321,7 +328,8 @@ class TraceSpec(Document):
     """Replay of a recorded trace.
 
     ``format``: ``replay_json`` (inference-sim-training ``replay/*.json``), ``csv``
-    (header ``arrival_s,input_tokens,output_tokens[,prefix_group][,session_id]``) or
+    (header ``arrival_s,input_tokens,output_tokens[,prefix_group][,session_id][,prompt]``,
+    ``prompt`` the row's explicit segments ``key:tokens|key:tokens``) or
     ``auto`` (by file extension). A relative ``path`` is resolved against the
     scenario's directory. ``time_scale`` multiplies every arrival time (0.5 replays
     twice as fast). Rows with ``has_error`` are replayed unless ``skip_errors``.
@@ -351,6 +359,10 @@ class WorkloadSpec(Document):
     once their send time would pass ``duration_s``; one of the two is required unless
     the arrival process is ``stages`` (bounded by itself) or the content is a trace.
     Request ids are ``request_id_prefix`` + the 0-based schedule index.
+    ``request_timeout_s`` is the client's timeout (inference-perf ``request_timeout``,
+    an HTTP client's read timeout): a request unfinished that long after it was sent is
+    timed out, and the client disconnects, so the engine aborts it and frees its KV as
+    on a client disconnect.
     """
 
     arrival: ArrivalSpec | None = None
@@ -362,6 +374,16 @@ class WorkloadSpec(Document):
     duration_s: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
     request_id_prefix: str = "req-"
     ignore_eos: bool = True
+    request_timeout_s: Annotated[float | None, Field(gt=0, allow_inf_nan=False)] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_timeout(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A workload without a client timeout dumps (and hashes) as it did before the
+        # field existed.
+        doc: dict[str, Any] = handler(self)
+        if doc.get("request_timeout_s", 0) is None:
+            del doc["request_timeout_s"]
+        return doc
 
     @model_validator(mode="after")
     def _check_combination(self) -> WorkloadSpec:

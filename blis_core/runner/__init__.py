@@ -5,19 +5,23 @@ from __future__ import annotations
 from blis_core.runner.builtins import make_host
 from blis_core.runner.run import (
     DataSources,
+    RequestsCallback,
     check_scenario,
     installed_registry,
     replication_seed,
+    request_outcomes,
     run_scenario,
     write_result,
 )
 
 __all__ = [
     "DataSources",
+    "RequestsCallback",
     "check_scenario",
     "installed_registry",
     "make_host",
     "replication_seed",
+    "request_outcomes",
     "run_scenario",
     "write_result",
 ]

@@ -34,6 +34,7 @@ from blis_core.contracts.result import (
     Estimate,
     PluginStamp,
     ReplicationResult,
+    RequestOutcome,
     Result,
     Stack,
 )
@@ -534,6 +535,7 @@ def _replicate(
     base_dir: Path | None,
     stamps: dict[str, PluginStamp],
     points: list[RunPoint],
+    on_requests: RequestsCallback | None = None,
 ) -> ReplicationResult:
     seed = replication_seed(scenario.seed, replication)
     cluster = _build(scenario, seed, host, data, base_dir, stamps)
@@ -552,6 +554,8 @@ def _replicate(
             f"t={cluster.sim.now_us} us (a plugin bug; rerun with --debug for the traceback)"
         ) from err
     counts = cluster.ledger.close(cluster.source.arrivals_generated - cluster.client.unsent)
+    if on_requests is not None:
+        on_requests(replication, request_outcomes(cluster.ledger))
     warmup_us = round(scenario.frame.warmup_s * 1e6)
     overloaded, evidence = detect_overload(cluster.ledger, warmup_us)
     points.append(_run_point(cluster, end_us, overloaded))
@@ -570,6 +574,28 @@ def _replicate(
     )
 
 
+RequestsCallback = Callable[[int, Sequence[RequestOutcome]], None]
+"""``on_requests(replication, outcomes)``: a replication's per-request outcomes."""
+
+
+def request_outcomes(ledger: RequestLedger) -> tuple[RequestOutcome, ...]:
+    """Every request of a closed ledger, in send order, as public outcomes."""
+    return tuple(
+        RequestOutcome(
+            request_id=rid,
+            arrival_us=rec.arrival_us,
+            input_tokens=rec.input_tokens,
+            output_tokens=rec.output_tokens,
+            first_token_us=rec.first_token_us,
+            last_token_us=rec.last_token_us,
+            fate=rec.fate,
+            reason=rec.reason,
+            chunk_gaps_us=tuple(rec.chunk_gaps_us),
+        )
+        for rid, rec in ledger.records.items()
+    )
+
+
 def run_scenario(
     scenario: Scenario,
     host: PluginHost,
@@ -577,8 +603,13 @@ def run_scenario(
     *,
     base_dir: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_requests: RequestsCallback | None = None,
 ) -> Result:
     """Run every replication of ``scenario`` and assemble its Result (hash included).
+
+    ``on_requests(replication, outcomes)``, when given, receives each finished
+    replication's requests as the client saw them, in send order (a scorer's input;
+    the Result keeps only aggregates).
 
     Refuses, before any simulation, everything :func:`check_scenario` finds. An interrupt
     (KeyboardInterrupt) raises :class:`RunInterrupted` carrying the Result of the
@@ -595,7 +626,7 @@ def run_scenario(
     planned = scenario.frame.replications
     try:
         for r in range(planned):
-            reps.append(_replicate(scenario, r, host, data, base_dir, stamps, points))
+            reps.append(_replicate(scenario, r, host, data, base_dir, stamps, points, on_requests))
             if progress is not None:
                 progress(r + 1, planned)
     except KeyboardInterrupt:

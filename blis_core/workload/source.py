@@ -27,6 +27,7 @@ every request handed out, so the simulator can check arrivals == fates.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -162,6 +163,9 @@ class WorkloadSource:
         self._entity = entity
         horizon_us = seconds_to_us(spec.duration_s) if spec.duration_s is not None else None
         self._horizon_us = horizon_us
+        self._timeout_us = (
+            seconds_to_us(spec.request_timeout_s) if spec.request_timeout_s is not None else None
+        )
         self._content: RequestContent
         self._schedule: ArrivalSchedule | _TraceSchedule
         self._serialise_sessions = False
@@ -256,6 +260,8 @@ class WorkloadSource:
         req = self._content.build(item, rid, arrival_us)
         if session is not None:
             self._busy.add(session)
+        if self._timeout_us is not None:
+            req = dataclasses.replace(req, deadline_us=arrival_us + self._timeout_us)
         self._open[rid] = _Open(item.stage, session, req.max_output_tokens)
         self._generated += 1
         return req

@@ -6,8 +6,11 @@ Two formats:
   ``config`` block and ``requests``, each with ``arrival_time_us`` (int >= 0),
   ``input_tokens`` (int >= 1), ``output_tokens`` (int >= 0), ``prefix_group``
   (string, empty for none) and ``has_error`` (bool). Other keys are ignored.
-* ``csv``: header ``arrival_s,input_tokens,output_tokens[,prefix_group][,session_id]``,
-  arrival in seconds since the start of the trace.
+* ``csv``: header ``arrival_s,input_tokens,output_tokens[,prefix_group][,session_id]
+  [,prompt]``, arrival in seconds since the start of the trace. ``prompt`` spells the
+  prompt's content as segments ``key:tokens`` joined by ``|`` (``sys/3:1045|q/17:150``):
+  rows naming the same key send the same tokens there, so a replay states exactly which
+  prompts share which prefix; the segments' tokens add up to ``input_tokens``.
 
 Every malformed row is refused with an :class:`~blis_core.contracts.errors.InputRefused`
 whose source is the file and whose field paths name the row and column
@@ -42,7 +45,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 _MAX_ERRORS: Final = 50
 _CSV_REQUIRED: Final = ("arrival_s", "input_tokens", "output_tokens")
-_CSV_OPTIONAL: Final = ("prefix_group", "session_id")
+_CSV_OPTIONAL: Final = ("prefix_group", "session_id", "prompt")
+
+Segments = tuple[tuple[str, int], ...]
+"""A row's explicit prompt: (content key, tokens) per segment."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +56,8 @@ class Trace:
     """A loaded trace, sorted by arrival; one entry per row in every array.
 
     ``row`` is each entry's position in the file (JSON index or CSV line number).
-    ``config`` is the replay file's ``config`` block (empty for CSV).
+    ``config`` is the replay file's ``config`` block (empty for CSV). ``prompt`` holds
+    a row's explicit segments (CSV ``prompt`` column), ``None`` where it has none.
     """
 
     path: str
@@ -62,6 +69,7 @@ class Trace:
     session_id: tuple[str | None, ...]
     row: IntArray
     config: Mapping[str, object] = field(default_factory=dict)
+    prompt: tuple[Segments | None, ...] = ()
 
     def __len__(self) -> int:
         return len(self.arrival_us)
@@ -112,6 +120,7 @@ def _build(
     sessions: list[str | None],
     rows: list[int],
     config: Mapping[str, object],
+    prompts: list[Segments | None] | None = None,
 ) -> Trace:
     arr = np.asarray(arrival_us, dtype=np.int64)
     order = np.argsort(arr, kind="stable")
@@ -125,6 +134,7 @@ def _build(
         session_id=tuple(sessions[i] for i in order),
         row=np.asarray(rows, dtype=np.int64)[order],
         config=dict(config),
+        prompt=tuple(prompts[i] for i in order) if prompts is not None else (None,) * len(arr),
     )
 
 
@@ -195,7 +205,8 @@ def load_trace_csv(path: str | Path) -> Trace:
     missing = [h for h in _CSV_REQUIRED if h not in header]
     if unknown or missing or len(set(header)) != len(header):
         cause = (
-            f"expected columns {','.join(_CSV_REQUIRED)}[,prefix_group][,session_id]; "
+            f"expected columns {','.join(_CSV_REQUIRED)}[,prefix_group][,session_id]"
+            f"[,prompt]; "
             f"unknown {unknown}, missing {missing}"
         )
         raise InputRefused.one("line 1", ",".join(header), cause, src)
@@ -205,6 +216,7 @@ def load_trace_csv(path: str | Path) -> Trace:
     outputs: list[int] = []
     groups: list[str | None] = []
     sessions: list[str | None] = []
+    prompts: list[Segments | None] = []
     rows: list[int] = []
     for record in reader:
         line = reader.line_num
@@ -234,10 +246,32 @@ def load_trace_csv(path: str | Path) -> Trace:
             record[col["prefix_group"]].strip() or None if "prefix_group" in col else None
         )
         sessions.append(record[col["session_id"]].strip() or None if "session_id" in col else None)
+        cell = record[col["prompt"]].strip() if "prompt" in col else ""
+        prompts.append(_segments(errors, f"{base}.prompt", cell, inputs[-1]) if cell else None)
         rows.append(line)
     errors.raise_if_any()
     failed = [False] * len(arrival)
-    return _build(src, arrival, inputs, outputs, failed, groups, sessions, rows, {})
+    return _build(src, arrival, inputs, outputs, failed, groups, sessions, rows, {}, prompts)
+
+
+def _segments(errors: _Errors, path: str, cell: str, input_tokens: int) -> Segments | None:
+    """Parse a ``prompt`` cell; refuse a bad segment or a total other than the input."""
+    out: list[tuple[str, int]] = []
+    for part in cell.split("|"):
+        key, sep, count = part.strip().rpartition(":")
+        try:
+            tokens = int(count) if sep else 0
+        except ValueError:
+            tokens = 0
+        if not key or tokens < 1:
+            errors.add(path, cell, f"segment {part.strip()!r} is not key:tokens with tokens >= 1")
+            return None
+        out.append((key, tokens))
+    total = sum(t for _, t in out)
+    if total != input_tokens:
+        errors.add(path, cell, f"segments hold {total} tokens, input_tokens is {input_tokens}")
+        return None
+    return tuple(out)
 
 
 def load_trace(path: str | Path, format: str = "auto") -> Trace:
@@ -275,7 +309,7 @@ class TraceContent:
     then a unique segment. A row of a session whose input is at least the previous
     turn's input plus output repeats that turn's prompt and answer and adds the rest
     as a new segment, so multi-turn context is shared exactly; otherwise it starts
-    afresh.
+    afresh. A row with an explicit ``prompt`` (CSV column) sends exactly those segments.
     """
 
     def __init__(
@@ -322,7 +356,10 @@ class TraceContent:
         session = t.session_id[r]
         prompt: tuple[PromptSegment, ...] = ()
         prev = self._last.get(session) if session is not None else None
-        if prev is not None and n_in >= prev.input_tokens + prev.output_tokens:
+        explicit = t.prompt[r] if t.prompt else None
+        if explicit is not None:
+            prompt = tuple(PromptSegment(f"{self._entity}/segment/{key}", n) for key, n in explicit)
+        elif prev is not None and n_in >= prev.input_tokens + prev.output_tokens:
             rest = n_in - prev.input_tokens - prev.output_tokens
             prompt = (
                 *prev.prompt,

@@ -111,3 +111,46 @@ def test_unsorted_csv_is_replayed_in_time_order(tmp_path: Path) -> None:
     t = load_trace(f)
     assert t.input_tokens.tolist() == [2, 3, 1]
     assert t.row.tolist() == [3, 4, 2]
+
+
+def test_csv_prompt_column_states_shared_segments(tmp_path: Path, rng_for: RngFor) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "arrival_s,input_tokens,output_tokens,prompt\n"
+        "0.0,30,4,sys/a:20|q/1:10\n"
+        "0.1,25,4,sys/a:20|q/2:5\n"
+        "0.2,10,4,q/1:10\n"
+        "0.3,7,4,\n"
+    )
+    spec = WorkloadSpec.model_validate({"trace": {"path": str(path)}})
+    reqs = list(WorkloadSource(spec, rng_for))
+    assert reqs[0].prompt == (
+        PromptSegment("client/segment/sys/a", 20),
+        PromptSegment("client/segment/q/1", 10),
+    )
+    assert reqs[1].prompt[0] == reqs[0].prompt[0]  # the same key: the same tokens
+    assert reqs[2].prompt == (PromptSegment("client/segment/q/1", 10),)
+    assert [s.num_tokens for s in reqs[3].prompt] == [7]  # no cell: a unique prompt
+
+
+def test_csv_prompt_column_refuses_bad_segments(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "arrival_s,input_tokens,output_tokens,prompt\n0.0,30,4,sys/a:20|q/1:9\n0.1,5,4,x:0\n"
+    )
+    with pytest.raises(InputRefused) as info:
+        load_trace(path)
+    paths = {e.path: e.cause for e in info.value.errors}
+    assert "segments hold 29 tokens, input_tokens is 30" in paths["line 2.prompt"]
+    assert "not key:tokens" in paths["line 3.prompt"]
+
+
+def test_request_timeout_sets_each_deadline(rng_for: RngFor) -> None:
+    spec = WorkloadSpec.model_validate(
+        {"trace": {"path": "replay_small.json"}, "request_timeout_s": 2.5}
+    )
+    reqs = list(WorkloadSource(spec, rng_for, base_dir=DATA))
+    assert [r.deadline_us for r in reqs] == [r.arrival_us + 2_500_000 for r in reqs]
+    plain = WorkloadSpec.model_validate({"trace": {"path": "replay_small.json"}})
+    assert "request_timeout_s" not in plain.model_dump()  # hashes as before the field
+    assert all(r.deadline_us is None for r in WorkloadSource(plain, rng_for, base_dir=DATA))
