@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -61,10 +62,18 @@ def _write_atomically(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="ascii") as out:
             out.write(text)
+        _as_created(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _as_created(path: Path) -> None:
+    """Give a temporary file the mode a plain ``open`` would (mkstemp makes it 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
 
 
 def _read_text(path: Path, what: str, encoding: str = "utf-8") -> str:
@@ -186,6 +195,114 @@ def _apply_cost_methods(args: argparse.Namespace, data: dict[str, Any]) -> None:
         if not names:
             raise InputRefused.one("--cost-methods", args.cost_methods, "names no cost method")
         data["cost_methods"] = names
+
+
+def _parse_slo(text: str | None) -> dict[str, float]:
+    """``--slo ttft=0.5,tpot=0.05`` as seconds per metric."""
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        try:
+            bound = float(value)
+        except ValueError:
+            bound = math.nan
+        if not eq or key.strip() not in ("ttft", "tpot", "e2e") or not bound > 0:
+            raise InputRefused.one(
+                "--slo", item, "expected METRIC=SECONDS with METRIC ttft, tpot or e2e"
+            )
+        out[key.strip()] = bound
+    return out
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from blis_core.contracts.scoring import MeasuredPoint
+    from blis_core.scoring import (
+        ScoreOptions,
+        build_report,
+        pick_adapter,
+        print_tables,
+        report_json,
+        reporters,
+        score_points,
+    )
+
+    host = _host()
+    outputs = [
+        (Path(p), flag)
+        for p, flag in ((args.html, "--html"), (args.json, "--json"))
+        if p and p != "-"
+    ]
+    for path, flag in outputs:
+        _check_writable(path, flag)
+    html = None
+    if args.html:
+        found = [r for r in reporters(host) if r.name == "html"]
+        if not found:
+            raise InputRefused.one(
+                "--html", args.html, "no html reporter installed (install blis-scorers)"
+            )
+        html = found[0]
+    if args.max_requests is not None and args.max_requests < 1:
+        raise InputRefused.one("--max-requests", args.max_requests, "must be >= 1")
+    cost = None
+    if args.cost_methods is not None:
+        cost = tuple(n.strip() for n in args.cost_methods.split(",") if n.strip())
+    options = ScoreOptions(args.catalog, args.registry, cost, _parse_slo(args.slo))
+    jobs = args.jobs if args.jobs is not None else max(1, os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory(prefix="blis-score-") as work:
+        points: list[MeasuredPoint] = []
+        for i, item in enumerate(args.dataset):
+            adapter = pick_adapter(host, Path(item), args.format)
+            folder = Path(work) / str(i)
+            folder.mkdir()
+            got = adapter.load(Path(item), folder, max_requests=args.max_requests)
+            print(f"{item}: {len(got)} points ({adapter.name})", file=sys.stderr, flush=True)
+            points.extend(got)
+
+        def progress(done: int, total: int, score: Any) -> None:
+            print(
+                f"point {done}/{total} done: {score.unit} {score.grade} ({score.wall_s:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        scores = score_points(points, options, jobs=jobs, progress=progress)
+    versions = {
+        f"{r.distribution} {r.version}"
+        for r in host.records.values()
+        if r.status in ("loaded", "discovered")
+    }
+    build = "; ".join([f"blis-core {__version__}", *sorted(versions)])
+    report = build_report(scores, build, [str(Path(d)) for d in args.dataset])
+    doc = report_json(report, scores)
+    if args.json == "-":
+        sys.stdout.write(json.dumps(doc, indent=1, sort_keys=True, default=_json_float) + "\n")
+    else:
+        print_tables(scores, Console(width=max(160, Console().width)))
+    if args.json and args.json != "-":
+        text = json.dumps(doc, indent=1, sort_keys=True, default=_json_float) + "\n"
+        _write_atomically(Path(args.json), text)
+    if html is not None:
+        path = Path(args.html)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+        os.close(fd)
+        try:
+            html.write(report, Path(tmp))
+            _as_created(Path(tmp))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        print(f"dashboard written to {path}", file=sys.stderr)
+    return 0
+
+
+def _json_float(value: object) -> object:
+    return str(value)
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -619,6 +736,25 @@ def _parser() -> argparse.ArgumentParser:
     data_args(p)
     cost_args(p)
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser(
+        "score",
+        help="score BLIS against real runs: per-point grades and errors, aggregates, dashboard",
+    )
+    p.add_argument("dataset", nargs="+", help="ground truth (a folder or file an adapter reads)")
+    p.add_argument("--format", help="the adapter to read DATASET with (default: detected)")
+    p.add_argument(
+        "--max-requests",
+        type=int,
+        help="compare at most N requests per run (a window in each stage, after a lead-in)",
+    )
+    p.add_argument("--jobs", type=int, help="parallel processes (default: every core)")
+    p.add_argument("--json", metavar="PATH", help="write the scores as JSON (- for stdout)")
+    p.add_argument("--html", metavar="PATH", help="write the single-file HTML dashboard")
+    p.add_argument("--slo", help="goodput SLO, e.g. ttft=0.5,tpot=0.05 (seconds)")
+    data_args(p)
+    cost_args(p)
+    p.set_defaults(func=_cmd_score)
 
     p = sub.add_parser("validate", help="check a scenario and report every error")
     p.add_argument("scenario")

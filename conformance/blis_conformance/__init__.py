@@ -12,16 +12,17 @@ from blis_conformance.cost import (
     CoefficientSetConformance,
     CostMethodConformance,
     FloorConformance,
-    ScorerConformance,
 )
 from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
 from blis_conformance.router import RouterConformance
+from blis_conformance.scoring import GroundTruthAdapterConformance, ScorerConformance
 
 __all__ = [
     "CoefficientSetConformance",
     "CostMethodConformance",
     "EngineConformance",
     "FloorConformance",
+    "GroundTruthAdapterConformance",
     "PrefixCachingConformance",
     "RouterConformance",
     "ScorerConformance",

@@ -1,4 +1,4 @@
-"""Conformance suites for cost methods and scorers. Subclass and set the class attributes.
+"""Conformance suites for cost methods. Subclass and set the class attributes.
 
 :class:`CostMethodConformance` checks a per-kernel method (a
 :class:`~blis_core.contracts.cost.CostMethod`); :class:`CoefficientSetConformance` checks
@@ -20,13 +20,11 @@ import pytest
 
 from blis_core.contracts.cost import CoefficientRank, CoefficientSet, CostMethod, PrimitiveWork
 from blis_core.contracts.errors import InputRefused
-from blis_core.contracts.scoring import ScorerFactory
 
 __all__ = [
     "CoefficientSetConformance",
     "CostMethodConformance",
     "FloorConformance",
-    "ScorerConformance",
     "sample_work",
 ]
 
@@ -234,14 +232,3 @@ class FloorConformance(CoefficientSetConformance):
             if not registry.covers(family, chip)
         ]
         assert not missing, f"a floor must price every family on every chip; missing {missing}"
-
-
-class ScorerConformance:
-    """Tests every scorer must pass. Set ``scorer``."""
-
-    scorer: ClassVar[ScorerFactory]
-
-    @pytest.mark.conformance
-    def test_metadata(self) -> None:
-        assert self.scorer.name and self.scorer.version
-        assert isinstance(self.scorer, ScorerFactory)

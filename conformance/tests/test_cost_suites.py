@@ -15,7 +15,6 @@ from blis_conformance import (
     CoefficientSetConformance,
     CostMethodConformance,
     FloorConformance,
-    ScorerConformance,
 )
 
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
@@ -156,21 +155,3 @@ def test_a_floor_that_misses_a_family_fails() -> None:
     suite = _set_suite(_Set("half-floor", [everything]), floor=True)
     with pytest.raises(AssertionError, match="missing"):
         suite.test_a_floor_prices_every_family_on_every_chip()  # type: ignore[attr-defined]
-
-
-def test_scorer_suite_rejects_a_nameless_scorer() -> None:
-    class Nameless:
-        name = ""
-        version = "1"
-
-        def score(self, result: object, observed: object, unit: str) -> tuple[object, ...]:
-            return ()
-
-    class Suite(ScorerConformance):
-        scorer = Nameless()  # type: ignore[assignment]
-
-    try:
-        Suite().test_metadata()
-    except AssertionError:
-        return
-    raise AssertionError("the scorer suite accepted a scorer with no name")

@@ -181,7 +181,7 @@ def test_one_module_may_serve_two_entry_point_groups(
     cost, scorer = records[("blis.cost_methods", "extra")], records[("blis.scorers", "extra")]
     assert cost.status == scorer.status == "loaded", (cost.error, scorer.error)
     assert scorer.provides == ["count"] and "flat" in cost.provides
-    assert host.scorers.keys() == ["count"] and "flat" in host.cost_methods.keys()
+    assert "count" in host.scorers.keys() and "flat" in host.cost_methods.keys()
 
 
 def test_step_explained_reaches_plugins(install_plugins: Callable[..., None]) -> None:
@@ -216,9 +216,12 @@ def test_throwaway_cost_method_and_scorer_pass_their_suites() -> None:
         method = extra_kinds.FlatCost()
 
     class ScorerSuite(ScorerConformance):
-        scorer = extra_kinds.CountScorer()  # type: ignore[assignment]
+        scorer = extra_kinds.CountScorer()
 
     CostSuite().test_has_a_name()
     CostSuite().test_answers_are_finite_non_negative_seconds_with_a_rank()
     CostSuite().test_same_work_same_price()
-    ScorerSuite().test_metadata()
+    scorer_suite = ScorerSuite()
+    for name in dir(scorer_suite):
+        if name.startswith("test_"):
+            getattr(scorer_suite, name)()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
+from blis_core.contracts.scoring import ScoringRecord, relative_error
 from blis_core.hookspecs import hookimpl
 
 
@@ -17,11 +18,28 @@ class FlatCost:
 
 
 class CountScorer:
-    name = "count"
-    version = "0.1"
+    """Scores how many of the window's requests completed on the simulated side."""
 
-    def score(self, result: Any, observed: Mapping[str, float], unit: str) -> tuple[Any, ...]:
-        return ()
+    name = "count"
+    description = "completed requests in the window, simulated vs measured"
+
+    def score(self, point: Any, simulated: Sequence[Any], result: Any) -> tuple[Any, ...]:
+        lo, hi = point.compared
+        measured = sum(1 for r in point.requests[lo:hi] if r.fate == "completed")
+        done = sum(1 for o in simulated[lo:hi] if o.fate == "completed")
+        return (
+            ScoringRecord(
+                unit=point.unit,
+                metric="completed",
+                statistic="count",
+                predicted=float(done),
+                observed=float(measured),
+                relative_error=relative_error(float(done), float(measured)),
+                grade="G5",
+                result_hash=result.content_hash,
+                scorer=self.name,
+            ),
+        )
 
 
 @hookimpl
