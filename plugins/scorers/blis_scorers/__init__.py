@@ -1,0 +1,39 @@
+"""blis-scorers: BLIS's accuracy measured on real runs, through public contracts only.
+
+Ground-truth adapters turn real measurements into points (a scenario that reproduces
+the run, and its measured requests); scorers compare a point's simulated requests with
+its measured ones; the ``html`` reporter writes ``blis score``'s dashboard.
+"""
+
+from __future__ import annotations
+
+from blis_scorers.adapters import ADAPTERS, INFERENCE_SIM_TRAINING, InferenceSimTraining
+from blis_scorers.dashboard import HTML, HtmlDashboard
+from blis_scorers.scorers import (
+    DISTRIBUTION,
+    FATES,
+    LATENCY,
+    SCORERS,
+    THROUGHPUT,
+    DistributionScorer,
+    FateScorer,
+    LatencyScorer,
+    ThroughputScorer,
+)
+
+__all__ = [
+    "ADAPTERS",
+    "DISTRIBUTION",
+    "FATES",
+    "HTML",
+    "INFERENCE_SIM_TRAINING",
+    "LATENCY",
+    "SCORERS",
+    "THROUGHPUT",
+    "DistributionScorer",
+    "FateScorer",
+    "HtmlDashboard",
+    "InferenceSimTraining",
+    "LatencyScorer",
+    "ThroughputScorer",
+]

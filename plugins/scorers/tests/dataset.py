@@ -1,0 +1,92 @@
+"""Writes small datasets in the inference-sim-training layout for the tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+NAME = "20990101-000000-llama-2-7b-tp1-general"
+
+RowEdit = Callable[[int, dict[str, Any], dict[str, Any]], None]
+
+
+def write_dataset(
+    root: Path,
+    *,
+    stages: tuple[tuple[float, int], ...] = ((4.0, 50), (8.0, 25)),
+    output_len: int = 32,
+    timeout_s: float | None = None,
+    edit: RowEdit | None = None,
+    name: str = NAME,
+) -> Path:
+    """A dataset of one run: ``stages`` of (rate, duration s); rows follow the generator.
+
+    Row ``i`` of a stage sends prompt ``i mod 100`` whose input is 150 + ``slot``;
+    measured TTFT 30 ms and 8 ms per decode token. ``edit(i, request, truth)`` changes
+    rows in place (failed rows, missing fields).
+    """
+    (root / "replay").mkdir(parents=True, exist_ok=True)
+    server = root / "server" / name
+    server.mkdir(parents=True, exist_ok=True)
+    requests: list[dict[str, Any]] = []
+    truth: list[dict[str, Any]] = []
+    t_us = 0
+    for rate, duration in stages:
+        count = round(rate * duration)
+        for k in range(count):
+            i = len(requests)
+            req = {
+                "index": i,
+                "arrival_time_us": t_us,
+                "input_tokens": 150 + k % 100,
+                "output_tokens": output_len,
+                "prefix_group": "",
+                "has_error": False,
+            }
+            tr = {
+                "index": i,
+                "has_error": False,
+                "ttft_s": 0.03,
+                "e2e_s": 0.03 + 0.008 * (output_len - 1),
+            }
+            if edit is not None:
+                edit(i, req, tr)
+            requests.append(req)
+            truth.append(tr)
+            t_us += round(1e6 / rate)
+        t_us += 5_000_000
+    config = {
+        "tensor_parallelism": 1,
+        "max_num_seqs": 128,
+        "max_num_batched_tokens": 2048,
+        "kv_blocks_total_gpu": 8000,
+        "block_size": 16,
+    }
+    (root / "replay" / f"{name}.json").write_text(
+        json.dumps({"config": config, "requests": requests})
+    )
+    (root / "replay" / f"{name}_ground_truth.json").write_text(json.dumps(truth))
+    (server / "exp-config.yaml").write_text(
+        "model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\nmax_model_len: 4096\n"
+        "max_num_batched_tokens: 2048\nmax_num_seqs: 128\napp: inference-perf\n"
+    )
+    profile = {
+        "data": {
+            "type": "shared_prefix",
+            "shared_prefix": {
+                "num_unique_system_prompts": 10,
+                "num_users_per_system_prompt": 10,
+                "system_prompt_len": 100,
+                "question_len": 50,
+                "output_len": output_len,
+            },
+        },
+        "load": {"type": "constant", "stages": [{"rate": r, "duration": d} for r, d in stages]},
+        "server": {"ignore_eos": True, "type": "vllm"},
+    }
+    (server / "profile.yaml").write_text(json.dumps(profile))
+    timeout = "null" if timeout_s is None else f"{timeout_s}"
+    (server / "config.yaml").write_text(f"load:\n  type: constant\n  request_timeout: {timeout}\n")
+    return root

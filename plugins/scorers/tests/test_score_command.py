@@ -1,0 +1,99 @@
+"""``blis score`` end to end: tables, JSON, the dashboard, refused rows, client timeouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blis_core.cli import main
+from dataset import NAME, write_dataset
+
+
+def _score(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(["score", *args, "--jobs", "1"])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_score_prints_grades_writes_json_and_html(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_dataset(tmp_path / "d")
+    doc_path, html = tmp_path / "s.json", tmp_path / "s.html"
+    rc, out, err = _score(capsys, str(root), "--json", str(doc_path), "--html", str(html))
+    assert rc == 0, err
+    assert f"{NAME}/stage-0" in out and "G4" in out
+    assert "point 2/2 done" in err  # progress, one line per point
+    doc = json.loads(doc_path.read_text())
+    assert set(doc["points"]) == {f"{NAME}/stage-0", f"{NAME}/stage-1"}
+    scorers = {r["scorer"] for r in doc["records"]}
+    assert scorers == {"latency", "distribution", "throughput", "fates"}
+    for point in doc["points"].values():
+        assert point["grade"] == "G4" and point["status"] == "scored"
+        assert point["substitutions"][0].startswith("engine release not recorded")
+    ttft = [r for r in doc["records"] if (r["metric"], r["statistic"]) == ("ttft", "mean")]
+    assert len(ttft) == 2 and all(r["relative_error"] is not None for r in ttft)
+    assert doc["aggregates"]["all"][0]["points"] == 2
+    assert html.read_text(encoding="utf-8").count('class="blis-plot') >= 3
+    assert not list(tmp_path.glob(".s.*"))  # no temporary file left beside the outputs
+
+
+def test_refused_rows_are_counted_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def edit(i: int, req: dict[str, Any], truth: dict[str, Any]) -> None:
+        if i == 210:
+            req["input_tokens"] = 0
+            req["has_error"] = truth["has_error"] = True
+
+    root = write_dataset(tmp_path / "d", stages=((4.0, 50), (2.0, 40)), edit=edit)
+    rc, out, _ = _score(capsys, str(root), "--json", "-")
+    assert rc == 0
+    doc = json.loads(out)
+    refusals = doc["points"][f"{NAME}/stage-1"]["refusals"]
+    assert [(r["row"], r["field"]) for r in refusals] == [(210, "input_tokens")]
+
+
+def test_client_timeouts_are_simulated_and_their_fates_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 60 req/s of 150-token prompts with 64-token answers on a KV pool of 100 blocks
+    # (1,600 tokens: about seven requests at once): the queue grows, requests wait past
+    # the client's 2 s timeout and are aborted, freeing their KV for the rest.
+    def edit(i: int, req: dict[str, Any], truth: dict[str, Any]) -> None:
+        if i % 2:
+            truth["has_error"] = True
+
+    root = write_dataset(
+        tmp_path / "d", stages=((60.0, 3),), output_len=64, timeout_s=2.0, edit=edit
+    )
+    replay = root / "replay" / f"{NAME}.json"
+    doc = json.loads(replay.read_text())
+    doc["config"]["kv_blocks_total_gpu"] = 100
+    replay.write_text(json.dumps(doc))
+    rc, out, err = _score(capsys, str(root), "--json", "-")
+    assert rc == 0, err
+    records = json.loads(out)["records"]
+    fates = {r["metric"]: r for r in records if r["scorer"] == "fates"}
+    assert fates["timed_out"]["observed"] == pytest.approx(50.0)
+    assert fates["timed_out"]["predicted"] > 50.0  # the simulated client timed out too
+    assert fates["completed"]["predicted"] > 10.0  # and the engine kept serving the rest
+    assert fates["unfinished"]["predicted"] == 0.0
+
+
+def test_bad_arguments_are_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = _score(capsys, str(tmp_path / "missing"))
+    assert rc == 2 and "no such file or folder" in err
+    rc, _, err = _score(capsys, str(tmp_path))
+    assert rc == 2 and "no installed adapter recognises it" in err
+    root = write_dataset(tmp_path / "d")
+    rc, _, err = _score(capsys, str(root), "--html", str(tmp_path / "no" / "x.html"))
+    assert rc == 2 and "does not exist" in err
+    rc, _, err = _score(capsys, str(root), "--slo", "ttft=fast")
+    assert rc == 2 and "--slo" in err
+    rc, _, err = _score(capsys, str(root), "--format", "nope")
+    assert rc == 2 and "no such adapter" in err
