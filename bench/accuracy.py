@@ -52,22 +52,22 @@ requests (the compared window):
 ``--max-requests N`` keeps runs short: each stage compares a contiguous window of
 ``N / stages`` requests starting at a quarter of the stage, preceded by a lead-in of up
 to 400 requests that warms the engine and its prefix cache and is not compared.
-Uses the runner's internal ``_build``/``_run_until_done`` to read per-request records.
+Each stage is simulated through public contracts only: blis-scorers' adapter builds the
+point, ``run_scenario(..., on_requests=...)`` hands back the simulated requests (the
+replay ``blis score`` runs; this script adds the calibration fits).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,7 @@ class Experiment:
     """One ground-truth run: its launch arguments, requests and measurements."""
 
     name: str
+    root: Path
     model: str
     tp: int
     kv_blocks: int
@@ -133,6 +134,7 @@ def load_experiment(data: Path, name: str) -> Experiment:
     sp = profile["data"]["shared_prefix"]
     exp = Experiment(
         name=name,
+        root=data,
         model=str(exp_cfg["model"]),
         tp=int(exp_cfg["tensor_parallelism"]),
         kv_blocks=int(replay["config"]["kv_blocks_total_gpu"]),
@@ -183,51 +185,6 @@ def choose_windows(exp: Experiment, max_requests: int | None, lead_in: int = LEA
 # ----------------------------------------------------------------------------------
 
 
-def _group_of_prompt(seed: int = 0) -> list[int]:
-    perm = np.random.default_rng(seed).permutation(PROMPTS)
-    return [int(p) // USERS for p in perm]
-
-
-@contextmanager
-def _replay_content(system_len: int) -> Iterator[None]:
-    """Make the runner's trace replay build shared-prefix prompts (see module doc).
-
-    Rows carry ``prefix_group = "<slot>"`` (the prompt index, ``i mod 100``); the prompt
-    becomes the group's system prompt then the slot's question, identical on repeats.
-    """
-    import blis_core.workload.source as source_mod
-    from blis_core.contracts.request import InferenceRequest, PromptSegment
-    from blis_core.workload.arrivals import ScheduledArrival
-    from blis_core.workload.trace import TraceContent
-
-    groups = _group_of_prompt()
-
-    class ReplayContent(TraceContent):
-        def build(
-            self, item: ScheduledArrival, request_id: str, arrival_us: int
-        ) -> InferenceRequest:
-            req = super().build(item, request_id, arrival_us)
-            slot = int(req.prefix_group.rsplit("/", 1)[1]) if req.prefix_group else 0
-            group = groups[slot]
-            n_in = req.input_tokens
-            shared = min(system_len, n_in - 1)
-            prompt = (
-                PromptSegment(f"{self._entity}/sys/{group}", shared),
-                PromptSegment(f"{self._entity}/question/{slot}", n_in - shared),
-            )
-            return dataclasses.replace(
-                req, prompt=prompt, prefix_group=f"{self._entity}/sys/{group}"
-            )
-
-    name = "TraceContent"
-    saved = getattr(source_mod, name)
-    setattr(source_mod, name, ReplayContent)
-    try:
-        yield
-    finally:
-        setattr(source_mod, name, saved)
-
-
 @dataclass
 class SimStage:
     """Simulated per-request times of one stage's compared window (NaN: not finished)."""
@@ -239,70 +196,48 @@ class SimStage:
 
 
 def simulate_stage(exp: Experiment, st: Stage, registry: str | None, tmp: Path) -> SimStage:
-    """Replay rows ``[st.start, st.window[1])`` of ``exp`` and return the window's times."""
-    from blis_core.io.scenario import parse_scenario
-    from blis_core.runner.builtins import make_host
-    from blis_core.runner.run import DataSources, _build, _run_until_done
+    """Replay rows ``[st.start, st.window[1])`` of ``exp`` and return the window's times.
 
-    lo, hi = st.start, st.window[1]
-    t0 = float(exp.arrival_us[lo])
-    csv = tmp / f"{exp.name}-s{st.index}.csv"
-    with open(csv, "w", encoding="utf-8") as fh:
-        fh.write("arrival_s,input_tokens,output_tokens,prefix_group\n")
-        for i in range(lo, hi):
-            slot = (i - st.first) % PROMPTS
-            fh.write(
-                f"{(float(exp.arrival_us[i]) - t0) / 1e6:.6f},{int(exp.input_tokens[i])},"
-                f"{exp.output_len},{slot}\n"
-            )
-    system_len = math.floor(exp.system_prompt_len * TOKEN_INFLATION + 0.5)
-    doc: dict[str, Any] = {
-        "name": f"accuracy-{exp.name}-s{st.index}",
-        "seed": 1,
-        "deployment": {
-            "pools": [
-                {
-                    "name": "pool",
-                    "engine": {"kind": "vllm", "version": "0.33.0"},
-                    "model": exp.model,
-                    "hardware": HARDWARE,
-                    "layout": {"tp": exp.tp},
-                    "args": {
-                        "max_num_seqs": 128,
-                        "max_num_batched_tokens": 2048,
-                        "max_model_len": 4096,
-                        "gpu_memory_utilization": 0.9,
-                        "enable_prefix_caching": True,
-                        "num_gpu_blocks_override": exp.kv_blocks,
-                    },
-                }
-            ]
-        },
-        "workload": {
-            "trace": {"path": str(csv), "format": "csv", "prefix_len_tokens": 1},
-            "ignore_eos": True,
-        },
-    }
-    scenario = parse_scenario(doc, "accuracy")
-    data = DataSources.load(None, registry)
+    Through the public path ``blis score`` takes: the ``inference-sim-training`` adapter
+    of blis-scorers builds the stage's point (the replay described in the module doc),
+    :func:`~blis_core.runner.run_scenario` runs it and hands back the requests.
+    """
+    from blis_scorers import INFERENCE_SIM_TRAINING
+
+    from blis_core.contracts.result import RequestOutcome
+    from blis_core.runner import DataSources, make_host, run_scenario
+
+    max_requests = None
+    if st.window != (st.first, st.first + st.count):
+        max_requests = (st.window[1] - st.window[0]) * len(exp.stages)
+    points = INFERENCE_SIM_TRAINING.load(
+        exp.root / "replay" / f"{exp.name}.json",
+        tmp,
+        max_requests=max_requests,
+        lead_in=st.window[0] - st.start,
+    )
+    point = points[st.index]
+    host = make_host()
+    data = DataSources.load(None, registry, host)
+    captured: list[Sequence[RequestOutcome]] = []
     started = time.perf_counter()
-    with _replay_content(system_len):
-        cluster = _build(scenario, 1, make_host(), data, None, {})
-    _run_until_done(cluster, None)
+    result = run_scenario(
+        point.scenario,
+        host,
+        data,
+        base_dir=point.base_dir,
+        on_requests=lambda rep, outcomes: captured.append(outcomes),
+    )
     wall = time.perf_counter() - started
-    n = hi - lo
-    ttft = np.full(n, np.nan)
-    e2e = np.full(n, np.nan)
-    prefix = scenario.workload.request_id_prefix
-    for k in range(n):
-        rec = cluster.ledger.records.get(f"{prefix}{k}")
-        if rec is None or rec.first_token_us < 0 or rec.fate != "completed":
-            continue
-        ttft[k] = (rec.first_token_us - rec.arrival_us) / 1e6
-        e2e[k] = (rec.last_token_us - rec.arrival_us) / 1e6
-    skip = st.window[0] - lo
-    steps = sum(e.steps for e in cluster.engines)
-    return SimStage(ttft[skip:], e2e[skip:], wall, steps)
+    lo, hi = point.compared
+    if [r.row for r in point.requests[lo:hi]] != list(range(*st.window)):
+        raise SystemExit(f"{exp.name} stage {st.index}: the adapter's window is not {st.window}")
+    ttft = np.full(hi - lo, np.nan)
+    e2e = np.full(hi - lo, np.nan)
+    for k, out in enumerate(captured[0][lo:hi]):
+        if out.fate == "completed" and out.ttft_s is not None and out.e2e_s is not None:
+            ttft[k], e2e[k] = out.ttft_s, out.e2e_s
+    return SimStage(ttft, e2e, wall, sum(r.steps for r in result.replications))
 
 
 # ----------------------------------------------------------------------------------
