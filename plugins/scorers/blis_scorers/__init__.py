@@ -7,7 +7,13 @@ its measured ones; the ``html`` reporter writes ``blis score``'s dashboard.
 
 from __future__ import annotations
 
-from blis_scorers.adapters import ADAPTERS, INFERENCE_SIM_TRAINING, InferenceSimTraining
+from blis_scorers.adapters import (
+    ADAPTERS,
+    INFERENCE_SIM_TRAINING,
+    VLLM_BENCH_SERVE,
+    InferenceSimTraining,
+    VllmBenchServe,
+)
 from blis_scorers.dashboard import HTML, HtmlDashboard
 from blis_scorers.scorers import (
     DISTRIBUTION,
@@ -30,10 +36,12 @@ __all__ = [
     "LATENCY",
     "SCORERS",
     "THROUGHPUT",
+    "VLLM_BENCH_SERVE",
     "DistributionScorer",
     "FateScorer",
     "HtmlDashboard",
     "InferenceSimTraining",
     "LatencyScorer",
     "ThroughputScorer",
+    "VllmBenchServe",
 ]

@@ -90,3 +90,47 @@ def write_dataset(
     timeout = "null" if timeout_s is None else f"{timeout_s}"
     (server / "config.yaml").write_text(f"load:\n  type: constant\n  request_timeout: {timeout}\n")
     return root
+
+
+def write_bench_result(
+    path: Path,
+    *,
+    n: int = 60,
+    rate: float | str = 8.0,
+    start_times: bool = True,
+    metadata: dict[str, Any] | None = None,
+    errors: dict[int, str] | None = None,
+    max_concurrency: int | None = None,
+) -> Path:
+    """A ``vllm bench serve --save-detailed`` result of ``n`` requests at ``rate``.
+
+    Request ``i`` has 200 + 3i input and 64 output tokens, TTFT 40 ms, 10 ms gaps.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    step = 0.0 if rate == "inf" else 1.0 / float(rate)
+    errs = errors or {}
+    doc: dict[str, Any] = {
+        "date": "20261202-000000",
+        "backend": "vllm",
+        "model_id": "meta-llama/Llama-2-7b-hf",
+        "num_prompts": n,
+        "request_rate": rate,
+        "burstiness": 1.0,
+        "max_concurrency": max_concurrency,
+        "duration": n * step + 1.0,
+        "input_lens": [200 + 3 * i for i in range(n)],
+        "output_lens": [0 if i in errs else 64 for i in range(n)],
+        "ttfts": [0.0 if i in errs else 0.04 for i in range(n)],
+        "itls": [[] if i in errs else [0.01] * 63 for i in range(n)],
+        "latencies": [0.0 if i in errs else 0.04 + 0.63 for i in range(n)],
+        "errors": [errs.get(i, "") for i in range(n)],
+        **(
+            metadata
+            if metadata is not None
+            else {"hardware": "H100-SXM", "tensor_parallel_size": 1}
+        ),
+    }
+    if start_times:
+        doc["start_times"] = [1000.0 + i * step for i in range(n)]
+    path.write_text(json.dumps(doc))
+    return path

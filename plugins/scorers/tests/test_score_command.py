@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from blis_core.cli import main
-from dataset import NAME, write_dataset
+from dataset import NAME, write_bench_result, write_dataset
 
 
 def _score(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -97,3 +97,15 @@ def test_bad_arguments_are_refused_before_any_work(
     assert rc == 2 and "--slo" in err
     rc, _, err = _score(capsys, str(root), "--format", "nope")
     assert rc == 2 and "no such adapter" in err
+
+
+def test_a_vllm_bench_serve_result_is_scored_with_its_itls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_bench_result(tmp_path / "bench" / "run.json", n=40, rate=4.0)
+    rc, out, err = _score(capsys, str(path), "--json", "-")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["points"]["run"]["grade"] == "G4"  # release not recorded, prompts estimated
+    metrics = {(r["metric"], r["statistic"]) for r in doc["records"]}
+    assert {("itl", "mean"), ("ttft", "p99"), ("tpot", "mean")} <= metrics

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from blis_scorers.adapters.inference_sim_training import ADAPTER as INFERENCE_SIM_TRAINING
 from blis_scorers.adapters.inference_sim_training import InferenceSimTraining
+from blis_scorers.adapters.vllm_bench_serve import ADAPTER as VLLM_BENCH_SERVE
+from blis_scorers.adapters.vllm_bench_serve import VllmBenchServe
 
-ADAPTERS = (INFERENCE_SIM_TRAINING,)
+ADAPTERS = (INFERENCE_SIM_TRAINING, VLLM_BENCH_SERVE)
 
-__all__ = ["ADAPTERS", "INFERENCE_SIM_TRAINING", "InferenceSimTraining"]
+__all__ = [
+    "ADAPTERS",
+    "INFERENCE_SIM_TRAINING",
+    "VLLM_BENCH_SERVE",
+    "InferenceSimTraining",
+    "VllmBenchServe",
+]

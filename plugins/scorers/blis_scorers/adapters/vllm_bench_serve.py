@@ -1,0 +1,302 @@
+"""Ground truth from ``vllm bench serve --save-result --save-detailed`` result files.
+
+The result JSON (``vllm/benchmarks/serve.py``, vLLM 0.33.0) holds per request, in send
+order: ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls`` (s, one list per
+request), ``latencies`` (E2E, s), ``start_times`` (send times, s, on the client's clock)
+and ``errors`` (``""`` when it succeeded); and the traffic: ``request_rate`` (``"inf"``
+or req/s), ``burstiness``, ``max_concurrency``, ``model_id``, plus any
+``--metadata KEY=VALUE`` pairs.
+
+The file does not say what served it. The deployment comes from, in order:
+
+1. a ``deployment.yaml`` (or ``<stem>.deployment.yaml``) beside the file: a scenario's
+   ``deployment`` mapping (``pools: [{engine, model, hardware, layout, args}]``), copied
+   verbatim;
+2. the ``--metadata`` keys ``hardware``, ``tensor_parallel_size`` (or ``tp``),
+   ``vllm_version`` and ``engine_arg.<name>=<value>``, with ``model_id`` as the model.
+
+Without a hardware the file is refused by name. The four steps:
+
+* State: each request's input and output length and send time as measured; the model;
+  the deployment as given. Each request's output length is forced (``ignore_eos`` with
+  ``max_tokens`` = the measured length), so both sides generate the same tokens.
+* Estimate: the engine arguments not given take vLLM's defaults (the engine's own
+  resolution); the prompts' content is not recorded, so no two requests share a prefix.
+* A run without ``start_times`` (older vLLM) is replayed only when every request was sent
+  at once (``request_rate`` ``inf`` without ``max_concurrency``); otherwise refused.
+* A run with ``max_concurrency`` (a closed loop) is replayed open loop at its measured
+  send times: named as a substitution.
+* A failed request (non-empty ``errors``) is ``timed_out`` when its error says so, else
+  ``failed``; it is replayed (the server saw it) and compared by fate only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.scenario import Scenario
+from blis_core.contracts.scoring import MeasuredPoint, MeasuredRequest, RowRefusal
+
+__all__ = ["ADAPTER", "VllmBenchServe"]
+
+_PER_REQUEST: Final = ("input_lens", "output_lens", "ttfts", "itls")
+ENGINE_VERSION: Final = "0.33.0"
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _read(path: Path) -> Mapping[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class VllmBenchServe:
+    """The ``vllm-bench-serve`` adapter (see the module doc)."""
+
+    name = "vllm-bench-serve"
+    description = "vllm bench serve --save-result --save-detailed JSON (per-request TTFT/ITL)"
+
+    def detect(self, path: Path) -> bool:
+        """A JSON file with the per-request lists of a detailed result, or a folder of them."""
+        if path.is_dir():
+            return any(self._is_result(p) for p in sorted(path.glob("*.json")))
+        return self._is_result(path)
+
+    @staticmethod
+    def _is_result(path: Path) -> bool:
+        if path.suffix != ".json" or not path.is_file():
+            return False
+        doc = _read(path)
+        return doc is not None and all(k in doc for k in _PER_REQUEST)
+
+    def load(
+        self, path: Path, work_dir: Path, *, max_requests: int | None = None
+    ) -> list[MeasuredPoint]:
+        """One point per result file (all requests compared, or the first ``max_requests``)."""
+        if path.is_dir():
+            files = sorted(p for p in path.glob("*.json") if self._is_result(p))
+        else:
+            files = [path]
+        points = [self._point(f, work_dir, max_requests) for f in files]
+        if not points:
+            raise InputRefused.one("", str(path), "holds no vllm bench serve result", str(path))
+        return points
+
+    # ------------------------------------------------------------------ one file
+
+    def _point(self, path: Path, work_dir: Path, max_requests: int | None) -> MeasuredPoint:
+        doc = _read(path)
+        src = str(path)
+        if doc is None:
+            raise InputRefused.one("", src, "cannot be read as a JSON object", src)
+        n = len(doc["input_lens"])
+        for key in ("output_lens", "ttfts", "itls"):
+            if not isinstance(doc.get(key), list) or len(doc[key]) != n:
+                raise InputRefused.one(key, None, f"must be a list of {n} entries", src)
+        errors = doc.get("errors") or [""] * n
+        starts = doc.get("start_times")
+        subs: list[str] = []
+        rate = doc.get("request_rate")
+        concurrency = doc.get("max_concurrency")
+        if (
+            isinstance(starts, list)
+            and len(starts) == n
+            and all(_num(s) is not None for s in starts)
+        ):
+            t0 = min(float(s) for s in starts)
+            send = [float(s) - t0 for s in starts]
+            if concurrency:
+                subs.append(
+                    f"max_concurrency {concurrency} (a closed loop) replayed open loop "
+                    "at the measured send times"
+                )
+        elif rate in ("inf", None) or _num(rate) == math.inf:
+            if concurrency:
+                raise InputRefused.one(
+                    "start_times",
+                    None,
+                    "missing: a closed-loop run (max_concurrency) cannot be replayed without "
+                    "its send times (rerun with --save-detailed on vLLM >= 0.11)",
+                    src,
+                )
+            send = [0.0] * n
+        else:
+            raise InputRefused.one(
+                "start_times",
+                None,
+                f"missing: the send times of a run at {rate} req/s are not recorded "
+                "(rerun with --save-detailed on a vLLM that records start_times)",
+                src,
+            )
+        refusals: list[RowRefusal] = []
+        requests: list[MeasuredRequest] = []
+        for i in range(n):
+            n_in = _num(doc["input_lens"][i])
+            if n_in is None or n_in < 1:
+                refusals.append(
+                    RowRefusal(
+                        row=i,
+                        field="input_lens",
+                        value=str(doc["input_lens"][i]),
+                        cause="not a length >= 1; not replayed",
+                    )
+                )
+                continue
+            err = str(errors[i] or "")
+            n_out = _num(doc["output_lens"][i]) or 0.0
+            ttft = _num(doc["ttfts"][i])
+            itl = doc["itls"][i] if isinstance(doc["itls"][i], list) else []
+            gaps = tuple(g for g in (_num(x) for x in itl) if g is not None)
+            if err:
+                fate = "timed_out" if "timeout" in err.lower() else "failed"
+                requests.append(MeasuredRequest(i, send[i], int(n_in), 0, fate, None, None))
+                continue
+            lat = doc.get("latencies")
+            e2e = _num(lat[i]) if isinstance(lat, list) and len(lat) == n else None
+            if e2e is None and ttft is not None:
+                e2e = ttft + sum(gaps)
+            if ttft is None or e2e is None or n_out < 1:
+                refusals.append(
+                    RowRefusal(
+                        row=i,
+                        field="ttfts",
+                        value=str(doc["ttfts"][i]),
+                        cause="a request without error must have a TTFT and "
+                        "an output; replayed, not compared",
+                    )
+                )
+                fate = "unmeasured"
+            else:
+                fate = "completed"
+            requests.append(
+                MeasuredRequest(i, send[i], int(n_in), int(n_out), fate, ttft, e2e, gaps)
+            )
+        requests.sort(key=lambda r: (r.arrival_s, r.row))
+        deployment, engine, dep_subs = self._deployment(doc, path)
+        subs.extend(dep_subs)
+        csv = work_dir / f"{path.stem}.csv"
+        self._write_trace(csv, requests)
+        workload: dict[str, Any] = {
+            "trace": {"path": csv.name, "format": "csv"},
+            "ignore_eos": True,
+        }
+        scenario = Scenario.model_validate(
+            {
+                "name": f"score-{path.stem}",
+                "description": f"replay of {path.name} ({self.name})",
+                "seed": 1,
+                "deployment": deployment,
+                "workload": workload,
+            }
+        )
+        hi = len(requests) if max_requests is None else min(len(requests), max_requests)
+        if refusals:
+            subs.append(f"{len(refusals)} measured rows refused (see refusals)")
+        pool = deployment["pools"][0]
+        return MeasuredPoint(
+            unit=path.stem,
+            adapter=self.name,
+            source=str(path),
+            scenario=scenario,
+            requests=tuple(requests),
+            compared=(0, hi),
+            engine=engine,
+            base_dir=work_dir,
+            recorded={
+                "model_id": doc.get("model_id"),
+                "request_rate": rate,
+                "burstiness": doc.get("burstiness"),
+                "max_concurrency": concurrency,
+                "num_prompts": doc.get("num_prompts", n),
+            },
+            estimated={
+                "prompts": "content not recorded: no two requests share a prefix",
+                "engine arguments": "vLLM's defaults for every argument not given",
+            },
+            substitutions=tuple(subs),
+            refusals=tuple(refusals),
+            labels={
+                "experiment": path.stem,
+                "model": str(pool.get("model", "")),
+                "hardware": str(pool.get("hardware", "")),
+                "tp": str((pool.get("layout") or {}).get("tp", 1)),
+                "workload": str(doc.get("label") or doc.get("dataset_name") or "vllm-bench"),
+                "stage": "0",
+                "rate_per_s": str(rate),
+            },
+        )
+
+    @staticmethod
+    def _deployment(
+        doc: Mapping[str, Any], path: Path
+    ) -> tuple[dict[str, Any], str | None, list[str]]:
+        src = str(path)
+        for side in (
+            path.with_name(f"{path.stem}.deployment.yaml"),
+            path.with_name("deployment.yaml"),
+        ):
+            if side.exists():
+                try:
+                    dep = yaml.safe_load(side.read_text(encoding="utf-8"))
+                except (OSError, yaml.YAMLError) as exc:
+                    raise InputRefused.one("", str(side), f"cannot read YAML: {exc}", src) from exc
+                if (
+                    not isinstance(dep, dict)
+                    or not isinstance(dep.get("pools"), list)
+                    or not dep["pools"]
+                ):
+                    raise InputRefused.one("pools", None, "a deployment needs pools", str(side))
+                engine = dep["pools"][0].get("engine") or {}
+                ver = engine.get("version") if isinstance(engine, dict) else None
+                kind = engine.get("kind", "vllm") if isinstance(engine, dict) else "vllm"
+                return dep, (f"{kind}@{ver}" if ver else None), []
+        hardware = doc.get("hardware")
+        if not isinstance(hardware, str) or not hardware:
+            raise InputRefused.one(
+                "hardware",
+                None,
+                "the result does not say what served it: write deployment.yaml beside it "
+                "(pools: [{engine, model, hardware, layout, args}]) or run vllm bench serve "
+                "with --metadata hardware=H100-SXM tensor_parallel_size=N",
+                src,
+            )
+        tp = doc.get("tensor_parallel_size", doc.get("tp", 1))
+        args: dict[str, Any] = {}
+        for key, value in doc.items():
+            if isinstance(key, str) and key.startswith("engine_arg."):
+                args[key.removeprefix("engine_arg.")] = yaml.safe_load(str(value))
+        version = doc.get("vllm_version")
+        pool = {
+            "name": "pool",
+            "engine": {"kind": "vllm", "version": ENGINE_VERSION},
+            "model": str(doc.get("model_id", "")),
+            "hardware": hardware,
+            "layout": {"tp": int(tp)},
+            "args": args,
+        }
+        return {"pools": [pool]}, (f"vllm@{version}" if version else None), []
+
+    @staticmethod
+    def _write_trace(csv: Path, requests: Sequence[MeasuredRequest]) -> None:
+        lines = ["arrival_s,input_tokens,output_tokens"]
+        for r in requests:
+            lines.append(f"{r.arrival_s:.6f},{r.input_tokens},{max(1, r.output_tokens)}")
+        tmp = csv.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        tmp.replace(csv)
+
+
+ADAPTER: Final = VllmBenchServe()
