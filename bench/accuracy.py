@@ -680,10 +680,22 @@ def fit_frontend(data: Path, max_requests: int, lead_in: int, jobs: int, cache: 
 
 def _plan_for(exp: Experiment) -> Any:
     """The vLLM plan BLIS builds for ``exp``'s pool (as the replay runs it)."""
-    from blis_core.io.scenario import parse_scenario
-    from blis_core.runner.builtins import make_host
-    from blis_core.runner.run import DataSources, _build
+    import types
 
+    from blis_core.builtin import round_robin
+    from blis_core.hookspecs import hookimpl
+    from blis_core.host import PluginHost
+    from blis_core.io.scenario import parse_scenario
+    from blis_core.runner import DataSources, run_scenario
+
+    plans: list[Any] = []
+    observer = types.ModuleType("accuracy_plan_observer")
+
+    @hookimpl
+    def blis_engine_planned(pool: str, plan: Any) -> None:
+        plans.append(plan)
+
+    observer.blis_engine_planned = blis_engine_planned  # type: ignore[attr-defined]
     doc = {
         "name": "plan", "seed": 1,
         "deployment": {"pools": [{
@@ -696,9 +708,10 @@ def _plan_for(exp: Experiment) -> Any:
                      "output_len": {"family": "fixed", "value": 8},
                      "arrival": {"process": "poisson", "rate_per_s": 1}, "num_requests": 1},
     }  # fmt: skip
-    data = DataSources.load(None, None)
-    cluster = _build(parse_scenario(doc, "plan"), 1, make_host(), data, None, {})
-    return cluster.engines[0].engine.plan, data
+    host = PluginHost(builtins=[round_robin, observer])
+    data = DataSources.load(None, None, host)
+    run_scenario(parse_scenario(doc, "plan"), host, data)
+    return plans[0], data
 
 
 def covered_ranges(exps: dict[str, Experiment]) -> dict[str, dict[str, list[float]]]:

@@ -264,3 +264,11 @@ def test_console_script_runs_without_traceback_on_missing_file() -> None:
     )
     assert proc.returncode == 2
     assert "cannot read file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_explain_table_prints_decision_headers(capsys: pytest.CaptureFixture[str]) -> None:
+    from blis_core.cli import _print_explain
+
+    report = {"pick": "b", "status": 200, "headers": {"x-kv-cache-source-host-port": "a"}}
+    _print_explain(report)
+    assert "header x-kv-cache-source-host-port: a" in capsys.readouterr().out

@@ -85,14 +85,6 @@ def test_explain_table_shows_the_prefill_pick_and_decision_headers(
     assert "header" not in out  # the prefill pick is not one of the decision's headers
 
 
-def test_explain_table_prints_decision_headers(capsys: pytest.CaptureFixture[str]) -> None:
-    from blis_core.cli import _print_explain
-
-    report = {"pick": "b", "status": 200, "headers": {"x-kv-cache-source-host-port": "a"}}
-    _print_explain(report)
-    assert "header x-kv-cache-source-host-port: a" in capsys.readouterr().out
-
-
 def test_explain_refuses_bad_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"endpoints": [{"name": "a", "kv_usage": 1.5, "colour": 1}]}))
