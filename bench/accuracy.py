@@ -66,7 +66,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -596,28 +596,35 @@ def fit(data: Path, max_requests: int, lead_in: int, jobs: int, cache: Path,
         out["loss"] = float(np.mean([r["loss"] for r in rows]))
         return out
 
-    models = sorted({model_of(n) for n in names})
-    chosen_of = {held: choose([n for n in names if model_of(n) != held]) for held in models}
-    extra = []  # held-out rows at their fold's point (an unidentified parameter at its prior)
-    for held, pt in chosen_of.items():
-        for n in names:
-            if model_of(n) != held:
-                continue
-            rel = relevant(exps[n].model, exps[n].tp)
-            for st in exps[n].stages:
-                key = f"{n}|{st.index}|{_pkey(pt, rel)}|{max_requests}|{lead_in}"
-                extra.append((key, (data, n, st.index, max_requests, registry_dir(pt, tmp),
-                                    lead_in)))  # fmt: skip
-    _simulate_missing(extra, results, jobs, cache)
-    folds = []
-    for held in models:
-        test = [n for n in names if model_of(n) == held]
-        chosen = chosen_of[held]
-        folds.append({"held_out": held, "params": chosen, "before": summary(test, dict(PRIOR)),
-                      "after": summary(test, chosen)})  # fmt: skip
+    def cross_validate(group_of: Callable[[str], str]) -> list[dict[str, Any]]:
+        """Leave one group out: fit on the others, score the held-out group's rows."""
+        groups = sorted({group_of(n) for n in names})
+        chosen_of = {g: choose([n for n in names if group_of(n) != g]) for g in groups}
+        extra = []  # held-out rows at their fold's point (unidentified: at the prior)
+        for held, pt in chosen_of.items():
+            for n in names:
+                if group_of(n) != held:
+                    continue
+                rel = relevant(exps[n].model, exps[n].tp)
+                for st in exps[n].stages:
+                    key = f"{n}|{st.index}|{_pkey(pt, rel)}|{max_requests}|{lead_in}"
+                    extra.append((key, (data, n, st.index, max_requests,
+                                        registry_dir(pt, tmp), lead_in)))  # fmt: skip
+        _simulate_missing(extra, results, jobs, cache)
+        folds = []
+        for held in groups:
+            test = [n for n in names if group_of(n) == held]
+            chosen = chosen_of[held]
+            folds.append({"held_out": held, "params": chosen,
+                          "before": summary(test, dict(PRIOR)),
+                          "after": summary(test, chosen)})  # fmt: skip
+        return folds
+
+    folds = cross_validate(model_of)
+    workload_folds = cross_validate(lambda n: _workload_of(n))
     final = choose(names)
-    doc = {"folds": folds, "final": final, "grid": GRID, "prior": PRIOR,
-           "max_requests": max_requests, "lead_in": lead_in}  # fmt: skip
+    doc = {"folds": folds, "workload_folds": workload_folds, "final": final, "grid": GRID,
+           "prior": PRIOR, "max_requests": max_requests, "lead_in": lead_in}  # fmt: skip
     if write:
         write_registry(final, exps, data)
     return doc
@@ -786,6 +793,14 @@ def write_registry(params: dict[str, float], exps: dict[str, Experiment], data: 
     return path
 
 
+def _workload_of(name: str) -> str:
+    """The workload profile a run's name carries (codegen, general, roleplay)."""
+    for kind in ("codegen", "roleplay", "general"):
+        if kind in name:
+            return kind
+    return "other"
+
+
 def _pkey(pt: dict[str, float], rel: Sequence[str]) -> str:
     return ",".join(f"{k}={pt[k]:g}" for k in rel)
 
@@ -815,14 +830,16 @@ def print_table(rows: Sequence[dict[str, Any]], summary: dict[str, float]) -> No
 
 
 def print_fit(doc: dict[str, Any]) -> None:
-    """Held-out (leave-one-model-out) errors before and after, and the fitted values."""
+    """Held-out (leave-one-model-out, leave-one-workload-out) mean absolute errors in %,
+    at the prior ("before") and at the fold's fitted point ("after"), and the final values."""
     cols = ("ttft_mean", "tpot_mean", "e2e_mean", "e2e_p90", "ttft_req", "e2e_req", "loss")
-    print(f"{'held-out model':38} {'':6} " + " ".join(f"{c:>9}" for c in cols) + "  params")
-    for f in doc["folds"]:
-        for when in ("before", "after"):
-            cells = " ".join(f"{100 * f[when][c]:9.1f}" for c in cols)
-            extra = f"  {f['params']}" if when == "after" else ""
-            print(f"{f['held_out']:38} {when:6} {cells}{extra}")
+    for title, key in (("held-out model", "folds"), ("held-out workload", "workload_folds")):
+        print(f"{title:38} {'':6} " + " ".join(f"{c:>9}" for c in cols) + "  params")
+        for f in doc.get(key, []):
+            for when in ("before", "after"):
+                cells = " ".join(f"{100 * f[when][c]:9.1f}" for c in cols)
+                extra = f"  {f['params']}" if when == "after" else ""
+                print(f"{f['held_out']:38} {when:6} {cells}{extra}")
     print(f"final (all four models): {doc['final']}  [{doc['wall_s']} s]")
 
 

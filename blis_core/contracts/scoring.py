@@ -117,8 +117,13 @@ class MeasuredPoint:
     ``base_dir`` resolves the scenario's relative trace path. ``engine`` is the release
     the run used as ``kind@version`` (``None``: not recorded). ``labels`` group points in
     tables (``model``, ``hardware``, ``workload``, ``regime``, ``experiment``).
-    ``measured_span_s`` is the wall time the compared requests took, from the first send
-    to the last answer, for throughput.
+    ``aggregates`` holds the measured statistics of a source without per-request rows
+    (an inference-perf stage summary, a benchmark sweep), keyed ``metric.statistic``:
+    latencies ``ttft``, ``tpot``, ``e2e``, ``e2e_per_token`` (E2E over output tokens)
+    with ``mean``, ``p50``, ``p90``, ``p99`` (seconds); ``completed_per_s.rate`` and
+    ``output_tokens_per_s.rate``; fates ``completed``, ``timed_out``, ``dropped`` with
+    ``fraction`` (0 to 1). Such a point has no ``requests``; its ``compared`` range then
+    indexes the simulated requests.
     """
 
     unit: str
@@ -135,6 +140,7 @@ class MeasuredPoint:
     refusals: tuple[RowRefusal, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     slo: Mapping[str, float] = field(default_factory=dict)
+    aggregates: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def window(self) -> tuple[MeasuredRequest, ...]:
@@ -170,13 +176,17 @@ def measured_latency(req: MeasuredRequest, metric: str) -> float | None:
 
 
 def simulated_latency(out: RequestOutcome, metric: str) -> float | None:
-    """``metric`` of a simulated request, defined as :func:`measured_latency`."""
+    """``metric`` of a simulated request, defined as :func:`measured_latency`; also
+    ``e2e_per_token`` (E2E over output tokens, inference-perf's normalised time)."""
     if out.fate != "completed":
         return None
     if metric == "ttft":
         return out.ttft_s
     if metric == "e2e":
         return out.e2e_s
+    if metric == "e2e_per_token":
+        e2e = out.e2e_s
+        return e2e / out.output_tokens if e2e is not None and out.output_tokens else None
     return _tpot(out.ttft_s, out.e2e_s, out.output_tokens)
 
 
@@ -191,7 +201,7 @@ def paired_latencies(
     lo, hi = point.compared
     meas: list[float] = []
     sim: list[float] = []
-    for k in range(lo, min(hi, len(simulated))):
+    for k in range(lo, min(hi, len(simulated), len(point.requests))):
         m = measured_latency(point.requests[k], metric)
         s = simulated_latency(simulated[k], metric)
         if m is not None and s is not None and m > 0:

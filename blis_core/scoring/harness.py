@@ -198,7 +198,7 @@ def score_point(
     except BlisError as err:
         return _not_scored(point, subs, f"run refused or failed: {err}", started)
     simulated = captured[0]
-    if len(simulated) != len(point.requests):
+    if point.requests and len(simulated) != len(point.requests):
         return _not_scored(
             point,
             subs,

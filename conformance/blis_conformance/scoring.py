@@ -45,6 +45,7 @@ from blis_core.contracts.scoring import (
 __all__ = [
     "GroundTruthAdapterConformance",
     "ScorerConformance",
+    "aggregate_point",
     "sample_point",
     "simulated_like",
 ]
@@ -221,6 +222,32 @@ class ScorerConformance:
         empty = dataclasses.replace(point, compared=(len(point.requests), len(point.requests)))
         self._score(empty, simulated_like(point))
 
+    @pytest.mark.conformance
+    def test_a_statistics_only_point_is_scored_against_its_statistics(self) -> None:
+        point = sample_point()
+        summary = aggregate_point(point)
+        for rec in self._score(summary, simulated_like(point, 1.0)):
+            assert rec.unit == point.unit
+            if rec.relative_error is not None:
+                assert abs(rec.relative_error) < 1e-3, rec
+
+
+def aggregate_point(point: MeasuredPoint) -> MeasuredPoint:
+    """``point`` as a source with statistics only: its window's means, no rows."""
+    window = [r for r in point.window if r.ttft_s is not None and r.e2e_s is not None]
+    n = len(window)
+    ttft = sum(r.ttft_s or 0.0 for r in window) / n
+    e2e = sum(r.e2e_s or 0.0 for r in window) / n
+    return dataclasses.replace(
+        point,
+        requests=(),
+        aggregates={
+            "ttft.mean": ttft,
+            "e2e.mean": e2e,
+            "completed.fraction": 1.0,
+        },
+    )
+
 
 class GroundTruthAdapterConformance:
     """Tests every ground-truth adapter must pass. Set ``adapter``; implement ``make_sample``."""
@@ -254,6 +281,10 @@ class GroundTruthAdapterConformance:
         for p in points:
             assert isinstance(p, MeasuredPoint)
             lo, hi = p.compared
+            if not p.requests:  # statistics only: the window indexes simulated requests
+                assert p.aggregates, f"{p.unit}: neither requests nor statistics"
+                assert 0 <= lo <= hi
+                continue
             assert 0 <= lo <= hi <= len(p.requests)
             assert hi - lo <= 20
             arrivals = [r.arrival_s for r in p.requests]

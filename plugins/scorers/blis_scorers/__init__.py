@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from blis_scorers.adapters import (
     ADAPTERS,
+    INFERENCE_PERF,
     INFERENCE_SIM_TRAINING,
     VLLM_BENCH_SERVE,
+    InferencePerf,
     InferenceSimTraining,
     VllmBenchServe,
 )
@@ -32,6 +34,7 @@ __all__ = [
     "DISTRIBUTION",
     "FATES",
     "HTML",
+    "INFERENCE_PERF",
     "INFERENCE_SIM_TRAINING",
     "LATENCY",
     "SCORERS",
@@ -40,6 +43,7 @@ __all__ = [
     "DistributionScorer",
     "FateScorer",
     "HtmlDashboard",
+    "InferencePerf",
     "InferenceSimTraining",
     "LatencyScorer",
     "ThroughputScorer",

@@ -31,6 +31,7 @@ from blis_core.contracts.scoring import (
     ScoringRecord,
     paired_latencies,
     relative_error,
+    simulated_latency,
 )
 from scipy import stats as sps  # type: ignore[import-untyped, unused-ignore]
 
@@ -101,6 +102,8 @@ class LatencyScorer:
     def score(
         self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
     ) -> tuple[ScoringRecord, ...]:
+        if not point.requests:
+            return self._against_aggregates(point, simulated, result)
         out: list[ScoringRecord] = []
         for metric in LATENCY_METRICS:
             meas_l, sim_l = paired_latencies(point, simulated, metric)
@@ -126,6 +129,41 @@ class LatencyScorer:
             mae = float(np.mean(np.abs(sim - meas) / meas))
             out.append(_record(point, result, self.name, metric, "req_mae", mae, 0.0, error=mae))
         out.extend(self._itl(point, simulated, result))
+        return tuple(out)
+
+    def _against_aggregates(
+        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        """A source with statistics only: the simulated window's statistic of each metric."""
+        lo, hi = point.compared
+        out: list[ScoringRecord] = []
+        for metric in (*LATENCY_METRICS, "e2e_per_token"):
+            wanted = [st for st in STATISTICS if f"{metric}.{st}" in point.aggregates]
+            if not wanted:
+                continue
+            values = [
+                v for o in simulated[lo:hi] if (v := simulated_latency(o, metric)) is not None
+            ]
+            sim = np.asarray(values, dtype=np.float64)
+            for st in wanted:
+                observed = point.aggregates[f"{metric}.{st}"]
+                if sim.size == 0:
+                    out.append(
+                        _record(
+                            point,
+                            result,
+                            self.name,
+                            metric,
+                            st,
+                            None,
+                            observed,
+                            reason="no simulated request completed in the window",
+                        )
+                    )
+                else:
+                    out.append(
+                        _record(point, result, self.name, metric, st, _stat(sim, st), observed)
+                    )
         return tuple(out)
 
     def _itl(
@@ -161,7 +199,8 @@ class DistributionScorer:
 
     ``wasserstein``: the 1-Wasserstein distance divided by the measured mean (a
     relative figure); ``ks``: the two-sample Kolmogorov-Smirnov statistic (0 equal, 1
-    disjoint). Both over the window's requests completed on both sides.
+    disjoint). Both over the window's requests completed on both sides; a source with
+    statistics only has no distribution to compare and gets no records.
     """
 
     name = "distribution"
@@ -203,6 +242,8 @@ class ThroughputScorer:
         self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
     ) -> tuple[ScoringRecord, ...]:
         lo, hi = point.compared
+        if not point.requests:
+            return self._against_aggregates(point, simulated[lo:hi], result)
         window = point.requests[lo:hi]
         sims = simulated[lo:hi]
         if not window:
@@ -261,6 +302,31 @@ class ThroughputScorer:
         )
         return tuple(out)
 
+    def _against_aggregates(
+        self, point: MeasuredPoint, sims: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        """A source with rates only: the simulated window's rates against them."""
+        rps, tps = _simulated_rates(sims)
+        out = []
+        for metric, value in (("completed_per_s", rps), ("output_tokens_per_s", tps)):
+            key = f"{metric}.rate"
+            if key in point.aggregates:
+                out.append(
+                    _record(point, result, self.name, metric, "rate", value, point.aggregates[key])
+                )
+        return tuple(out)
+
+
+def _simulated_rates(sims: Sequence[RequestOutcome]) -> tuple[float | None, float | None]:
+    """Completed requests/s and output tokens/s from the first send to the last answer."""
+    done = [o for o in sims if o.fate == "completed"]
+    if not sims or not done:
+        return None, None
+    span = (max(o.last_token_us for o in done) - min(o.arrival_us for o in sims)) / 1e6
+    if span <= 0:
+        return None, None
+    return len(done) / span, sum(o.output_tokens for o in done) / span
+
 
 def _meets(slo: Mapping[str, float], ttft: float | None, e2e: float | None, tokens: int) -> bool:
     tpot = (
@@ -287,6 +353,8 @@ class FateScorer:
         self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
     ) -> tuple[ScoringRecord, ...]:
         lo, hi = point.compared
+        if not point.requests:
+            return self._against_aggregates(point, simulated[lo:hi], result)
         window = [r for r in point.requests[lo:hi] if r.fate != "unmeasured"]
         sims = [
             o
@@ -298,6 +366,22 @@ class FateScorer:
         out: list[ScoringRecord] = []
         for cls, sim_fates in FATE_CLASSES.items():
             m = 100.0 * sum(1 for r in window if r.fate in FATE_CLASSES[cls]) / len(window)
+            s = 100.0 * sum(1 for o in sims if o.fate in sim_fates) / len(sims)
+            out.append(_record(point, result, self.name, cls, "points", s, m, error=s - m))
+        return tuple(out)
+
+    def _against_aggregates(
+        self, point: MeasuredPoint, sims: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        """A source with fate fractions only: the simulated window's fractions."""
+        if not sims:
+            return ()
+        out = []
+        for cls, sim_fates in FATE_CLASSES.items():
+            key = f"{cls}.fraction"
+            if key not in point.aggregates:
+                continue
+            m = 100.0 * point.aggregates[key]
             s = 100.0 * sum(1 for o in sims if o.fate in sim_fates) / len(sims)
             out.append(_record(point, result, self.name, cls, "points", s, m, error=s - m))
         return tuple(out)

@@ -134,3 +134,53 @@ def write_bench_result(
         doc["start_times"] = [1000.0 + i * step for i in range(n)]
     path.write_text(json.dumps(doc))
     return path
+
+
+def write_inference_perf(
+    folder: Path,
+    *,
+    stages: tuple[tuple[float, int], ...] = ((4.0, 20),),
+    exp_config: str | None = (
+        "model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\nhardware: H100-SXM\n"
+        "max_num_seqs: 128\nmax_num_batched_tokens: 2048\nmax_model_len: 4096\n"
+    ),
+    timeout: float | None = None,
+    failures: int = 0,
+) -> Path:
+    """An inference-perf report folder: config.yaml, exp-config.yaml, stage summaries."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stage_yaml = "".join(f"  - rate: {r}\n    duration: {d}\n" for r, d in stages)
+    (folder / "config.yaml").write_text(
+        "api:\n  type: completion\n  streaming: true\ndata:\n  type: shared_prefix\n"
+        "  shared_prefix:\n    num_groups: 2\n    num_prompts_per_group: 5\n"
+        "    system_prompt_len: 100\n    question_len: 200\n    output_len: 32\n"
+        f"load:\n  type: constant\n  stages:\n{stage_yaml}"
+        f"  request_timeout: {'null' if timeout is None else timeout}\n"
+        "server:\n  type: vllm\n  ignore_eos: true\n"
+    )
+    if exp_config is not None:
+        (folder / "exp-config.yaml").write_text(exp_config)
+
+    def stat(mean: float) -> dict[str, float]:
+        return {"mean": mean, "median": mean, "p90": mean * 1.1, "p99": mean * 1.3}
+
+    for i, (rate, duration) in enumerate(stages):
+        n = int(rate * duration)
+        doc = {
+            "load_summary": {"count": n, "requested_rate": rate},
+            "successes": {
+                "count": n - failures,
+                "latency": {
+                    "time_to_first_token": stat(0.03),
+                    "request_latency": stat(0.30),
+                    "normalized_time_per_output_token": stat(0.30 / 32),
+                    "time_per_output_token": stat(0.004),
+                },
+                "throughput": {"requests_per_sec": rate, "output_tokens_per_sec": rate * 32},
+                "prompt_len": {"mean": 315.0},
+                "output_len": {"mean": 32.0},
+            },
+            "failures": {"count": failures},
+        }
+        (folder / f"stage_{i}_lifecycle_metrics.json").write_text(json.dumps(doc))
+    return folder

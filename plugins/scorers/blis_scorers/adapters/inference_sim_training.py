@@ -51,6 +51,8 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scenario import Scenario
 from blis_core.contracts.scoring import MeasuredPoint, MeasuredRequest, RowRefusal
 
+from blis_scorers.adapters.common import scenario_of
+
 __all__ = ["ADAPTER", "InferenceSimTraining"]
 
 HARDWARE: Final = "H100-SXM"
@@ -403,7 +405,7 @@ class InferenceSimTraining:
             },
             "workload": workload,
         }
-        return Scenario.model_validate(doc)
+        return scenario_of(doc, run.name)
 
     @staticmethod
     def _recorded(run: _Run, output_len: int) -> dict[str, object]:

@@ -40,8 +40,9 @@ from typing import Any, Final
 
 import yaml
 from blis_core.contracts.errors import InputRefused
-from blis_core.contracts.scenario import Scenario
 from blis_core.contracts.scoring import MeasuredPoint, MeasuredRequest, RowRefusal
+
+from blis_scorers.adapters.common import scenario_of
 
 __all__ = ["ADAPTER", "VllmBenchServe"]
 
@@ -193,14 +194,15 @@ class VllmBenchServe:
             "trace": {"path": csv.name, "format": "csv"},
             "ignore_eos": True,
         }
-        scenario = Scenario.model_validate(
+        scenario = scenario_of(
             {
                 "name": f"score-{path.stem}",
                 "description": f"replay of {path.name} ({self.name})",
                 "seed": 1,
                 "deployment": deployment,
                 "workload": workload,
-            }
+            },
+            src,
         )
         hi = len(requests) if max_requests is None else min(len(requests), max_requests)
         if refusals:
