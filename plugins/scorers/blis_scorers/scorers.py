@@ -137,13 +137,15 @@ class LatencyScorer:
         """A source with statistics only: the simulated window's statistic of each metric."""
         lo, hi = point.compared
         out: list[ScoringRecord] = []
-        for metric in (*LATENCY_METRICS, "e2e_per_token"):
+        for metric in (*LATENCY_METRICS, "e2e_per_token", "itl"):
             wanted = [st for st in STATISTICS if f"{metric}.{st}" in point.aggregates]
             if not wanted:
                 continue
-            values = [
-                v for o in simulated[lo:hi] if (v := simulated_latency(o, metric)) is not None
-            ]
+            done = [o for o in simulated[lo:hi] if o.fate == "completed"]
+            if metric == "itl":
+                values = [g / 1e6 for o in done for g in o.chunk_gaps_us]
+            else:
+                values = [v for o in done if (v := simulated_latency(o, metric)) is not None]
             sim = np.asarray(values, dtype=np.float64)
             for st in wanted:
                 observed = point.aggregates[f"{metric}.{st}"]

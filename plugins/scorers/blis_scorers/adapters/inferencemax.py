@@ -1,0 +1,188 @@
+"""Ground truth from InferenceMAX / InferenceX sweep results (``agg_bmk.json``).
+
+A file is a list of sweep points, each with ``hw`` (``h100``, ``h200``, ``b200``, ...),
+``framework``, ``image`` (e.g. ``vllm/vllm-openai:v0.11.2``), ``model``, ``precision``,
+``isl``, ``osl``, ``conc``, ``tp``, ``ep``, ``dp_attention``, ``disagg``, and statistics
+in seconds: ``mean_/median_/p99_`` ``ttft``, ``tpot``, ``itl``, ``e2el``; throughput per
+GPU (``output_tput_per_gpu``, tokens/s).
+
+InferenceMAX's client (its README) is vLLM's ``benchmark_serving.py`` with ``--dataset-name
+random --random-input-len ISL --random-output-len OSL --random-range-ratio 0.8
+--num-prompts CONC*10 --max-concurrency CONC --request-rate inf --ignore-eos``.
+
+* State: model, chip, TP (and EP), ISL/OSL, concurrency, the request count, the engine
+  release from the image tag.
+* Estimate: input and output lengths uniform in ``[0.8 x ISL, ISL]`` and ``[0.8 x OSL,
+  OSL]`` (the range ratio as ``benchmark_serving.py`` before vLLM 0.9 read it); the
+  server's arguments, not in the file, at vLLM's defaults with ``max_num_seqs`` = the
+  concurrency and prefix caching off (InferenceMAX's launch scripts); the chip's id in
+  the catalog.
+* A point BLIS cannot run (a framework without an engine plugin, a chip or model not in
+  the catalog, a precision the engine refuses, disaggregation, DP attention) is kept and
+  graded G5 with the refusal, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.scoring import MeasuredPoint
+
+from blis_scorers.adapters.common import scenario_of
+
+__all__ = ["ADAPTER", "InferenceMax"]
+
+ENGINE_VERSION: Final = "0.33.0"
+RANGE_RATIO: Final = 0.8
+PROMPTS_PER_CONC: Final = 10
+CHIPS: Final = {
+    "h100": "H100-SXM",
+    "h200": "H200-SXM",
+    "b200": "B200",
+    "a100": "A100-80GB-SXM",
+    "mi300x": "MI300X",
+    "mi325x": "MI325X",
+}
+_STATS: Final = (("mean", "mean"), ("p50", "median"), ("p99", "p99"))
+_METRICS: Final = (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2e", "e2el"))
+_KEYS: Final = ("hw", "conc", "model", "isl", "osl", "tp")
+
+
+def _entries(path: Path) -> list[Mapping[str, Any]] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(doc, list) or not doc:
+        return None
+    if not all(isinstance(e, dict) and all(k in e for k in _KEYS) for e in doc):
+        return None
+    return doc
+
+
+class InferenceMax:
+    """The ``inferencemax`` adapter (see the module doc)."""
+
+    name = "inferencemax"
+    description = "InferenceMAX/InferenceX agg_bmk.json sweeps (fixed concurrency, ISL/OSL)"
+
+    def detect(self, path: Path) -> bool:
+        """A JSON list of sweep points, or a folder (searched recursively) holding some."""
+        if path.is_dir():
+            return any(_entries(p) is not None for p in sorted(path.rglob("agg_bmk.json")))
+        return path.suffix == ".json" and _entries(path) is not None
+
+    def load(
+        self, path: Path, work_dir: Path, *, max_requests: int | None = None
+    ) -> list[MeasuredPoint]:
+        """One point per sweep entry; ``max_requests`` does not apply (statistics only)."""
+        files = sorted(path.rglob("agg_bmk.json")) if path.is_dir() else [path]
+        points: list[MeasuredPoint] = []
+        seen: set[str] = set()
+        for f in files:
+            entries = _entries(f)
+            if entries is None:
+                continue
+            run = f.parent.name if path.is_dir() else f.stem
+            for entry in entries:
+                point = self._point(f, run, entry)
+                if point.unit in seen:
+                    continue  # the same sweep point in another copy of the run
+                seen.add(point.unit)
+                points.append(point)
+        if not points:
+            raise InputRefused.one("", str(path), "holds no InferenceMAX sweep point", str(path))
+        return points
+
+    def _point(self, path: Path, run: str, e: Mapping[str, Any]) -> MeasuredPoint:
+        hw = str(e["hw"]).lower()
+        conc, isl, osl, tp = int(e["conc"]), int(e["isl"]), int(e["osl"]), int(e["tp"])
+        ep = int(e.get("ep", 1) or 1)
+        framework = str(e.get("framework", "vllm"))
+        tag = str(e.get("image", "")).rsplit(":", 1)[-1].lstrip("v")
+        engine = f"{framework}@{tag}" if tag else None
+        model = str(e["model"])
+        short = model.rsplit("/", 1)[-1]
+        unit = (
+            f"{run}/{hw}-{short}-{e.get('precision', '')}-tp{tp}-ep{ep}-isl{isl}-osl{osl}-c{conc}"
+        )
+        aggregates: dict[str, float] = {}
+        for metric, key in _METRICS:
+            for st, prefix in _STATS:
+                v = e.get(f"{prefix}_{key}")
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    aggregates[f"{metric}.{st}"] = float(v)
+        out_tput = e.get("output_tput_per_gpu")
+        if isinstance(out_tput, int | float):
+            aggregates["output_tokens_per_s.rate"] = float(out_tput) * tp * ep
+        chip = CHIPS.get(hw, hw.upper())
+        args: dict[str, Any] = {"max_num_seqs": conc, "enable_prefix_caching": False}
+        precision = str(e.get("precision", "")).lower()
+        pool: dict[str, Any] = {
+            "name": "pool",
+            "engine": {"kind": framework, "version": ENGINE_VERSION},
+            "model": model,
+            "hardware": chip,
+            "layout": {"tp": tp, **({"ep": ep} if ep > 1 else {})},
+            "args": args,
+        }
+        workload = {
+            "arrival": {"process": "concurrency", "max_concurrency": conc},
+            "input_len": {"family": "uniform", "min": round(RANGE_RATIO * isl), "max": isl},
+            "output_len": {"family": "uniform", "min": round(RANGE_RATIO * osl), "max": osl},
+            "num_requests": conc * PROMPTS_PER_CONC,
+            "ignore_eos": True,
+        }
+        subs = ["statistics only (no per-request rows): compared sweep figures"]
+        if precision not in ("", "bf16", "fp16"):
+            subs.append(f"precision {precision}: priced as the catalog's checkpoint of the model")
+        if e.get("disagg") or str(e.get("dp_attention", "false")).lower() == "true":
+            subs.append("disaggregated serving / DP attention: not reproduced by this adapter")
+        labels = {
+            "experiment": run,
+            "model": model,
+            "hardware": chip,
+            "tp": str(tp),
+            "workload": f"isl{isl}-osl{osl}",
+            "stage": f"c{conc}",
+            "rate_per_s": "closed loop",
+        }
+        try:
+            scenario = scenario_of(
+                {
+                    "name": f"score-{unit.replace('/', '-')}",
+                    "seed": 1,
+                    "description": f"InferenceMAX sweep point {unit}",
+                    "deployment": {"pools": [pool]},
+                    "workload": workload,
+                },
+                str(path),
+            )
+        except InputRefused as err:
+            raise InputRefused(err.errors, f"{path} ({unit})") from None
+        return MeasuredPoint(
+            unit=unit,
+            adapter=self.name,
+            source=str(path),
+            scenario=scenario,
+            requests=(),
+            compared=(0, conc * PROMPTS_PER_CONC),
+            engine=engine,
+            recorded={k: e.get(k) for k in (*_KEYS, "ep", "framework", "image", "precision")},
+            estimated={
+                "lengths": f"uniform in [{RANGE_RATIO} x ISL, ISL] and [{RANGE_RATIO} x OSL, "
+                "OSL] (random-range-ratio 0.8)",
+                "server arguments": f"vLLM's defaults with max_num_seqs {conc}, prefix caching off",
+                "hardware": f"{hw} -> {chip}",
+            },
+            substitutions=tuple(subs),
+            labels=labels,
+            aggregates=aggregates,
+        )
+
+
+ADAPTER: Final = InferenceMax()

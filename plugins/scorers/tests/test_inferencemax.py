@@ -1,0 +1,87 @@
+"""The inferencemax adapter: sweep points as closed-loop scenarios, unrunnable ones G5."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blis_conformance import GroundTruthAdapterConformance
+from blis_core.cli import main
+
+from blis_scorers import INFERENCEMAX as ADAPTER
+
+
+def _entry(**kw: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {
+        "hw": "h100",
+        "conc": 4,
+        "image": "vllm/vllm-openai:v0.11.2",
+        "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "framework": "vllm",
+        "precision": "bf16",
+        "isl": 256,
+        "osl": 64,
+        "tp": 1,
+        "ep": 1,
+        "dp_attention": "false",
+        "disagg": False,
+        "output_tput_per_gpu": 900.0,
+        "mean_ttft": 0.03,
+        "median_ttft": 0.028,
+        "p99_ttft": 0.06,
+        "mean_tpot": 0.0065,
+        "median_tpot": 0.0064,
+        "p99_tpot": 0.007,
+        "mean_itl": 0.0065,
+        "median_itl": 0.0063,
+        "p99_itl": 0.009,
+        "mean_e2el": 0.45,
+        "median_e2el": 0.44,
+        "p99_e2el": 0.5,
+    }
+    e.update(kw)
+    return e
+
+
+def _write(folder: Path, entries: list[dict[str, Any]]) -> Path:
+    run = folder / "run_1"
+    run.mkdir(parents=True)
+    (run / "agg_bmk.json").write_text(json.dumps(entries))
+    return folder
+
+
+class TestConformance(GroundTruthAdapterConformance):
+    adapter = ADAPTER
+
+    def make_sample(self, folder: Path) -> Path:
+        return _write(folder, [_entry(), _entry(conc=8)])
+
+
+def test_a_sweep_point_is_a_closed_loop_run_of_conc_times_ten_requests(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "d", [_entry(conc=8, isl=1000, osl=100, tp=2)])
+    (p,) = ADAPTER.load(folder, tmp_path)
+    wl = p.scenario.workload
+    assert wl.arrival.max_concurrency == 8 and wl.num_requests == 80
+    assert (wl.input_len.min, wl.input_len.max) == (800, 1000)
+    assert p.engine == "vllm@0.11.2"
+    assert p.aggregates["output_tokens_per_s.rate"] == 1800.0  # per GPU x 2 GPUs
+    assert p.aggregates["itl.p99"] == 0.009
+    pool = p.scenario.deployment.pools[0]
+    assert (pool.hardware, pool.args["max_num_seqs"]) == ("H100-SXM", 8)
+
+
+def test_blis_score_scores_what_it_can_and_grades_the_rest_g5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _write(
+        tmp_path / "d", [_entry(), _entry(model="deepseek-ai/DeepSeek-R1-0528", precision="fp4")]
+    )
+    assert main(["score", str(folder), "--json", "-", "--jobs", "1"]) == 0
+    points = json.loads(capsys.readouterr().out)["points"]
+    ok = next(p for u, p in points.items() if "Llama" in u)
+    bad = next(p for u, p in points.items() if "DeepSeek" in u)
+    assert ok["status"] == "scored" and ok["grade"] == "G4"
+    assert ok["substitutions"][0] == "engine release vllm@0.11.2; scored with vllm@0.33.0"
+    assert bad["grade"] == "G5" and "deepseek-ai/DeepSeek-R1-0528" in bad["reason"]
