@@ -1,0 +1,34 @@
+"""The fuzz's bounded sample in CI (``integration/fuzz.py --cases 10000`` is the full run):
+every generated input ends in a Result or a named refusal, and every run keeps the
+invariants."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import fuzz
+
+CASES = int(os.environ.get("BLIS_FUZZ_CASES", "500"))
+
+
+def test_every_input_gets_a_result_or_a_named_refusal() -> None:
+    outcome = fuzz.fuzz(CASES)
+    total = sum(outcome.counts[s] for s in fuzz.SURFACES)
+    assert total >= CASES - len(fuzz.SURFACES)  # every surface ran its share
+    assert outcome.counts["runs"] > 0  # some cases were valid and simulated
+    assert outcome.counts["rc=2"] > 0  # and some were refused
+    assert outcome.failures == [], "\n".join(outcome.failures)
+
+
+def test_the_checks_catch_a_broken_invariant_and_an_escaping_exception() -> None:
+    outcome = fuzz.Outcome()
+    fuzz._judge("argv", ["x"], 3, "blis: internal error: boom", outcome)
+    fuzz._judge("argv", ["x"], 2, "Traceback (most recent call last):", outcome)
+    assert outcome.counts["failure"] == 2
+    outcome = fuzz.Outcome()
+    fuzz.run_case("argv", None, outcome)  # None is no argv: the case itself raises
+    assert outcome.counts["failure"] == 1 and "exception escaped" in outcome.failures[0]
