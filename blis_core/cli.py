@@ -107,19 +107,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     scenario = parse_scenario(data, source)
     if args.out:
         _check_writable(Path(args.out), "--out")
+    partial = _partial_result(args)
     host = _host()
     sources = DataSources.load(args.catalog, args.registry, host)
     base_dir = Path(args.scenario).resolve().parent if args.scenario else None
     n = scenario.frame.replications
+    if partial is not None:
+        print(
+            f"blis: resuming {args.out}: {len(partial.replications)} of {n} replications "
+            "already done",
+            file=sys.stderr,
+        )
     try:
         result = run_scenario(
-            scenario, host, sources, base_dir=base_dir, progress=_progress if n > 1 else None
+            scenario,
+            host,
+            sources,
+            base_dir=base_dir,
+            progress=_progress if n > 1 else None,
+            resume=partial,
         )
     except RunInterrupted as stop:
         kept = "nothing was kept"
         if stop.partial is not None and args.out:
             _write_atomically(Path(args.out), write_result(stop.partial))
-            kept = f"the {stop.finished} finished ones are in {args.out} (marked incomplete)"
+            kept = (
+                f"the {stop.finished} finished ones are in {args.out} (marked incomplete; "
+                "rerun with --resume to continue)"
+            )
         elif stop.partial is not None:
             kept = "give --out to keep the finished ones"
         print(f"blis: {stop}; {kept}", file=sys.stderr)
@@ -134,6 +149,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print_summary(result, out=args.out)
     return 0
+
+
+def _partial_result(args: argparse.Namespace) -> Any:
+    """With ``--resume``: the incomplete Result at ``--out`` (``None`` when none is there)."""
+    if not args.resume:
+        return None
+    if not args.out:
+        raise InputRefused.one("--resume", True, "needs --out: the partial Result to continue")
+    path = Path(args.out)
+    if not path.exists():
+        return None
+    from blis_core.contracts.result import Result
+
+    try:
+        partial = Result.model_validate_json(_read_text(path, "--out"))
+    except ValidationError as err:
+        raise InputRefused(_validation_errors(err), str(path)) from None
+    if partial.incomplete is None:
+        raise InputRefused.one("--resume", str(path), "holds a complete Result: nothing to resume")
+    return partial
 
 
 #: engine arguments ``--engine`` carries to an engine of another kind (their meaning is
@@ -732,6 +767,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int)
     p.add_argument("--replications", type=int)
     p.add_argument("--out", help="write the canonical Result JSON here")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run whose partial Result is at --out (its finished "
+        "replications are kept; the Result equals an uninterrupted run's)",
+    )
     p.add_argument("--json", action="store_true", help="print the Result JSON")
     data_args(p)
     cost_args(p)

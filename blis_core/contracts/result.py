@@ -21,6 +21,7 @@ __all__ = [
     "Estimate",
     "FateCounts",
     "MetricDefinition",
+    "OperatingPoint",
     "PluginStamp",
     "ReplicationResult",
     "RequestOutcome",
@@ -173,6 +174,16 @@ class Validity(Document):
     excursions: tuple[AxisExcursion, ...] = ()
 
 
+class OperatingPoint(Document):
+    """Where one replication operated, on the validity domain's axes (a resume needs it)."""
+
+    input_tokens: float
+    output_tokens: float
+    in_flight_per_instance: float
+    kv_occupancy: float
+    overloaded: bool
+
+
 class Result(Document):
     """A run's record: frame, stack, data, per-replication figures and estimates."""
 
@@ -190,12 +201,19 @@ class Result(Document):
         description="why the run stopped early (e.g. interrupted after 2 of 5 "
         "replications); the Result then holds the finished replications only",
     )
+    resume_points: tuple[OperatingPoint, ...] | None = Field(
+        default=None,
+        description="in an incomplete Result only: each finished replication's operating "
+        "point, so that a resumed run (blis run --resume) decides validity as one "
+        "uninterrupted run would",
+    )
     content_hash: str = ""
 
     @model_serializer(mode="wrap")
     def _omit_when_complete(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A complete Result dumps (and hashes) as it did before the field existed.
+        # A complete Result dumps (and hashes) as it did before the fields existed.
         doc: dict[str, Any] = handler(self)
-        if doc.get("incomplete", "") is None:
-            del doc["incomplete"]
+        for key in ("incomplete", "resume_points"):
+            if doc.get(key, "") is None:
+                del doc[key]
         return doc

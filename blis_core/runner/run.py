@@ -7,6 +7,7 @@ the client, and the DEVS kernel runs the components.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from blis_core.contracts.errors import (
 from blis_core.contracts.result import (
     DataStamp,
     Estimate,
+    OperatingPoint,
     PluginStamp,
     ReplicationResult,
     RequestOutcome,
@@ -44,7 +46,7 @@ from blis_core.contracts.shape import Transfer
 from blis_core.cost import Catalog, Registry, load_catalog, load_registry
 from blis_core.cost.registry import FAMILIES, PATH_PROVIDER, build_registry
 from blis_core.host.manager import PluginHost
-from blis_core.io.canonical import canonical_json, content_hash
+from blis_core.io.canonical import canonical_json, content_hash, normalise
 from blis_core.metrics import (
     METRICS,
     RequestLedger,
@@ -566,7 +568,10 @@ def _replicate(
         fates=fate_counts(counts),
         overloaded=overloaded,
         overload_evidence=evidence,
-        metrics=replication_metrics(cluster.ledger, scenario.frame, end_us, overloaded),
+        # Kept at the precision a Result is written with, so that the estimates can be
+        # recomputed exactly from the replications a Result holds (and a resumed run,
+        # which reads its finished replications back, gives the same bytes).
+        metrics=normalise(replication_metrics(cluster.ledger, scenario.frame, end_us, overloaded)),
         rank_shares=merge_rank_shares(cluster.envs),
         method_shares=merge_method_shares(cluster.envs),
         steps=sum(e.steps for e in cluster.engines),
@@ -604,8 +609,14 @@ def run_scenario(
     base_dir: Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     on_requests: RequestsCallback | None = None,
+    resume: Result | None = None,
 ) -> Result:
     """Run every replication of ``scenario`` and assemble its Result (hash included).
+
+    ``resume``, an incomplete Result of the same scenario, data and build, supplies its
+    finished replications; only the rest run, and the Result is the one an
+    uninterrupted run gives (replication seeds derive from the scenario seed alone).
+    Anything else is refused by name.
 
     ``on_requests(replication, outcomes)``, when given, receives each finished
     replication's requests as the client saw them, in send order (a scorer's input;
@@ -624,8 +635,10 @@ def run_scenario(
     reps: list[ReplicationResult] = []
     points: list[RunPoint] = []
     planned = scenario.frame.replications
+    if resume is not None:
+        reps, points = _resumable(resume, scenario, data, base_dir)
     try:
-        for r in range(planned):
+        for r in range(len(reps), planned):
             reps.append(_replicate(scenario, r, host, data, base_dir, stamps, points, on_requests))
             if progress is not None:
                 progress(r + 1, planned)
@@ -636,6 +649,47 @@ def run_scenario(
             partial = _assemble(scenario, host, data, base_dir, stamps, reps, points, why)
         raise RunInterrupted(partial, len(reps), planned) from None
     return _assemble(scenario, host, data, base_dir, stamps, reps, points, None)
+
+
+def _resumable(
+    partial: Result, scenario: Scenario, data: DataSources, base_dir: Path | None
+) -> tuple[list[ReplicationResult], list[RunPoint]]:
+    """The finished replications and operating points of ``partial``, or a refusal."""
+    src = "--resume"
+    if partial.incomplete is None:
+        raise InputRefused.one("incomplete", None, "the Result is complete: nothing to resume", src)
+    if partial.resume_points is None or len(partial.resume_points) != len(partial.replications):
+        raise InputRefused.one(
+            "resume_points", None, "missing: the partial Result cannot be resumed", src
+        )
+    if partial.scenario_hash != content_hash(scenario.model_dump(mode="json")):
+        raise InputRefused.one(
+            "scenario_hash", partial.scenario_hash, "the partial Result is of another scenario", src
+        )
+    stamp = data.stamp().model_copy(update={"trace_hash": _trace_hash(scenario, base_dir)})
+    if partial.data != stamp:
+        raise InputRefused.one(
+            "data",
+            partial.data.registry_hash[:12],
+            "made with other catalog, registry or trace data than this run's",
+            src,
+        )
+    if partial.stack.blis_core != __version__:
+        raise InputRefused.one(
+            "stack.blis_core",
+            partial.stack.blis_core,
+            f"made by another build (this is {__version__})",
+            src,
+        )
+    if len(partial.replications) >= scenario.frame.replications:
+        raise InputRefused.one(
+            "replications",
+            len(partial.replications),
+            "all planned replications are already in the partial Result",
+            src,
+        )
+    points = [RunPoint(**p.model_dump()) for p in partial.resume_points]
+    return list(partial.replications), points
 
 
 def _assemble(
@@ -671,6 +725,9 @@ def _assemble(
         estimates=estimates,
         validity=validity_of(scenario, data.registry.providers, _worst(points)),
         incomplete=incomplete,
+        resume_points=None
+        if incomplete is None
+        else tuple(OperatingPoint(**dataclasses.asdict(p)) for p in points),
     )
     result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})
     if incomplete is None:

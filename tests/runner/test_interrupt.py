@@ -115,3 +115,38 @@ def test_an_interrupt_without_out_says_how_to_keep_them(
     assert main(["run", str(path)]) == 130
     assert "give --out to keep the finished ones" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml", "site"]
+
+
+def test_a_resumed_run_gives_the_uninterrupted_result(
+    install_plugins: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    install_plugins(TOY)
+    doc = _scenario()
+    doc["frame"] = {"replications": 4}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    whole, out = tmp_path / "whole.json", tmp_path / "r.json"
+    assert main(["run", str(path), "--out", str(whole)]) == 0
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 3)
+        assert main(["run", str(path), "--out", str(out)]) == 130
+    partial = Result.model_validate_json(out.read_text())
+    assert len(partial.replications) == 2 and partial.resume_points is not None
+    assert "rerun with --resume" in capsys.readouterr().err
+    assert main(["run", str(path), "--out", str(out), "--resume"]) == 0
+    assert "resuming" in capsys.readouterr().err
+    assert out.read_bytes() == whole.read_bytes()  # byte for byte, resume points gone
+    # A complete Result, or a partial one of another scenario, is not resumed.
+    assert main(["run", str(path), "--out", str(out), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 2)
+        assert main(["run", str(path), "--out", str(out)]) == 130
+    doc["seed"] = 99
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["run", str(path), "--out", str(out), "--resume"]) == 2
+    assert "of another scenario" in capsys.readouterr().err
+    assert main(["run", str(path), "--resume"]) == 2  # needs --out
