@@ -8,6 +8,7 @@ cause and no traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -338,6 +339,88 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 def _json_float(value: object) -> object:
     return str(value)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from blis_core.compare import compare_results
+    from blis_core.io.scenario import parse_scenario, read_scenario_data
+    from blis_core.runner.run import DataSources, run_scenario
+
+    docs = []
+    for path in (args.a, args.b):
+        data, source = read_scenario_data(path)
+        if args.replications is not None:
+            data.setdefault("frame", {})["replications"] = args.replications
+        docs.append((data, source, path))
+    seeds = [d.get("seed", 0) for d, _, _ in docs]
+    if not args.independent:
+        docs[1][0]["seed"] = seeds[0]  # common random numbers: B draws what A draws
+    a_sc, b_sc = (parse_scenario(d, src) for d, src, _ in docs)
+    confidence = args.confidence if args.confidence is not None else a_sc.frame.confidence
+    if not 0 < confidence < 1:
+        raise InputRefused.one("--confidence", confidence, "must be between 0 and 1")
+    host = _host()
+    sources = DataSources.load(args.catalog, args.registry, host)
+    results = []
+    for label, sc, (_, _, path) in zip(("A", "B"), (a_sc, b_sc), docs, strict=True):
+        n = sc.frame.replications
+
+        def progress(done: int, planned: int, label: str = label) -> None:
+            print(f"{label}: replication {done}/{planned} done", file=sys.stderr, flush=True)
+
+        results.append(
+            run_scenario(
+                sc,
+                host,
+                sources,
+                base_dir=Path(path).resolve().parent,
+                progress=progress if n > 1 else None,
+            )
+        )
+    rows = compare_results(results[0], results[1], confidence, args.metric or None)
+    if args.metric:
+        known = {r.metric for r in rows} | {f"{r.metric}.{r.statistic}" for r in rows}
+        unknown = [m for m in args.metric if m not in known]
+        if unknown:
+            raise InputRefused.one("--metric", unknown, "not estimated by both scenarios")
+    crn = "independent seeds" if args.independent else f"common random numbers (seed {seeds[0]})"
+    if args.json:
+        doc = {
+            "a": args.a,
+            "b": args.b,
+            "confidence": confidence,
+            "pairing": crn,
+            "a_result_hash": results[0].content_hash,
+            "b_result_hash": results[1].content_hash,
+            "comparisons": [dataclasses.asdict(r) for r in rows],
+        }
+        sys.stdout.write(json.dumps(doc, indent=1, default=str) + "\n")
+        return 0
+    table = Table(
+        title=f"B ({args.b}) vs A ({args.a}): paired B - A, {crn}, {confidence:.0%} interval"
+    )
+    for col in ("metric", "A", "B", "B - A", "interval", "change", "verdict"):
+        table.add_column(col, no_wrap=col in ("metric", "verdict"))
+    for r in rows:
+        if r.refused:
+            table.add_row(f"{r.metric}.{r.statistic}", "", "", "", "", "", f"refused: {r.refused}")
+            continue
+        interval = "–" if r.diff_low is None else f"[{r.diff_low:.4g}, {r.diff_high:.4g}]"
+        change = "–" if r.relative is None else f"{100 * r.relative:+.1f}%"
+        table.add_row(
+            f"{r.metric}.{r.statistic}",
+            f"{r.a_mean:.4g}",
+            f"{r.b_mean:.4g}",
+            f"{r.diff_mean:+.4g}",
+            interval,
+            change,
+            r.verdict,
+        )
+    Console(width=max(140, Console().width)).print(table)
+    return 0
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -796,6 +879,30 @@ def _parser() -> argparse.ArgumentParser:
     data_args(p)
     cost_args(p)
     p.set_defaults(func=_cmd_score)
+
+    p = sub.add_parser(
+        "compare",
+        help="compare two scenarios on common random numbers: paired differences per "
+        "metric, better / worse / not distinguished",
+    )
+    p.add_argument("a", metavar="A.yaml", help="the baseline scenario")
+    p.add_argument("b", metavar="B.yaml", help="the scenario compared with it")
+    p.add_argument("--replications", type=int, help="replications of each (default: A's)")
+    p.add_argument(
+        "--metric",
+        action="append",
+        metavar="NAME[.STAT]",
+        help="compare only these (repeatable), e.g. ttft.p90, goodput",
+    )
+    p.add_argument("--confidence", type=float, help="interval confidence (default: A's frame)")
+    p.add_argument(
+        "--independent",
+        action="store_true",
+        help="keep each scenario's own seed (no common random numbers)",
+    )
+    p.add_argument("--json", action="store_true")
+    data_args(p)
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("validate", help="check a scenario and report every error")
     p.add_argument("scenario")
