@@ -40,7 +40,7 @@ import yaml
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scoring import MeasuredPoint
 
-from blis_scorers.adapters.common import scenario_of
+from blis_scorers.adapters.common import read_deployment, scenario_of
 
 __all__ = ["ADAPTER", "InferencePerf"]
 
@@ -245,17 +245,7 @@ class InferencePerf:
     def _deployment(path: Path) -> tuple[dict[str, Any], str | None]:
         side = path / "deployment.yaml"
         if side.is_file():
-            dep = _yaml(side)
-            if (
-                not isinstance(dep, dict)
-                or not isinstance(dep.get("pools"), list)
-                or not dep["pools"]
-            ):
-                raise InputRefused.one("pools", None, "a deployment needs pools", str(side))
-            eng = dep["pools"][0].get("engine") or {}
-            version = eng.get("version") if isinstance(eng, dict) else None
-            kind = eng.get("kind", "vllm") if isinstance(eng, dict) else "vllm"
-            return dep, (f"{kind}@{version}" if version else None)
+            return read_deployment(side)
         exp_path = path / "exp-config.yaml"
         exp = _yaml(exp_path) if exp_path.is_file() else None
         if not isinstance(exp, dict) or not exp.get("hardware") or not exp.get("model"):

@@ -42,7 +42,7 @@ import yaml
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scoring import MeasuredPoint, MeasuredRequest, RowRefusal
 
-from blis_scorers.adapters.common import scenario_of
+from blis_scorers.adapters.common import read_deployment, scenario_of
 
 __all__ = ["ADAPTER", "VllmBenchServe"]
 
@@ -251,20 +251,8 @@ class VllmBenchServe:
             path.with_name("deployment.yaml"),
         ):
             if side.exists():
-                try:
-                    dep = yaml.safe_load(side.read_text(encoding="utf-8"))
-                except (OSError, yaml.YAMLError) as exc:
-                    raise InputRefused.one("", str(side), f"cannot read YAML: {exc}", src) from exc
-                if (
-                    not isinstance(dep, dict)
-                    or not isinstance(dep.get("pools"), list)
-                    or not dep["pools"]
-                ):
-                    raise InputRefused.one("pools", None, "a deployment needs pools", str(side))
-                engine = dep["pools"][0].get("engine") or {}
-                ver = engine.get("version") if isinstance(engine, dict) else None
-                kind = engine.get("kind", "vllm") if isinstance(engine, dict) else "vllm"
-                return dep, (f"{kind}@{ver}" if ver else None), []
+                dep, engine = read_deployment(side)
+                return dep, engine, []
         hardware = doc.get("hardware")
         if not isinstance(hardware, str) or not hardware:
             raise InputRefused.one(
