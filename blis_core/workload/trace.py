@@ -44,6 +44,7 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 _MAX_ERRORS: Final = 50
+_MAX_INT: Final = 2**53  # beyond any token count or microsecond time; fits int64 arrays
 _CSV_REQUIRED: Final = ("arrival_s", "input_tokens", "output_tokens")
 _CSV_OPTIONAL: Final = ("prefix_group", "session_id", "prompt")
 
@@ -106,6 +107,9 @@ def _int_field(
         return minimum
     if value_checked < minimum:
         errors.add(path, value, f"must be >= {minimum}")
+        return minimum
+    if value_checked > _MAX_INT:
+        errors.add(path, value, f"must be <= {_MAX_INT}")
         return minimum
     return value_checked
 
@@ -232,8 +236,10 @@ def load_trace_csv(path: str | Path) -> Trace:
             seconds = float(cell)
         except ValueError:
             seconds = math.nan
-        if not math.isfinite(seconds) or seconds < 0:
-            errors.add(f"{base}.arrival_s", cell, "must be a finite number of seconds >= 0")
+        if not math.isfinite(seconds) or seconds < 0 or seconds > _MAX_INT / 1e6:
+            errors.add(
+                f"{base}.arrival_s", cell, f"must be a number of seconds in [0, {_MAX_INT / 1e6:g}]"
+            )
             seconds = 0.0
         arrival.append(seconds_to_us(seconds))
         inputs.append(

@@ -154,3 +154,15 @@ def test_request_timeout_sets_each_deadline(rng_for: RngFor) -> None:
     plain = WorkloadSpec.model_validate({"trace": {"path": "replay_small.json"}})
     assert "request_timeout_s" not in plain.model_dump()  # hashes as before the field
     assert all(r.deadline_us is None for r in WorkloadSource(plain, rng_for, base_dir=DATA))
+
+
+def test_numbers_too_large_for_a_trace_are_refused(tmp_path: Path) -> None:
+    # Found by the fuzz: such a row overflowed numpy's int64 arrays (an internal error).
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "arrival_s,input_tokens,output_tokens\n0.0,30,663456597281743306752\n1e300,30,4\n"
+    )
+    with pytest.raises(InputRefused) as info:
+        load_trace(path)
+    paths = {e.path for e in info.value.errors}
+    assert paths == {"line 2.output_tokens", "line 3.arrival_s"}

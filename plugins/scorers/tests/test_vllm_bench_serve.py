@@ -90,3 +90,29 @@ def test_a_result_that_does_not_say_what_served_it_is_refused(tmp_path: Path) ->
     path = write_bench_result(tmp_path / "r.json", metadata={})
     with pytest.raises(InputRefused, match=r"deployment\.yaml"):
         ADAPTER.load(path, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("errors", [True], "errors"),
+        ("errors", {"x": 1}, "errors"),
+        ("max_concurrency", [1, 2], "max_concurrency"),
+        ("request_rate", {}, "request_rate"),
+        ("input_lens", None, "input_lens"),
+        ("start_times", ["a", 1], "start_times"),
+    ],
+)
+def test_a_malformed_field_is_refused_by_name(
+    tmp_path: Path, key: str, value: object, field: str
+) -> None:
+    # Found by the fuzz: each of these was an internal error (IndexError, KeyError, ...).
+    import json
+
+    path = write_bench_result(tmp_path / "r.json", n=4)
+    doc = json.loads(path.read_text())
+    doc[key] = value
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputRefused) as info:
+        ADAPTER.load(path, tmp_path)
+    assert [e.path for e in info.value.errors] == [field]

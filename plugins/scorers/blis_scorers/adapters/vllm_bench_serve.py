@@ -48,6 +48,12 @@ __all__ = ["ADAPTER", "VllmBenchServe"]
 
 _PER_REQUEST: Final = ("input_lens", "output_lens", "ttfts", "itls")
 ENGINE_VERSION: Final = "0.33.0"
+_MAX_TOKENS: Final = 10_000_000  # far beyond any context a request can have
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _num(value: object) -> float | None:
@@ -103,20 +109,40 @@ class VllmBenchServe:
         src = str(path)
         if doc is None:
             raise InputRefused.one("", src, "cannot be read as a JSON object", src)
+        if not isinstance(doc.get("input_lens"), list) or not doc["input_lens"]:
+            raise InputRefused.one(
+                "input_lens", _short(doc.get("input_lens")), "must be a non-empty list", src
+            )
         n = len(doc["input_lens"])
-        for key in ("output_lens", "ttfts", "itls"):
-            if not isinstance(doc.get(key), list) or len(doc[key]) != n:
-                raise InputRefused.one(key, None, f"must be a list of {n} entries", src)
+        for key in ("output_lens", "ttfts", "itls", "errors", "latencies", "start_times"):
+            present = doc.get(key) is not None
+            if (present or key in _PER_REQUEST) and (
+                not isinstance(doc.get(key), list) or len(doc[key]) != n
+            ):
+                raise InputRefused.one(
+                    key, _short(doc.get(key)), f"must be a list of {n} entries", src
+                )
         errors = doc.get("errors") or [""] * n
         starts = doc.get("start_times")
         subs: list[str] = []
         rate = doc.get("request_rate")
+        infinite = isinstance(rate, float) and rate == math.inf
+        if not (rate in ("inf", None) or infinite or (_num(rate) or 0.0) > 0):
+            raise InputRefused.one("request_rate", _short(rate), "must be 'inf' or a rate > 0", src)
         concurrency = doc.get("max_concurrency")
-        if (
-            isinstance(starts, list)
-            and len(starts) == n
-            and all(_num(s) is not None for s in starts)
+        if concurrency is not None and (
+            isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
+            raise InputRefused.one(
+                "max_concurrency", _short(concurrency), "must be null or an integer >= 1", src
+            )
+        if isinstance(starts, list) and not all(
+            _num(t) is not None and 0 <= (_num(t) or 0.0) < 1e12 for t in starts
+        ):
+            raise InputRefused.one(
+                "start_times", _short(starts), "must be send times in seconds (finite)", src
+            )
+        if isinstance(starts, list):
             t0 = min(float(s) for s in starts)
             send = [float(s) - t0 for s in starts]
             if concurrency:
@@ -146,18 +172,28 @@ class VllmBenchServe:
         requests: list[MeasuredRequest] = []
         for i in range(n):
             n_in = _num(doc["input_lens"][i])
-            if n_in is None or n_in < 1:
+            if n_in is None or n_in < 1 or n_in > _MAX_TOKENS:
                 refusals.append(
                     RowRefusal(
                         row=i,
                         field="input_lens",
-                        value=str(doc["input_lens"][i]),
+                        value=_short(doc["input_lens"][i]),
                         cause="not a length >= 1; not replayed",
                     )
                 )
                 continue
-            err = str(errors[i] or "")
+            err = errors[i] if isinstance(errors[i], str) else ("error" if errors[i] else "")
             n_out = _num(doc["output_lens"][i]) or 0.0
+            if n_out > _MAX_TOKENS or n_out < 0:
+                refusals.append(
+                    RowRefusal(
+                        row=i,
+                        field="output_lens",
+                        value=_short(doc["output_lens"][i]),
+                        cause=f"not a length in [0, {_MAX_TOKENS}]; not replayed",
+                    )
+                )
+                continue
             ttft = _num(doc["ttfts"][i])
             itl = doc["itls"][i] if isinstance(doc["itls"][i], list) else []
             gaps = tuple(g for g in (_num(x) for x in itl) if g is not None)
@@ -174,7 +210,7 @@ class VllmBenchServe:
                     RowRefusal(
                         row=i,
                         field="ttfts",
-                        value=str(doc["ttfts"][i]),
+                        value=_short(doc["ttfts"][i]),
                         cause="a request without error must have a TTFT and "
                         "an output; replayed, not compared",
                     )
