@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Final
 
 import numpy as np
-import plotly.graph_objects as go  # type: ignore[import-untyped]
+import plotly.graph_objects as go  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from blis_core.contracts.scoring import GRADES, ScoreReport, ScoringRecord
-from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
-from plotly.subplots import make_subplots  # type: ignore[import-untyped]
+from plotly.offline import get_plotlyjs  # type: ignore[import-untyped, import-not-found, unused-ignore]
+from plotly.subplots import make_subplots  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 __all__ = ["HTML", "HtmlDashboard"]
 
