@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -537,7 +538,7 @@ def fuzz(
             run_case(surface, case, outcome)  # noqa: B023 - run at once, in this iteration
 
         if seed is not None:
-            one = settings(derandomize=False)(one)
+            one = hypothesis_seed(seed)(one)
         one()
         if progress:
             print(
