@@ -228,7 +228,31 @@ def _span(starts: Sequence[float], ends: Sequence[float]) -> float:
     return max(ends) - min(starts) if starts and ends else 0.0
 
 
-class ThroughputScorer:
+class _WindowScorer:
+    """A scorer whose figures are over the window: per-request rows, or statistics only."""
+
+    name = ""
+
+    def score(
+        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        lo, hi = point.compared
+        if not point.requests:
+            return self._against_aggregates(point, simulated[lo:hi], result)
+        return self._against_requests(point, simulated, result)
+
+    def _against_requests(
+        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        raise NotImplementedError
+
+    def _against_aggregates(
+        self, point: MeasuredPoint, sims: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        raise NotImplementedError
+
+
+class ThroughputScorer(_WindowScorer):
     """Capacity over the window: completed requests and output tokens per second.
 
     Each side's rate is its completed requests (tokens) divided by the time from the
@@ -240,12 +264,10 @@ class ThroughputScorer:
     name = "throughput"
     description = "completed requests/s, output tokens/s and goodput over the compared window"
 
-    def score(
+    def _against_requests(
         self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
     ) -> tuple[ScoringRecord, ...]:
         lo, hi = point.compared
-        if not point.requests:
-            return self._against_aggregates(point, simulated[lo:hi], result)
         window = point.requests[lo:hi]
         sims = simulated[lo:hi]
         if not window:
@@ -342,7 +364,7 @@ def _meets(slo: Mapping[str, float], ttft: float | None, e2e: float | None, toke
     return True
 
 
-class FateScorer:
+class FateScorer(_WindowScorer):
     """Fractions of the window's requests completed, timed out, dropped and unfinished.
 
     ``points``: simulated minus measured fraction, in percentage points.
@@ -351,12 +373,10 @@ class FateScorer:
     name = "fates"
     description = "completed / timed-out / dropped fractions: simulated minus measured points"
 
-    def score(
+    def _against_requests(
         self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
     ) -> tuple[ScoringRecord, ...]:
         lo, hi = point.compared
-        if not point.requests:
-            return self._against_aggregates(point, simulated[lo:hi], result)
         window = [r for r in point.requests[lo:hi] if r.fate != "unmeasured"]
         sims = [
             o
