@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +56,27 @@ def _check_writable(path: Path, flag: str) -> None:
         raise InputRefused.one(flag, str(path), f"folder {str(folder)!r} is not writable")
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place, so an
-    interrupted write never leaves a partial file."""
+def _replace_atomically(path: Path, fill: Callable[[Path], None]) -> None:
+    """Let ``fill`` write a temporary file beside ``path``, then rename it into place, so
+    an interrupted write never leaves a partial file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="ascii") as out:
-            out.write(text)
+        fill(Path(tmp))
         _as_created(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` (ASCII) to ``path`` atomically (see :func:`_replace_atomically`)."""
+
+    def fill(tmp: Path) -> None:
+        tmp.write_text(text, encoding="ascii")
+
+    _replace_atomically(path, fill)
 
 
 def _as_created(path: Path) -> None:
@@ -324,15 +333,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         _write_atomically(Path(args.json), text)
     if html is not None:
         path = Path(args.html)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-        os.close(fd)
-        try:
-            html.write(report, Path(tmp))
-            _as_created(Path(tmp))
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _replace_atomically(path, lambda tmp: html.write(report, tmp))
         print(f"dashboard written to {path}", file=sys.stderr)
     return 0
 
