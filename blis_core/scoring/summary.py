@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -55,10 +56,11 @@ def aggregate(scores: Sequence[PointScore], group: str | None) -> list[dict[str,
     return rows
 
 
-def _pct(v: float | None, points: bool = False) -> str:
+def _pct(v: float | None, points: bool = False, sign: str = "+") -> str:
+    """A relative error as a percentage (``points``: already in points); ``–`` for none."""
     if v is None or not math.isfinite(v):
         return "–"
-    return f"{v:+.1f}" if points else f"{100 * v:+.1f}%"
+    return f"{v:{sign}.1f}" if points else f"{100 * v:{sign}.1f}%"
 
 
 def print_tables(scores: Sequence[PointScore], console: Any) -> None:
@@ -87,12 +89,7 @@ def print_tables(scores: Sequence[PointScore], console: Any) -> None:
                 row["group"],
                 row["value"],
                 str(row["points"]),
-                *(
-                    "–"
-                    if row[c] is None
-                    else (f"{row[c]:.1f}" if c.endswith("pts") else f"{100 * row[c]:.1f}%")
-                    for c, _, _ in HEADLINE
-                ),
+                *(_pct(row[c], points=c.endswith("pts"), sign="") for c, _, _ in HEADLINE),
             )
     console.print(agg)
     refused = [(s.unit, r) for s in scores for r in s.refusals]
@@ -105,15 +102,8 @@ def print_tables(scores: Sequence[PointScore], console: Any) -> None:
     not_scored = [s for s in scores if s.status != "scored"]
     console.print(
         f"{len(scores) - len(not_scored)} of {len(scores)} points scored; grades: "
-        + ", ".join(f"{g} {n}" for g, n in sorted(_count(s.grade for s in scores).items()))
+        + ", ".join(f"{g} {n}" for g, n in sorted(Counter(s.grade for s in scores).items()))
     )
-
-
-def _count(items: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for x in items:
-        out[x] = out.get(x, 0) + 1
-    return out
 
 
 def report_json(report: ScoreReport, scores: Sequence[PointScore]) -> dict[str, Any]:
