@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from blis_core.contracts.errors import BlisError, InputRefused
 from blis_core.contracts.result import RequestOutcome, Result
@@ -34,6 +35,9 @@ from blis_core.contracts.scoring import (
     paired_latencies,
 )
 from blis_core.host.manager import PluginHost
+
+if TYPE_CHECKING:
+    from blis_core.runner.run import DataSources
 
 __all__ = [
     "PointScore",
@@ -165,15 +169,26 @@ def _not_scored(
     )
 
 
-def score_point(
-    point: MeasuredPoint, options: ScoreOptions, host: PluginHost | None = None
-) -> PointScore:
-    """Run ``point``'s scenario and score it with every installed scorer."""
+_CONTEXTS: dict[tuple[str | None, str | None], tuple[PluginHost, DataSources]] = {}
+
+
+def _context(options: ScoreOptions) -> tuple[PluginHost, DataSources]:
+    """This process's plugin host and data sources for ``options`` (loaded once)."""
     from blis_core.runner.builtins import make_host
-    from blis_core.runner.run import DataSources, run_scenario
+    from blis_core.runner.run import DataSources
+
+    key = (options.catalog, options.registry)
+    if key not in _CONTEXTS:
+        host = make_host()
+        _CONTEXTS[key] = (host, DataSources.load(options.catalog, options.registry, host))
+    return _CONTEXTS[key]
+
+
+def score_point(point: MeasuredPoint, options: ScoreOptions) -> PointScore:
+    """Run ``point``'s scenario and score it with every installed scorer."""
+    from blis_core.runner.run import run_scenario
 
     started = time.perf_counter()
-    host = host if host is not None else make_host()
     scenario = point.scenario
     if options.cost_methods is not None:
         scenario = scenario.model_copy(update={"cost_methods": options.cost_methods})
@@ -181,8 +196,8 @@ def score_point(
         point = dataclasses.replace(point, slo=dict(options.slo))
     engine = scenario.deployment.pools[0].engine
     try:
+        host, data = _context(options)
         factory = host.select_engine(engine.kind, engine.version)
-        data = DataSources.load(options.catalog, options.registry, host)
     except BlisError as err:
         return _not_scored(point, (), f"scenario refused: {err}", started)
     modelled = f"{factory.kind}@{factory.upstream_release}"
@@ -253,10 +268,6 @@ def _scorer_failed(
     )
 
 
-def _score_in_worker(point: MeasuredPoint, options: ScoreOptions) -> PointScore:
-    return score_point(point, options)
-
-
 def score_points(
     points: Sequence[MeasuredPoint],
     options: ScoreOptions,
@@ -268,16 +279,13 @@ def score_points(
     out: dict[int, PointScore] = {}
     total = len(points)
     if jobs <= 1 or total <= 1:
-        from blis_core.runner.builtins import make_host
-
-        host = make_host()
         for i, point in enumerate(points):
-            out[i] = score_point(point, options, host)
+            out[i] = score_point(point, options)
             if progress is not None:
                 progress(len(out), total, out[i])
         return [out[i] for i in range(total)]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_score_in_worker, p, options): i for i, p in enumerate(points)}
+        futures = {pool.submit(score_point, p, options): i for i, p in enumerate(points)}
         try:
             for fut in as_completed(futures):
                 i = futures[fut]
