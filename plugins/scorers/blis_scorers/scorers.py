@@ -93,17 +93,39 @@ def _record(
     )
 
 
-class LatencyScorer:
+class _WindowScorer:
+    """A scorer whose figures are over the window: per-request rows, or statistics only."""
+
+    name = ""
+
+    def score(
+        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        lo, hi = point.compared
+        if not point.requests:
+            return self._against_aggregates(point, simulated[lo:hi], result)
+        return self._against_requests(point, simulated, result)
+
+    def _against_requests(
+        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        raise NotImplementedError
+
+    def _against_aggregates(
+        self, point: MeasuredPoint, sims: Sequence[RequestOutcome], result: Result
+    ) -> tuple[ScoringRecord, ...]:
+        raise NotImplementedError
+
+
+class LatencyScorer(_WindowScorer):
     """Per-stage latency statistics and per-request errors (``ttft``, ``tpot``, ``e2e``)."""
 
     name = "latency"
     description = "TTFT, decode time per token and E2E: mean, p50, p90, p99 and per-request error"
 
-    def score(
+    def _against_requests(
         self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
     ) -> tuple[ScoringRecord, ...]:
-        if not point.requests:
-            return self._against_aggregates(point, simulated, result)
         out: list[ScoringRecord] = []
         for metric in LATENCY_METRICS:
             meas_l, sim_l = paired_latencies(point, simulated, metric)
@@ -132,16 +154,15 @@ class LatencyScorer:
         return tuple(out)
 
     def _against_aggregates(
-        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
+        self, point: MeasuredPoint, sims: Sequence[RequestOutcome], result: Result
     ) -> tuple[ScoringRecord, ...]:
         """A source with statistics only: the simulated window's statistic of each metric."""
-        lo, hi = point.compared
         out: list[ScoringRecord] = []
+        done = [o for o in sims if o.fate == "completed"]
         for metric in (*LATENCY_METRICS, "e2e_per_token", "itl"):
             wanted = [st for st in STATISTICS if f"{metric}.{st}" in point.aggregates]
             if not wanted:
                 continue
-            done = [o for o in simulated[lo:hi] if o.fate == "completed"]
             if metric == "itl":
                 values = [g / 1e6 for o in done for g in o.chunk_gaps_us]
             else:
@@ -226,30 +247,6 @@ class DistributionScorer:
 
 def _span(starts: Sequence[float], ends: Sequence[float]) -> float:
     return max(ends) - min(starts) if starts and ends else 0.0
-
-
-class _WindowScorer:
-    """A scorer whose figures are over the window: per-request rows, or statistics only."""
-
-    name = ""
-
-    def score(
-        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
-    ) -> tuple[ScoringRecord, ...]:
-        lo, hi = point.compared
-        if not point.requests:
-            return self._against_aggregates(point, simulated[lo:hi], result)
-        return self._against_requests(point, simulated, result)
-
-    def _against_requests(
-        self, point: MeasuredPoint, simulated: Sequence[RequestOutcome], result: Result
-    ) -> tuple[ScoringRecord, ...]:
-        raise NotImplementedError
-
-    def _against_aggregates(
-        self, point: MeasuredPoint, sims: Sequence[RequestOutcome], result: Result
-    ) -> tuple[ScoringRecord, ...]:
-        raise NotImplementedError
 
 
 class ThroughputScorer(_WindowScorer):

@@ -222,8 +222,7 @@ class VllmBenchServe:
                 MeasuredRequest(i, send[i], int(n_in), int(n_out), fate, ttft, e2e, gaps)
             )
         requests.sort(key=lambda r: (r.arrival_s, r.row))
-        deployment, engine, dep_subs = self._deployment(doc, path)
-        subs.extend(dep_subs)
+        deployment, engine = self._deployment(doc, path)
         csv = work_dir / f"{path.stem}.csv"
         self._write_trace(csv, requests)
         workload: dict[str, Any] = {
@@ -278,17 +277,14 @@ class VllmBenchServe:
         )
 
     @staticmethod
-    def _deployment(
-        doc: Mapping[str, Any], path: Path
-    ) -> tuple[dict[str, Any], str | None, list[str]]:
+    def _deployment(doc: Mapping[str, Any], path: Path) -> tuple[dict[str, Any], str | None]:
         src = str(path)
         for side in (
             path.with_name(f"{path.stem}.deployment.yaml"),
             path.with_name("deployment.yaml"),
         ):
             if side.exists():
-                dep, engine = read_deployment(side)
-                return dep, engine, []
+                return read_deployment(side)
         hardware = doc.get("hardware")
         if not isinstance(hardware, str) or not hardware:
             raise InputRefused.one(
@@ -313,7 +309,7 @@ class VllmBenchServe:
             "layout": {"tp": int(tp)},
             "args": args,
         }
-        return {"pools": [pool]}, (f"vllm@{version}" if version else None), []
+        return {"pools": [pool]}, (f"vllm@{version}" if version else None)
 
     @staticmethod
     def _write_trace(csv: Path, requests: Sequence[MeasuredRequest]) -> None:
