@@ -102,15 +102,10 @@ class _Recorder:
 
 
 def _shape_doc(shape: Any) -> dict[str, Any]:
-    return {
-        "step_id": shape.step_id,
-        "mode": shape.mode.value,
-        "seqs": [
-            {"new_tokens": s.new_tokens, "context_tokens": s.context_tokens} for s in shape.seqs
-        ],
-        "padded_tokens": shape.padded_tokens,
-        "graph_mode": shape.graph_mode.value,
-    }
+    from blis_core.contracts.shape import STEP_SHAPE_ADAPTER
+
+    doc: dict[str, Any] = STEP_SHAPE_ADAPTER.dump_python(shape, mode="json")
+    return doc
 
 
 def _explain(model: str, tp: int, shape: dict[str, Any], folder: Path) -> dict[str, Any]:
