@@ -2,7 +2,11 @@
 
 Usage (the separate command; CI runs a bounded sample through ``test_fuzz.py``)::
 
-    python integration/fuzz.py [--cases 10000] [--seed N]
+    python integration/fuzz.py [--cases 10000] [--seed N] [--surface NAME ...]
+
+``--seed`` draws fresh cases (the default is derandomized: the same cases every run, as
+CI needs); ``--surface`` fuzzes only the surfaces named (``scenario``, ``engine-args``,
+``router-config``, ``trace``, ``ground-truth``, ``argv``).
 
 Surfaces: scenario documents (valid ones mutated: wrong types, out-of-range and
 non-finite numbers, unknown and missing keys), vLLM engine arguments (any field of
