@@ -1,0 +1,95 @@
+"""The decision gate: reference scenarios whose Result bytes a speed change must keep.
+
+Every work on the port's hot paths (per-token bookkeeping, fast-forward over decode
+spans) must leave every scheduling decision, emitted token, KV event and step time as
+it was. These scenarios cover the port's paths a speed change can touch (synchronous
+and asynchronous scheduling, prefix caching on growing contexts, preemption and
+recompute, speculative decoding, a hybrid sliding-window model with chunked prefills,
+client timeouts that abort mid-decode, replicas behind the llm-d router, pipeline
+parallelism) and pin each Result's content hash.
+
+A change that is meant to change them (a port fix) regenerates the golden file with
+``BLIS_UPDATE_DECISION_GATE=1`` and says so in a commit of its own; that run still
+fails, so an update is never silent. The oracle (``plugins/blis-vllm/oracle``) proves
+the decisions against vLLM itself; this gate proves a refactor changed none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blis_core.contracts.result import Result
+from blis_core.io.scenario import load_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+
+import blis_vllm.scheduler as scheduler_module
+
+GATE = Path(__file__).parent / "decision_gate"
+GOLDEN = GATE / "golden.json"
+SCENARIOS = sorted(p.stem for p in GATE.glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def data() -> DataSources:
+    return DataSources.load()
+
+
+def _run(name: str, data: DataSources) -> Result:
+    return run_scenario(load_scenario(str(GATE / f"{name}.yaml")), make_host(), data)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_result_bytes_unchanged(name: str, data: DataSources) -> None:
+    result = _run(name, data)
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    if os.environ.get("BLIS_UPDATE_DECISION_GATE") == "1":
+        golden[name] = result.content_hash
+        GOLDEN.write_text(json.dumps(golden, indent=2, sort_keys=True) + "\n")
+        pytest.fail(f"decision gate golden updated for {name}; review and commit it")
+    assert golden.get(name) == result.content_hash, (
+        f"{name}: Result bytes changed ({golden.get(name)} -> {result.content_hash})"
+    )
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, cls: Any, method: str) -> list[int]:
+    """Count calls of ``cls.method`` (behaviour unchanged)."""
+    calls = [0]
+    original: Callable[..., Any] = getattr(cls, method)
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, method, counted)
+    return calls
+
+
+def test_preemption_scenario_preempts(monkeypatch: pytest.MonkeyPatch, data: DataSources) -> None:
+    calls = _counting(monkeypatch, scheduler_module.Scheduler, "_preempt_request")
+    _run("preemption", data)
+    assert calls[0] > 50
+
+
+def test_timeout_scenario_aborts_some_and_completes_some(data: DataSources) -> None:
+    fates = _run("timeouts_threshold", data).replications[0].fates
+    assert fates.timed_out > 20
+    assert fates.completed > 20
+
+
+def test_gate_covers_the_port_paths() -> None:
+    assert set(SCENARIOS) >= {
+        "sync_no_prefix",
+        "async_multi_turn",
+        "preemption",
+        "spec_ngram",
+        "sliding_window",
+        "timeouts_threshold",
+        "router_replicas",
+        "pipeline_parallel",
+    }
