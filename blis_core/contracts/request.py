@@ -27,6 +27,7 @@ __all__ = [
     "PromptSegment",
     "output_content_key",
     "prompt_token_ids",
+    "segment_token_id",
     "segment_token_ids",
 ]
 
@@ -122,6 +123,18 @@ def segment_token_ids(content_key: str, vocab_size: int, start: int, stop: int) 
         )
         pos += take
     return out
+
+
+def segment_token_id(content_key: str, vocab_size: int, index: int) -> int:
+    """Token id ``index`` of the content named ``content_key``: the one id
+    ``segment_token_ids(content_key, vocab_size, index, index + 1)`` gives, without the
+    list (an engine asks for one generated token at a time)."""
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
+    if index < 0:
+        raise ValueError(f"need index >= 0, got {index}")
+    chunk, offset = divmod(index, _CHUNK_TOKENS)
+    return 1 + _chunk_words(content_key, chunk)[offset] % (vocab_size - 1)
 
 
 def prompt_token_ids(prompt: tuple[PromptSegment, ...], vocab_size: int) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from blis_core.contracts.request import (
     InferenceRequest,
     PromptSegment,
     prompt_token_ids,
+    segment_token_id,
     segment_token_ids,
 )
 
@@ -26,6 +28,19 @@ def test_slices_agree_across_chunk_boundaries() -> None:
     whole = segment_token_ids("sys/3", 1000, 0, 9000)
     assert segment_token_ids("sys/3", 1000, 4000, 8500) == whole[4000:8500]
     assert all(1 <= t < 1000 for t in whole)
+
+
+@pytest.mark.parametrize("vocab", [2, 1000, 32000, 201088])
+def test_one_token_id_is_the_slice_of_one(vocab: int) -> None:
+    whole = segment_token_ids("out/r7", vocab, 0, 1100)
+    assert [segment_token_id("out/r7", vocab, i) for i in range(1100)] == whole
+
+
+def test_one_token_id_refuses_what_the_slice_refuses() -> None:
+    with pytest.raises(ValueError, match="vocab_size"):
+        segment_token_id("k", 1, 0)
+    with pytest.raises(ValueError, match="index"):
+        segment_token_id("k", 100, -1)
 
 
 def test_different_keys_differ_and_ids_are_stable_across_processes() -> None:

@@ -120,6 +120,15 @@ class KVCacheCoordinator:
             )
             for i, g in enumerate(groups)
         )
+        # Fixed per instance: the groups that cache, and those that recycle blocks
+        # outside a window (the others' ``remove_skipped_blocks`` does nothing).
+        self._caching_managers = tuple(m for m in self.single_type_managers if m.enable_caching)
+        self.windowed_managers = tuple(
+            m
+            for m in self.single_type_managers
+            if type(m).get_num_skipped_tokens
+            is not SingleTypeKVCacheManager.get_num_skipped_tokens
+        )
 
     def get_num_blocks_to_allocate(
         self,
@@ -130,16 +139,16 @@ class KVCacheCoordinator:
         apply_admission_cap: bool = False,
     ) -> int:
         """Blocks every group still takes from the shared pool."""
-        return sum(
-            m.get_num_blocks_to_allocate(
+        total = 0
+        for i, m in enumerate(self.single_type_managers):
+            total += m.get_num_blocks_to_allocate(
                 request_id,
                 num_tokens,
                 new_computed_blocks[i] if new_computed_blocks else (),
                 total_computed_tokens,
                 apply_admission_cap,
             )
-            for i, m in enumerate(self.single_type_managers)
-        )
+        return total
 
     def allocate_new_computed_blocks(
         self,
@@ -181,15 +190,27 @@ class KVCacheCoordinator:
         self, request: Request, num_computed_tokens: int, shared_prefix_boundary: int = 0
     ) -> None:
         """Cache the full blocks of every caching group."""
+        managers = self._caching_managers
+        if not managers:
+            return
+        num_tokens = max(0, num_computed_tokens - self.num_reprefillable_tokens)
+        hashes = request.block_hashes
+        assert hashes is not None
+        # Most calls (a decode step inside a block) complete no block in any group.
+        bs = self.scheduler_block_size
+        num_full = min(num_tokens, len(hashes) * bs) // bs
+        rid = request.request_id
+        for m in managers:
+            if m.num_cached_block.get(rid, 0) < num_full:
+                break
+        else:
+            return
         boundaries = replay_boundaries(
             request.num_prompt_tokens,
             self.scheduler_block_size,
             use_eagle=bool(self.drop_eagle_group_ids),
         )
-        num_tokens = self.get_num_cacheable_tokens(num_computed_tokens)
-        for m in self.single_type_managers:
-            if not m.enable_caching:
-                continue
+        for m in managers:
             m.cache_blocks(
                 request, num_tokens, self.retention_interval, boundaries, shared_prefix_boundary
             )
@@ -208,7 +229,7 @@ class KVCacheCoordinator:
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
         """Recycle the blocks outside every sliding window."""
-        for m in self.single_type_managers:
+        for m in self.windowed_managers:
             m.remove_skipped_blocks(request_id, processed_computed_tokens)
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:

@@ -227,11 +227,12 @@ class KVCacheManager:
         num_tokens_need_slot = min(
             total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
-        # Recycle the blocks outside the windows before counting (fewer evictions);
-        # in-flight steps still read below the optimistic boundary.
-        coordinator.remove_skipped_blocks(
-            rid, max(0, total_computed - request.num_in_flight_tokens)
-        )
+        if coordinator.windowed_managers:
+            # Recycle the blocks outside the windows before counting (fewer evictions);
+            # in-flight steps still read below the optimistic boundary.
+            coordinator.remove_skipped_blocks(
+                rid, max(0, total_computed - request.num_in_flight_tokens)
+            )
         num_to_allocate = coordinator.get_num_blocks_to_allocate(
             rid,
             num_tokens_need_slot,

@@ -23,7 +23,7 @@ from blis_core.contracts.request import (
     InferenceRequest,
     output_content_key,
     prompt_token_ids,
-    segment_token_ids,
+    segment_token_id,
 )
 
 from blis_vllm.kv_cache_utils import BlockHash, hash_block_tokens
@@ -88,6 +88,7 @@ class Request:
         "num_preemptions",
         "num_prompt_tokens",
         "num_stale_output_tokens",
+        "output_key",
         "priority",
         "request_id",
         "spec_token_ids",
@@ -103,6 +104,8 @@ class Request:
         num_hash_lookahead_tokens: int = 0,
     ) -> None:
         self.request_id = source.request_id
+        # The content key of its generated tokens (``out/<id>``).
+        self.output_key = output_content_key(source.request_id)
         self.priority = source.priority
         self.arrival_time_us = source.arrival_us
         self.max_tokens = source.max_output_tokens
@@ -154,14 +157,13 @@ class Request:
 
     def is_finished(self) -> bool:
         """Whether the request has reached a finished status."""
-        return self.status.is_finished
+        return self.status > RequestStatus.PREEMPTED
 
     def next_output_token_id(self) -> int:
         """The deterministic id of the next generated token (content key ``out/<id>``)."""
-        idx = self.num_output_tokens
-        return segment_token_ids(
-            output_content_key(self.request_id), self._vocab_size, idx, idx + 1
-        )[0]
+        return segment_token_id(
+            self.output_key, self._vocab_size, len(self.all_token_ids) - self.num_prompt_tokens
+        )
 
     def append_output_token_ids(self, token_id: int) -> None:
         """Append one generated token and hash any block it completes."""

@@ -281,8 +281,11 @@ class Scheduler:
                 num_new = threshold
             num_new = min(num_new, token_budget)
             num_new = min(num_new, self.max_model_len - request.num_computed_tokens - 1)
-            # Multi-module MTP: no chunk ends within num_prefill_lookahead of the end.
-            num_new = self._reserve_prefill_lookahead(request, request.num_computed_tokens, num_new)
+            if self.num_prefill_lookahead:
+                # Multi-module MTP: no chunk ends within num_prefill_lookahead of the end.
+                num_new = self._reserve_prefill_lookahead(
+                    request, request.num_computed_tokens, num_new
+                )
             if num_new <= 0:
                 req_index += 1
                 continue
