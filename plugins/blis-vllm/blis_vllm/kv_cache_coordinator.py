@@ -150,6 +150,15 @@ class KVCacheCoordinator:
             )
         return total
 
+    def holds_slots(self, request_id: str, num_tokens: int) -> bool:
+        """Whether every group already holds blocks for ``num_tokens`` slots of the
+        request (then, with no new hits, ``get_num_blocks_to_allocate`` is 0)."""
+        bs = self.scheduler_block_size
+        for m in self.single_type_managers:
+            if len(m.req_to_blocks.get(request_id, ())) * bs < num_tokens:
+                return False
+        return True
+
     def allocate_new_computed_blocks(
         self,
         request_id: str,

@@ -214,6 +214,27 @@ class KVCacheManager:
         ):
             watermark = self.watermark_blocks
         rid = request.request_id
+        if (
+            not hits
+            and not num_external_computed_tokens
+            and not full_sequence_must_fit
+            and not watermark
+            and not reserved_blocks
+            and not coordinator.windowed_managers
+            and coordinator.holds_slots(
+                rid,
+                min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len),
+            )
+        ):
+            # Most decode steps: the request already holds every slot it needs, so the
+            # path below would allocate nothing and only cache newly full blocks.
+            if not delay_cache_blocks:
+                coordinator.cache_blocks(
+                    request,
+                    min(total_computed + num_new_tokens, request.num_tokens),
+                    self.shared_prefix_boundary.get(rid, 0),
+                )
+            return []
         if full_sequence_must_fit:
             full_num_tokens = min(request.num_tokens, self.max_model_len)
             if (
