@@ -103,6 +103,15 @@ def _print_refusal(err: BlisError) -> None:
 # ------------------------------------------------------------------ commands
 
 
+def _jobs(args: argparse.Namespace) -> int:
+    """``--jobs``: worker processes for replications (default: every core)."""
+    if args.jobs is None:
+        return max(1, os.cpu_count() or 1)
+    if args.jobs < 1:
+        raise InputRefused.one("--jobs", args.jobs, "must be >= 1")
+    return int(args.jobs)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from blis_core.io.scenario import parse_scenario, read_scenario_data
     from blis_core.runner.run import DataSources, run_scenario, write_result
@@ -115,6 +124,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.replications is not None:
         data.setdefault("frame", {})["replications"] = args.replications
     scenario = parse_scenario(data, source)
+    jobs = _jobs(args)
     if args.out:
         _check_writable(Path(args.out), "--out")
     partial = _partial_result(args)
@@ -136,6 +146,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             base_dir=base_dir,
             progress=_progress if n > 1 else None,
             resume=partial,
+            jobs=jobs,
         )
     except RunInterrupted as stop:
         kept = "nothing was kept"
@@ -297,7 +308,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if args.cost_methods is not None:
         cost = tuple(n.strip() for n in args.cost_methods.split(",") if n.strip())
     options = ScoreOptions(args.catalog, args.registry, cost, _parse_slo(args.slo))
-    jobs = args.jobs if args.jobs is not None else max(1, os.cpu_count() or 1)
+    jobs = _jobs(args)
     with tempfile.TemporaryDirectory(prefix="blis-score-") as work:
         points: list[MeasuredPoint] = []
         for i, item in enumerate(args.dataset):
@@ -350,6 +361,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from blis_core.io.scenario import parse_scenario, read_scenario_data
     from blis_core.runner.run import DataSources, run_scenario
 
+    jobs = _jobs(args)
     docs = []
     for path in (args.a, args.b):
         data, source = read_scenario_data(path)
@@ -379,6 +391,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 sources,
                 base_dir=Path(path).resolve().parent,
                 progress=progress if n > 1 else None,
+                jobs=jobs,
             )
         )
     rows = compare_results(results[0], results[1], confidence, args.metric or None)
@@ -570,6 +583,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from blis_core.io.canonical import content_hash
     from blis_core.runner.run import DataSources, run_scenario, write_result
 
+    jobs = _jobs(args)
     path = Path(args.result)
     original = _read_text(path, "result")
     try:
@@ -601,7 +615,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     )
     host = _host()
     sources = DataSources.load(catalog, registry, host)
-    result = run_scenario(recorded.scenario, host, sources, base_dir=path.resolve().parent)
+    result = run_scenario(
+        recorded.scenario, host, sources, base_dir=path.resolve().parent, jobs=jobs
+    )
     again = write_result(result)
     if again == original:
         print(f"{path}: reproduced byte for byte ({recorded.content_hash})")
@@ -858,6 +874,11 @@ def _parser() -> argparse.ArgumentParser:
         "replications are kept; the Result equals an uninterrupted run's)",
     )
     p.add_argument("--json", action="store_true", help="print the Result JSON")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="worker processes for the replications (default: every core; same Result)",
+    )
     data_args(p)
     cost_args(p)
     p.set_defaults(func=_cmd_run)
@@ -902,6 +923,11 @@ def _parser() -> argparse.ArgumentParser:
         help="keep each scenario's own seed (no common random numbers)",
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="worker processes for the replications (default: every core; same Result)",
+    )
     data_args(p)
     p.set_defaults(func=_cmd_compare)
 
@@ -931,6 +957,11 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="rerun a Result and check it reproduces byte for byte")
     p.add_argument("result")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="worker processes for the replications (default: every core; same Result)",
+    )
     p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser(

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import multiprocessing
+import signal
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -610,8 +614,15 @@ def run_scenario(
     progress: Callable[[int, int], None] | None = None,
     on_requests: RequestsCallback | None = None,
     resume: Result | None = None,
+    jobs: int = 1,
 ) -> Result:
     """Run every replication of ``scenario`` and assemble its Result (hash included).
+
+    ``jobs`` > 1 runs the replications in that many forked worker processes (where the
+    platform can fork; serially elsewhere). The Result is the serial one byte for byte:
+    each replication draws only from its own seed, and the replications are assembled,
+    reported to ``progress`` and to ``on_requests`` in index order. Hooks that plugins
+    implement (``blis_step_priced``, ...) then fire in the workers.
 
     ``resume``, an incomplete Result of the same scenario, data and build, supplies its
     finished replications; only the rest run, and the Result is the one an
@@ -638,10 +649,17 @@ def run_scenario(
     if resume is not None:
         reps, points = _resumable(resume, scenario, data, base_dir)
     try:
-        for r in range(len(reps), planned):
-            reps.append(_replicate(scenario, r, host, data, base_dir, stamps, points, on_requests))
-            if progress is not None:
-                progress(r + 1, planned)
+        forks = "fork" in multiprocessing.get_all_start_methods()
+        if jobs > 1 and planned - len(reps) > 1 and forks:
+            run = _Replications(scenario, host, data, base_dir, stamps, reps, points, on_requests)
+            run.in_workers(min(jobs, planned - len(reps)), planned, progress)
+        else:
+            for r in range(len(reps), planned):
+                reps.append(
+                    _replicate(scenario, r, host, data, base_dir, stamps, points, on_requests)
+                )
+                if progress is not None:
+                    progress(r + 1, planned)
     except KeyboardInterrupt:
         partial = None
         if reps:
@@ -649,6 +667,121 @@ def run_scenario(
             partial = _assemble(scenario, host, data, base_dir, stamps, reps, points, why)
         raise RunInterrupted(partial, len(reps), planned) from None
     return _assemble(scenario, host, data, base_dir, stamps, reps, points, None)
+
+
+_WorkerOutput = tuple[
+    ReplicationResult, RunPoint, dict[str, PluginStamp], tuple[RequestOutcome, ...] | None
+]
+_IN_WORKERS: _Replications | None = None
+"""The run whose replications forked workers make (set in the parent before the fork)."""
+
+
+@dataclass
+class _Replications:
+    """The replications of one run made in forked workers, kept as a prefix in index
+    order: a run interrupted midway keeps the replications a serial run would have
+    finished (``--resume`` continues after them)."""
+
+    scenario: Scenario
+    host: PluginHost
+    data: DataSources
+    base_dir: Path | None
+    stamps: dict[str, PluginStamp]
+    reps: list[ReplicationResult]
+    points: list[RunPoint]
+    on_requests: RequestsCallback | None
+
+    def in_workers(
+        self, workers: int, planned: int, progress: Callable[[int, int], None] | None
+    ) -> None:
+        """Run replications ``len(reps)`` to ``planned - 1`` in ``workers`` processes.
+
+        A worker that dies (killed, out of memory) breaks the pool: the replications
+        not yet kept then run here, serially. On an interrupt the workers are ended and
+        the kept prefix stays in ``reps``."""
+        global _IN_WORKERS
+        _IN_WORKERS = self
+        before = set(multiprocessing.active_children())
+        pool = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_signals
+        )
+        finished: dict[int, _WorkerOutput | None] = {}
+        try:
+            futures = [pool.submit(_replicate_in_worker, r) for r in range(len(self.reps), planned)]
+            for future in as_completed(futures):
+                r, out = future.result()
+                finished[r] = out
+                while len(self.reps) in finished:
+                    self._keep(len(self.reps), finished.pop(len(self.reps)))
+                    if progress is not None:
+                        progress(len(self.reps), planned)
+        except BrokenProcessPool:
+            pass
+        finally:
+            for child in set(multiprocessing.active_children()) - before:
+                child.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            _IN_WORKERS = None
+        for r in range(len(self.reps), planned):
+            self._keep(r, finished.pop(r, None))
+            if progress is not None:
+                progress(len(self.reps), planned)
+
+    def _keep(self, r: int, out: _WorkerOutput | None) -> None:
+        if out is None:
+            # The worker failed: rerun here, where the error surfaces as it would serially.
+            self.reps.append(
+                _replicate(
+                    self.scenario,
+                    r,
+                    self.host,
+                    self.data,
+                    self.base_dir,
+                    self.stamps,
+                    self.points,
+                    self.on_requests,
+                )
+            )
+            return
+        rep, point, stamps, outcomes = out
+        self.reps.append(rep)
+        self.points.append(point)
+        self.stamps.update(stamps)
+        if self.on_requests is not None and outcomes is not None:
+            self.on_requests(r, outcomes)
+
+
+def _worker_signals() -> None:
+    # Ctrl-C reaches the whole process group: the parent alone handles it (and ends the
+    # workers); SIGTERM, which ends them, keeps its default action.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _replicate_in_worker(r: int) -> tuple[int, _WorkerOutput | None]:
+    run = _IN_WORKERS
+    assert run is not None, "replications in workers need a forked parent"
+    stamps: dict[str, PluginStamp] = {}
+    points: list[RunPoint] = []
+    outcomes: list[tuple[RequestOutcome, ...]] = []
+
+    def keep(_: int, requests: Sequence[RequestOutcome]) -> None:
+        outcomes.append(tuple(requests))
+
+    try:
+        rep = _replicate(
+            run.scenario,
+            r,
+            run.host,
+            run.data,
+            run.base_dir,
+            stamps,
+            points,
+            keep if run.on_requests is not None else None,
+        )
+    except BaseException:  # the parent reruns it, and so raises what a serial run raises
+        return r, None
+    return r, (rep, points[0], stamps, outcomes[0] if outcomes else None)
 
 
 def _resumable(

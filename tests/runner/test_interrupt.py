@@ -112,7 +112,7 @@ def test_an_interrupt_without_out_says_how_to_keep_them(
     doc["frame"] = {"replications": 3}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(doc))
-    assert main(["run", str(path)]) == 130
+    assert main(["run", str(path), "--jobs", "1"]) == 130
     assert "give --out to keep the finished ones" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml", "site"]
 
@@ -132,7 +132,7 @@ def test_a_resumed_run_gives_the_uninterrupted_result(
     assert main(["run", str(path), "--out", str(whole)]) == 0
     with monkeypatch.context() as m:
         _interrupt_at(m, 3)
-        assert main(["run", str(path), "--out", str(out)]) == 130
+        assert main(["run", str(path), "--out", str(out), "--jobs", "1"]) == 130
     partial = Result.model_validate_json(out.read_text())
     assert len(partial.replications) == 2 and partial.resume_points is not None
     assert "rerun with --resume" in capsys.readouterr().err
@@ -144,7 +144,7 @@ def test_a_resumed_run_gives_the_uninterrupted_result(
     assert "nothing to resume" in capsys.readouterr().err
     with monkeypatch.context() as m:
         _interrupt_at(m, 2)
-        assert main(["run", str(path), "--out", str(out)]) == 130
+        assert main(["run", str(path), "--out", str(out), "--jobs", "1"]) == 130
     doc["seed"] = 99
     path.write_text(yaml.safe_dump(doc))
     assert main(["run", str(path), "--out", str(out), "--resume"]) == 2

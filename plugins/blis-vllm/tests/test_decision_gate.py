@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from blis_core.contracts.result import Result
 from blis_core.io.scenario import load_scenario
 from blis_core.runner import DataSources, make_host, run_scenario

@@ -1,0 +1,104 @@
+"""Replications in worker processes: the serial Result byte for byte, whatever happens."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+import blis_core.runner.run as run_module
+from blis_core.cli import main
+from blis_core.contracts.errors import PluginError
+from blis_core.contracts.result import RequestOutcome
+from blis_core.io.scenario import parse_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+from tests.runner.test_run import TOY, _scenario
+
+
+@pytest.fixture(scope="module")
+def data() -> DataSources:
+    return DataSources.load()
+
+
+def _four_replications() -> Any:
+    doc = _scenario()
+    doc["frame"] = {"replications": 4}
+    return parse_scenario(doc, "t")
+
+
+def _run(scenario: Any, data: DataSources, jobs: int) -> tuple[Any, list[int], list[Any]]:
+    progress: list[int] = []
+    requests: list[tuple[int, tuple[RequestOutcome, ...]]] = []
+
+    def keep(r: int, outcomes: Sequence[RequestOutcome]) -> None:
+        requests.append((r, tuple(outcomes)))
+
+    result = run_scenario(
+        scenario,
+        make_host(),
+        data,
+        progress=lambda done, _: progress.append(done),
+        on_requests=keep,
+        jobs=jobs,
+    )
+    return result, progress, requests
+
+
+def test_workers_give_the_serial_result_progress_and_requests(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    scenario = _four_replications()
+    serial = _run(scenario, data, 1)
+    parallel = _run(scenario, data, 3)
+    assert parallel[0].content_hash == serial[0].content_hash
+    assert parallel[1] == serial[1] == [1, 2, 3, 4]
+    assert [r for r, _ in parallel[2]] == [0, 1, 2, 3]
+    assert parallel[2] == serial[2]
+
+
+def test_a_worker_that_dies_leaves_the_rest_to_the_parent(
+    install_plugins: Callable[..., None], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    scenario = _four_replications()
+    serial = run_scenario(scenario, make_host(), data)
+    parent = os.getpid()
+    real = run_module._replicate
+
+    def dies_in_a_worker(*args: Any) -> Any:
+        if os.getpid() != parent and args[1] == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args)
+
+    monkeypatch.setattr(run_module, "_replicate", dies_in_a_worker)
+    again = run_scenario(scenario, make_host(), data, jobs=2)
+    assert again.content_hash == serial.content_hash
+
+
+def test_a_plugin_raising_in_a_worker_is_named_as_in_a_serial_run(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, ("blis-faulty", "blis.engines", "faulty", "raising_engine"))
+    doc = _scenario()
+    doc["deployment"]["pools"][0]["engine"] = {"kind": "faulty", "version": "1.0"}
+    doc["deployment"]["pools"][0]["replicas"] = 1
+    doc["deployment"]["router"] = None
+    doc["frame"] = {"replications": 3}
+    with pytest.raises(PluginError) as exc:
+        run_scenario(parse_scenario(doc, "t"), make_host(), data, jobs=2)
+    assert "raising_engine.schedule raised IndexError: faulty schedule in replication 0" in str(
+        exc.value
+    )
+
+
+@pytest.mark.parametrize("command", ["run", "compare", "replay"])
+def test_jobs_below_one_is_refused_by_name(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = {"run": ["run"], "compare": ["compare", "a.yaml", "b.yaml"], "replay": ["replay", "r"]}
+    assert main([*args[command], "--jobs", "0"]) == 2
+    assert "--jobs: 0: must be >= 1" in capsys.readouterr().err
