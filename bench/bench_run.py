@@ -5,12 +5,22 @@ installed). For each scenario it prints wall seconds, simulated seconds per wall
 engine steps per wall second and kernel events per wall second, and the ratio of those
 events/s to a bare ``heapq`` push/pop loop timed in the same process (the kernel
 benchmark's baseline), so figures from different machines compare.
+
+``python bench/bench_run.py --go-parity [1x5k 4x20k 16x50k 64x200k]`` times the
+Go-parity scenarios of ``bench/scenarios/`` (the Go reference simulator's default
+workload: Llama-3.1-8B-Instruct on H100, 512 in / 512 out, Poisson, vLLM behind the
+llm-d router), each in a fresh process: wall seconds, simulated requests per wall
+second, kernel events per wall second, peak RSS, the per-request cost relative to the
+first scenario timed, and the ratio to the published baselines (Go BLIS's wall time on
+the same workload, Vidur's 620-730 simulated requests per wall second).
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import multiprocessing
+import resource
 import sys
 import time
 from pathlib import Path
@@ -38,10 +48,70 @@ def _baseline_ops_per_s(n: int = 1_000_000) -> float:
     return n / (time.perf_counter() - start)
 
 
+GO_PARITY = ROOT / "bench" / "scenarios"
+# Go BLIS (inference-sim f90a1e3) wall seconds on the same workload and machine class,
+# as measured for issue 15 ("Speed: faster than the Go simulator").
+GO_BLIS_WALL_S = {"1x5k": 6.2, "4x20k": 84.0, "16x50k": 451.0}
+VIDUR_REQ_PER_S = (620.0, 730.0)
+
+
+def _time_one(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    scenario = load_scenario(path)
+    data, host = DataSources.load(), make_host()
+    start = time.perf_counter()
+    result = run_scenario(scenario, host, data)
+    wall = time.perf_counter() - start
+    rep = result.replications[0]
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    queue.put((wall, rep.fates.arrivals, rep.events, rep.steps, rss_mb))
+
+
+def go_parity(names: list[str]) -> int:
+    """Time each Go-parity scenario in a fresh process and print the table."""
+    baseline = _baseline_ops_per_s()
+    print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
+    header = (
+        "scenario | wall s | requests | req/s | events/s | x heapq | peak RSS MB | "
+        "per-request cost vs first | vs Go BLIS | vs Vidur"
+    )
+    print(header)
+    first: float | None = None
+    ctx = multiprocessing.get_context("fork")
+    for name in names:
+        queue = ctx.Queue()
+        proc = ctx.Process(
+            target=_time_one, args=(str(GO_PARITY / f"go-parity-{name}.yaml"), queue)
+        )
+        proc.start()
+        wall, requests, events, _steps, rss = queue.get()
+        proc.join()
+        per_request = wall / requests
+        first = per_request if first is None else first
+        rate = requests / wall
+        go = GO_BLIS_WALL_S.get(name)
+        vs_go = f"{go / wall:.2f}x Go's speed" if go else "-"
+        vidur = f"{rate / VIDUR_REQ_PER_S[1]:.2f}-{rate / VIDUR_REQ_PER_S[0]:.2f}x"
+        print(
+            f"{name} | {wall:.1f} | {requests} | {rate:,.0f} | {events / wall:,.0f} | "
+            f"{events / wall / baseline:.3f} | {rss:.0f} | {per_request / first:.2f} | "
+            f"{vs_go} | {vidur}",
+            flush=True,
+        )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--go-parity",
+        nargs="*",
+        metavar="NAME",
+        help="time the Go-parity scenarios (default: 1x5k 4x20k 16x50k)",
+    )
     args = parser.parse_args()
+    if args.go_parity is not None:
+        return go_parity(args.go_parity or ["1x5k", "4x20k", "16x50k"])
     data = DataSources.load()
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
