@@ -21,7 +21,9 @@ never a hang (a case is stopped after ``CASE_TIMEOUT_S``). Every run that produc
 Result is checked for the invariants: every arrival has exactly one fate (fate counts
 add up, per request and in the Result), causality (first token at or after the send,
 last token at or after the first), simulated time that never runs backwards (every time
-within the replication's end), and finite estimates.
+within the replication's end), finite estimates, and no silent change: every value the
+input document gives is the value the Result's scenario holds (no default substituted,
+nothing clipped or rounded).
 """
 
 from __future__ import annotations
@@ -427,6 +429,9 @@ def check_run(doc: dict[str, Any], folder: Path) -> str | None:
         )
     except BlisError:
         return None
+    changed = silent_change(doc, result.scenario.model_dump(mode="json"))
+    if changed is not None:
+        return f"a value given was silently changed: {changed}"
     for rep in result.replications:
         f = rep.fates
         total = f.completed + sum(f.dropped.values()) + f.timed_out + f.in_flight_at_horizon
@@ -450,6 +455,44 @@ def check_run(doc: dict[str, Any], folder: Path) -> str | None:
             if not math.isfinite(est.mean):
                 return f"estimate {name}.{stat} is not finite"
     return None
+
+
+def _same(given: Any, kept: Any) -> bool:
+    """Whether ``kept`` is the value ``given`` (a number or a numeric string may come back
+    as the equal number; a tuple as the equal list)."""
+    if isinstance(given, bool) or isinstance(kept, bool):
+        return given is kept or given == kept
+    if isinstance(given, (int, float, str)) and isinstance(kept, (int, float)):
+        try:
+            a, b = float(given), float(kept)
+        except ValueError:
+            return False
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return bool(given == kept)
+
+
+def silent_change(given: Any, kept: Any, path: str = "") -> str | None:
+    """The first value of the input document that the accepted scenario holds otherwise:
+    a default substituted for what the user wrote, a value clipped or rounded. Keys the
+    scenario names differently (aliases) are not compared."""
+    if isinstance(given, dict) and isinstance(kept, dict):
+        for key, value in given.items():
+            if key in kept:
+                found = silent_change(value, kept[key], f"{path}.{key}" if path else str(key))
+                if found is not None:
+                    return found
+        return None
+    if isinstance(given, (list, tuple)) and isinstance(kept, (list, tuple)):
+        if len(given) != len(kept):
+            return f"{path}: {len(given)} items given, {len(kept)} kept"
+        for i, (a, b) in enumerate(zip(given, kept, strict=True)):
+            found = silent_change(a, b, f"{path}.{i}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(given, (dict, list, tuple)) or isinstance(kept, (dict, list, tuple)):
+        return None  # a shorthand the scenario expands (e.g. an int length): not a value
+    return None if _same(given, kept) else f"{path}: given {given!r}, kept {kept!r}"
 
 
 def run_case(surface: str, case: Any, outcome: Outcome) -> None:

@@ -32,3 +32,16 @@ def test_the_checks_catch_a_broken_invariant_and_an_escaping_exception() -> None
     outcome = fuzz.Outcome()
     fuzz.run_case("argv", None, outcome)  # None is no argv: the case itself raises
     assert outcome.counts["failure"] == 1 and "exception escaped" in outcome.failures[0]
+
+
+def test_the_silent_change_check_names_a_substituted_value() -> None:
+    given = {"frame": {"warmup_s": 5, "percentiles": [50, 90]}, "workload": {"num_requests": "40"}}
+    kept = {
+        "frame": {"warmup_s": 5.0, "percentiles": [50.0, 90.0]},
+        "workload": {"num_requests": 40},
+    }
+    assert fuzz.silent_change(given, kept) is None
+    kept["frame"]["warmup_s"] = 0.0  # a default put where the user wrote 5
+    assert fuzz.silent_change(given, kept) == "frame.warmup_s: given 5, kept 0.0"
+    kept["frame"]["warmup_s"], kept["frame"]["percentiles"] = 5.0, [50.0]
+    assert fuzz.silent_change(given, kept) == "frame.percentiles: 2 items given, 1 kept"
