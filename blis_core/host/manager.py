@@ -261,6 +261,32 @@ class PluginHost:
                 raise
             rec.provides.extend(sorted(set(reg.keys()) - before))
 
+    def quarantine(self, modules: Sequence[str], cause: str) -> PluginRecord | None:
+        """Take out the loaded plugin that raised at run time: the first of ``modules``
+        (the failing call's frames, innermost first) that belongs to a loaded plugin's
+        package names it. It is marked failed with ``cause``, its hooks unregistered and
+        everything it registered forgotten, so that nothing else in this process uses it
+        and every other plugin works on. ``None`` when no loaded plugin owns a frame."""
+        owners = {
+            rec.target.split(".", 1)[0]: key
+            for key, rec in self.records.items()
+            if rec.status == "loaded"
+        }
+        for module in modules:
+            key = owners.get(module.split(".", 1)[0])
+            if key is None:
+                continue
+            plugin_name = f"{key[0]}:{key[1]}"
+            owner = self._pm.get_plugin(plugin_name)
+            if owner is not None:
+                self._pm.unregister(owner)
+            for reg in (self.engines, self.routers, self.cost_methods, self.scorers):
+                reg.discard_owner(plugin_name)
+            rec = self.records[key]
+            rec.status, rec.error = "failed", f"raised at run time: {cause}"
+            return rec
+        return None
+
     # ------------------------------------------------------------------ selection
 
     def select_engine(self, kind: str, version: str | None) -> EngineFactory:

@@ -555,6 +555,8 @@ def _replicate(
         # A plugin's bug (an engine's schedule/complete, a router's route, ...): name it
         # and where the run was, instead of a bare traceback.
         where = _plugin_frame(err)
+        # The plugin is out for the rest of this process; the others work on.
+        host.quarantine(_frame_modules(err), f"{type(err).__name__}: {err}")
         raise PluginError(
             f"{where} raised {type(err).__name__}: {err} in replication {replication} at "
             f"t={cluster.sim.now_us} us (a plugin bug; rerun with --debug for the traceback)"
@@ -880,6 +882,16 @@ def _plugin_frame(err: BaseException) -> str:
             found = name
         tb = tb.tb_next
     return found if found != "blis_core" else inner
+
+
+def _frame_modules(err: BaseException) -> list[str]:
+    """The modules of the frames ``err`` passed through, innermost first."""
+    modules: list[str] = []
+    tb = err.__traceback__
+    while tb is not None:
+        modules.append(str(tb.tb_frame.f_globals.get("__name__", "?")))
+        tb = tb.tb_next
+    return modules[::-1]
 
 
 def _run_point(cluster: _Cluster, end_us: int, overloaded: bool) -> RunPoint:

@@ -323,3 +323,37 @@ def test_an_engine_raising_mid_run_is_named_with_where_the_run_was(
     text = str(exc.value)
     assert "raising_engine.schedule raised IndexError: faulty schedule in replication 0" in text
     assert "at t=" in text and "us (a plugin bug" in text
+
+
+def test_an_engine_raising_mid_run_is_taken_out_and_the_others_run_on(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, ("blis-faulty", "blis.engines", "faulty", "raising_engine"))
+    host = make_host()
+    doc = _scenario()
+    doc["deployment"]["pools"][0]["engine"] = {"kind": "faulty", "version": "1.0"}
+    doc["deployment"]["pools"][0]["replicas"] = 1
+    doc["deployment"]["router"] = None
+    with pytest.raises(PluginError):
+        run_scenario(parse_scenario(doc, "t"), host, data)
+    rec = host.records[("blis.engines", "faulty")]
+    assert rec.status == "failed"
+    assert rec.error == "raised at run time: IndexError: faulty schedule"
+    with pytest.raises(PluginError, match="plugin 'faulty' .* raised at run time"):
+        host.select_engine("faulty", "1.0")
+    # the stock toy engine runs on the same host
+    assert run_scenario(parse_scenario(_scenario(), "t"), host, data).replications
+
+
+def test_a_hook_raising_mid_run_is_taken_out_and_the_run_works_without_it(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, ("blis-raising-observer", "blis.scorers", "raising", "raising_observer"))
+    host = make_host()
+    host.load("blis.scorers", "raising")
+    with pytest.raises(PluginError, match="raising_observer.blis_step_priced raised ValueError"):
+        run_scenario(parse_scenario(_scenario(), "t"), host, data)
+    assert host.records[("blis.scorers", "raising")].status == "failed"
+    calls = importlib.import_module("raising_observer").CALLS[0]
+    assert run_scenario(parse_scenario(_scenario(), "t"), host, data).replications
+    assert importlib.import_module("raising_observer").CALLS[0] == calls  # never called again
