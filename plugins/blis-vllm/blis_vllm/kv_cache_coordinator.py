@@ -126,8 +126,7 @@ class KVCacheCoordinator:
         self.windowed_managers = tuple(
             m
             for m in self.single_type_managers
-            if type(m).get_num_skipped_tokens
-            is not SingleTypeKVCacheManager.get_num_skipped_tokens
+            if type(m).get_num_skipped_tokens is not SingleTypeKVCacheManager.get_num_skipped_tokens
         )
 
     def get_num_blocks_to_allocate(

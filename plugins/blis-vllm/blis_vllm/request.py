@@ -88,6 +88,7 @@ class Request:
         "num_preemptions",
         "num_prompt_tokens",
         "num_stale_output_tokens",
+        "num_tokens",
         "output_key",
         "priority",
         "request_id",
@@ -120,6 +121,8 @@ class Request:
         self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.all_token_ids: list[int] = prompt_token_ids(source.prompt, vocab_size)
         self.num_prompt_tokens = len(self.all_token_ids)
+        # Prompt plus generated tokens (``len(all_token_ids)``, kept as tokens are appended).
+        self.num_tokens = self.num_prompt_tokens
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
         self.num_cached_tokens = -1
@@ -141,19 +144,14 @@ class Request:
     # -- token accounting (upstream properties) --------------------------------------
 
     @property
-    def num_tokens(self) -> int:
-        """Prompt plus generated tokens."""
-        return len(self.all_token_ids)
-
-    @property
     def num_output_tokens(self) -> int:
         """Generated tokens so far."""
-        return len(self.all_token_ids) - self.num_prompt_tokens
+        return self.num_tokens - self.num_prompt_tokens
 
     @property
     def num_tokens_with_spec(self) -> int:
         """Tokens plus speculative tokens awaiting verification."""
-        return len(self.all_token_ids) + len(self.spec_token_ids)
+        return self.num_tokens + len(self.spec_token_ids)
 
     def is_finished(self) -> bool:
         """Whether the request has reached a finished status."""
@@ -162,13 +160,20 @@ class Request:
     def next_output_token_id(self) -> int:
         """The deterministic id of the next generated token (content key ``out/<id>``)."""
         return segment_token_id(
-            self.output_key, self._vocab_size, len(self.all_token_ids) - self.num_prompt_tokens
+            self.output_key, self._vocab_size, self.num_tokens - self.num_prompt_tokens
         )
 
     def append_output_token_ids(self, token_id: int) -> None:
         """Append one generated token and hash any block it completes."""
         self.all_token_ids.append(token_id)
-        self._extend_block_hashes()
+        self.num_tokens += 1
+        hashes = self.block_hashes
+        if (
+            hashes is not None
+            and (len(hashes) + 1) * self.block_size + self.num_hash_lookahead_tokens
+            <= self.num_tokens
+        ):
+            self._extend_block_hashes()
 
     def _extend_block_hashes(self) -> None:
         """Hash every newly full block (``request_block_hasher`` of vLLM 0.33.0
