@@ -127,6 +127,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     jobs = _jobs(args)
     if args.out:
         _check_writable(Path(args.out), "--out")
+    rows, requests_format = _requests_export(args)
     partial = _partial_result(args)
     host = _host()
     sources = DataSources.load(args.catalog, args.registry, host)
@@ -145,11 +146,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
             sources,
             base_dir=base_dir,
             progress=_progress if n > 1 else None,
+            on_requests=rows,
             resume=partial,
             jobs=jobs,
         )
     except RunInterrupted as stop:
         kept = "nothing was kept"
+        if rows is not None and rows.rows:
+            _replace_atomically(Path(args.requests), lambda tmp: rows.write(tmp, requests_format))
         if stop.partial is not None and args.out:
             _write_atomically(Path(args.out), write_result(stop.partial))
             kept = (
@@ -163,6 +167,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     text = write_result(result)
     if args.out:
         _write_atomically(Path(args.out), text)
+    if rows is not None:
+        _replace_atomically(Path(args.requests), lambda tmp: rows.write(tmp, requests_format))
     if args.json:
         sys.stdout.write(text)
     else:
@@ -170,6 +176,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print_summary(result, out=args.out)
     return 0
+
+
+def _requests_export(args: argparse.Namespace) -> tuple[Any, str]:
+    """``--requests PATH``: the row collector and the format, checked before any work."""
+    if not args.requests:
+        return None, ""
+    from blis_core.io.requests import RequestRows, format_of
+
+    path = Path(args.requests)
+    try:
+        fmt = format_of(path)
+    except ValueError as err:
+        raise InputRefused.one("--requests", args.requests, str(err)) from None
+    _check_writable(path, "--requests")
+    if args.resume:
+        raise InputRefused.one(
+            "--requests",
+            args.requests,
+            "not with --resume (the finished replications' "
+            "requests are not kept in a partial Result): rerun without --resume",
+        )
+    return RequestRows(), fmt
 
 
 def _partial_result(args: argparse.Namespace) -> Any:
@@ -874,6 +902,12 @@ def _parser() -> argparse.ArgumentParser:
         "replications are kept; the Result equals an uninterrupted run's)",
     )
     p.add_argument("--json", action="store_true", help="print the Result JSON")
+    p.add_argument(
+        "--requests",
+        metavar="PATH",
+        help="write one row per request (.csv, or .parquet with pyarrow): instance, fate, "
+        "TTFT, TPOT, E2E, tokens, inter-token gaps",
+    )
     p.add_argument(
         "--jobs",
         type=int,

@@ -39,7 +39,8 @@ class RequestOutcome:
 
     ``fate`` is the ledger's (``completed``, ``timed_out``, ``dropped``,
     ``in_flight_at_horizon``, ``queued_at_horizon``, ``not_started``); ``chunk_gaps_us``
-    are the gaps between streamed chunks (inter-token latency samples).
+    are the gaps between streamed chunks (inter-token latency samples); ``instance`` is
+    the engine instance that accepted it (``""`` when none did).
     """
 
     request_id: str
@@ -51,6 +52,7 @@ class RequestOutcome:
     fate: str
     reason: str
     chunk_gaps_us: tuple[int, ...] = ()
+    instance: str = ""
 
     @property
     def ttft_s(self) -> float | None:

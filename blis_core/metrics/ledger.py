@@ -42,6 +42,7 @@ class RequestRecord:
     fate: str = ""
     reason: str = ""
     timed_out_us: int = -1
+    instance: str = ""
 
 
 class RequestLedger:
@@ -67,9 +68,11 @@ class RequestLedger:
         self._in_system += 1
         self.backlog_samples.append((now_us, self._in_system))
 
-    def dispatched(self, request_id: str, now_us: int) -> None:
-        """The router sent the request to an engine."""
-        self.records[request_id].dispatched_us = now_us
+    def dispatched(self, request_id: str, now_us: int, instance: str = "") -> None:
+        """The router sent the request to an engine (``instance``, which accepted it)."""
+        rec = self.records[request_id]
+        rec.dispatched_us = now_us
+        rec.instance = instance
 
     def scheduled(self, request_id: str, step_start_us: int) -> None:
         """An engine step that computes the request started (first time only counts)."""

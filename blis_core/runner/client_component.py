@@ -98,7 +98,7 @@ class ClientComponent(Component):
                 self._on_step(payload, now_us)
             elif msg.port == "accepted":
                 for rid in payload:  # type: ignore[attr-defined]
-                    self._ledger.dispatched(rid, now_us)
+                    self._ledger.dispatched(rid, now_us, msg.sender)
             elif msg.port == "dropped":
                 assert isinstance(payload, Dropped)
                 if not self._ledger.has_fate(payload.request_id):

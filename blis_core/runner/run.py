@@ -602,6 +602,7 @@ def request_outcomes(ledger: RequestLedger) -> tuple[RequestOutcome, ...]:
             fate=rec.fate,
             reason=rec.reason,
             chunk_gaps_us=tuple(rec.chunk_gaps_us),
+            instance=rec.instance,
         )
         for rid, rec in ledger.records.items()
     )
