@@ -301,9 +301,8 @@ def _parse_slo(text: str | None) -> dict[str, float]:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from blis_core.contracts.scoring import MeasuredPoint
+    from blis_core.report import make_console
     from blis_core.scoring import (
         ScoreOptions,
         build_report,
@@ -366,7 +365,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if args.json == "-":
         sys.stdout.write(json.dumps(doc, indent=1, sort_keys=True, default=_json_float) + "\n")
     else:
-        print_tables(scores, Console(width=max(160, Console().width)))
+        print_tables(scores, make_console(160))
     if args.json and args.json != "-":
         text = json.dumps(doc, indent=1, sort_keys=True, default=_json_float) + "\n"
         _write_atomically(Path(args.json), text)
@@ -382,11 +381,11 @@ def _json_float(value: object) -> object:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from blis_core.compare import compare_results
     from blis_core.io.scenario import parse_scenario, read_scenario_data
+    from blis_core.report import make_console
     from blis_core.runner.run import DataSources, run_scenario
 
     jobs = _jobs(args)
@@ -461,7 +460,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             change,
             r.verdict,
         )
-    Console(width=max(140, Console().width)).print(table)
+    make_console(140).print(table)
     return 0
 
 
@@ -565,8 +564,9 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from blis_core.report import make_console
 
     table = Table(title="BLIS plugins")
     for col in (
@@ -590,7 +590,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
             r["upstream_release"],
             status,
         )
-    Console().print(table)
+    make_console().print(table)
     return 0
 
 
@@ -760,10 +760,11 @@ def _cmd_route_explain(args: argparse.Namespace) -> int:
 
 
 def _print_explain(report: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from blis_core.report import make_console
+
+    console = make_console()
     for name, prof in (report.get("profiles") or {}).items():
         console.print(f"[bold]profile {name}[/bold]: candidates {', '.join(prof['candidates'])}")
         for f in prof.get("filters", []):
@@ -819,8 +820,9 @@ def _cmd_surface(args: argparse.Namespace) -> int:
         json.dump({"counts": counts, "items": lists}, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from blis_core.report import make_console
 
     statuses = sorted({s for c in counts.values() for s in c})
     table = Table(title=title)
@@ -830,7 +832,7 @@ def _cmd_surface(args: argparse.Namespace) -> int:
     table.add_column("total", justify="right")
     for name, c in counts.items():
         table.add_row(name, *(str(c.get(s, 0)) for s in statuses), str(sum(c.values())))
-    Console().print(table)
+    make_console().print(table)
     return 0
 
 

@@ -7,12 +7,25 @@ from rich.table import Table
 
 from blis_core.contracts.result import Estimate, Result
 
-__all__ = ["print_summary"]
+__all__ = ["make_console", "print_summary"]
+
+PIPED_WIDTH = 10_000
+"""Width given to output that is not a terminal: tables keep their natural width (no
+column is cut to fit 80 characters when piped to a file or another program)."""
+
+
+def make_console(min_width: int = 0) -> Console:
+    """A console for the CLI's tables: the terminal's width (at least ``min_width``) on a
+    terminal; wide enough for every table's full content otherwise."""
+    console = Console()
+    if not console.is_terminal:
+        return Console(width=PIPED_WIDTH)
+    return console if console.width >= min_width else Console(width=min_width)
 
 
 def print_summary(result: Result, out: str | None = None, console: Console | None = None) -> None:
     """Print fates, metric estimates and validity of a Result."""
-    console = console or Console()
+    console = console or make_console()
     rep0 = result.replications[0]
     console.print(
         f"[bold]{result.scenario.name}[/bold]: {len(result.replications)} replication(s), "

@@ -272,3 +272,9 @@ def test_explain_table_prints_decision_headers(capsys: pytest.CaptureFixture[str
     report = {"pick": "b", "status": 200, "headers": {"x-kv-cache-source-host-port": "a"}}
     _print_explain(report)
     assert "header x-kv-cache-source-host-port: a" in capsys.readouterr().out
+
+
+def test_tables_keep_their_full_content_when_piped(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "blis.cost_methods" in out and "blis-cost-calibrated" in out and "…" not in out
