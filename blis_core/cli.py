@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,63 @@ def _kind_version(text: str, flag: str) -> tuple[str, str | None]:
         raise InputRefused.one(flag, text, str(err)) from None
 
 
-def _progress(done: int, planned: int) -> None:
-    print(f"replication {done}/{planned} done", file=sys.stderr, flush=True)
+class _RunProgress:
+    """Progress of ``blis run`` on stderr: on a terminal, a bar over the run's requests (or
+    its replications) with the simulated time, the requests done and the events per
+    second; elsewhere one line per finished replication of a multi-replication run."""
+
+    def __init__(self, planned: int, requests: int | None, terminal: bool) -> None:
+        self.planned, self.requests = planned, requests
+        self.bar: Any = None
+        self._replication, self._started = -1, 0.0
+        if not terminal:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        total = planned * requests if requests else planned
+        self.task = self.bar.add_task(f"replication 1/{planned}", total=total, detail="")
+
+    def __enter__(self) -> _RunProgress:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def replication_done(self, done: int, planned: int) -> None:
+        if self.bar is None:
+            if planned > 1:
+                print(f"replication {done}/{planned} done", file=sys.stderr, flush=True)
+            return
+        self.bar.update(
+            self.task,
+            completed=done * (self.requests or 1),
+            description=f"replication {min(done + 1, planned)}/{planned}",
+        )
+
+    def tick(self, p: Any) -> None:
+        """A :class:`~blis_core.runner.RunProgress` of the replication running here."""
+        if p.replication != self._replication:
+            self._replication, self._started = p.replication, time.perf_counter()
+        rate = p.events / max(time.perf_counter() - self._started, 1e-9)
+        update: dict[str, Any] = {
+            "detail": f"simulated {p.sim_us / 1e6:,.1f} s, {p.requests_done:,} requests "
+            f"done, {rate:,.0f} events/s"
+        }
+        if self.requests:
+            update["completed"] = p.replication * self.requests + p.requests_done
+        self.bar.update(self.task, **update)
 
 
 def _check_writable(path: Path, flag: str) -> None:
@@ -139,17 +195,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "already done",
             file=sys.stderr,
         )
+    view = _RunProgress(n, scenario.workload.num_requests, sys.stderr.isatty())
     try:
-        result = run_scenario(
-            scenario,
-            host,
-            sources,
-            base_dir=base_dir,
-            progress=_progress if n > 1 else None,
-            on_requests=rows,
-            resume=partial,
-            jobs=jobs,
-        )
+        with view:
+            result = run_scenario(
+                scenario,
+                host,
+                sources,
+                base_dir=base_dir,
+                progress=view.replication_done,
+                on_requests=rows,
+                resume=partial,
+                jobs=jobs,
+                on_progress=view.tick if view.bar is not None else None,
+            )
     except RunInterrupted as stop:
         kept = "nothing was kept"
         if rows is not None and rows.rows:

@@ -6,6 +6,7 @@ from blis_core.runner.builtins import make_host
 from blis_core.runner.run import (
     DataSources,
     RequestsCallback,
+    RunProgress,
     check_scenario,
     installed_registry,
     replication_seed,
@@ -17,6 +18,7 @@ from blis_core.runner.run import (
 __all__ = [
     "DataSources",
     "RequestsCallback",
+    "RunProgress",
     "check_scenario",
     "installed_registry",
     "make_host",

@@ -515,14 +515,33 @@ def _build(
     return _Cluster(Simulation(components), client, source, ledger, engines, envs)
 
 
-def _run_until_done(cluster: _Cluster, horizon_us: int | None) -> int:
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """Where a running replication is, reported every :data:`PROGRESS_EVERY` instants."""
+
+    replication: int
+    sim_us: int
+    events: int
+    requests_done: int
+    """Arrivals so far that have their fate."""
+
+
+PROGRESS_EVERY = 1 << 14
+"""Kernel instants between two progress reports of a replication."""
+
+
+def _run_until_done(
+    cluster: _Cluster, horizon_us: int | None, tick: Callable[[], None] | None = None
+) -> int:
     """Run until the stop rule holds (workload exhausted, every arrival fated) or the horizon.
 
     Periodic components (metrics scrapes) never run out of events by themselves, so the
-    stop rule is checked after every instant.
+    stop rule is checked after every instant. ``tick`` is called every
+    :data:`PROGRESS_EVERY` instants.
     """
     sim, client = cluster.sim, cluster.client
     step = sim.step
+    countdown = PROGRESS_EVERY
     while not client.done:
         nxt = sim.peek_us()
         if nxt is None:
@@ -530,6 +549,11 @@ def _run_until_done(cluster: _Cluster, horizon_us: int | None) -> int:
         if horizon_us is not None and nxt > horizon_us:
             return horizon_us
         step()
+        if tick is not None:
+            countdown -= 1
+            if not countdown:
+                countdown = PROGRESS_EVERY
+                tick()
     return sim.now_us
 
 
@@ -542,13 +566,23 @@ def _replicate(
     stamps: dict[str, PluginStamp],
     points: list[RunPoint],
     on_requests: RequestsCallback | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
 ) -> ReplicationResult:
     seed = replication_seed(scenario.seed, replication)
     cluster = _build(scenario, seed, host, data, base_dir, stamps)
     horizon = scenario.frame.horizon_s
     horizon_us = round(horizon * 1e6) if horizon is not None else None
+    tick = None
+    if on_progress is not None:
+        report = on_progress
+        sim, ledger = cluster.sim, cluster.ledger
+
+        def tick() -> None:
+            done = len(ledger.records) - ledger.in_system
+            report(RunProgress(replication, sim.now_us, sim.events, done))
+
     try:
-        end_us = _run_until_done(cluster, horizon_us)
+        end_us = _run_until_done(cluster, horizon_us, tick)
     except (BlisError, KeyboardInterrupt):
         raise
     except Exception as err:
@@ -618,6 +652,7 @@ def run_scenario(
     on_requests: RequestsCallback | None = None,
     resume: Result | None = None,
     jobs: int = 1,
+    on_progress: Callable[[RunProgress], None] | None = None,
 ) -> Result:
     """Run every replication of ``scenario`` and assemble its Result (hash included).
 
@@ -626,6 +661,9 @@ def run_scenario(
     each replication draws only from its own seed, and the replications are assembled,
     reported to ``progress`` and to ``on_requests`` in index order. Hooks that plugins
     implement (``blis_step_priced``, ...) then fire in the workers.
+
+    ``on_progress`` hears where a replication run here is, every :data:`PROGRESS_EVERY`
+    kernel instants (replications in workers report only through ``progress``).
 
     ``resume``, an incomplete Result of the same scenario, data and build, supplies its
     finished replications; only the rest run, and the Result is the one an
@@ -659,7 +697,9 @@ def run_scenario(
         else:
             for r in range(len(reps), planned):
                 reps.append(
-                    _replicate(scenario, r, host, data, base_dir, stamps, points, on_requests)
+                    _replicate(
+                        scenario, r, host, data, base_dir, stamps, points, on_requests, on_progress
+                    )
                 )
                 if progress is not None:
                     progress(r + 1, planned)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 import blis_core.runner.run as run_module
-from blis_core.cli import main
+from blis_core.cli import _RunProgress, main
 from blis_core.contracts.errors import PluginError
 from blis_core.contracts.result import RequestOutcome
 from blis_core.io.scenario import parse_scenario
-from blis_core.runner import DataSources, make_host, run_scenario
+from blis_core.runner import DataSources, RunProgress, make_host, run_scenario
 from tests.runner.test_run import TOY, _scenario
 
 
@@ -102,3 +103,32 @@ def test_jobs_below_one_is_refused_by_name(
     args = {"run": ["run"], "compare": ["compare", "a.yaml", "b.yaml"], "replay": ["replay", "r"]}
     assert main([*args[command], "--jobs", "0"]) == 2
     assert "--jobs: 0: must be >= 1" in capsys.readouterr().err
+
+
+def test_progress_reports_where_each_replication_is_and_changes_nothing(
+    install_plugins: Callable[..., None], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    scenario = _four_replications()
+    quiet = run_scenario(scenario, make_host(), data)
+    monkeypatch.setattr(run_module, "PROGRESS_EVERY", 50)
+    ticks: list[RunProgress] = []
+    loud = run_scenario(scenario, make_host(), data, on_progress=ticks.append)
+    assert loud.content_hash == quiet.content_hash
+    assert sorted({t.replication for t in ticks}) == [0, 1, 2, 3]
+    for r in range(4):
+        mine = [t for t in ticks if t.replication == r]
+        assert all(a.sim_us <= b.sim_us and a.events < b.events for a, b in pairwise(mine))
+        assert all(0 <= t.requests_done <= 120 for t in mine)
+        assert mine[-1].requests_done > mine[0].requests_done
+
+
+def test_the_terminal_bar_counts_requests_across_replications() -> None:
+    view = _RunProgress(2, 100, terminal=True)
+    with view:
+        view.tick(RunProgress(0, 1_000_000, 500, 40))
+        assert view.bar.tasks[0].completed == 40
+        view.replication_done(1, 2)
+        view.tick(RunProgress(1, 2_000_000, 900, 30))
+        assert view.bar.tasks[0].completed == 130
+        assert "simulated 2.0 s, 30 requests done" in view.bar.tasks[0].fields["detail"]
