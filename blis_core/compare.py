@@ -51,7 +51,7 @@ class Comparison:
 
 def _frame_difference(a: Result, b: Result, metric: str) -> str:
     fa, fb = a.scenario.frame, b.scenario.frame
-    for name in ("warmup_s", "horizon_s"):
+    for name in ("warmup_s", "warmup_method", "horizon_s"):
         va, vb = getattr(fa, name), getattr(fb, name)
         if va != vb:
             return f"different window: frame.{name} is {va} in A and {vb} in B"

@@ -53,6 +53,16 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
         str(f.not_started),
     )
     console.print(fates)
+    found = [r.warmup for r in result.replications if r.warmup is not None]
+    if found:
+        unsteady = [r.replication for r in result.replications if r.warmup and not r.warmup.steady]
+        cut = ", ".join(f"{w.truncated} of {w.series}" for w in found)
+        console.print(f"warm-up (MSER-5): completed requests left out per replication: {cut}")
+        if unsteady:
+            console.print(
+                f"[red]no steady state[/red] in replication(s) {unsteady}: latency figures "
+                f"are not reported ({next(w.cause for w in found if not w.steady)})"
+            )
     if any(r.overloaded for r in result.replications):
         console.print(
             "[red]overloaded[/red]: the backlog grows; latency figures are not reported "

@@ -66,6 +66,21 @@ def test_metrics_over_different_windows_are_refused(
     assert main(["compare", a, b, "--confidence", "1.5"]) == 2
 
 
+def test_metrics_over_different_warmup_methods_are_refused(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    a_doc = _scenario(frame={"replications": 2})
+    b_doc = _scenario(frame={"replications": 2, "warmup_method": "mser5"})
+    a, b = _write(tmp_path / "a.yaml", a_doc), _write(tmp_path / "b.yaml", b_doc)
+    rows = _by(_compare(capsys, a, b, "--metric", "request_throughput"))
+    assert rows["request_throughput.value"]["verdict"] == "refused"
+    assert (
+        "frame.warmup_method is fixed in A and mser5 in B"
+        in (rows["request_throughput.value"]["refused"])
+    )
+
+
 def test_a_metric_only_one_run_estimates_is_named(
     install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -76,6 +76,7 @@ from blis_core.contracts.request import (
     PromptSegment,
     output_content_key,
     prompt_token_ids,
+    segment_token_id,
     segment_token_ids,
 )
 from blis_core.contracts.result import (
@@ -91,6 +92,7 @@ from blis_core.contracts.result import (
     Result,
     Stack,
     Validity,
+    WarmupFound,
 )
 from blis_core.contracts.router import (
     EndpointSnapshot,
@@ -271,6 +273,7 @@ __all__ = [
     "Transfer",
     "UniformLength",
     "Validity",
+    "WarmupFound",
     "WorkloadSpec",
     "grade_point",
     "host_work_problem",
@@ -284,6 +287,7 @@ __all__ = [
     "prompt_token_ids",
     "relative_error",
     "seconds_to_us",
+    "segment_token_id",
     "segment_token_ids",
     "simulated_latency",
     "us_to_seconds",

@@ -8,7 +8,7 @@ no wall-clock time and no host facts, so run, export and replay give the same by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -28,6 +28,7 @@ __all__ = [
     "Result",
     "Stack",
     "Validity",
+    "WarmupFound",
 ]
 
 RESULT_SCHEMA_VERSION = 1
@@ -122,6 +123,17 @@ class FateCounts(Document):
     not_started: int = 0
 
 
+class WarmupFound(Document):
+    """The warm-up a replication found by the frame's method (``mser5``)."""
+
+    method: Literal["mser5"]
+    end_us: int = Field(description="requests arriving earlier are left out of statistics")
+    truncated: int = Field(description="completed requests left out as warm-up")
+    series: int = Field(description="completed requests in the series MSER-5 read")
+    steady: bool = Field(description="whether the truncation lies before the series' half")
+    cause: str = Field(default="", description="why no steady state was found")
+
+
 class ReplicationResult(Document):
     """One replication: its seed, fates and per-metric statistics."""
 
@@ -140,6 +152,17 @@ class ReplicationResult(Document):
     )
     steps: int
     events: int
+    warmup: WarmupFound | None = Field(
+        default=None, description="the warm-up found (frame warmup_method mser5 only)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_fixed_warmup(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A replication with the fixed warm-up dumps (and hashes) as it did before.
+        doc: dict[str, Any] = handler(self)
+        if doc.get("warmup", "") is None:
+            del doc["warmup"]
+        return doc
 
 
 class Estimate(Document):

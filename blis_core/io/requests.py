@@ -107,8 +107,8 @@ class RequestRows:
                 writer.writerow(COLUMNS)
                 writer.writerows(("" if c is None else c for c in row) for row in self.rows)
             return
-        import pyarrow as pa  # type: ignore[import-not-found, unused-ignore]
-        import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
+        import pyarrow as pa  # type: ignore[import-untyped, import-not-found, unused-ignore]
+        import pyarrow.parquet as pq  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
         columns = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(COLUMNS)
         table = pa.table({name: list(col) for name, col in zip(COLUMNS, columns, strict=True)})

@@ -8,6 +8,8 @@ from blis_core.metrics.statistics import (
     detect_overload,
     estimate,
     fate_counts,
+    find_warmup,
+    mser5,
     replication_metrics,
 )
 
@@ -22,5 +24,7 @@ __all__ = [
     "detect_overload",
     "estimate",
     "fate_counts",
+    "find_warmup",
+    "mser5",
     "replication_metrics",
 ]

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats as sps  # type: ignore[import-untyped, unused-ignore]
 
-from blis_core.contracts.result import Estimate, FateCounts
+from blis_core.contracts.result import Estimate, FateCounts, WarmupFound
 from blis_core.contracts.scenario import ExperimentalFrame
 from blis_core.metrics.ledger import Fate, RequestLedger
 from blis_core.metrics.registry import LATENCY_METRICS
@@ -77,11 +77,76 @@ def _summary(values_ms: np.ndarray, percentiles: Sequence[float]) -> dict[str, f
     return out
 
 
+MSER_BATCH = 5
+MSER_MIN_BATCHES = 10
+
+
+def mser5(series: Sequence[float]) -> tuple[int, bool, str]:
+    """MSER-5 truncation of an output series (White 1997; White, Cobb and Spratt 2000).
+
+    The series, in batches of 5 (a trailing partial batch dropped), gives batch means
+    ``Z_1..Z_k``; the truncation ``d*`` minimises ``MSER(d) = sum_{j>d} (Z_j - mean_{j>d}
+    Z)^2 / (k - d)^2`` over the first half, ``d = 0..k/2`` (the first minimum; past the
+    half the statistic rewards the few last batches). Returns the observations to
+    truncate (``5 d*``), whether the series reached steady state, and why not: a minimum
+    at the half itself says the transient may run past it (the run is too short). At
+    least :data:`MSER_MIN_BATCHES` batches are needed.
+    """
+    n = len(series)
+    k = n // MSER_BATCH
+    if k < MSER_MIN_BATCHES:
+        need = MSER_BATCH * MSER_MIN_BATCHES
+        return 0, False, f"{n} completed requests: MSER-5 needs at least {need}"
+    z = np.asarray(series[: k * MSER_BATCH], dtype=float).reshape(k, MSER_BATCH).mean(axis=1)
+    left = np.arange(k, 0, -1, dtype=float)  # batches from d on: k - d
+    tail_sum = np.cumsum(z[::-1])[::-1]
+    tail_sq = np.cumsum((z * z)[::-1])[::-1]
+    stat = (tail_sq - tail_sum * tail_sum / left) / (left * left)
+    half = k // 2
+    d = int(np.argmin(stat[: half + 1]))
+    if d == half:
+        return (
+            MSER_BATCH * d,
+            False,
+            f"MSER-5 truncates {MSER_BATCH * d} of {n} completed requests, at the half of "
+            "the series: no steady state (run longer)",
+        )
+    return MSER_BATCH * d, True, ""
+
+
+def find_warmup(ledger: RequestLedger, warmup_us: int) -> WarmupFound:
+    """The MSER-5 warm-up of a closed ledger: the completed requests arriving at or after
+    ``warmup_us`` (the frame's fixed part), their E2E latencies in arrival order."""
+    done = sorted(
+        (r.arrival_us, r.last_token_us - r.arrival_us)
+        for r in ledger.records.values()
+        if r.fate == Fate.COMPLETED and r.arrival_us >= warmup_us and r.first_token_us >= 0
+    )
+    cut, steady, cause = mser5([e2e for _, e2e in done])
+    end_us = done[cut][0] if cut < len(done) else warmup_us
+    return WarmupFound(
+        method="mser5",
+        end_us=max(end_us, warmup_us),
+        truncated=cut,
+        series=len(done),
+        steady=steady,
+        cause=cause,
+    )
+
+
 def replication_metrics(
-    ledger: RequestLedger, frame: ExperimentalFrame, end_us: int, overloaded: bool
+    ledger: RequestLedger,
+    frame: ExperimentalFrame,
+    end_us: int,
+    overloaded: bool,
+    warmup_us: int | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Every metric the frame asks for, computed from the ledger's completed requests."""
-    warmup_us = round(frame.warmup_s * 1e6)
+    """Every metric the frame asks for, computed from the ledger's completed requests.
+
+    Requests arriving before ``warmup_us`` (default: the frame's ``warmup_s``) are left
+    out; an ``overloaded`` replication reports rates only."""
+    if warmup_us is None:
+        warmup_us = round(frame.warmup_s * 1e6)
     done = [
         r
         for r in ledger.records.values()

@@ -57,6 +57,7 @@ from blis_core.metrics import (
     detect_overload,
     estimate,
     fate_counts,
+    find_warmup,
     replication_metrics,
 )
 from blis_core.metrics.envelope import operating_point
@@ -600,6 +601,10 @@ def _replicate(
         on_requests(replication, request_outcomes(cluster.ledger))
     warmup_us = round(scenario.frame.warmup_s * 1e6)
     overloaded, evidence = detect_overload(cluster.ledger, warmup_us)
+    warmup = None
+    if scenario.frame.warmup_method == "mser5":
+        warmup = find_warmup(cluster.ledger, warmup_us)
+        warmup_us = warmup.end_us
     points.append(_run_point(cluster, end_us, overloaded))
     return ReplicationResult(
         replication=replication,
@@ -611,11 +616,20 @@ def _replicate(
         # Kept at the precision a Result is written with, so that the estimates can be
         # recomputed exactly from the replications a Result holds (and a resumed run,
         # which reads its finished replications back, gives the same bytes).
-        metrics=normalise(replication_metrics(cluster.ledger, scenario.frame, end_us, overloaded)),
+        metrics=normalise(
+            replication_metrics(
+                cluster.ledger,
+                scenario.frame,
+                end_us,
+                overloaded or (warmup is not None and not warmup.steady),
+                warmup_us,
+            )
+        ),
         rank_shares=merge_rank_shares(cluster.envs),
         method_shares=merge_method_shares(cluster.envs),
         steps=sum(e.steps for e in cluster.engines),
         events=cluster.sim.events,
+        warmup=warmup,
     )
 
 

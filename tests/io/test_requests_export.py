@@ -93,7 +93,7 @@ def test_a_bad_requests_path_is_refused_before_any_work(
 def test_parquet_is_written_with_the_same_rows(
     install_plugins: Callable[..., None], tmp_path: Path
 ) -> None:
-    import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
     install_plugins(TOY)
     scenario = _scenario_file(tmp_path, 1)
