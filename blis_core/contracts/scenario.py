@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from blis_core.contracts.base import Document
+from blis_core.contracts.base import Document, refuse_non_finite
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.workload import WorkloadSpec
 
@@ -109,6 +109,11 @@ class PoolSpec(Document):
         "engine that runs speculative decoding (its args configure the drafting)",
     )
 
+    @field_validator("args")
+    @classmethod
+    def _finite_args(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return refuse_non_finite(v)  # type: ignore[no-any-return]
+
 
 class RouterSpec(Document):
     """The router in front of the pools and its own configuration document.
@@ -131,6 +136,11 @@ class RouterSpec(Document):
     kv_event_delay_us: int = Field(
         default=0, ge=0, description="transport delay of engine steps' KV events to the router"
     )
+
+    @field_validator("config")
+    @classmethod
+    def _finite_config(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return refuse_non_finite(v)  # type: ignore[no-any-return]
 
     @model_validator(mode="after")
     def _one_config(self) -> RouterSpec:

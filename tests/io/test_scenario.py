@@ -71,3 +71,25 @@ def test_python_tags_are_refused(tmp_path: Path) -> None:
 def test_duplicate_keys_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InputRefused, match="duplicate key 'name'"):
         read_scenario_data(_write(tmp_path, "name: a\nname: b\n"))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("where", ["args", "router"])
+def test_a_non_finite_number_in_a_free_form_document_is_refused_by_path(
+    bad: float, where: str
+) -> None:
+    from blis_core.io.scenario import parse_scenario
+
+    doc = load_scenario(None).model_dump(mode="json")
+    if where == "args":
+        doc["deployment"]["pools"][0]["args"]["hf_token"] = {"a": [1.0, bad]}
+        field, inner = "deployment.pools.0.args", "hf_token.a.1"
+    else:
+        doc["deployment"]["router"] = {"kind": "llm-d", "version": "v0.10.0"}
+        doc["deployment"]["router"]["config"] = {"plugins": [{"weight": bad}]}
+        field, inner = "deployment.router.config", "plugins.0.weight"
+    with pytest.raises(InputRefused) as exc:
+        parse_scenario(doc, "t")
+    err = exc.value.errors[0]
+    assert err.path == field
+    assert f"{bad!r} at {inner} is not a finite number" in err.cause
