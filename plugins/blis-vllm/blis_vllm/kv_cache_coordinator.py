@@ -201,7 +201,7 @@ class KVCacheCoordinator:
         managers = self._caching_managers
         if not managers:
             return
-        num_tokens = max(0, num_computed_tokens - self.num_reprefillable_tokens)
+        num_tokens = self.get_num_cacheable_tokens(num_computed_tokens)
         hashes = request.block_hashes
         assert hashes is not None
         # Most calls (a decode step inside a block) complete no block in any group.
