@@ -144,7 +144,8 @@ def replication_metrics(
     """Every metric the frame asks for, computed from the ledger's completed requests.
 
     Requests arriving before ``warmup_us`` (default: the frame's ``warmup_s``) are left
-    out; an ``overloaded`` replication reports rates only."""
+    out; an ``overloaded`` replication (or one that found no steady state) reports rates
+    only."""
     if warmup_us is None:
         warmup_us = round(frame.warmup_s * 1e6)
     done = [
