@@ -9,10 +9,10 @@ regenerates ``golden.json`` with ``BLIS_UPDATE_SHIPPED_GATE=1`` in a commit of i
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from blis_conformance import assert_golden
 
 from blis_core.contracts.result import Result
 from blis_core.io.scenario import load_scenario
@@ -38,15 +38,7 @@ def data() -> DataSources:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_result_bytes_unchanged(name: str, data: DataSources) -> None:
-    result = _run(name, data)
-    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-    if os.environ.get("BLIS_UPDATE_SHIPPED_GATE") == "1":
-        golden[name] = result.content_hash
-        GOLDEN.write_text(json.dumps(golden, indent=2, sort_keys=True) + "\n")
-        pytest.fail(f"shipped gate golden updated for {name}; review and commit it")
-    assert golden.get(name) == result.content_hash, (
-        f"{name}: Result bytes changed ({golden.get(name)} -> {result.content_hash})"
-    )
+    assert_golden(GOLDEN, name, _run(name, data).content_hash, "BLIS_UPDATE_SHIPPED_GATE")
 
 
 def test_without_the_calibrated_method_the_default_is_roofline_priced_and_says_so() -> None:

@@ -14,6 +14,7 @@ from blis_conformance.cost import (
     FloorConformance,
 )
 from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
+from blis_conformance.golden import assert_golden
 from blis_conformance.router import RouterConformance
 from blis_conformance.scoring import GroundTruthAdapterConformance, ScorerConformance
 
@@ -26,5 +27,6 @@ __all__ = [
     "PrefixCachingConformance",
     "RouterConformance",
     "ScorerConformance",
+    "assert_golden",
     "drive_engine",
 ]

@@ -8,12 +8,11 @@ update is never silent.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from blis_conformance import assert_golden
 
 from blis_core.io.scenario import load_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
@@ -35,14 +34,7 @@ def test_result_bytes_unchanged(
 ) -> None:
     install_plugins(TOY)
     result = run_scenario(load_scenario(str(GATE / f"{name}.yaml")), make_host(), data)
-    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-    if os.environ.get("BLIS_UPDATE_BYTE_GATE") == "1":
-        golden[name] = result.content_hash
-        GOLDEN.write_text(json.dumps(golden, indent=2, sort_keys=True) + "\n")
-        pytest.fail(f"byte gate golden updated for {name}; review and commit it")
-    assert golden.get(name) == result.content_hash, (
-        f"{name}: Result bytes changed ({golden.get(name)} -> {result.content_hash})"
-    )
+    assert_golden(GOLDEN, name, result.content_hash, "BLIS_UPDATE_BYTE_GATE")
 
 
 def test_gate_scenarios_cover_the_kernel_paths() -> None:

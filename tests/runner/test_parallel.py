@@ -16,7 +16,7 @@ from blis_core.contracts.errors import PluginError
 from blis_core.contracts.result import RequestOutcome
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, RunProgress, make_host, run_scenario
-from tests.runner.test_run import TOY, _scenario
+from tests.runner.test_run import FAULTY, TOY, _faulty_scenario, _scenario
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +83,8 @@ def test_a_worker_that_dies_leaves_the_rest_to_the_parent(
 def test_a_plugin_raising_in_a_worker_is_named_as_in_a_serial_run(
     install_plugins: Callable[..., None], data: DataSources
 ) -> None:
-    install_plugins(TOY, ("blis-faulty", "blis.engines", "faulty", "raising_engine"))
-    doc = _scenario()
-    doc["deployment"]["pools"][0]["engine"] = {"kind": "faulty", "version": "1.0"}
-    doc["deployment"]["pools"][0]["replicas"] = 1
-    doc["deployment"]["router"] = None
+    install_plugins(TOY, FAULTY)
+    doc = _faulty_scenario()
     doc["frame"] = {"replications": 3}
     with pytest.raises(PluginError) as exc:
         run_scenario(parse_scenario(doc, "t"), make_host(), data, jobs=2)

@@ -310,14 +310,23 @@ def test_a_raising_engine_factory_is_refused_naming_the_pool(
     assert run_scenario(parse_scenario(_scenario(), "t"), make_host(), data).replications
 
 
-def test_an_engine_raising_mid_run_is_named_with_where_the_run_was(
-    install_plugins: Callable[..., None], data: DataSources
-) -> None:
-    install_plugins(TOY, ("blis-faulty", "blis.engines", "faulty", "raising_engine"))
+FAULTY = ("blis-faulty", "blis.engines", "faulty", "raising_engine")
+
+
+def _faulty_scenario() -> dict[str, Any]:
+    """One instance of the ``faulty`` engine (its fourth schedule raises), no router."""
     doc = _scenario()
     doc["deployment"]["pools"][0]["engine"] = {"kind": "faulty", "version": "1.0"}
     doc["deployment"]["pools"][0]["replicas"] = 1
     doc["deployment"]["router"] = None
+    return doc
+
+
+def test_an_engine_raising_mid_run_is_named_with_where_the_run_was(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, FAULTY)
+    doc = _faulty_scenario()
     with pytest.raises(PluginError) as exc:
         run_scenario(parse_scenario(doc, "t"), make_host(), data)
     text = str(exc.value)
@@ -328,12 +337,9 @@ def test_an_engine_raising_mid_run_is_named_with_where_the_run_was(
 def test_an_engine_raising_mid_run_is_taken_out_and_the_others_run_on(
     install_plugins: Callable[..., None], data: DataSources
 ) -> None:
-    install_plugins(TOY, ("blis-faulty", "blis.engines", "faulty", "raising_engine"))
+    install_plugins(TOY, FAULTY)
     host = make_host()
-    doc = _scenario()
-    doc["deployment"]["pools"][0]["engine"] = {"kind": "faulty", "version": "1.0"}
-    doc["deployment"]["pools"][0]["replicas"] = 1
-    doc["deployment"]["router"] = None
+    doc = _faulty_scenario()
     with pytest.raises(PluginError):
         run_scenario(parse_scenario(doc, "t"), host, data)
     rec = host.records[("blis.engines", "faulty")]

@@ -16,13 +16,12 @@ the decisions against vLLM itself; this gate proves a refactor changed none of t
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from blis_conformance import assert_golden
 from blis_core.contracts.result import Result
 from blis_core.io.scenario import load_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
@@ -45,15 +44,7 @@ def _run(name: str, data: DataSources) -> Result:
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_result_bytes_unchanged(name: str, data: DataSources) -> None:
-    result = _run(name, data)
-    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
-    if os.environ.get("BLIS_UPDATE_DECISION_GATE") == "1":
-        golden[name] = result.content_hash
-        GOLDEN.write_text(json.dumps(golden, indent=2, sort_keys=True) + "\n")
-        pytest.fail(f"decision gate golden updated for {name}; review and commit it")
-    assert golden.get(name) == result.content_hash, (
-        f"{name}: Result bytes changed ({golden.get(name)} -> {result.content_hash})"
-    )
+    assert_golden(GOLDEN, name, _run(name, data).content_hash, "BLIS_UPDATE_DECISION_GATE")
 
 
 def _counting(monkeypatch: pytest.MonkeyPatch, cls: Any, method: str) -> list[int]:
