@@ -69,7 +69,7 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
             f"({rep0.overload_evidence})"
         )
     units = {d.name: d.unit for d in result.metric_definitions}
-    table = Table(title="Estimates (mean over replications, CI when >= 2)")
+    table = Table(title="Estimates (mean over replications; CI when >= 2, or from batch means)")
     for col in ("metric", "unit", "mean", "p50", "p90", "p99"):
         table.add_column(col, justify="right" if col not in ("metric", "unit") else "left")
     for name, stats in result.estimates.items():

@@ -81,6 +81,7 @@ from blis_core.contracts.request import (
 )
 from blis_core.contracts.result import (
     AxisExcursion,
+    BatchMeans,
     DataStamp,
     Estimate,
     FateCounts,
@@ -176,6 +177,7 @@ __all__ = [
     "ArrivalSpec",
     "AttentionKind",
     "AxisExcursion",
+    "BatchMeans",
     "BlisError",
     "BlockRemoved",
     "BlockStored",

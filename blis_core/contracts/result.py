@@ -17,6 +17,7 @@ from blis_core.contracts.scenario import Scenario
 
 __all__ = [
     "AxisExcursion",
+    "BatchMeans",
     "DataStamp",
     "Estimate",
     "FateCounts",
@@ -134,6 +135,17 @@ class WarmupFound(Document):
     cause: str = Field(default="", description="why no steady state was found")
 
 
+class BatchMeans(Document):
+    """A metric's mean with a batch-means interval within one replication."""
+
+    batches: int
+    batch_size: int = Field(description="observations per batch (a remainder is left out)")
+    ci_low: float | None = Field(description="None when the batches fail the acceptance test")
+    ci_high: float | None
+    lag1: float = Field(description="lag-1 autocorrelation of the batch means")
+    cause: str = Field(default="", description="why there is no interval")
+
+
 class ReplicationResult(Document):
     """One replication: its seed, fates and per-metric statistics."""
 
@@ -155,13 +167,17 @@ class ReplicationResult(Document):
     warmup: WarmupFound | None = Field(
         default=None, description="the warm-up found (frame warmup_method mser5 only)"
     )
+    batch_means: dict[str, BatchMeans] | None = Field(
+        default=None, description="latency metric -> batch means (frame interval batch_means)"
+    )
 
     @model_serializer(mode="wrap")
-    def _omit_fixed_warmup(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A replication with the fixed warm-up dumps (and hashes) as it did before.
+    def _omit_unset_additions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A replication of a frame without them dumps (and hashes) as it did before.
         doc: dict[str, Any] = handler(self)
-        if doc.get("warmup", "") is None:
-            del doc["warmup"]
+        for key in ("warmup", "batch_means"):
+            if doc.get(key, "") is None:
+                del doc[key]
         return doc
 
 

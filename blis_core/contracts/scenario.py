@@ -187,7 +187,10 @@ class ExperimentalFrame(Document):
     E2E latencies in arrival order, the truncation in the first half that minimises the
     marginal standard error), and a replication whose minimum sits at the half of its
     series has not reached steady state: it reports no latency figure. Replications start at
-    ``replications`` seeds derived from the scenario seed.
+    ``replications`` seeds derived from the scenario seed. Intervals come from the
+    replications (``interval: replications``), or, for one long replication, from batch
+    means (``interval: batch_means``: each latency series after the warm-up in 20
+    batches, a Student-t interval on the mean, none when the batch means are correlated).
     """
 
     horizon_s: float | None = Field(
@@ -195,6 +198,11 @@ class ExperimentalFrame(Document):
     )
     warmup_s: float = Field(
         default=0.0, ge=0, description="requests arriving earlier are left out of statistics"
+    )
+    interval: Literal["replications", "batch_means"] = Field(
+        default="replications",
+        description="where a mean's confidence interval comes from: the replications, or "
+        "batch means within one replication (replications must be 1)",
     )
     warmup_method: Literal["fixed", "mser5"] = Field(
         default="fixed",
@@ -237,12 +245,24 @@ class ExperimentalFrame(Document):
             raise ValueError(f"percentiles must lie in (0, 100), got {bad}")
         return v
 
+    @model_validator(mode="after")
+    def _batch_means_alone(self) -> ExperimentalFrame:
+        if self.interval == "batch_means" and self.replications != 1:
+            raise ValueError(
+                f"interval batch_means needs replications 1 (got {self.replications}): with "
+                "several replications the interval comes from them"
+            )
+        return self
+
     @model_serializer(mode="wrap")
-    def _omit_fixed_warmup(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # A frame with the fixed warm-up dumps (and hashes) as it did before the field.
+    def _omit_defaults_added_later(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A frame with the fixed warm-up and replication intervals dumps (and hashes) as
+        # it did before those fields existed.
         doc: dict[str, Any] = handler(self)
         if doc.get("warmup_method") == "fixed":
             del doc["warmup_method"]
+        if doc.get("interval") == "replications":
+            del doc["interval"]
         return doc
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from blis_core.metrics.ledger import Fate, RequestLedger, RequestRecord
 from blis_core.metrics.registry import LATENCY_METRICS, METRICS, RATE_METRICS, definition
 from blis_core.metrics.statistics import (
+    batch_means,
     detect_overload,
     estimate,
     fate_counts,
     find_warmup,
     mser5,
+    replication_batch_means,
     replication_metrics,
 )
 
@@ -20,11 +22,13 @@ __all__ = [
     "Fate",
     "RequestLedger",
     "RequestRecord",
+    "batch_means",
     "definition",
     "detect_overload",
     "estimate",
     "fate_counts",
     "find_warmup",
     "mser5",
+    "replication_batch_means",
     "replication_metrics",
 ]

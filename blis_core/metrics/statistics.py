@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats as sps  # type: ignore[import-untyped, unused-ignore]
 
-from blis_core.contracts.result import Estimate, FateCounts, WarmupFound
+from blis_core.contracts.result import BatchMeans, Estimate, FateCounts, WarmupFound
 from blis_core.contracts.scenario import ExperimentalFrame
-from blis_core.metrics.ledger import Fate, RequestLedger
+from blis_core.metrics.ledger import Fate, RequestLedger, RequestRecord
 from blis_core.metrics.registry import LATENCY_METRICS
 
 __all__ = ["detect_overload", "estimate", "fate_counts", "replication_metrics"]
@@ -148,28 +148,15 @@ def replication_metrics(
     only."""
     if warmup_us is None:
         warmup_us = round(frame.warmup_s * 1e6)
-    done = [
-        r
-        for r in ledger.records.values()
-        if r.fate == Fate.COMPLETED and r.arrival_us >= warmup_us and r.first_token_us >= 0
-    ]
+    done = _completed(ledger, warmup_us)
+    samples = _latency_samples(done)
     slo = frame.slo
-    samples: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
     good = 0
     in_tokens = out_tokens = 0
     for r in done:
         ttft = (r.first_token_us - r.arrival_us) / _US_PER_MS
         e2e = (r.last_token_us - r.arrival_us) / _US_PER_MS
-        samples["ttft"].append(ttft)
-        samples["e2e"].append(e2e)
-        samples["ntpot"].append(e2e / max(r.output_tokens, 1))
-        samples["itl"].extend(g / _US_PER_MS for g in r.chunk_gaps_us)
-        tpot = None
-        if r.output_tokens > 1:
-            tpot = (e2e - ttft) / (r.output_tokens - 1)
-            samples["tpot"].append(tpot)
-        if r.scheduled_us >= 0:
-            samples["scheduling_delay"].append((r.scheduled_us - r.arrival_us) / _US_PER_MS)
+        tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
         in_tokens += r.input_tokens
         out_tokens += r.output_tokens
         if (
@@ -193,6 +180,94 @@ def replication_metrics(
         elif name in samples and not overloaded:
             metrics[name] = _summary(np.asarray(samples[name], dtype=float), frame.percentiles)
     return metrics
+
+
+def _completed(ledger: RequestLedger, warmup_us: int) -> list[RequestRecord]:
+    """The completed requests arriving at or after ``warmup_us``, in arrival order."""
+    return [
+        r
+        for r in ledger.records.values()
+        if r.fate == Fate.COMPLETED and r.arrival_us >= warmup_us and r.first_token_us >= 0
+    ]
+
+
+def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, list[float]]:
+    """Every latency metric's samples (ms) of ``done``, request by request."""
+    samples: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+    for r in done:
+        ttft = (r.first_token_us - r.arrival_us) / _US_PER_MS
+        e2e = (r.last_token_us - r.arrival_us) / _US_PER_MS
+        samples["ttft"].append(ttft)
+        samples["e2e"].append(e2e)
+        samples["ntpot"].append(e2e / max(r.output_tokens, 1))
+        samples["itl"].extend(g / _US_PER_MS for g in r.chunk_gaps_us)
+        if r.output_tokens > 1:
+            samples["tpot"].append((e2e - ttft) / (r.output_tokens - 1))
+        if r.scheduled_us >= 0:
+            samples["scheduling_delay"].append((r.scheduled_us - r.arrival_us) / _US_PER_MS)
+    return samples
+
+
+BATCH_MEANS_BATCHES = 20
+BATCH_MEANS_MIN_SIZE = 10
+BATCH_MEANS_LAG1_Z = 1.645
+"""One-sided 95 % normal quantile: independent batch means show a lag-1 autocorrelation
+above ``BATCH_MEANS_LAG1_Z / sqrt(batches)`` one time in twenty."""
+
+
+def batch_means(values: Sequence[float], confidence: float) -> BatchMeans:
+    """The batch-means interval of a series' mean (Law, *Simulation Modeling and
+    Analysis*, §9.5.3): :data:`BATCH_MEANS_BATCHES` batches of equal size (a remainder
+    at the end left out), a Student-t half-width from the batch means' variance, centred
+    on the whole series' mean. No interval with batches smaller than
+    :data:`BATCH_MEANS_MIN_SIZE`, or when the batch means' lag-1 autocorrelation is
+    significantly positive (above ``BATCH_MEANS_LAG1_Z / sqrt(batches)``): the batches are
+    then too short to be independent, and the interval would be too narrow."""
+    k = BATCH_MEANS_BATCHES
+    size = len(values) // k
+    if size < BATCH_MEANS_MIN_SIZE:
+        return BatchMeans(
+            batches=k,
+            batch_size=size,
+            ci_low=None,
+            ci_high=None,
+            lag1=0.0,
+            cause=f"{len(values)} observations: {k} batches need at least "
+            f"{k * BATCH_MEANS_MIN_SIZE}",
+        )
+    arr = np.asarray(values, dtype=float)
+    z = arr[: k * size].reshape(k, size).mean(axis=1)
+    dev = z - z.mean()
+    denom = float((dev * dev).sum())
+    lag1 = float((dev[:-1] * dev[1:]).sum() / denom) if denom > 0 else 0.0
+    bound = BATCH_MEANS_LAG1_Z / math.sqrt(k)
+    if lag1 > bound:
+        return BatchMeans(
+            batches=k,
+            batch_size=size,
+            ci_low=None,
+            ci_high=None,
+            lag1=lag1,
+            cause=f"batch means correlated (lag-1 {lag1:.2f}, more than {bound:.2f}): run longer",
+        )
+    mean = float(arr.mean())
+    half = float(sps.t.ppf(0.5 + confidence / 2.0, k - 1)) * float(z.std(ddof=1)) / math.sqrt(k)
+    return BatchMeans(
+        batches=k, batch_size=size, ci_low=mean - half, ci_high=mean + half, lag1=lag1
+    )
+
+
+def replication_batch_means(
+    ledger: RequestLedger, frame: ExperimentalFrame, warmup_us: int
+) -> dict[str, BatchMeans]:
+    """Batch means of every latency metric the frame asks for, over the completed
+    requests after the warm-up in arrival order (inter-token gaps request by request)."""
+    samples = _latency_samples(_completed(ledger, warmup_us))
+    return {
+        name: batch_means(samples[name], frame.confidence)
+        for name in frame.metrics
+        if name in samples
+    }
 
 
 def estimate(values: Sequence[float], confidence: float) -> Estimate:

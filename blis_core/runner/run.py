@@ -58,6 +58,7 @@ from blis_core.metrics import (
     estimate,
     fate_counts,
     find_warmup,
+    replication_batch_means,
     replication_metrics,
 )
 from blis_core.metrics.envelope import operating_point
@@ -606,6 +607,10 @@ def _replicate(
         warmup = find_warmup(cluster.ledger, warmup_us)
         warmup_us = warmup.end_us
     points.append(_run_point(cluster, end_us, overloaded))
+    latencies = not overloaded and (warmup is None or warmup.steady)
+    batches = None
+    if scenario.frame.interval == "batch_means" and latencies:
+        batches = replication_batch_means(cluster.ledger, scenario.frame, warmup_us)
     return ReplicationResult(
         replication=replication,
         seed=seed,
@@ -621,7 +626,7 @@ def _replicate(
                 cluster.ledger,
                 scenario.frame,
                 end_us,
-                overloaded or (warmup is not None and not warmup.steady),
+                not latencies,
                 warmup_us,
             )
         ),
@@ -630,6 +635,7 @@ def _replicate(
         steps=sum(e.steps for e in cluster.engines),
         events=cluster.sim.events,
         warmup=warmup,
+        batch_means=batches,
     )
 
 
@@ -905,6 +911,13 @@ def _assemble(
             for stat, vals in sorted(per_stat.items())
             if len(vals) == n and stat != "count"
         }
+        batch = reps[0].batch_means.get(name) if n == 1 and reps[0].batch_means else None
+        mean = estimates[name].get("mean")
+        if batch is not None and mean is not None and batch.ci_low is not None:
+            # One long replication: the mean's interval from its batch means.
+            estimates[name]["mean"] = mean.model_copy(
+                update={"ci_low": batch.ci_low, "ci_high": batch.ci_high}
+            )
     result = Result(
         scenario=scenario,
         scenario_hash=content_hash(scenario.model_dump(mode="json")),
