@@ -523,6 +523,108 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_search(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from blis_core.io.scenario import read_scenario_data
+    from blis_core.io.yaml_safe import load_yaml_mapping
+    from blis_core.report import make_console
+    from blis_core.search import SearchSpace, fresh_objective, run_search
+
+    jobs = _jobs(args)
+    path = Path(args.space)
+    doc = load_yaml_mapping(path)
+    try:
+        space = SearchSpace.model_validate(doc)
+    except ValidationError as err:
+        raise InputRefused(_validation_errors(err), str(path)) from None
+    base_path = None if space.base is None else str(path.parent / space.base)
+    base, _ = read_scenario_data(base_path)
+    base_dir = Path(base_path).resolve().parent if base_path else None
+    journal = Path(args.journal) if args.journal else path.with_suffix(".journal.jsonl")
+    _check_writable(journal, "--journal")
+    if args.json and args.json != "-":
+        _check_writable(Path(args.json), "--json")
+
+    def progress(done: int, total: int, rec: Any) -> None:
+        what = rec.reason[:120] if rec.status != "done" else "done"
+        print(f"point {done}/{total} ({rec.index}): {what}", file=sys.stderr, flush=True)
+
+    outcome = run_search(
+        space,
+        base,
+        base_dir,
+        journal,
+        jobs=jobs,
+        progress=progress,
+        reestimate=None if args.no_reestimate else fresh_objective(space, base, base_dir, jobs),
+    )
+    obj = space.objective
+    unit = f"{obj.metric}{' per GPU' if obj.per_gpu else ''} ({obj.direction})"
+    rows: list[dict[str, Any]] = [
+        {
+            "rank": n,
+            "point": r.record.point,
+            "mean": r.objective.mean,
+            "ci_low": r.objective.ci_low,
+            "ci_high": r.objective.ci_high,
+            "best_is_better_p": r.p_value,
+            "distinguished_from_best": r.distinguished,
+        }
+        for n, r in enumerate(outcome.ranking, 1)
+    ]
+    others: list[dict[str, Any]] = [
+        {"point": rec.point, "status": "infeasible", "reason": why}
+        for rec, why in outcome.infeasible
+    ] + [
+        {"point": rec.point, "status": rec.status, "reason": rec.reason}
+        for rec in outcome.records
+        if rec.status != "done"
+    ]
+    fresh = outcome.winner_fresh
+    if args.json:
+        text = json.dumps(
+            {
+                "objective": unit,
+                "confidence": space.confidence,
+                "ranking": rows,
+                "not_ranked": others,
+                "winner_on_fresh_seeds": None if fresh is None else fresh.model_dump(),
+                "journal": str(journal),
+            },
+            indent=2,
+        )
+        if args.json == "-":
+            print(text)
+        else:
+            _write_atomically(Path(args.json), text + "\n")
+    console = make_console()
+    table = Table(title=f"search: {unit}, {space.replications} replications per point")
+    for col in ("rank", "point", "mean", f"{space.confidence:.0%} interval", "best is better"):
+        table.add_column(col)
+    for row in rows:
+        ci = "-" if row["ci_low"] is None else f"[{row['ci_low']:.4g}, {row['ci_high']:.4g}]"
+        verdict = (
+            "(best)"
+            if row["rank"] == 1
+            else ("yes" if row["distinguished_from_best"] else "not distinguished")
+            + f" (p {row['best_is_better_p']:.3g})"
+        )
+        point = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row["point"].items())
+        table.add_row(str(row["rank"]), point, f"{row['mean']:.4g}", ci, verdict)
+    console.print(table)
+    for other in others:
+        point = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in other["point"].items())
+        console.print(f"{other['status']}: {point}: {other['reason']}")
+    if fresh is not None:
+        ci = "" if fresh.ci_low is None else f" [{fresh.ci_low:.4g}, {fresh.ci_high:.4g}]"
+        console.print(f"winner on fresh seeds: {fresh.mean:.4g}{ci}")
+    elif not rows:
+        console.print("no feasible point")
+    console.print(f"journal: {journal} (a rerun continues from it)")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -1025,6 +1127,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     data_args(p)
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser(
+        "search",
+        help="run a search space (grid or random) and rank its points under SLO constraints",
+    )
+    p.add_argument("space", metavar="SPACE.yaml")
+    p.add_argument(
+        "--journal",
+        metavar="PATH",
+        help="where finished points are kept (default: SPACE.journal.jsonl); a rerun "
+        "continues from it",
+    )
+    p.add_argument("--json", metavar="PATH", help="write the ranking as JSON (- for stdout)")
+    p.add_argument(
+        "--no-reestimate", action="store_true", help="do not rerun the winner on fresh seeds"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="worker processes for the points (default: every core; same ranking)",
+    )
+    p.set_defaults(func=_cmd_search)
 
     p = sub.add_parser("validate", help="check a scenario and report every error")
     p.add_argument("scenario")
