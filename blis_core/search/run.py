@@ -1,10 +1,13 @@
 """Running a search: points in worker processes, a journal, a ranking with Holm.
 
-Each point's scenario runs its replications on the base scenario's seed (common random
-numbers). As a point finishes, a line is appended to the journal (JSON lines: the point,
-its status, and every replication's metrics), so an interrupted search continues where it
-stopped: a rerun reads the journal and runs only the points it does not hold as done or
-refused (a failed point runs again). A point the engine or router refuses (as the
+Points are every combination of the axes (grid), a seeded sample of them (random), or
+the trials of Optuna's TPE sampler (optuna: sequential, each trial seeded by its number,
+so a resumed search asks what an uninterrupted one would). Each point's scenario runs its
+replications on the base scenario's seed (common random numbers). As a point finishes,
+a line is appended to the journal (JSON lines: the point, its status, and every
+replication's metrics), so an interrupted search continues where it stopped: a rerun
+reads the journal and runs only the points it does not hold as done or refused (a
+failed point runs again). A point the engine or router refuses (as the
 upstream would) is kept with the refusal and never ranked.
 
 The ranking: a point is feasible when each constraint holds on its estimate (the mean
@@ -17,6 +20,7 @@ run again on fresh seeds (the base seed plus one), an estimate no selection has 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -29,7 +33,7 @@ from typing import Any
 
 from scipy import stats as sps  # type: ignore[import-untyped, unused-ignore]
 
-from blis_core.contracts.errors import BlisError
+from blis_core.contracts.errors import BlisError, InputRefused
 from blis_core.contracts.result import Estimate
 from blis_core.contracts.scenario import Scenario
 from blis_core.io.canonical import canonical_json
@@ -99,8 +103,11 @@ def gpus_of(scenario: Scenario) -> int:
     )
 
 
-def _read_journal(path: Path, points: Sequence[dict[str, Any]]) -> dict[int, PointRecord]:
-    """The finished points of an earlier run of the same search (done or refused)."""
+def _read_journal(
+    path: Path, points: Sequence[dict[str, Any]] | None, limit: int
+) -> dict[int, PointRecord]:
+    """The finished points of an earlier run of the same search (any but failed):
+    ``points`` the fixed points (grid, random), or ``None`` for trials (optuna)."""
     kept: dict[int, PointRecord] = {}
     if not path.exists():
         return kept
@@ -112,7 +119,8 @@ def _read_journal(path: Path, points: Sequence[dict[str, Any]]) -> dict[int, Poi
             rec = PointRecord(**doc)
         except (ValueError, TypeError):
             continue  # a line cut by an interrupt: that point runs again
-        if rec.index < len(points) and points[rec.index] == rec.point and rec.status != "failed":
+        same = points is None or points[rec.index] == rec.point
+        if rec.index < limit and same and rec.status != "failed":
             kept[rec.index] = rec
     return kept
 
@@ -168,11 +176,21 @@ def run_search(
     ``reestimate(point)``, when given, reruns the winner on fresh seeds and returns its
     objective per replication.
     """
-    points = points_of(space)
-    records = _read_journal(journal, points)
-    todo = [i for i in range(len(points)) if i not in records]
     where = str(base_dir) if base_dir is not None else None
-    total = len(points)
+    if space.strategy == "optuna":
+        if importlib.util.find_spec("optuna") is None:
+            raise InputRefused.one(
+                "strategy", "optuna", "needs optuna: pip install 'blis-core[search]'"
+            )
+        assert space.samples is not None
+        points: list[dict[str, Any]] = []
+        total = space.samples
+        records = _read_journal(journal, None, total)
+    else:
+        points = points_of(space)
+        total = len(points)
+        records = _read_journal(journal, points, total)
+    todo = [i for i in range(total) if i not in records]
     with journal.open("a", encoding="utf-8") as log:
 
         def keep(rec: PointRecord) -> None:
@@ -183,7 +201,9 @@ def run_search(
             if progress is not None:
                 progress(len(records), total, rec)
 
-        if jobs <= 1 or len(todo) <= 1:
+        if space.strategy == "optuna":
+            _trials(space, records, base, where, keep)
+        elif jobs <= 1 or len(todo) <= 1:
             for i in todo:
                 keep(_evaluate(i, points[i], base, where, space.replications))
         else:
@@ -194,6 +214,70 @@ def run_search(
         values = list(reestimate(outcome.ranking[0].record.point))
         outcome.winner_fresh = estimate(values, space.confidence) if values else None
     return outcome
+
+
+def _trials(
+    space: SearchSpace,
+    records: dict[int, PointRecord],
+    base: dict[str, Any],
+    base_dir: str | None,
+    keep: Callable[[PointRecord], None],
+) -> None:
+    """Optuna's TPE sampler, one trial after the other: the history is every earlier
+    trial (journaled ones told again on a rerun), and trial ``n`` samples with the seed
+    ``seed + n``, so a resumed search asks what an uninterrupted one would. A point
+    sampled again is not rerun (its trial repeats the earlier outcome). Values are
+    axis indices, so any value (a mapping, a list) can be an axis value."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    direction = "maximize" if space.objective.direction == "max" else "minimize"
+    study = optuna.create_study(direction=direction)
+    dists: dict[str, Any] = {
+        a.path: CategoricalDistribution(list(range(len(a.values)))) for a in space.axes
+    }
+
+    def value_of(rec: PointRecord) -> float | None:
+        if rec.status == "repeat":
+            rec = next(r for r in records.values() if r.point == rec.point and r.status != "repeat")
+        if rec.status != "done":
+            return None
+        values, _ = assess(space, rec)
+        return None if values is None else sum(values) / len(values)
+
+    assert space.samples is not None
+    for n in range(space.samples):
+        if n in records:
+            params = {a.path: a.values.index(records[n].point[a.path]) for a in space.axes}
+            value = value_of(records[n])
+            study.add_trial(
+                create_trial(
+                    params=params,
+                    distributions=dists,
+                    value=value,
+                    state=TrialState.COMPLETE if value is not None else TrialState.FAIL,
+                )
+            )
+            continue
+        study.sampler = optuna.samplers.TPESampler(seed=space.seed + n)
+        trial = study.ask(dists)
+        point = {a.path: a.values[trial.params[a.path]] for a in space.axes}
+        earlier = next(
+            (r for r in records.values() if r.point == point and r.status != "repeat"), None
+        )
+        if earlier is None:
+            rec = _evaluate(n, point, base, base_dir, space.replications)
+        else:
+            rec = PointRecord(n, point, "repeat", f"the point of trial {earlier.index}")
+        records[n] = rec
+        value = value_of(rec)
+        if value is None:
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            study.tell(trial, value)
+        keep(rec)
 
 
 def _in_workers(
@@ -284,6 +368,27 @@ def _objective_values(space: SearchSpace, rec: PointRecord, metric: str) -> list
     return values
 
 
+def assess(space: SearchSpace, rec: PointRecord) -> tuple[list[float] | None, str]:
+    """A done point's objective per replication (per GPU if asked), or why it is not
+    feasible: the objective or a constrained metric not estimated, a bound broken."""
+    obj = space.objective
+    values = _objective_values(space, rec, obj.metric)
+    if values is None:
+        return None, f"{obj.metric} not estimated (overloaded or no steady state)"
+    if obj.per_gpu:
+        values = [v / max(rec.gpus, 1) for v in values]
+    for c in space.constraints:
+        got = _objective_values(space, rec, c.metric)
+        if got is None:
+            return None, f"{c.metric} not estimated (overloaded or no steady state)"
+        mean = sum(got) / len(got)
+        if c.max is not None and mean > c.max:
+            return None, f"{c.metric} {mean:.4g} > {c.max:g}"
+        if c.min is not None and mean < c.min:
+            return None, f"{c.metric} {mean:.4g} < {c.min:g}"
+    return values, ""
+
+
 def rank(space: SearchSpace, records: Sequence[PointRecord]) -> SearchOutcome:
     """Feasible points ordered by the objective, the best tested against each (Holm)."""
     feasible: list[tuple[PointRecord, list[float], Estimate]] = []
@@ -292,29 +397,11 @@ def rank(space: SearchSpace, records: Sequence[PointRecord]) -> SearchOutcome:
     for rec in records:
         if rec.status != "done":
             continue
-        values = _objective_values(space, rec, obj.metric)
+        values, why = assess(space, rec)
         if values is None:
-            infeasible.append((rec, f"{obj.metric} not estimated (overloaded or no steady state)"))
-            continue
-        if obj.per_gpu:
-            values = [v / max(rec.gpus, 1) for v in values]
-        broken = ""
-        for c in space.constraints:
-            got = _objective_values(space, rec, c.metric)
-            if got is None:
-                broken = f"{c.metric} not estimated (overloaded or no steady state)"
-                break
-            mean = sum(got) / len(got)
-            if c.max is not None and mean > c.max:
-                broken = f"{c.metric} {mean:.4g} > {c.max:g}"
-                break
-            if c.min is not None and mean < c.min:
-                broken = f"{c.metric} {mean:.4g} < {c.min:g}"
-                break
-        if broken:
-            infeasible.append((rec, broken))
-            continue
-        feasible.append((rec, values, estimate(values, space.confidence)))
+            infeasible.append((rec, why))
+        else:
+            feasible.append((rec, values, estimate(values, space.confidence)))
     sign = 1.0 if obj.direction == "max" else -1.0
     feasible.sort(key=lambda f: (-sign * f[2].mean, f[0].index))
     ranking = [Ranked(r, e, None, None) for r, _, e in feasible]

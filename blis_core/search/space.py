@@ -64,11 +64,13 @@ class SearchSpace(Document):
         description="the base scenario file (relative to this file); none: the embedded default",
     )
     axes: tuple[Axis, ...] = Field(min_length=1)
-    strategy: Literal["grid", "random"] = "grid"
+    strategy: Literal["grid", "random", "optuna"] = "grid"
     samples: int | None = Field(
-        default=None, gt=0, description="random: how many distinct points to draw"
+        default=None,
+        gt=0,
+        description="random: how many distinct points to draw; optuna: how many trials",
     )
-    seed: int = Field(default=0, ge=0, description="random: the draw's seed")
+    seed: int = Field(default=0, ge=0, description="random and optuna: the seed")
     objective: Objective
     constraints: tuple[Constraint, ...] = ()
     replications: int = Field(default=3, ge=2, le=1000, description="per point")
@@ -76,8 +78,8 @@ class SearchSpace(Document):
 
     @model_validator(mode="after")
     def _samples_for_random(self) -> SearchSpace:
-        if self.strategy == "random" and self.samples is None:
-            raise ValueError("strategy random needs samples")
+        if self.strategy != "grid" and self.samples is None:
+            raise ValueError(f"strategy {self.strategy} needs samples")
         if self.strategy == "grid" and self.samples is not None:
             raise ValueError("samples is for strategy random; grid tries every point")
         return self
@@ -86,7 +88,8 @@ class SearchSpace(Document):
 def points_of(space: SearchSpace) -> list[dict[str, Any]]:
     """The points to run, in a fixed order: every combination of the axes' values
     (grid), or ``samples`` distinct ones drawn with ``seed`` (random; all of them when
-    there are no more)."""
+    there are no more). Optuna's points are asked trial by trial
+    (:func:`blis_core.search.run.run_search`): here, every combination it may ask."""
     paths = [a.path for a in space.axes]
     combos = [
         dict(zip(paths, c, strict=True)) for c in itertools.product(*(a.values for a in space.axes))

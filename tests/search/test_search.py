@@ -13,6 +13,7 @@ import yaml
 
 import blis_core.search.run as search_run
 from blis_core.cli import main
+from blis_core.contracts.errors import InputRefused
 from blis_core.search import SearchSpace, apply_point, points_of, run_search
 from blis_core.search.run import PointRecord, _holm
 from tests.runner.test_run import TOY, _scenario
@@ -167,3 +168,39 @@ def test_the_shipped_example_space_names_50_valid_points() -> None:
     assert len(points) >= 50
     for point in points:
         parse_scenario(apply_point(base, point), "example point")
+
+
+def _optuna(tmp_path: Path) -> Any:
+    space = _space(strategy="optuna", samples=5, seed=3)
+    return run_search(space, _scenario(), tmp_path, tmp_path / "j.jsonl")
+
+
+def test_optuna_trials_resume_to_what_an_uninterrupted_search_asks(
+    install_plugins: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    (tmp_path / "whole").mkdir()
+    whole = _optuna(tmp_path / "whole")
+    assert len(whole.records) == 5 and whole.ranking
+    with monkeypatch.context() as m:
+        _counting(m, stop_at=3)
+        with pytest.raises(KeyboardInterrupt):
+            _optuna(tmp_path)
+    again = _optuna(tmp_path)
+    assert [(r.point, r.status) for r in again.records] == [
+        (r.point, r.status) for r in whole.records
+    ]
+    assert [r.objective for r in again.ranking] == [r.objective for r in whole.ranking]
+
+
+def test_optuna_without_the_package_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = search_run.importlib.util.find_spec
+    monkeypatch.setattr(
+        search_run.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "optuna" else real(name, *a),
+    )
+    with pytest.raises(InputRefused, match="needs optuna"):
+        _optuna(tmp_path)
