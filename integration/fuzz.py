@@ -568,10 +568,11 @@ def fuzz(
 ) -> Outcome:
     """Run ``cases`` generated cases spread over ``surfaces`` (default: every one)."""
     outcome = Outcome()
-    per = max(1, cases // len(surfaces))
     started = time.perf_counter()
-    for surface in surfaces:
+    for k, surface in enumerate(surfaces):
         strategy = SURFACES[surface]
+        # ``cases`` spread over the surfaces, the remainder to the first ones.
+        per = max(1, cases // len(surfaces) + (k < cases % len(surfaces)))
 
         @settings(
             max_examples=per,
