@@ -550,15 +550,24 @@ def _cmd_search(args: argparse.Namespace) -> int:
         what = rec.reason[:120] if rec.status != "done" else "done"
         print(f"point {done}/{total} ({rec.index}): {what}", file=sys.stderr, flush=True)
 
-    outcome = run_search(
-        space,
-        base,
-        base_dir,
-        journal,
-        jobs=jobs,
-        progress=progress,
-        reestimate=None if args.no_reestimate else fresh_objective(space, base, base_dir, jobs),
-    )
+    try:
+        outcome = run_search(
+            space,
+            base,
+            base_dir,
+            journal,
+            jobs=jobs,
+            progress=progress,
+            reestimate=None if args.no_reestimate else fresh_objective(space, base, base_dir, jobs),
+        )
+    except KeyboardInterrupt:
+        kept = sum(1 for line in journal.read_text().splitlines() if line.strip())
+        print(
+            f"blis: search interrupted; the {kept} finished point(s) are in {journal}: rerun "
+            "the same command to continue",
+            file=sys.stderr,
+        )
+        return 130
     obj = space.objective
     unit = f"{obj.metric}{' per GPU' if obj.per_gpu else ''} ({obj.direction})"
     rows: list[dict[str, Any]] = [

@@ -204,3 +204,21 @@ def test_optuna_without_the_package_is_refused_by_name(
     )
     with pytest.raises(InputRefused, match="needs optuna"):
         _optuna(tmp_path)
+
+
+def test_an_interrupted_search_command_says_where_its_points_are(
+    install_plugins: Callable[..., None],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install_plugins(TOY)
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(_scenario()))
+    space = _space().model_dump(mode="json")
+    space["base"] = "base.yaml"
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    _counting(monkeypatch, stop_at=3)
+    assert main(["search", str(path), "--jobs", "1"]) == 130
+    err = capsys.readouterr().err
+    assert "the 2 finished point(s) are in" in err and "rerun the same command" in err
