@@ -532,6 +532,10 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from blis_core.search import SearchSpace, fresh_objective, run_search
 
     jobs = _jobs(args)
+    if args.address is not None and args.backend != "ray":
+        raise InputRefused.one("--address", args.address, "is for --backend ray")
+    if args.backend == "ray" and args.address is None:
+        raise InputRefused.one("--backend", "ray", "needs --address of a running Ray cluster")
     path = Path(args.space)
     doc = load_yaml_mapping(path)
     try:
@@ -559,6 +563,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
             jobs=jobs,
             progress=progress,
             reestimate=None if args.no_reestimate else fresh_objective(space, base, base_dir, jobs),
+            ray_address=args.address,
         )
     except KeyboardInterrupt:
         kept = sum(1 for line in journal.read_text().splitlines() if line.strip())
@@ -1157,6 +1162,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="worker processes for the points (default: every core; same ranking)",
     )
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the points run: local processes, or Ray tasks on an existing cluster",
+    )
+    p.add_argument("--address", help="--backend ray: the cluster's address, e.g. 10.0.0.1:6379")
     p.set_defaults(func=_cmd_search)
 
     p = sub.add_parser("validate", help="check a scenario and report every error")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -170,13 +171,19 @@ def run_search(
     jobs: int = 1,
     progress: Callable[[int, int, PointRecord], None] | None = None,
     reestimate: Callable[[dict[str, Any]], Sequence[float]] | None = None,
+    ray_address: str | None = None,
 ) -> SearchOutcome:
     """Run every point of ``space`` not already in ``journal`` and rank them all.
 
+    ``ray_address``, when given, runs the points (grid, random) as Ray tasks on the
+    cluster there instead of local processes; the cluster's workers must have BLIS and
+    the plugins installed, and see the scenario's files at the same paths.
     ``reestimate(point)``, when given, reruns the winner on fresh seeds and returns its
     objective per replication.
     """
     where = str(base_dir) if base_dir is not None else None
+    if ray_address is not None and importlib.util.find_spec("ray") is None:
+        raise InputRefused.one("--backend", "ray", "needs ray: pip install 'blis-core[ray]'")
     if space.strategy == "optuna":
         if importlib.util.find_spec("optuna") is None:
             raise InputRefused.one(
@@ -203,6 +210,8 @@ def run_search(
 
         if space.strategy == "optuna":
             _trials(space, records, base, where, keep)
+        elif ray_address is not None:
+            _on_ray(todo, points, base, where, space.replications, ray_address, keep)
         elif jobs <= 1 or len(todo) <= 1:
             for i in todo:
                 keep(_evaluate(i, points[i], base, where, space.replications))
@@ -278,6 +287,40 @@ def _trials(
         else:
             study.tell(trial, value)
         keep(rec)
+
+
+def _on_ray(
+    todo: Sequence[int],
+    points: Sequence[dict[str, Any]],
+    base: dict[str, Any],
+    base_dir: str | None,
+    reps: int,
+    address: str,
+    keep: Callable[[PointRecord], None],
+) -> None:
+    """Points as Ray tasks on the cluster at ``address``, kept as they finish; a task
+    whose worker dies or raises fails its point (a rerun tries it again)."""
+    import ray
+
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        task = ray.remote(max_retries=0)(_evaluate)
+        pending = {task.remote(i, points[i], base, base_dir, reps): i for i in todo}
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                i = pending.pop(done[0])
+                try:
+                    keep(ray.get(done[0]))
+                except ray.exceptions.RayError as err:
+                    why = f"its Ray task failed ({type(err).__name__})"
+                    keep(PointRecord(i, points[i], "failed", why))
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+    finally:
+        ray.shutdown()
 
 
 def _in_workers(

@@ -1,0 +1,75 @@
+"""``blis search --backend ray`` against a Ray cluster the test starts: the ranking a
+local search gives (needs ray, which the conformance environment installs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from blis_core.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def ray_cluster() -> Iterator[str]:
+    """A one-node Ray cluster on loopback, stopped and its files removed afterwards."""
+    ray = str(Path(sys.executable).parent / "ray")
+    temp = tempfile.mkdtemp(prefix="blis-ray-")  # short: Ray's socket paths are bounded
+    port = _free_port()
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    start = [
+        ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+        "--disable-usage-stats", f"--temp-dir={temp}", "--node-ip-address=127.0.0.1",
+    ]  # fmt: skip
+    subprocess.run(start, check=True, env=env, capture_output=True, timeout=120)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_search_on_ray_ranks_as_a_local_one(ray_cluster: str, tmp_path: Path) -> None:
+    space = {
+        "base": str(EXAMPLES / "llmd-4x-llama8b.yaml"),
+        "axes": [
+            {"path": "deployment.pools.0.replicas", "values": [2, 3]},
+            {"path": "deployment.pools.0.args.max_num_seqs", "values": [32, 128]},
+            {"path": "workload.num_requests", "values": [600]},
+        ],
+        "objective": {"metric": "goodput.value", "direction": "max", "per_gpu": True},
+        "constraints": [{"metric": "ttft.p90", "max": 10000}],
+        "replications": 2,
+    }
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    common = ["search", str(path), "--no-reestimate"]
+    local, remote = tmp_path / "local.json", tmp_path / "ray.json"
+    assert main([*common, "--journal", str(tmp_path / "l.jsonl"), "--json", str(local)]) == 0
+    argv = [*common, "--journal", str(tmp_path / "r.jsonl"), "--json", str(remote)]
+    assert main([*argv, "--backend", "ray", "--address", ray_cluster]) == 0
+    a, b = json.loads(local.read_text()), json.loads(remote.read_text())
+    assert len(a["ranking"]) == 2 and a["ranking"] == b["ranking"]  # 3 replicas keep up
+    assert len(a["not_ranked"]) == 2 and a["not_ranked"] == b["not_ranked"]  # 2 do not
+
+
+def test_the_ray_backend_needs_an_address(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "space.yaml", "--backend", "ray"]) == 2
+    assert "needs --address" in capsys.readouterr().err
