@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden.json"
 SHIPPED = {
     "default": ROOT / "blis_core" / "data" / "scenarios" / "default.yaml",
-    **{p.stem: p for p in sorted((ROOT / "examples").glob("*.yaml"))},
+    **{
+        p.stem: p
+        for p in sorted((ROOT / "examples").glob("*.yaml"))
+        if not p.stem.startswith("search-")  # search spaces (blis search), not scenarios
+    },
 }
 
 
