@@ -300,7 +300,7 @@ def _on_ray(
 ) -> None:
     """Points as Ray tasks on the cluster at ``address``, kept as they finish; a task
     whose worker dies or raises fails its point (a rerun tries it again)."""
-    import ray
+    import ray  # type: ignore[import-not-found, unused-ignore]
 
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
