@@ -1047,6 +1047,13 @@ def _parser() -> argparse.ArgumentParser:
             help="coefficient registry directory (replaces the installed cost methods' entries)",
         )
 
+    def jobs_arg(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument(
+            "--jobs",
+            type=int,
+            help=f"worker processes for {what} (default: every core; the same results)",
+        )
+
     def cost_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--cost-methods",
@@ -1085,11 +1092,7 @@ def _parser() -> argparse.ArgumentParser:
         help="write one row per request (.csv, or .parquet with pyarrow): instance, fate, "
         "TTFT, TPOT, E2E, tokens, inter-token gaps",
     )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        help="worker processes for the replications (default: every core; same Result)",
-    )
+    jobs_arg(p, "the replications")
     data_args(p)
     cost_args(p)
     p.set_defaults(func=_cmd_run)
@@ -1105,7 +1108,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="compare at most N requests per run (a window in each stage, after a lead-in)",
     )
-    p.add_argument("--jobs", type=int, help="parallel processes (default: every core)")
+    jobs_arg(p, "the points")
     p.add_argument("--json", metavar="PATH", help="write the scores as JSON (- for stdout)")
     p.add_argument("--html", metavar="PATH", help="write the single-file HTML dashboard")
     p.add_argument("--slo", help="goodput SLO, e.g. ttft=0.5,tpot=0.05 (seconds)")
@@ -1134,17 +1137,14 @@ def _parser() -> argparse.ArgumentParser:
         help="keep each scenario's own seed (no common random numbers)",
     )
     p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        help="worker processes for the replications (default: every core; same Result)",
-    )
+    jobs_arg(p, "the replications")
     data_args(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser(
         "search",
-        help="run a search space (grid or random) and rank its points under SLO constraints",
+        help="run a search space (grid, random or optuna) and rank its points under SLO "
+        "constraints",
     )
     p.add_argument("space", metavar="SPACE.yaml")
     p.add_argument(
@@ -1157,11 +1157,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-reestimate", action="store_true", help="do not rerun the winner on fresh seeds"
     )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        help="worker processes for the points (default: every core; same ranking)",
-    )
+    jobs_arg(p, "the points (grid, random)")
     p.add_argument(
         "--backend",
         choices=("local", "ray"),
@@ -1197,11 +1193,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="rerun a Result and check it reproduces byte for byte")
     p.add_argument("result")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        help="worker processes for the replications (default: every core; same Result)",
-    )
+    jobs_arg(p, "the replications")
     p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser(

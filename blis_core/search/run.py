@@ -129,6 +129,21 @@ def _read_journal(
 _CONTEXT: dict[str, Any] = {}
 
 
+@dataclass(frozen=True)
+class _Runs:
+    """What every point of one search runs on: the base document, where its files are,
+    the replications, and where each finished point goes (``keep``)."""
+
+    base: dict[str, Any]
+    base_dir: str | None
+    reps: int
+    keep: Callable[[PointRecord], None]
+
+    def args(self, index: int, point: dict[str, Any]) -> tuple[Any, ...]:
+        """``_evaluate``'s arguments for one point."""
+        return (index, point, self.base, self.base_dir, self.reps)
+
+
 def _evaluate(
     index: int, point: dict[str, Any], base: dict[str, Any], base_dir: str | None, reps: int
 ) -> PointRecord:
@@ -208,15 +223,16 @@ def run_search(
             if progress is not None:
                 progress(len(records), total, rec)
 
+        runs = _Runs(base, where, space.replications, keep)
         if space.strategy == "optuna":
-            _trials(space, records, base, where, keep)
+            _trials(space, records, runs)
         elif ray_address is not None:
-            _on_ray(todo, points, base, where, space.replications, ray_address, keep)
+            _on_ray(todo, points, runs, ray_address)
         elif jobs <= 1 or len(todo) <= 1:
             for i in todo:
-                keep(_evaluate(i, points[i], base, where, space.replications))
+                keep(_evaluate(*runs.args(i, points[i])))
         else:
-            _in_workers(todo, points, base, where, space.replications, jobs, keep)
+            _in_workers(todo, points, runs, jobs)
     ordered = [records[i] for i in sorted(records)]
     outcome = rank(space, ordered)
     if reestimate is not None and outcome.ranking:
@@ -225,13 +241,7 @@ def run_search(
     return outcome
 
 
-def _trials(
-    space: SearchSpace,
-    records: dict[int, PointRecord],
-    base: dict[str, Any],
-    base_dir: str | None,
-    keep: Callable[[PointRecord], None],
-) -> None:
+def _trials(space: SearchSpace, records: dict[int, PointRecord], runs: _Runs) -> None:
     """Optuna's TPE sampler, one trial after the other: the history is every earlier
     trial (journaled ones told again on a rerun), and trial ``n`` samples with the seed
     ``seed + n``, so a resumed search asks what an uninterrupted one would. A point
@@ -277,7 +287,7 @@ def _trials(
             (r for r in records.values() if r.point == point and r.status != "repeat"), None
         )
         if earlier is None:
-            rec = _evaluate(n, point, base, base_dir, space.replications)
+            rec = _evaluate(*runs.args(n, point))
         else:
             rec = PointRecord(n, point, "repeat", f"the point of trial {earlier.index}")
         records[n] = rec
@@ -286,17 +296,11 @@ def _trials(
             study.tell(trial, state=TrialState.FAIL)
         else:
             study.tell(trial, value)
-        keep(rec)
+        runs.keep(rec)
 
 
 def _on_ray(
-    todo: Sequence[int],
-    points: Sequence[dict[str, Any]],
-    base: dict[str, Any],
-    base_dir: str | None,
-    reps: int,
-    address: str,
-    keep: Callable[[PointRecord], None],
+    todo: Sequence[int], points: Sequence[dict[str, Any]], runs: _Runs, address: str
 ) -> None:
     """Points as Ray tasks on the cluster at ``address``, kept as they finish; a task
     whose worker dies or raises fails its point (a rerun tries it again)."""
@@ -305,16 +309,16 @@ def _on_ray(
     ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
         task = ray.remote(max_retries=0)(_evaluate)
-        pending = {task.remote(i, points[i], base, base_dir, reps): i for i in todo}
+        pending = {task.remote(*runs.args(i, points[i])): i for i in todo}
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 i = pending.pop(done[0])
                 try:
-                    keep(ray.get(done[0]))
+                    runs.keep(ray.get(done[0]))
                 except ray.exceptions.RayError as err:
                     why = f"its Ray task failed ({type(err).__name__})"
-                    keep(PointRecord(i, points[i], "failed", why))
+                    runs.keep(PointRecord(i, points[i], "failed", why))
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)
@@ -324,39 +328,27 @@ def _on_ray(
 
 
 def _in_workers(
-    todo: Sequence[int],
-    points: Sequence[dict[str, Any]],
-    base: dict[str, Any],
-    base_dir: str | None,
-    reps: int,
-    jobs: int,
-    keep: Callable[[PointRecord], None],
+    todo: Sequence[int], points: Sequence[dict[str, Any]], runs: _Runs, jobs: int
 ) -> None:
     """Points in ``jobs`` processes. When a worker dies, the points its pool had not
     finished run again, each alone in a fresh process: only the point that kills its
     worker is failed (reported by point; a rerun tries it again), the search goes on."""
-    for i in _pool_pass(todo, points, base, base_dir, reps, jobs, keep):
-        if _pool_pass([i], points, base, base_dir, reps, 1, keep):
-            keep(PointRecord(i, points[i], "failed", "its worker process died"))
+    for i in _pool_pass(todo, points, runs, jobs):
+        if _pool_pass([i], points, runs, 1):
+            runs.keep(PointRecord(i, points[i], "failed", "its worker process died"))
 
 
 def _pool_pass(
-    todo: Sequence[int],
-    points: Sequence[dict[str, Any]],
-    base: dict[str, Any],
-    base_dir: str | None,
-    reps: int,
-    jobs: int,
-    keep: Callable[[PointRecord], None],
+    todo: Sequence[int], points: Sequence[dict[str, Any]], runs: _Runs, jobs: int
 ) -> list[int]:
     """One pool over ``todo``; the points lost to a dead worker, in order."""
     lost: list[int] = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_evaluate, i, points[i], base, base_dir, reps): i for i in todo}
+        futures = {pool.submit(_evaluate, *runs.args(i, points[i])): i for i in todo}
         try:
             for fut in as_completed(futures):
                 try:
-                    keep(fut.result())
+                    runs.keep(fut.result())
                 except BrokenProcessPool:
                     lost.append(futures[fut])
         except BaseException:

@@ -136,15 +136,21 @@ def test_a_worker_that_dies_fails_its_point_and_the_search_goes_on(
     assert next(r for r in out.records if r.index == 1).reason == "its worker process died"
 
 
-def test_the_command_prints_the_ranking_and_refuses_a_bad_space(
-    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    install_plugins(TOY)
+def _space_file(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """The test space as a file beside its base scenario file, and its document."""
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(_scenario()))
     space = _space().model_dump(mode="json")
     space["base"] = "base.yaml"
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(space))
+    return path, space
+
+
+def test_the_command_prints_the_ranking_and_refuses_a_bad_space(
+    install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(TOY)
+    path, space = _space_file(tmp_path)
     assert main(["search", str(path), "--jobs", "1", "--json", "-"]) == 0
     out = capsys.readouterr()
     doc = json.loads(out.out[: out.out.index("\n}\n") + 2])
@@ -213,11 +219,7 @@ def test_an_interrupted_search_command_says_where_its_points_are(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     install_plugins(TOY)
-    (tmp_path / "base.yaml").write_text(yaml.safe_dump(_scenario()))
-    space = _space().model_dump(mode="json")
-    space["base"] = "base.yaml"
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(space))
+    path, _ = _space_file(tmp_path)
     _counting(monkeypatch, stop_at=3)
     assert main(["search", str(path), "--jobs", "1"]) == 130
     err = capsys.readouterr().err
