@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 import fuzz
@@ -45,3 +47,16 @@ def test_the_silent_change_check_names_a_substituted_value() -> None:
     assert fuzz.silent_change(given, kept) == "frame.warmup_s: given 5, kept 0.0"
     kept["frame"]["warmup_s"], kept["frame"]["percentiles"] = 5.0, [50.0]
     assert fuzz.silent_change(given, kept) == "frame.percentiles: 2 items given, 1 kept"
+
+
+def test_a_plugin_or_kernel_error_in_a_run_is_a_failure_not_a_refusal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import blis_core.runner as runner
+    from blis_core.contracts.errors import PluginError
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise PluginError("engine.schedule raised IndexError")
+
+    monkeypatch.setattr(runner, "run_scenario", broken)
+    assert fuzz.check_run(fuzz.BASE, tmp_path) == "PluginError: engine.schedule raised IndexError"
