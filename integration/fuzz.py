@@ -19,7 +19,9 @@ Each case goes through the public entry points (``blis_core.cli.main`` for comma
 refusal naming field, value and cause: never a traceback (exit 3, an exception escaping),
 never a hang (a case is stopped after ``CASE_TIMEOUT_S``). Every run that produces a
 Result is checked for the invariants: every arrival has exactly one fate (fate counts
-add up, per request and in the Result), causality (first token at or after the send,
+add up, per request and in the Result), KV block conservation (every engine's KV events:
+no block removed before it was stored, never more cached than the pool; checked in the
+run, ``BLIS_CHECK_KV_EVENTS``), causality (first token at or after the send,
 last token at or after the first), simulated time that never runs backwards (every time
 within the replication's end), finite estimates, and no silent change: every value the
 input document gives is the value the Result's scenario holds (no default substituted,
@@ -42,6 +44,7 @@ import copy
 import io
 import json
 import math
+import os
 import signal
 import sys
 import tempfile
@@ -416,6 +419,23 @@ def _cli(argv: Sequence[str]) -> tuple[int, str]:
     return rc, err.getvalue()
 
 
+@contextlib.contextmanager
+def _kv_events_checked() -> Iterator[None]:
+    """Runs inside check every engine's KV events for conservation (a breach is a
+    SimulationError, so a failure)."""
+    from blis_core.runner.kv_events_check import CHECK_ENV
+
+    before = os.environ.get(CHECK_ENV)
+    os.environ[CHECK_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[CHECK_ENV]
+        else:
+            os.environ[CHECK_ENV] = before
+
+
 def check_run(doc: dict[str, Any], folder: Path) -> str | None:
     """Run ``doc`` through the public API; the broken invariant, or None."""
     from blis_core.contracts.errors import BlisError, InputRefused
@@ -428,13 +448,14 @@ def check_run(doc: dict[str, Any], folder: Path) -> str | None:
         return None  # refused by name: fine
     outcomes: dict[int, Any] = {}
     try:
-        result = run_scenario(
-            scenario,
-            make_host(),
-            DataSources.load(),
-            base_dir=folder,
-            on_requests=lambda r, o: outcomes.__setitem__(r, o),
-        )
+        with _kv_events_checked():
+            result = run_scenario(
+                scenario,
+                make_host(),
+                DataSources.load(),
+                base_dir=folder,
+                on_requests=lambda r, o: outcomes.__setitem__(r, o),
+            )
     except InputRefused:
         return None  # refused by name before any simulation: fine
     except BlisError as err:

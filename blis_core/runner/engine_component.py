@@ -62,6 +62,8 @@ from blis_core.contracts.engine import (
 from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import StepShape, Transfer
+from blis_core.runner.kv_events_check import KVEventLedger
+from blis_core.runner.kv_events_check import checking as kv_events_checked
 from blis_core.runner.messages import (
     DisaggDispatch,
     Dropped,
@@ -165,6 +167,12 @@ class EngineComponent(Component):
         self._prefill_legs: dict[str, tuple[str, str]] = {}
         self._moves: dict[str, Transfer] = {}
         self._outbox: list[tuple[str, str, object, int]] = []
+        budget = engine.plan.kv_budget
+        self._kv_check = (
+            KVEventLedger(name, budget.num_gpu_blocks if budget is not None else None)
+            if kv_events_checked()
+            else None
+        )
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -404,6 +412,8 @@ class EngineComponent(Component):
     def _step_end(self, now_us: int) -> None:
         flight = self._in_flight.popleft()
         outcome: StepOutcome = self._public(self.engine.complete(flight.shape, now_us))
+        if self._kv_check is not None and outcome.kv_events:
+            self._kv_check.apply(outcome.kv_events, now_us)
         self._reports.append(StepReport(self.name, flight.start_us, outcome))
 
     # -- DEVS ------------------------------------------------------------------------
