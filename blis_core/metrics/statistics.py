@@ -118,9 +118,7 @@ def find_warmup(ledger: RequestLedger, warmup_us: int) -> WarmupFound:
     """The MSER-5 warm-up of a closed ledger: the completed requests arriving at or after
     ``warmup_us`` (the frame's fixed part), their E2E latencies in arrival order."""
     done = sorted(
-        (r.arrival_us, r.last_token_us - r.arrival_us)
-        for r in ledger.records.values()
-        if r.fate == Fate.COMPLETED and r.arrival_us >= warmup_us and r.first_token_us >= 0
+        (r.arrival_us, r.last_token_us - r.arrival_us) for r in _completed(ledger, warmup_us)
     )
     cut, steady, cause = mser5([e2e for _, e2e in done])
     end_us = done[cut][0] if cut < len(done) else warmup_us
