@@ -383,15 +383,20 @@ def fresh_objective(
             gpus=gpus_of(scenario),
             replications=[dict(r.metrics) for r in result.replications],
         )
-        values = _objective_values(space, rec, space.objective.metric) or []
-        if space.objective.per_gpu:
-            values = [v / max(rec.gpus, 1) for v in values]
-        return values
+        return _objective(space, rec) or []
 
     return rerun
 
 
-def _objective_values(space: SearchSpace, rec: PointRecord, metric: str) -> list[float] | None:
+def _objective(space: SearchSpace, rec: PointRecord) -> list[float] | None:
+    """The objective of each replication (per GPU if asked); ``None`` when one lacks it."""
+    values = _metric_values(rec, space.objective.metric)
+    if values is None or not space.objective.per_gpu:
+        return values
+    return [v / max(rec.gpus, 1) for v in values]
+
+
+def _metric_values(rec: PointRecord, metric: str) -> list[float] | None:
     """``metric`` (``name.statistic``) of each replication; ``None`` when one lacks it."""
     name, _, stat = metric.partition(".")
     values = []
@@ -406,14 +411,11 @@ def _objective_values(space: SearchSpace, rec: PointRecord, metric: str) -> list
 def assess(space: SearchSpace, rec: PointRecord) -> tuple[list[float] | None, str]:
     """A done point's objective per replication (per GPU if asked), or why it is not
     feasible: the objective or a constrained metric not estimated, a bound broken."""
-    obj = space.objective
-    values = _objective_values(space, rec, obj.metric)
+    values = _objective(space, rec)
     if values is None:
-        return None, f"{obj.metric} not estimated (overloaded or no steady state)"
-    if obj.per_gpu:
-        values = [v / max(rec.gpus, 1) for v in values]
+        return None, f"{space.objective.metric} not estimated (overloaded or no steady state)"
     for c in space.constraints:
-        got = _objective_values(space, rec, c.metric)
+        got = _metric_values(rec, c.metric)
         if got is None:
             return None, f"{c.metric} not estimated (overloaded or no steady state)"
         mean = sum(got) / len(got)
