@@ -42,3 +42,19 @@ def install_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable
         importlib.invalidate_caches()
 
     return install
+
+
+@pytest.fixture
+def hide_module(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """``hide_module(name)``: ``importlib.util.find_spec`` says ``name`` is not installed
+    (an optional dependency absent), for this test only."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    hidden: set[str] = set()
+
+    def find_spec(name: str, *args: object) -> object:
+        return None if name in hidden else real(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    return hidden.add

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-import blis_core.io.requests as requests_module
 from blis_core.cli import main
 from blis_core.contracts.result import Result
 from blis_core.io.requests import COLUMNS
@@ -112,15 +110,10 @@ def test_parquet_without_pyarrow_is_refused_by_name(
     install_plugins: Callable[..., None],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    hide_module: Callable[[str], None],
 ) -> None:
     install_plugins(TOY)
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        requests_module.importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "pyarrow" else real(name, *a),
-    )
+    hide_module("pyarrow")
     path = tmp_path / "req.parquet"
     assert main(["run", str(_scenario_file(tmp_path, 1)), "--requests", str(path)]) == 2
     assert "Parquet needs pyarrow" in capsys.readouterr().err and not path.exists()

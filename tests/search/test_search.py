@@ -200,14 +200,9 @@ def test_optuna_trials_resume_to_what_an_uninterrupted_search_asks(
 
 
 def test_optuna_without_the_package_is_refused_by_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, hide_module: Callable[[str], None]
 ) -> None:
-    real = search_run.importlib.util.find_spec
-    monkeypatch.setattr(
-        search_run.importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "optuna" else real(name, *a),
-    )
+    hide_module("optuna")
     with pytest.raises(InputRefused, match="needs optuna"):
         _optuna(tmp_path)
 
