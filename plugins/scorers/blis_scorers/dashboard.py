@@ -11,7 +11,7 @@ and every figure is drawn from data written into the page. The page holds
 * figures: predicted against measured means (log axes, with the line y = x), the signed
   relative error of each mean per point (grouped bars), and per unit that has per-request
   values the measured and simulated CDFs of TTFT and E2E (each series cut to at most
-  :data:`MAX_CDF_POINTS` points, taken at evenly spaced quantiles).
+  :data:`blis_core.htmlpage.MAX_CDF_POINTS` points, taken at evenly spaced quantiles).
 
 Every figure is a ``<div class="blis-plot" data-plot="NAME">`` (``scatter``, ``errors``,
 ``cdf-<unit>``). All text taken from the report is escaped with :func:`html.escape`; a
@@ -21,48 +21,35 @@ empty report or on a unit without per-request values.
 
 from __future__ import annotations
 
-import html
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
 import plotly.graph_objects as go  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from blis_core.contracts.scoring import GRADES, ScoreReport, ScoringRecord
-from plotly.offline import get_plotlyjs  # type: ignore[import-untyped, import-not-found, unused-ignore]
+from blis_core.htmlpage import DASH, cdf_points, no_data, page, plot_div
+from blis_core.htmlpage import esc as _esc
+from blis_core.htmlpage import num as _num
 from plotly.subplots import make_subplots  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 __all__ = ["HTML", "HtmlDashboard"]
 
-#: the most points one CDF series keeps (evenly spaced quantiles beyond this)
-MAX_CDF_POINTS: Final = 400
 #: the latency metrics whose means are plotted and tabled
 MEAN_METRICS: Final = ("ttft", "tpot", "e2e")
 #: the metrics whose CDFs are drawn per unit
 CDF_METRICS: Final = ("ttft", "e2e")
 #: the fate classes of the ``fates`` scorer, in table order
 FATES: Final = ("completed", "timed_out", "dropped", "unfinished")
-DASH: Final = "\u2013"
 _COLOURS: Final = {"ttft": "#1f77b4", "tpot": "#ff7f0e", "e2e": "#2ca02c"}
-_CONFIG: Final = {"responsive": True, "displaylogo": False}
 
 _CSS: Final = """
-body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
-h1 { margin-bottom: 0.2em; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; vertical-align: top; }
-th { background: #f2f2f2; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .grade { font-weight: bold; padding: 0 0.3em; border-radius: 3px; }
 .G1 { background: #c8e6c9; } .G2 { background: #dcedc8; } .G3 { background: #fff9c4; }
 .G4 { background: #ffe0b2; } .G5 { background: #ffcdd2; }
-.blis-plot { width: 100%; min-height: 420px; }
 .cdf-grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); }
 .cdf-grid .blis-plot { min-height: 320px; }
 details table { margin: 0.4em 0; }
-.muted { color: #777; }
 """
 
 
@@ -90,16 +77,8 @@ HTML: Final = HtmlDashboard()
 # --------------------------------------------------------------------------- helpers
 
 
-def _esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
-
-
-def _num(value: float | None, fmt: str = ".4g") -> str:
-    return format(value, fmt) if value is not None and math.isfinite(value) else DASH
 
 
 def _pct(value: float | None) -> str:
@@ -195,30 +174,6 @@ def _points(report: ScoreReport) -> list[_Point]:
 # --------------------------------------------------------------------------- figures
 
 
-def _script_json(value: object) -> str:
-    """JSON that is safe inside a ``<script>`` element (no ``<``, ``>`` or ``&``)."""
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _plot_div(fig: go.Figure, name: str, index: int) -> str:
-    """The figure as a ``blis-plot`` div and the script that draws it with plotly.js."""
-    div_id = f"blis-plot-{index}"
-    spec = _script_json(fig.to_json(validate=False))
-    return (
-        f'<div class="blis-plot" id="{div_id}" data-plot="{_esc(name)}"></div>\n'
-        f"<script>(function () {{ var spec = {spec};\n"
-        f'Plotly.newPlot("{div_id}", spec.data, spec.layout, {_script_json(_CONFIG)});'
-        f"}})();</script>\n"
-    )
-
-
-def _no_data(fig: go.Figure, text: str) -> None:
-    fig.add_annotation(
-        text=text, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5, font={"size": 16}
-    )
-
-
 def _scatter(points: Sequence[_Point]) -> go.Figure:
     """Predicted against measured mean TTFT, TPOT and E2E, log axes, with y = x."""
     fig = go.Figure()
@@ -263,7 +218,7 @@ def _scatter(points: Sequence[_Point]) -> go.Figure:
             )
         )
     else:
-        _no_data(fig, "no predicted and measured means to compare")
+        no_data(fig, "no predicted and measured means to compare")
     fig.update_layout(
         title="Predicted vs measured mean latency (s)",
         xaxis={"type": "log", "title": "measured (s)"},
@@ -299,7 +254,7 @@ def _errors(points: Sequence[_Point]) -> go.Figure:
             )
         )
     if not any_value:
-        _no_data(fig, "no relative errors to show")
+        no_data(fig, "no relative errors to show")
     fig.update_layout(
         title="Signed relative error of the mean, simulated vs measured (%)",
         barmode="group",
@@ -309,28 +264,6 @@ def _errors(points: Sequence[_Point]) -> go.Figure:
         height=460,
     )
     return fig
-
-
-def cdf_points(
-    values: Sequence[float], limit: int = MAX_CDF_POINTS
-) -> tuple[list[float], list[float]]:
-    """An empirical CDF as (value, cumulative fraction) lists of at most ``limit`` points.
-
-    Non-finite values are dropped. A series of at most ``limit`` values keeps every one
-    (step ``i`` at ``(i + 1) / n``); a longer one is read at ``limit`` evenly spaced
-    quantiles from 0 to 1, so its first and last points are the minimum and maximum.
-    """
-    arr = np.asarray([v for v in values if math.isfinite(v)], dtype=np.float64)
-    n = int(arr.size)
-    if n == 0:
-        return [], []
-    if n <= limit:
-        xs = np.sort(arr)
-        fractions = np.arange(1, n + 1, dtype=np.float64) / n
-    else:
-        fractions = np.linspace(0.0, 1.0, max(limit, 2))
-        xs = np.quantile(arr, fractions)
-    return [float(f"{v:.6g}") for v in xs], [float(f"{f:.6g}") for f in fractions]
 
 
 def _cdf(unit: str, series: Mapping[str, Mapping[str, Sequence[float]]]) -> go.Figure:
@@ -485,25 +418,21 @@ def render(report: ScoreReport) -> str:
     index = 0
     figures = []
     for name, fig in (("scatter", _scatter(points)), ("errors", _errors(points))):
-        figures.append(_plot_div(fig, name, index))
+        figures.append(plot_div(fig, name, index))
         index += 1
     cdfs = []
     for p in points:
         series = report.cdfs.get(p.unit)
         if not series or not any(any(sides.values()) for sides in series.values()):
             continue
-        cdfs.append(_plot_div(_cdf(p.unit, series), f"cdf-{p.unit}", index))
+        cdfs.append(plot_div(_cdf(p.unit, series), f"cdf-{p.unit}", index))
         index += 1
     cdf_html = (
         f'<div class="cdf-grid">{"".join(cdfs)}</div>'
         if cdfs
         else '<p class="muted">No per-request values to plot.</p>'
     )
-    return (
-        "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>BLIS score {_esc(report.build)}</title>\n<style>{_CSS}</style>\n"
-        f'<script type="text/javascript">{get_plotlyjs()}</script>\n'
-        "</head>\n<body>\n"
+    body = (
         f"{_header(report, points)}"
         "<h2>Points</h2>\n"
         f"{_points_table(points)}\n"
@@ -513,5 +442,5 @@ def render(report: ScoreReport) -> str:
         f"{figures[1]}"
         "<h2>Latency CDFs, measured vs simulated</h2>\n"
         f"{cdf_html}\n"
-        "</body>\n</html>\n"
     )
+    return page(f"BLIS score {report.build}", body, _CSS)
