@@ -31,22 +31,12 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.router import EndpointSnapshot
 from blis_core.io.scenario import field_errors
+from blis_core.metrics.engine_gauges import ENGINE_GAUGE_NAMES
 
 __all__ = ["ENGINE_METRIC_NAMES", "EndpointState", "ExplainRequest", "ExplainState"]
 
 #: shorthand -> metric name, per engine kind (the names each engine exports)
-ENGINE_METRIC_NAMES: dict[str, dict[str, str]] = {
-    "vllm": {
-        "waiting": "vllm:num_requests_waiting",
-        "running": "vllm:num_requests_running",
-        "kv_usage": "vllm:kv_cache_usage_perc",
-    },
-    "sglang": {
-        "waiting": "sglang:num_queue_reqs",
-        "running": "sglang:num_running_reqs",
-        "kv_usage": "sglang:token_usage",
-    },
-}
+ENGINE_METRIC_NAMES = ENGINE_GAUGE_NAMES
 
 
 class EndpointState(Document):

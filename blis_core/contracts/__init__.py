@@ -144,6 +144,7 @@ from blis_core.contracts.time import (
     seconds_to_us,
     us_to_seconds,
 )
+from blis_core.contracts.timeline import InstanceTimeline, Timeline
 from blis_core.contracts.workload import (
     ArrivalSpec,
     ConcurrencyArrival,
@@ -212,6 +213,7 @@ __all__ = [
     "HardwareSpec",
     "InferenceRequest",
     "InputRefused",
+    "InstanceTimeline",
     "KVBudget",
     "KVEvent",
     "KVGroup",
@@ -270,6 +272,7 @@ __all__ = [
     "StepOutcome",
     "StepPrice",
     "StepShape",
+    "Timeline",
     "TokenEmission",
     "TraceSpec",
     "Transfer",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blis_core.metrics.engine_gauges import ENGINE_GAUGE_NAMES, GAUGES, TimelineRecorder
 from blis_core.metrics.ledger import Fate, RequestLedger, RequestRecord
 from blis_core.metrics.registry import LATENCY_METRICS, METRICS, RATE_METRICS, definition
 from blis_core.metrics.statistics import (
@@ -16,12 +17,15 @@ from blis_core.metrics.statistics import (
 )
 
 __all__ = [
+    "ENGINE_GAUGE_NAMES",
+    "GAUGES",
     "LATENCY_METRICS",
     "METRICS",
     "RATE_METRICS",
     "Fate",
     "RequestLedger",
     "RequestRecord",
+    "TimelineRecorder",
     "batch_means",
     "definition",
     "detect_overload",

@@ -134,6 +134,7 @@ class EngineComponent(Component):
         kv_event_delay_us: int = 0,
         step_observer: StepObserver | None = None,
         link: str | None = None,
+        gauge_sampler: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(name)
         self.engine = engine
@@ -144,6 +145,7 @@ class EngineComponent(Component):
         self._scrape_interval_us = scrape_interval_us
         self._kv_event_delay_us = kv_event_delay_us
         self._observe = step_observer
+        self._sample_gauges = gauge_sampler
         self._stream_delay_us = env.stream_delay_us(self._plan)
         # Requests in the frontend: (due_us, seq, request); released to add_request when due.
         self._frontend: list[tuple[int, int, InferenceRequest]] = []
@@ -414,6 +416,8 @@ class EngineComponent(Component):
         outcome: StepOutcome = self._public(self.engine.complete(flight.shape, now_us))
         if self._kv_check is not None and outcome.kv_events:
             self._kv_check.apply(outcome.kv_events, now_us)
+        if self._sample_gauges is not None:
+            self._sample_gauges(now_us)
         self._reports.append(StepReport(self.name, flight.start_us, outcome))
 
     # -- DEVS ------------------------------------------------------------------------

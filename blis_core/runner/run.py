@@ -47,6 +47,7 @@ from blis_core.contracts.result import (
 from blis_core.contracts.router import EndpointSnapshot, RouterFactory
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
+from blis_core.contracts.timeline import Timeline
 from blis_core.cost import Catalog, Registry, load_catalog, load_registry
 from blis_core.cost.registry import FAMILIES, PATH_PROVIDER, build_registry
 from blis_core.host.manager import PluginHost
@@ -54,6 +55,7 @@ from blis_core.io.canonical import canonical_json, content_hash, normalise
 from blis_core.metrics import (
     METRICS,
     RequestLedger,
+    TimelineRecorder,
     detect_overload,
     estimate,
     fate_counts,
@@ -79,6 +81,8 @@ from blis_core.workload.source import WorkloadSource
 
 __all__ = [
     "DataSources",
+    "RequestsCallback",
+    "TimelineCallback",
     "check_pool",
     "check_scenario",
     "coefficient_sets",
@@ -423,6 +427,7 @@ def _build(
     data: DataSources,
     base_dir: Path | None,
     stamps: dict[str, PluginStamp],
+    timeline: TimelineRecorder | None = None,
 ) -> _Cluster:
     streams = RandomStreams(seed)
     ledger = RequestLedger()
@@ -470,6 +475,11 @@ def _build(
                 kv_event_delay_us=kv_delay_us,
                 step_observer=step_observer,
                 link=None if link is None else link.name,
+                gauge_sampler=(
+                    None
+                    if timeline is None
+                    else timeline.sampler(instance, pool.name, factory.kind, engine.scrape)
+                ),
             )
             engines.append(comp)
             envs.append(env)
@@ -569,9 +579,11 @@ def _replicate(
     points: list[RunPoint],
     on_requests: RequestsCallback | None = None,
     on_progress: Callable[[RunProgress], None] | None = None,
+    on_timeline: TimelineCallback | None = None,
 ) -> ReplicationResult:
     seed = replication_seed(scenario.seed, replication)
-    cluster = _build(scenario, seed, host, data, base_dir, stamps)
+    recorder = TimelineRecorder(replication) if on_timeline is not None else None
+    cluster = _build(scenario, seed, host, data, base_dir, stamps, recorder)
     horizon = scenario.frame.horizon_s
     horizon_us = round(horizon * 1e6) if horizon is not None else None
     tick = None
@@ -600,6 +612,8 @@ def _replicate(
     counts = cluster.ledger.close(cluster.source.arrivals_generated - cluster.client.unsent)
     if on_requests is not None:
         on_requests(replication, request_outcomes(cluster.ledger))
+    if recorder is not None and on_timeline is not None:
+        on_timeline(replication, recorder.timeline())
     warmup_us = round(scenario.frame.warmup_s * 1e6)
     overloaded, evidence = detect_overload(cluster.ledger, warmup_us)
     warmup = None
@@ -642,6 +656,9 @@ def _replicate(
 RequestsCallback = Callable[[int, Sequence[RequestOutcome]], None]
 """``on_requests(replication, outcomes)``: a replication's per-request outcomes."""
 
+TimelineCallback = Callable[[int, Timeline], None]
+"""``on_timeline(replication, timeline)``: a replication's per-instance gauges over time."""
+
 
 def request_outcomes(ledger: RequestLedger) -> tuple[RequestOutcome, ...]:
     """Every request of a closed ledger, in send order, as public outcomes."""
@@ -673,6 +690,7 @@ def run_scenario(
     resume: Result | None = None,
     jobs: int = 1,
     on_progress: Callable[[RunProgress], None] | None = None,
+    on_timeline: TimelineCallback | None = None,
 ) -> Result:
     """Run every replication of ``scenario`` and assemble its Result (hash included).
 
@@ -692,7 +710,9 @@ def run_scenario(
 
     ``on_requests(replication, outcomes)``, when given, receives each finished
     replication's requests as the client saw them, in send order (a scorer's input;
-    the Result keeps only aggregates).
+    the Result keeps only aggregates). ``on_timeline(replication, timeline)`` likewise
+    receives each replication's engine gauges over time (:class:`Timeline`); asking for
+    either changes no byte of the Result.
 
     Refuses, before any simulation, everything :func:`check_scenario` finds. An interrupt
     (KeyboardInterrupt) raises :class:`RunInterrupted` carrying the Result of the
@@ -712,13 +732,24 @@ def run_scenario(
     try:
         forks = "fork" in multiprocessing.get_all_start_methods()
         if jobs > 1 and planned - len(reps) > 1 and forks:
-            run = _Replications(scenario, host, data, base_dir, stamps, reps, points, on_requests)
+            run = _Replications(
+                scenario, host, data, base_dir, stamps, reps, points, on_requests, on_timeline
+            )
             run.in_workers(min(jobs, planned - len(reps)), planned, progress)
         else:
             for r in range(len(reps), planned):
                 reps.append(
                     _replicate(
-                        scenario, r, host, data, base_dir, stamps, points, on_requests, on_progress
+                        scenario,
+                        r,
+                        host,
+                        data,
+                        base_dir,
+                        stamps,
+                        points,
+                        on_requests,
+                        on_progress,
+                        on_timeline,
                     )
                 )
                 if progress is not None:
@@ -733,7 +764,11 @@ def run_scenario(
 
 
 _WorkerOutput = tuple[
-    ReplicationResult, RunPoint, dict[str, PluginStamp], tuple[RequestOutcome, ...] | None
+    ReplicationResult,
+    RunPoint,
+    dict[str, PluginStamp],
+    tuple[RequestOutcome, ...] | None,
+    Timeline | None,
 ]
 _IN_WORKERS: _Replications | None = None
 """The run whose replications forked workers make (set in the parent before the fork)."""
@@ -753,6 +788,7 @@ class _Replications:
     reps: list[ReplicationResult]
     points: list[RunPoint]
     on_requests: RequestsCallback | None
+    on_timeline: TimelineCallback | None
 
     def in_workers(
         self, workers: int, planned: int, progress: Callable[[int, int], None] | None
@@ -803,15 +839,19 @@ class _Replications:
                     self.stamps,
                     self.points,
                     self.on_requests,
+                    None,
+                    self.on_timeline,
                 )
             )
             return
-        rep, point, stamps, outcomes = out
+        rep, point, stamps, outcomes, timeline = out
         self.reps.append(rep)
         self.points.append(point)
         self.stamps.update(stamps)
         if self.on_requests is not None and outcomes is not None:
             self.on_requests(r, outcomes)
+        if self.on_timeline is not None and timeline is not None:
+            self.on_timeline(r, timeline)
 
 
 def _worker_signals() -> None:
@@ -827,9 +867,13 @@ def _replicate_in_worker(r: int) -> tuple[int, _WorkerOutput | None]:
     stamps: dict[str, PluginStamp] = {}
     points: list[RunPoint] = []
     outcomes: list[tuple[RequestOutcome, ...]] = []
+    timelines: list[Timeline] = []
 
     def keep(_: int, requests: Sequence[RequestOutcome]) -> None:
         outcomes.append(tuple(requests))
+
+    def keep_timeline(_: int, timeline: Timeline) -> None:
+        timelines.append(timeline)
 
     try:
         rep = _replicate(
@@ -841,10 +885,18 @@ def _replicate_in_worker(r: int) -> tuple[int, _WorkerOutput | None]:
             stamps,
             points,
             keep if run.on_requests is not None else None,
+            None,
+            keep_timeline if run.on_timeline is not None else None,
         )
     except BaseException:  # the parent reruns it, and so raises what a serial run raises
         return r, None
-    return r, (rep, points[0], stamps, outcomes[0] if outcomes else None)
+    return r, (
+        rep,
+        points[0],
+        stamps,
+        outcomes[0] if outcomes else None,
+        timelines[0] if timelines else None,
+    )
 
 
 def _resumable(
