@@ -184,6 +184,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.out:
         _check_writable(Path(args.out), "--out")
     rows, requests_format = _requests_export(args)
+    report = _run_report(args)
     partial = _partial_result(args)
     host = _host()
     sources = DataSources.load(args.catalog, args.registry, host)
@@ -204,10 +205,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 sources,
                 base_dir=base_dir,
                 progress=view.replication_done,
-                on_requests=rows,
+                on_requests=_both(rows, report.keep_requests if report else None),
                 resume=partial,
                 jobs=jobs,
                 on_progress=view.tick if view.bar is not None else None,
+                on_timeline=report.keep_timeline if report else None,
             )
     except RunInterrupted as stop:
         kept = "nothing was kept"
@@ -221,6 +223,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         elif stop.partial is not None:
             kept = "give --out to keep the finished ones"
+        if report is not None:
+            kept += "; no report was written"
         print(f"blis: {stop}; {kept}", file=sys.stderr)
         return 130
     text = write_result(result)
@@ -228,6 +232,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _write_atomically(Path(args.out), text)
     if rows is not None:
         _replace_atomically(Path(args.requests), lambda tmp: rows.write(tmp, requests_format))
+    if report is not None:
+        _replace_atomically(Path(args.report), lambda tmp: report.write(result, tmp))
+        print(f"blis: report written to {args.report}", file=sys.stderr)
     if args.json:
         sys.stdout.write(text)
     else:
@@ -257,6 +264,66 @@ def _requests_export(args: argparse.Namespace) -> tuple[Any, str]:
             "requests are not kept in a partial Result): rerun without --resume",
         )
     return RequestRows(), fmt
+
+
+def _both(*callbacks: Any) -> Any:
+    """One ``on_requests`` callback calling each given one (``None`` when none is)."""
+    given = [c for c in callbacks if c is not None]
+    if not given:
+        return None
+
+    def call(replication: int, outcomes: Any) -> None:
+        for c in given:
+            c(replication, outcomes)
+
+    return call
+
+
+class _ReportInputs:
+    """Replication 0's requests and timeline, kept for ``--report``."""
+
+    def __init__(self) -> None:
+        self.requests: Any = None
+        self.timeline: Any = None
+
+    def keep_requests(self, replication: int, outcomes: Any) -> None:
+        if replication == 0:
+            self.requests = tuple(outcomes)
+
+    def keep_timeline(self, replication: int, timeline: Any) -> None:
+        if replication == 0:
+            self.timeline = timeline
+
+    def write(self, result: Any, path: Path) -> None:
+        from blis_core.run_report import render_run_report
+
+        path.write_text(
+            render_run_report(result, self.requests or (), self.timeline), encoding="utf-8"
+        )
+
+
+def _run_report(args: argparse.Namespace) -> _ReportInputs | None:
+    """``--report PATH``: checked before any work (plotly, the path, not with --resume)."""
+    if not args.report:
+        return None
+    _needs_plotly("--report", args.report)
+    _check_writable(Path(args.report), "--report")
+    if args.resume:
+        raise InputRefused.one(
+            "--report",
+            args.report,
+            "not with --resume (replication 0's requests are not kept in a partial Result): "
+            "rerun without --resume",
+        )
+    return _ReportInputs()
+
+
+def _needs_plotly(flag: str, value: str) -> None:
+    """Refuse ``flag`` by name when plotly (the ``report`` extra) is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("plotly") is None:
+        raise InputRefused.one(flag, value, "needs plotly: pip install 'blis-core[report]'")
 
 
 def _partial_result(args: argparse.Namespace) -> Any:
@@ -549,6 +616,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     _check_writable(journal, "--journal")
     if args.json and args.json != "-":
         _check_writable(Path(args.json), "--json")
+    if args.report:
+        _needs_plotly("--report", args.report)
+        _check_writable(Path(args.report), "--report")
 
     def progress(done: int, total: int, rec: Any) -> None:
         what = rec.reason[:120] if rec.status != "done" else "done"
@@ -636,6 +706,16 @@ def _cmd_search(args: argparse.Namespace) -> int:
     elif not rows:
         console.print("no feasible point")
     console.print(f"journal: {journal} (a rerun continues from it)")
+    if args.report:
+        from blis_core.search.report import render_search_report
+
+        page = render_search_report(space, outcome, f"blis search {path.name}")
+
+        def fill(tmp: Path) -> None:
+            tmp.write_text(page, encoding="utf-8")
+
+        _replace_atomically(Path(args.report), fill)
+        console.print(f"report: {args.report}")
     return 0
 
 
@@ -1092,6 +1172,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write one row per request (.csv, or .parquet with pyarrow): instance, fate, "
         "TTFT, TPOT, E2E, tokens, inter-token gaps",
     )
+    p.add_argument(
+        "--report",
+        metavar="PATH",
+        help="write a single-file HTML report: estimates, latency CDFs, throughput, queue "
+        "and KV use per instance over time, routing shares (replication 0; needs plotly)",
+    )
     jobs_arg(p, "the replications")
     data_args(p)
     cost_args(p)
@@ -1154,6 +1240,12 @@ def _parser() -> argparse.ArgumentParser:
         "continues from it",
     )
     p.add_argument("--json", metavar="PATH", help="write the ranking as JSON (- for stdout)")
+    p.add_argument(
+        "--report",
+        metavar="PATH",
+        help="write a single-file HTML report: the Pareto front, the ranking with intervals "
+        "and the points not ranked (needs plotly)",
+    )
     p.add_argument(
         "--no-reestimate", action="store_true", help="do not rerun the winner on fresh seeds"
     )

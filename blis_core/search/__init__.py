@@ -8,6 +8,8 @@ from blis_core.search.run import (
     SearchOutcome,
     fresh_objective,
     gpus_of,
+    metric_values,
+    objective_values,
     rank,
     run_search,
 )
@@ -31,6 +33,8 @@ __all__ = [
     "apply_point",
     "fresh_objective",
     "gpus_of",
+    "metric_values",
+    "objective_values",
     "points_of",
     "rank",
     "run_search",

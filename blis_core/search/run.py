@@ -47,6 +47,8 @@ __all__ = [
     "SearchOutcome",
     "fresh_objective",
     "gpus_of",
+    "metric_values",
+    "objective_values",
     "rank",
     "run_search",
 ]
@@ -383,20 +385,20 @@ def fresh_objective(
             gpus=gpus_of(scenario),
             replications=[dict(r.metrics) for r in result.replications],
         )
-        return _objective(space, rec) or []
+        return objective_values(space, rec) or []
 
     return rerun
 
 
-def _objective(space: SearchSpace, rec: PointRecord) -> list[float] | None:
+def objective_values(space: SearchSpace, rec: PointRecord) -> list[float] | None:
     """The objective of each replication (per GPU if asked); ``None`` when one lacks it."""
-    values = _metric_values(rec, space.objective.metric)
+    values = metric_values(rec, space.objective.metric)
     if values is None or not space.objective.per_gpu:
         return values
     return [v / max(rec.gpus, 1) for v in values]
 
 
-def _metric_values(rec: PointRecord, metric: str) -> list[float] | None:
+def metric_values(rec: PointRecord, metric: str) -> list[float] | None:
     """``metric`` (``name.statistic``) of each replication; ``None`` when one lacks it."""
     name, _, stat = metric.partition(".")
     values = []
@@ -411,11 +413,11 @@ def _metric_values(rec: PointRecord, metric: str) -> list[float] | None:
 def assess(space: SearchSpace, rec: PointRecord) -> tuple[list[float] | None, str]:
     """A done point's objective per replication (per GPU if asked), or why it is not
     feasible: the objective or a constrained metric not estimated, a bound broken."""
-    values = _objective(space, rec)
+    values = objective_values(space, rec)
     if values is None:
         return None, f"{space.objective.metric} not estimated (overloaded or no steady state)"
     for c in space.constraints:
-        got = _metric_values(rec, c.metric)
+        got = metric_values(rec, c.metric)
         if got is None:
             return None, f"{c.metric} not estimated (overloaded or no steady state)"
         mean = sum(got) / len(got)
