@@ -160,19 +160,78 @@ class FitResult:
     samples: Samples
 
 
+EFFICIENCY_GRID = np.linspace(0.04, 1.2, 59)
+"""The efficiencies a fit tries (a step of 0.02)."""
+GRID_STEP = float(EFFICIENCY_GRID[1] - EFFICIENCY_GRID[0])
+
+BOOTSTRAP_RESAMPLES = 100
+"""Resamples of a (family, chip)'s measurements behind each fitted entry's ``spread``."""
+BOOTSTRAP_WINDOW = 8
+"""Grid steps either side of the fit within which a bootstrap refit searches first."""
+
+
 def _fit(s: Samples, peak: float, bw: float, link_bw: float, family: str) -> dict[str, float]:
     flops, nbytes, link, y = s.arrays()
-    grid = np.linspace(0.04, 1.2, 59)
+    return _fit_arrays(flops, nbytes, link, y, peak, bw, link_bw, family)
+
+
+def _fit_arrays(
+    flops: Array,
+    nbytes: Array,
+    link: Array,
+    y: Array,
+    peak: float,
+    bw: float,
+    link_bw: float,
+    family: str,
+    around: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """The grid point of least mean squared relative error (the first on ties, in grid
+    order), with the overhead solved in closed form at each point. With ``around`` (a
+    fit's parameters) each efficiency is searched within :data:`BOOTSTRAP_WINDOW` grid
+    steps of its value, and on the whole grid if the best lies on the window's edge."""
+
+    def window(name: str) -> Array:
+        if around is None or name not in around:
+            return EFFICIENCY_GRID
+        i = int(np.argmin(np.abs(EFFICIENCY_GRID - around[name])))
+        return EFFICIENCY_GRID[max(0, i - BOOTSTRAP_WINDOW) : i + BOOTSTRAP_WINDOW + 1]
+
     w = 1.0 / y**2
-    best: tuple[float, dict[str, float]] = (np.inf, {})
+
+    def solve(r: Array) -> tuple[Array, Array]:
+        # one row of roofline times per grid point: the clipped overhead and the loss
+        o = np.maximum(0.0, np.sum(w * (y - r), axis=1) / np.sum(w))
+        loss = np.mean(((o[:, None] + r - y) / y) ** 2, axis=1)
+        return o, loss
+
     if family in ("allreduce", "sendrecv"):
-        for le in grid:
-            r = link / (le * link_bw)
-            o = max(0.0, float(np.sum(w * (y - r)) / np.sum(w)))
-            loss = float(np.mean(((o + r - y) / y) ** 2))
-            if loss < best[0]:
-                best = (loss, {"link_efficiency": float(le), "overhead_us": o * 1e6})
-        return best[1]
+        grid = window("link_efficiency")
+        o, loss = solve(link[None, :] / (grid[:, None] * link_bw))
+        i = int(np.argmin(loss))
+        found = {"link_efficiency": float(grid[i]), "overhead_us": float(o[i]) * 1e6}
+    else:
+        comp = flops / peak
+        grid = window("memory_efficiency")
+        mem_rows = (nbytes / bw)[None, :] / grid[:, None]
+        ces = window("compute_efficiency") if family == "gemm" else np.array([1.0])
+        best: tuple[float, dict[str, float]] = (np.inf, {})
+        for ce in ces:
+            o, loss = solve(np.maximum(comp / ce, mem_rows))
+            i = int(np.argmin(loss))
+            if loss[i] < best[0]:
+                params = {"memory_efficiency": float(grid[i]), "overhead_us": float(o[i]) * 1e6}
+                if family == "gemm":
+                    params["compute_efficiency"] = float(ce)
+                best = (float(loss[i]), params)
+        found = best[1]
+    if around is not None and any(
+        k.endswith("efficiency") and v in (float(window(k)[0]), float(window(k)[-1]))
+        and len(window(k)) < len(EFFICIENCY_GRID)
+        for k, v in found.items()
+    ):  # fmt: skip
+        return _fit_arrays(flops, nbytes, link, y, peak, bw, link_bw, family)
+    return found
     comp = flops / peak
     mem = nbytes / bw
     ces = grid if family == "gemm" else np.array([1.0])
@@ -188,6 +247,39 @@ def _fit(s: Samples, peak: float, bw: float, link_bw: float, family: str) -> dic
                     params["compute_efficiency"] = float(ce)
                 best = (loss, params)
     return best[1]
+
+
+def _bootstrap_spread(
+    s: Samples,
+    peak: float,
+    bw: float,
+    link_bw: float,
+    family: str,
+    fitted: dict[str, float],
+    resamples: int,
+    seed: int = 0,
+) -> dict[str, tuple[float, float]]:
+    """The 5th-95th percentile of each parameter refitted on ``resamples`` resamples (with
+    replacement) of the measurements, widened to hold the fitted value and, for an
+    efficiency, by half the grid's step on each side."""
+    rng = np.random.default_rng(seed)
+    flops, nbytes, link, y = s.arrays()
+    n = len(y)
+    draws: dict[str, list[float]] = {k: [] for k in fitted}
+    for _ in range(resamples):
+        idx = rng.integers(0, n, n)
+        refit = _fit_arrays(
+            flops[idx], nbytes[idx], link[idx], y[idx], peak, bw, link_bw, family, fitted
+        )
+        for k, v in refit.items():
+            draws[k].append(v)
+    out: dict[str, tuple[float, float]] = {}
+    for k, v in fitted.items():
+        lo, hi = np.percentile(draws[k], [5.0, 95.0])
+        # An efficiency is fitted on a grid: it is known no finer than half its step.
+        half = GRID_STEP / 2 if k.endswith("efficiency") else 0.0
+        out[k] = (max(min(float(lo), v) - half, 0.0), max(float(hi), v) + half)
+    return out
 
 
 def _predict(entry: CoefficientEntry, s: Samples, catalog: Catalog, chip: str) -> Array:
@@ -219,7 +311,12 @@ class FitReport:
 
 
 def _entry(
-    family: str, chip: str, params: dict[str, float], s: Samples, n: int
+    family: str,
+    chip: str,
+    params: dict[str, float],
+    s: Samples,
+    n: int,
+    spread: dict[str, tuple[float, float]] | None = None,
 ) -> CoefficientEntry:
     flops, nbytes, link, _ = s.arrays()
     covered: dict[str, tuple[float, float]] = {}
@@ -240,13 +337,25 @@ def _entry(
         params={k: round(v, 6) for k, v in sorted(params.items())},
         covered={k: (round(lo, 3), round(hi, 3)) for k, (lo, hi) in covered.items()},
         source=f"blis cost fit: least squares on {n} measurements, {VIDUR_SOURCE}",
+        spread={
+            k: (min(round(lo, 6), round(params[k], 6)), max(round(hi, 6), round(params[k], 6)))
+            for k, (lo, hi) in sorted((spread or {}).items())
+        },
     )
 
 
 def fit_vidur(
-    data_dir: Path, catalog: Catalog, registry: Registry, leave_one_out: str | None = None
+    data_dir: Path,
+    catalog: Catalog,
+    registry: Registry,
+    leave_one_out: str | None = None,
+    resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> FitReport:
     """Fit ``calibrated`` entries per (family, chip) from a Vidur profile directory.
+
+    Each entry's ``spread`` (the coefficients' own uncertainty) is the 5th-95th
+    percentile of its parameters refitted on ``resamples`` bootstrap resamples of its
+    measurements (seeded: the same data give the same entries); 0 states none.
 
     With ``leave_one_out`` (a catalog chip id), also fit each family on the other chips
     and score the transferred parameters and the roofline floor on the held-out chip.
@@ -264,9 +373,11 @@ def fit_vidur(
         if not s.seconds:
             continue
         hw = catalog.chip(chip)
-        params = _fit(s, hw.peak_flops["bf16"], hw.memory_bandwidth_bytes_per_s,
-                      link_bandwidth(catalog, hw), family)  # fmt: skip
-        e = _entry(family, chip, params, s, len(s.seconds))
+        consts = (hw.peak_flops["bf16"], hw.memory_bandwidth_bytes_per_s,
+                  link_bandwidth(catalog, hw))  # fmt: skip
+        params = _fit(s, *consts, family)
+        spread = _bootstrap_spread(s, *consts, family, params, resamples) if resamples else None
+        e = _entry(family, chip, params, s, len(s.seconds), spread)
         entries.append(e)
         in_sample[f"{family}@{chip}"] = _mape(_predict(e, s, catalog, chip), np.asarray(s.seconds))
     report = FitReport(entries=entries, in_sample=in_sample, loo_chip=leave_one_out)

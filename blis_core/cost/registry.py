@@ -89,7 +89,7 @@ _PARAMS = (
 _COVER_KEYS = ("flops", "bytes_moved", "link_bytes", "ranks", "items")
 _METHODS = ("roofline", "fitted")
 _ENTRY_KEYS = {"family", "impl", "hardware", "dtype", "rank", "method", "params", "covered",
-               "source"}  # fmt: skip
+               "source", "spread"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +106,10 @@ class CoefficientEntry:
     covered: Mapping[str, tuple[float, float]]
     source: str
     provider: str = ""  # the cost method (coefficient set) that supplied it; not hashed
+    spread: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """The coefficients' own uncertainty: per fitted parameter, the interval ``[lo, hi]``
+    (holding the value) its fit leaves plausible, by the method ``source`` states (e.g. a
+    90 % bootstrap interval). A parameter without one has no stated uncertainty."""
 
     @property
     def price_rank(self) -> CoefficientRank:
@@ -122,7 +126,10 @@ class CoefficientEntry:
         return self.params.get(name, default)
 
     def to_json(self) -> dict[str, Any]:
-        """Canonical JSON-able form (used for hashing and for writing YAML)."""
+        """Canonical JSON-able form of what prices (hashed: the registry's content hash).
+
+        ``spread`` is left out: it changes no price; a run that draws from it records the
+        spreads it drew from in its Result (``coefficient_uncertainty``)."""
         return {
             "family": self.family,
             "impl": self.impl,
@@ -134,6 +141,13 @@ class CoefficientEntry:
             "covered": {k: list(v) for k, v in sorted(self.covered.items())},
             "source": self.source,
         }
+
+    def to_document(self) -> dict[str, Any]:
+        """The entry as a registry file writes it: :meth:`to_json` and any ``spread``."""
+        doc = self.to_json()
+        if self.spread:
+            doc["spread"] = {k: list(v) for k, v in sorted(self.spread.items())}
+        return doc
 
 
 def _specificity(e: CoefficientEntry) -> int:
@@ -312,6 +326,7 @@ def _entry(raw: object, path: str, label: str, catalog: Catalog, provider: str) 
         if lo < 0 or hi < lo or math.isnan(hi):
             raise InputRefused.one(cpath, rng, "range must satisfy 0 <= lo <= hi", label)
         covered[str(name)] = (lo, hi)
+    spread = _spread(raw.get("spread") or {}, params, f"{path}.spread", label)
     return CoefficientEntry(
         family=family,
         impl=str(raw.get("impl") or "*"),
@@ -323,7 +338,32 @@ def _entry(raw: object, path: str, label: str, catalog: Catalog, provider: str) 
         covered=covered,
         source=str(raw["source"]),
         provider=provider,
+        spread=spread,
     )
+
+
+def _spread(
+    raw: object, params: Mapping[str, float], path: str, label: str
+) -> dict[str, tuple[float, float]]:
+    """``spread``: per parameter the entry sets, ``[lo, hi]`` holding its value."""
+    if not isinstance(raw, Mapping):
+        raise InputRefused.one(path, raw, "expected a mapping", label)
+    out: dict[str, tuple[float, float]] = {}
+    for name, rng in raw.items():
+        spath = f"{path}.{name}"
+        if name not in params:
+            raise InputRefused.one(
+                spath, rng, "spread of a parameter the entry does not set", label
+            )
+        if not isinstance(rng, list | tuple) or len(rng) != 2:
+            raise InputRefused.one(spath, rng, "expected [lo, hi]", label)
+        lo, hi = _plain(rng[0], spath, label), _plain(rng[1], spath, label)
+        if not 0 <= lo <= params[name] <= hi:
+            raise InputRefused.one(
+                spath, rng, f"must satisfy 0 <= lo <= value ({params[name]:g}) <= hi", label
+            )
+        out[str(name)] = (lo, hi)
+    return out
 
 
 def _plain(value: object, path: str, label: str) -> float:
@@ -412,4 +452,4 @@ def load_registry(
 
 def entries_to_yaml_doc(entries: Sequence[CoefficientEntry]) -> dict[str, Any]:
     """A ``kind: coefficients`` document holding ``entries`` (for writing fitted files)."""
-    return {"kind": "coefficients", "entries": [e.to_json() for e in entries]}
+    return {"kind": "coefficients", "entries": [e.to_document() for e in entries]}

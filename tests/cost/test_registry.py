@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,15 @@ def test_calibrated_beats_roofline_and_out_of_range_is_transferred(
          "params: {overhead_us: 3 fortnights}}", "entries.0.params.overhead_us", "unknown unit"),
         ("{family: gemm, impl: '*', hardware: H100-SXM, dtype: bf16, rank: calibrated, "
          "method: fitted, source: s}", "entries.0", "two entries for one key"),
+        ("{family: gemm, hardware: H100-SXM, rank: literature, method: fitted, source: s, "
+         "params: {overhead_us: 5}, spread: {overhead_us: [6, 7]}}",
+         "entries.0.spread.overhead_us", "lo <= value (5) <= hi"),
+        ("{family: gemm, hardware: H100-SXM, rank: literature, method: fitted, source: s, "
+         "params: {overhead_us: 5}, spread: {memory_efficiency: [0.5, 0.6]}}",
+         "entries.0.spread.memory_efficiency", "does not set"),
+        ("{family: gemm, hardware: H100-SXM, rank: literature, method: fitted, source: s, "
+         "params: {overhead_us: 5}, spread: {overhead_us: 4}}",
+         "entries.0.spread.overhead_us", "expected [lo, hi]"),
     ],
 )  # fmt: skip
 def test_bad_registry_refused(
@@ -98,6 +108,26 @@ def test_bad_registry_refused(
     err = exc.value.errors[0]
     assert err.path == path and cause in err.cause
     assert "zz-extra.yaml" in exc.value.source
+
+
+def test_a_spread_is_read_and_written_and_changes_no_price_or_hash(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    entry = (
+        "{family: gemm, hardware: H100-SXM, rank: measured, method: fitted, source: s, "
+        "params: {overhead_us: 5}SPREAD}"
+    )
+    for sub in "abc":
+        (tmp_path / sub).mkdir()
+    plain = load_registry(_write(tmp_path / "a", entry.replace("SPREAD", "")), catalog)
+    spread = ", spread: {overhead_us: [4, 6.5]}"
+    stated = load_registry(_write(tmp_path / "b", entry.replace("SPREAD", spread)), catalog)
+    assert plain.content_hash == stated.content_hash  # what prices is the same
+    e = stated.best("gemm", "*", "H100-SXM", "bf16")
+    assert e is not None and e.spread == {"overhead_us": (4.0, 6.5)}
+    assert "spread" not in e.to_json() and e.to_document()["spread"] == {"overhead_us": [4, 6.5]}
+    back = load_registry(_write(tmp_path / "c", json.dumps(e.to_document())), catalog)
+    assert back.best("gemm", "*", "H100-SXM", "bf16").spread == e.spread  # type: ignore[union-attr]
 
 
 def test_rank_shares_sum_to_one() -> None:
