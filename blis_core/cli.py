@@ -87,6 +87,13 @@ class _RunProgress:
             description=f"replication {min(done + 1, planned)}/{planned}",
         )
 
+    def draw_done(self, done: int, draws: int) -> None:
+        """Coefficient draw ``done`` of ``draws`` finished (every replication rerun)."""
+        if self.bar is None:
+            print(f"coefficient draw {done}/{draws} done", file=sys.stderr, flush=True)
+            return
+        self.bar.update(self.task, description=f"coefficient draw {min(done + 1, draws)}/{draws}")
+
     def tick(self, p: Any) -> None:
         """A :class:`~blis_core.runner.RunProgress` of the replication running here."""
         if p.replication != self._replication:
@@ -179,6 +186,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         data["seed"] = args.seed
     if args.replications is not None:
         data.setdefault("frame", {})["replications"] = args.replications
+    if args.coefficient_draws is not None:
+        data.setdefault("frame", {})["coefficient_draws"] = args.coefficient_draws
     scenario = parse_scenario(data, source)
     jobs = _jobs(args)
     if args.out:
@@ -210,6 +219,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 jobs=jobs,
                 on_progress=view.tick if view.bar is not None else None,
                 on_timeline=report.keep_timeline if report else None,
+                on_draw=view.draw_done,
             )
     except RunInterrupted as stop:
         kept = "nothing was kept"
@@ -1171,6 +1181,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write one row per request (.csv, or .parquet with pyarrow): instance, fate, "
         "TTFT, TPOT, E2E, tokens, inter-token gaps",
+    )
+    p.add_argument(
+        "--coefficient-draws",
+        type=int,
+        metavar="N",
+        help="also rerun every replication N times with the cost coefficients drawn from "
+        "their stated spreads, and report each estimate's coefficient interval apart "
+        "(frame coefficient_draws)",
     )
     p.add_argument(
         "--report",

@@ -90,6 +90,7 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
                 name, units.get(name, ""), cell("mean"), cell("p50"), cell("p90"), cell("p99")
             )
     console.print(table)
+    _print_coefficients(result, console)
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.rank_shares.items()))
     methods = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.method_shares.items()))
     console.print(f"priced by: {shares or '-'} (cost methods: {methods or '-'})")
@@ -100,3 +101,34 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
         else "validity: OUTSIDE the calibrated domain: " + "; ".join(v.reasons)
     )
     console.print(f"content hash: {result.content_hash}" + (f"  (written to {out})" if out else ""))
+
+
+def _print_coefficients(result: Result, console: Console) -> None:
+    """The coefficients' own uncertainty, apart from the workload's (seed §8.8)."""
+    cu = result.coefficient_uncertainty
+    if cu is None:
+        console.print(
+            "intervals cover workload randomness only; the cost coefficients' own "
+            "uncertainty is not estimated (--coefficient-draws N)"
+        )
+        return
+    table = Table(
+        title=f"Coefficient uncertainty ({cu.draws} draws of the coefficients within their "
+        "spreads; same seeds): 5th-95th percentile of the mean"
+    )
+    for col in ("metric", "statistic", "mean", "workload interval", "coefficient interval"):
+        table.add_column(col, justify="left" if col in ("metric", "statistic") else "right")
+    for name, stats in cu.estimates.items():
+        for stat in ("mean", "value", "p90"):
+            c = stats.get(stat)
+            est = result.estimates.get(name, {}).get(stat)
+            if c is None or est is None:
+                continue
+            ci = "-" if est.ci_low is None else f"[{est.ci_low:.4g}, {est.ci_high:.4g}]"
+            table.add_row(name, stat, f"{est.mean:.4g}", ci, f"[{c.low:.4g}, {c.high:.4g}]")
+    console.print(table)
+    if cu.unstated:
+        console.print(
+            f"not covered: {len(cu.unstated)} fitted entries state no spread "
+            f"({', '.join(cu.unstated[:4])}{', ...' if len(cu.unstated) > 4 else ''})"
+        )

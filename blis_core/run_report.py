@@ -5,7 +5,8 @@ that replication's :class:`~blis_core.contracts.timeline.Timeline` into the text
 self-contained HTML page (plotly.js inline; it opens offline). The page holds
 
 * a header: scenario, content hash, build, replications, validity and any overload;
-* the Result's estimates (mean with its interval over replications) and the fates;
+* the Result's estimates (mean with its interval over replications), the coefficient
+  interval of each when the frame drew coefficients (``coefficient_draws``), and the fates;
 * figures, each a ``<div class="blis-plot" data-plot="NAME">``:
 
   - ``latency-cdfs``: CDFs of TTFT, TPOT, E2E and inter-token latency over the requests
@@ -33,7 +34,7 @@ from plotly.subplots import make_subplots  # type: ignore[import-untyped, import
 
 from blis_core.contracts.result import RequestOutcome, Result
 from blis_core.contracts.timeline import InstanceTimeline, Timeline
-from blis_core.htmlpage import cdf_points, esc, no_data, num, page, plot_div
+from blis_core.htmlpage import DASH, cdf_points, esc, no_data, num, page, plot_div
 
 __all__ = ["MAX_SERIES_POINTS", "THROUGHPUT_BINS", "latency_samples", "render_run_report"]
 
@@ -82,6 +83,8 @@ def render_run_report(
         _header(result, replication)
         + "<h2>Estimates</h2>\n"
         + _estimates_table(result)
+        + "<h2>Coefficient uncertainty</h2>\n"
+        + _coefficients_table(result)
         + f"<h2>Fates (replication {replication})</h2>\n"
         + _fates_table(result, replication)
         + f"<h2>Latency (replication {replication})</h2>\n"
@@ -367,6 +370,42 @@ def _estimates_table(result: Result) -> str:
         f'<p class="muted">Mean over {reps} replication(s); in brackets, the interval over '
         f"replications (or batch means): it covers workload randomness only.</p>\n"
         f"<table><tr><th>metric</th><th>unit</th>{head}</tr>" + "".join(rows) + "</table>\n"
+    )
+
+
+def _coefficients_table(result: Result) -> str:
+    """Each estimate's spread under the cost coefficients' own uncertainty, beside its
+    interval over replications (seed §8.8)."""
+    cu = result.coefficient_uncertainty
+    if cu is None:
+        return (
+            '<p class="muted">Not estimated: the intervals above cover workload randomness '
+            "only (rerun with --coefficient-draws N).</p>\n"
+        )
+    rows = []
+    for name, stats in cu.estimates.items():
+        for stat, c in stats.items():
+            est = result.estimates.get(name, {}).get(stat)
+            if est is None:
+                continue
+            ci = DASH if est.ci_low is None else f"[{num(est.ci_low)}, {num(est.ci_high)}]"
+            rows.append(
+                f"<tr><td>{esc(name)}</td><td>{esc(stat)}</td><td class='num'>{num(est.mean)}"
+                f"</td><td class='num'>{ci}</td><td class='num'>[{num(c.low)}, {num(c.high)}]"
+                f"</td><td class='num'>{c.draws}</td></tr>"
+            )
+    unstated = (
+        f'<p class="muted">Not covered: {len(cu.unstated)} fitted entries state no spread '
+        f"({esc(', '.join(cu.unstated))}).</p>\n"
+        if cu.unstated
+        else ""
+    )
+    return (
+        f'<p class="muted">{cu.draws} draws of the {len(cu.drawn)} coefficients that state a '
+        "spread, each run on the replications' seeds: the 5th-95th percentile of each "
+        "estimate over the draws.</p>\n"
+        "<table><tr><th>metric</th><th>statistic</th><th>mean</th><th>workload interval</th>"
+        "<th>coefficient interval</th><th>draws</th></tr>" + "".join(rows) + "</table>\n" + unstated
     )
 
 

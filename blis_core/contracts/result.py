@@ -18,6 +18,8 @@ from blis_core.contracts.scenario import Scenario
 __all__ = [
     "AxisExcursion",
     "BatchMeans",
+    "CoefficientInterval",
+    "CoefficientUncertainty",
     "DataStamp",
     "Estimate",
     "FateCounts",
@@ -225,6 +227,30 @@ class OperatingPoint(Document):
     overloaded: bool
 
 
+class CoefficientInterval(Document):
+    """How far one estimate moves when the cost coefficients move within their spreads."""
+
+    low: float = Field(description="5th percentile over the draws of the replications' mean")
+    high: float = Field(description="95th percentile over the draws")
+    draws: int = Field(description="draws that gave the figure (an overloaded draw gives none)")
+
+
+class CoefficientUncertainty(Document):
+    """The cost coefficients' own uncertainty, apart from workload randomness (seed §8.8).
+
+    Each draw reruns every replication on its own seed (common random numbers: only the
+    coefficients differ) with every spread parameter drawn independently from a split
+    normal whose 5th and 95th percentiles are the spread's ends. ``drawn`` names each
+    drawn parameter with its spread; ``unstated`` the fitted entries that state no spread,
+    whose uncertainty the intervals do not cover.
+    """
+
+    draws: int
+    drawn: tuple[str, ...]
+    unstated: tuple[str, ...]
+    estimates: dict[str, dict[str, CoefficientInterval]]
+
+
 class Result(Document):
     """A run's record: frame, stack, data, per-replication figures and estimates."""
 
@@ -248,13 +274,19 @@ class Result(Document):
         "point, so that a resumed run (blis run --resume) decides validity as one "
         "uninterrupted run would",
     )
+    coefficient_uncertainty: CoefficientUncertainty | None = Field(
+        default=None,
+        description="the estimates' spread under the cost coefficients' own uncertainty "
+        "(frame coefficient_draws); None: not estimated, the intervals cover workload "
+        "randomness only",
+    )
     content_hash: str = ""
 
     @model_serializer(mode="wrap")
     def _omit_when_complete(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A complete Result dumps (and hashes) as it did before the fields existed.
         doc: dict[str, Any] = handler(self)
-        for key in ("incomplete", "resume_points"):
+        for key in ("incomplete", "resume_points", "coefficient_uncertainty"):
             if doc.get(key, "") is None:
                 del doc[key]
         return doc

@@ -191,6 +191,8 @@ class ExperimentalFrame(Document):
     replications (``interval: replications``), or, for one long replication, from batch
     means (``interval: batch_means``: each latency series after the warm-up in 20
     batches, a Student-t interval on the mean, none when the batch means are correlated).
+    Those intervals cover workload randomness only; ``coefficient_draws`` estimates the
+    cost coefficients' own uncertainty apart (seed §8.8).
     """
 
     horizon_s: float | None = Field(
@@ -236,6 +238,14 @@ class ExperimentalFrame(Document):
     confidence: float = Field(
         default=0.95, gt=0, lt=1, description="level of the confidence intervals"
     )
+    coefficient_draws: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="coefficient uncertainty: rerun every replication (same seeds) this many "
+        "times with the cost coefficients drawn from their stated spreads; the Result "
+        "reports the spread of each estimate apart from its interval (0: not estimated)",
+    )
 
     @field_validator("percentiles")
     @classmethod
@@ -263,6 +273,8 @@ class ExperimentalFrame(Document):
             del doc["warmup_method"]
         if doc.get("interval") == "replications":
             del doc["interval"]
+        if doc.get("coefficient_draws") == 0:
+            del doc["coefficient_draws"]
         return doc
 
 

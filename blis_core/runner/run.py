@@ -35,6 +35,7 @@ from blis_core.contracts.errors import (
     RunInterrupted,
 )
 from blis_core.contracts.result import (
+    CoefficientUncertainty,
     DataStamp,
     Estimate,
     OperatingPoint,
@@ -66,6 +67,7 @@ from blis_core.metrics import (
 from blis_core.metrics.envelope import operating_point
 from blis_core.runner.builtins import make_host
 from blis_core.runner.client_component import ClientComponent
+from blis_core.runner.coefficients import coefficient_uncertainty, drawn_registry
 from blis_core.runner.engine_component import EngineComponent
 from blis_core.runner.environment import (
     make_environment,
@@ -76,7 +78,7 @@ from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
 from blis_core.runner.validity import RunPoint, validity_of
 from blis_core.sim.kernel import Component, Simulation
 from blis_core.sim.link import Link
-from blis_core.sim.rng import RandomStreams, stream_key_digest
+from blis_core.sim.rng import RandomStreams, stream_key_digest, substream
 from blis_core.workload.source import WorkloadSource
 
 __all__ = [
@@ -691,6 +693,7 @@ def run_scenario(
     jobs: int = 1,
     on_progress: Callable[[RunProgress], None] | None = None,
     on_timeline: TimelineCallback | None = None,
+    on_draw: Callable[[int, int], None] | None = None,
 ) -> Result:
     """Run every replication of ``scenario`` and assemble its Result (hash included).
 
@@ -713,6 +716,11 @@ def run_scenario(
     the Result keeps only aggregates). ``on_timeline(replication, timeline)`` likewise
     receives each replication's engine gauges over time (:class:`Timeline`); asking for
     either changes no byte of the Result.
+
+    With the frame's ``coefficient_draws`` K > 0, every replication then runs again K
+    times with the cost coefficients drawn from their stated spreads
+    (:mod:`blis_core.runner.coefficients`), and the Result's ``coefficient_uncertainty``
+    gives each estimate's spread under them; ``on_draw(done, K)`` hears each finished draw.
 
     Refuses, before any simulation, everything :func:`check_scenario` finds. An interrupt
     (KeyboardInterrupt) raises :class:`RunInterrupted` carrying the Result of the
@@ -760,7 +768,58 @@ def run_scenario(
             why = f"interrupted after {len(reps)} of {planned} replications"
             partial = _assemble(scenario, host, data, base_dir, stamps, reps, points, why)
         raise RunInterrupted(partial, len(reps), planned) from None
-    return _assemble(scenario, host, data, base_dir, stamps, reps, points, None)
+    uncertainty = None
+    if scenario.frame.coefficient_draws:
+        try:
+            uncertainty = _coefficient_draws(scenario, host, data, base_dir, jobs, on_draw)
+        except KeyboardInterrupt:
+            why = "interrupted during the coefficient draws (every replication finished)"
+            partial = _assemble(scenario, host, data, base_dir, stamps, reps, points, why)
+            raise RunInterrupted(partial, len(reps), planned) from None
+    return _assemble(scenario, host, data, base_dir, stamps, reps, points, None, uncertainty)
+
+
+def _coefficient_draws(
+    scenario: Scenario,
+    host: PluginHost,
+    data: DataSources,
+    base_dir: Path | None,
+    jobs: int,
+    on_draw: Callable[[int, int], None] | None,
+) -> CoefficientUncertainty:
+    """Every replication again per draw, on a registry drawn from the spreads (draw ``k``
+    from substream ``("coefficients", "draw", k)`` of the scenario seed)."""
+    draws = scenario.frame.coefficient_draws
+    planned = scenario.frame.replications
+    means: list[dict[str, dict[str, float]]] = []
+    forks = jobs > 1 and planned > 1 and "fork" in multiprocessing.get_all_start_methods()
+    for k in range(draws):
+        registry = drawn_registry(
+            data.registry, substream(scenario.seed, "coefficients", "draw", k)
+        )
+        drawn = DataSources(data.catalog, registry, data.catalog_source, data.registry_source)
+        reps: list[ReplicationResult] = []
+        if forks:
+            run = _Replications(scenario, host, drawn, base_dir, {}, reps, [], None, None)
+            run.in_workers(min(jobs, planned), planned, None)
+        else:
+            reps.extend(
+                _replicate(scenario, r, host, drawn, base_dir, {}, []) for r in range(planned)
+            )
+        per: dict[str, dict[str, float]] = {}
+        for name in scenario.frame.metrics:
+            stats: dict[str, list[float]] = {}
+            for rep in reps:
+                for stat, value in rep.metrics.get(name, {}).items():
+                    stats.setdefault(stat, []).append(value)
+            kept = {st: sum(v) / len(v) for st, v in stats.items() if len(v) == planned}
+            kept.pop("count", None)
+            if kept:
+                per[name] = kept
+        means.append(per)
+        if on_draw is not None:
+            on_draw(k + 1, draws)
+    return coefficient_uncertainty(data.registry, means)
 
 
 _WorkerOutput = tuple[
@@ -949,6 +1008,7 @@ def _assemble(
     reps: list[ReplicationResult],
     points: list[RunPoint],
     incomplete: str | None,
+    uncertainty: CoefficientUncertainty | None = None,
 ) -> Result:
     """The Result of the finished replications ``reps`` (hash included)."""
     n = len(reps)
@@ -983,6 +1043,7 @@ def _assemble(
         resume_points=None
         if incomplete is None
         else tuple(OperatingPoint(**dataclasses.asdict(p)) for p in points),
+        coefficient_uncertainty=uncertainty,
     )
     result = result.model_copy(update={"content_hash": content_hash(_hashable(result))})
     if incomplete is None:

@@ -65,6 +65,7 @@ def test_the_page_names_every_figure_and_counts_every_request(
     text = render_run_report(result, requests, timeline)
     assert re.findall(r'data-plot="([^"]+)"', text) == PLOTS
     assert result.content_hash in text
+    assert "Not estimated: the intervals above cover workload randomness only" in text
     assert ("outside the calibrated domain" in text) == (not result.validity.inside_domain)
     shares = dict(re.findall(r"<tr><td>(p-\d)</td><td class='num'>([\d,]+)</td>", text))
     assert sum(int(v) for v in shares.values()) == result.replications[0].fates.arrivals
