@@ -386,6 +386,45 @@ FE_GRID: dict[str, tuple[float, ...]] = {
 FE_PATHS = ("vllm-0.33.0/async", "vllm-0.33.0/sync")
 
 
+BOOTSTRAP_RESAMPLES = 200
+"""Resamples of the runs behind each fitted parameter's ``spread`` (``--fit``)."""
+#: fitted parameter -> (entry family, impl, registry parameter) it sets
+SPREAD_TARGETS: dict[str, tuple[str, str, str]] = {
+    "attn": ("attention_decode", "*", "memory_efficiency"),
+    "moe": ("moe_gemm", "*", "memory_efficiency"),
+    "host": ("host_step", HOST_WORK, "overhead_us"),
+    "allreduce": ("allreduce", "nccl", "overhead_us"),
+    "fe_fixed": ("host_request", "frontend:", "overhead_us"),
+    "fe_per_token": ("host_request", "frontend:", "per_item_us"),
+}
+
+
+def grid_spread(value: float, grid: Sequence[float], chosen: Sequence[float]) -> list[float]:
+    """``[lo, hi]``: the 5th-95th percentile of the bootstrap's ``chosen`` values, widened
+    to hold ``value`` and half the way to its grid neighbours (the fit resolves no finer;
+    at a grid end, the step to the one neighbour mirrored), never below 0."""
+    points = sorted(grid)
+    i = points.index(value)
+    below = points[i] - points[i - 1] if i > 0 else points[1] - points[0]
+    above = points[i + 1] - points[i] if i + 1 < len(points) else points[i] - points[i - 1]
+    lo, hi = (float(np.percentile(chosen, q)) for q in (5.0, 95.0))
+    return [round(max(min(lo, value - below / 2), 0.0), 6), round(max(hi, value + above / 2), 6)]
+
+
+def bootstrap_choices(
+    names: Sequence[str], choose: Callable[[list[str]], dict[str, float]], seed: int = 0
+) -> dict[str, list[float]]:
+    """Per parameter, the value ``choose`` fits on each of :data:`BOOTSTRAP_RESAMPLES`
+    resamples (with replacement) of the runs ``names``."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[float]] = {}
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        sample = [names[i] for i in rng.integers(0, len(names), len(names))]
+        for k, v in choose(sample).items():
+            out.setdefault(k, []).append(v)
+    return out
+
+
 def relevant(model: str, tp: int) -> tuple[str, ...]:
     """Parameters that change a model's step prices (others leave its results equal)."""
     names = ["attn", "host"]
@@ -623,17 +662,22 @@ def fit(data: Path, max_requests: int, lead_in: int, jobs: int, cache: Path,
     folds = cross_validate(model_of)
     workload_folds = cross_validate(lambda n: _workload_of(n))
     final = choose(names)
+    chosen = bootstrap_choices(names, choose)
+    spread = {k: grid_spread(final[k], GRID[k], chosen[k]) for k in GRID}
     doc = {"folds": folds, "workload_folds": workload_folds, "final": final, "grid": GRID,
-           "prior": PRIOR, "max_requests": max_requests, "lead_in": lead_in}  # fmt: skip
+           "prior": PRIOR, "max_requests": max_requests, "lead_in": lead_in,
+           "spread": spread, "resamples": BOOTSTRAP_RESAMPLES}  # fmt: skip
     if write:
-        write_registry(final, exps, data)
+        write_registry(final, exps, data, spread)
     return doc
 
 
 def fit_frontend(data: Path, max_requests: int, lead_in: int, jobs: int, cache: Path,
-                 write: bool) -> dict[str, Any]:  # fmt: skip
+                 write: bool, step_spread: dict[str, list[float]] | None = None,
+                 ) -> dict[str, Any]:  # fmt: skip
     """Grid search of the frontend coefficients (``FE_GRID``) with the step parameters at
-    ``STEP_PARAMS``, leave one model out; ``write`` regenerates ``FIT_FILE`` with them."""
+    ``STEP_PARAMS``, leave one model out; ``write`` regenerates ``FIT_FILE`` with them
+    (and ``step_spread``, the ``--fit`` spreads of the step parameters, when given)."""
     import itertools
 
     names = experiments_in(data)
@@ -677,11 +721,14 @@ def fit_frontend(data: Path, max_requests: int, lead_in: int, jobs: int, cache: 
         folds.append({"held_out": held, "params": chosen, "before": summary(test, FE_PRIOR),
                       "after": summary(test, chosen)})  # fmt: skip
     final = choose(names)
+    chosen = bootstrap_choices(names, choose)
+    spread = {k: grid_spread(final[k], FE_GRID[k], chosen[k]) for k in FE_GRID}
     doc = {"folds": folds, "final": final, "grid": FE_GRID, "prior": FE_PRIOR,
            "all_before": summary(names, FE_PRIOR), "all_after": summary(names, final),
-           "max_requests": max_requests, "lead_in": lead_in}  # fmt: skip
+           "max_requests": max_requests, "lead_in": lead_in,
+           "spread": spread, "resamples": BOOTSTRAP_RESAMPLES}  # fmt: skip
     if write:
-        write_registry(dict(STEP_PARAMS, **final), exps, data)
+        write_registry(dict(STEP_PARAMS, **final), exps, data, dict(step_spread or {}, **spread))
     return doc
 
 
@@ -770,8 +817,14 @@ def covered_ranges(exps: dict[str, Experiment]) -> dict[str, dict[str, list[floa
     return out
 
 
-def write_registry(params: dict[str, float], exps: dict[str, Experiment], data: Path) -> Path:
-    """Write ``FIT_FILE`` (the final fitted values, their source and covered ranges)."""
+def write_registry(
+    params: dict[str, float],
+    exps: dict[str, Experiment],
+    data: Path,
+    spread: dict[str, list[float]] | None = None,
+) -> Path:
+    """Write ``FIT_FILE`` (the final fitted values, their source and covered ranges, and
+    each fitted parameter's ``spread`` from ``spread``, keyed as :data:`SPREAD_TARGETS`)."""
     import yaml
 
     cov = covered_ranges(exps)
@@ -782,11 +835,20 @@ def write_registry(params: dict[str, float], exps: dict[str, Experiment], data: 
         f"@ c4f0340: {runs}); loss mean |log(sim/measured)| of stage TTFT/TPOT/E2E means"
     )
     entries = fitted_entries(params, cov, src)
+    for name, ends in (spread or {}).items():
+        family, impl, param = SPREAD_TARGETS[name]
+        for e in entries:
+            fits = e["impl"] == impl or (impl.endswith(":") and e["impl"].startswith(impl))
+            if e["family"] == family and fits and e["rank"] == "calibrated":
+                e["spread"] = {**e.get("spread", {}), param: list(ends)}
     path = REGISTRY_DIRS[1] / FIT_FILE
     header = (
         "# Calibrated against real vLLM serving runs (Llama-2-7B TP1, Llama-2-70B TP4,\n"
         "# Mixtral-8x7B TP2, CodeLlama-34B TP2 on H100-SXM; inference-sim-training).\n"
-        "# Written by `python bench/accuracy.py --fit --write-registry`. Regenerate, do not edit.\n"
+        "# Written by `python bench/accuracy.py --fit --fit-frontend --write-registry`.\n"
+        "# Regenerate, do not edit. spread: per fitted parameter, the 5th-95th percentile\n"
+        f"# of the grid point chosen on {BOOTSTRAP_RESAMPLES} bootstrap resamples of the runs,\n"
+        "# widened half the way to the grid's neighbouring values (the fit resolves no finer).\n"
     )
     doc = {"kind": "coefficients", "entries": entries}
     path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=100))
@@ -841,6 +903,9 @@ def print_fit(doc: dict[str, Any]) -> None:
                 extra = f"  {f['params']}" if when == "after" else ""
                 print(f"{f['held_out']:38} {when:6} {cells}{extra}")
     print(f"final (all four models): {doc['final']}  [{doc['wall_s']} s]")
+    for part in (doc, doc.get("frontend", {})):
+        if part.get("spread"):
+            print(f"spread ({part['resamples']} bootstrap resamples of the runs): {part['spread']}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -866,9 +931,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     started = time.perf_counter()
     if a.fit or a.fit_frontend:
-        fitter = fit_frontend if a.fit_frontend else fit
-        doc_fit = fitter(a.data, a.max_requests or 300, a.lead_in, a.jobs, a.fit_cache,
-                         a.write_registry)  # fmt: skip
+        n = a.max_requests or 300
+        doc_fit: dict[str, Any] = {}
+        if a.fit:  # with --fit-frontend too, the frontend fit writes both fits' spreads
+            doc_fit = fit(a.data, n, a.lead_in, a.jobs, a.fit_cache,
+                          a.write_registry and not a.fit_frontend)  # fmt: skip
+        if a.fit_frontend:
+            fe = fit_frontend(a.data, n, a.lead_in, a.jobs, a.fit_cache, a.write_registry,
+                              doc_fit.get("spread"))  # fmt: skip
+            doc_fit = {**doc_fit, "frontend": fe} if a.fit else fe
         doc_fit["wall_s"] = round(time.perf_counter() - started, 1)
         if a.json:
             text = json.dumps(doc_fit, indent=1)

@@ -241,8 +241,8 @@ class CoefficientUncertainty(Document):
     Each draw reruns every replication on its own seed (common random numbers: only the
     coefficients differ) with every spread parameter drawn independently from a split
     normal whose 5th and 95th percentiles are the spread's ends. ``drawn`` names each
-    drawn parameter with its spread; ``unstated`` the fitted entries that state no spread,
-    whose uncertainty the intervals do not cover.
+    drawn parameter with its spread; ``unstated`` the fitted entries that state no spread
+    at all, whose uncertainty the intervals do not cover.
     """
 
     draws: int

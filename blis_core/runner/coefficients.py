@@ -41,12 +41,9 @@ def spread_names(registry: Registry) -> tuple[str, ...]:
 
 
 def unstated_names(registry: Registry) -> tuple[str, ...]:
-    """Fitted entries with a parameter that states no spread (not covered by a draw)."""
-    return tuple(
-        _name(e)
-        for e in registry.entries
-        if e.method == "fitted" and any(k not in e.spread for k in e.params)
-    )
+    """Fitted entries that state no spread at all (no draw moves them). An entry with a
+    spread draws only the parameters it names; the others were held, not fitted."""
+    return tuple(_name(e) for e in registry.entries if e.method == "fitted" and not e.spread)
 
 
 def _draw(value: float, lo: float, hi: float, z: float, name: str) -> float:
