@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from blis_core.cli import main
+from blis_core.search import SearchSpace, points_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -46,28 +47,24 @@ def ray_cluster() -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_a_search_on_ray_ranks_as_a_local_one(ray_cluster: str, tmp_path: Path) -> None:
-    space = {
-        "base": str(EXAMPLES / "llmd-4x-llama8b.yaml"),
-        "axes": [
-            {"path": "deployment.pools.0.replicas", "values": [2, 3]},
-            {"path": "deployment.pools.0.args.max_num_seqs", "values": [32, 128]},
-            {"path": "workload.num_requests", "values": [600]},
-        ],
-        "objective": {"metric": "goodput.value", "direction": "max", "per_gpu": True},
-        "constraints": [{"metric": "ttft.p90", "max": 10000}],
-        "replications": 2,
-    }
-    path = tmp_path / "space.yaml"
-    path.write_text(yaml.safe_dump(space))
-    common = ["search", str(path), "--no-reestimate"]
+def test_the_shipped_60_point_search_ranks_on_ray_as_it_does_locally(
+    ray_cluster: str, tmp_path: Path
+) -> None:
+    space = EXAMPLES / "search-vllm-batching.yaml"
+    points = len(points_of(SearchSpace.model_validate(yaml.safe_load(space.read_text()))))
+    assert points >= 50
+    common = ["search", str(space), "--no-reestimate"]
     local, remote = tmp_path / "local.json", tmp_path / "ray.json"
-    assert main([*common, "--journal", str(tmp_path / "l.jsonl"), "--json", str(local)]) == 0
+    journal = tmp_path / "l.jsonl"
+    argv = [*common, "--journal", str(journal), "--json", str(local), "--jobs", "2"]
+    assert main(argv) == 0
+    assert len(journal.read_text().splitlines()) == points
     argv = [*common, "--journal", str(tmp_path / "r.jsonl"), "--json", str(remote)]
     assert main([*argv, "--backend", "ray", "--address", ray_cluster]) == 0
     a, b = json.loads(local.read_text()), json.loads(remote.read_text())
-    assert len(a["ranking"]) == 2 and a["ranking"] == b["ranking"]  # 3 replicas keep up
-    assert len(a["not_ranked"]) == 2 and a["not_ranked"] == b["not_ranked"]  # 2 do not
+    assert a["ranking"] and a["ranking"] == b["ranking"]
+    assert a["not_ranked"] and a["not_ranked"] == b["not_ranked"]
+    assert len(a["ranking"]) + len(a["not_ranked"]) == points
 
 
 def test_the_ray_backend_needs_an_address(capsys: pytest.CaptureFixture[str]) -> None:

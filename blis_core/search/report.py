@@ -82,12 +82,25 @@ def pareto_points(space: SearchSpace, outcome: SearchOutcome) -> list[ParetoPoin
     ]
 
 
-def _label(rec: PointRecord) -> str:
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in rec.point.items())
+def _label(rec: PointRecord, varying: frozenset[str] | None = None) -> str:
+    """``path=value`` of each axis whose value varies among the points (``varying``; every
+    axis when None): the page states the others once."""
+    return ", ".join(
+        f"{k}={json.dumps(v)}" for k, v in rec.point.items() if varying is None or k in varying
+    )
+
+
+def _varying(outcome: SearchOutcome) -> frozenset[str]:
+    seen: dict[str, set[str]] = {}
+    for rec in outcome.records:
+        for k, v in rec.point.items():
+            seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True))
+    return frozenset(k for k, vs in seen.items() if len(vs) > 1)
 
 
 def _pareto(space: SearchSpace, outcome: SearchOutcome) -> go.Figure:
     label, _, bound = _x_axis(space)
+    varying = _varying(outcome)
     pts = pareto_points(space, outcome)
     errors = {id(r.record): r.objective for r in outcome.ranking}
     winner = outcome.ranking[0].record if outcome.ranking else None
@@ -107,7 +120,7 @@ def _pareto(space: SearchSpace, outcome: SearchOutcome) -> go.Figure:
                 y=[p.objective for p in group],
                 mode="markers",
                 name=name,
-                text=[esc(_label(p.record)) for p in group],
+                text=[esc(_label(p.record, varying)) for p in group],
                 hovertemplate="%{text}<br>%{x:.4g}, %{y:.4g}<extra>" + name + "</extra>",
                 marker={
                     "size": 10,
@@ -138,7 +151,7 @@ def _pareto(space: SearchSpace, outcome: SearchOutcome) -> go.Figure:
                     mode="markers",
                     name="winner",
                     marker={"symbol": "star", "size": 18, "color": "#ff7f0e"},
-                    hovertemplate=esc(_label(winner)) + "<extra>winner</extra>",
+                    hovertemplate=esc(_label(winner, varying)) + "<extra>winner</extra>",
                 )
             )
     if bound is not None:
@@ -159,6 +172,7 @@ def _pareto(space: SearchSpace, outcome: SearchOutcome) -> go.Figure:
 def _ranking_table(outcome: SearchOutcome) -> str:
     if not outcome.ranking:
         return '<p class="muted">No feasible point.</p>\n'
+    varying = _varying(outcome)
     rows = []
     for n, r in enumerate(outcome.ranking, 1):
         e = r.objective
@@ -169,7 +183,7 @@ def _ranking_table(outcome: SearchOutcome) -> str:
             else ("worse than the best" if r.distinguished else "not distinguished")
         )
         rows.append(
-            f"<tr><td class='num'>{n}</td><td>{esc(_label(r.record))}</td>"
+            f"<tr><td class='num'>{n}</td><td>{esc(_label(r.record, varying))}</td>"
             f"<td class='num'>{num(e.mean)}</td><td class='num'>{ci}</td>"
             f"<td class='num'>{num(r.p_value, '.3g')}</td><td>{verdict}</td></tr>"
         )
@@ -183,10 +197,11 @@ def _not_ranked(outcome: SearchOutcome) -> str:
     items: list[tuple[PointRecord, str, str]] = [
         (rec, "infeasible", why) for rec, why in outcome.infeasible
     ] + [(rec, rec.status, rec.reason) for rec in outcome.records if rec.status != "done"]
+    varying = _varying(outcome)
     if not items:
         return '<p class="muted">Every point that ran is ranked.</p>\n'
     rows = "".join(
-        f"<tr><td>{esc(_label(rec))}</td><td>{esc(status)}</td><td>{esc(why)}</td></tr>"
+        f"<tr><td>{esc(_label(rec, varying))}</td><td>{esc(status)}</td><td>{esc(why)}</td></tr>"
         for rec, status, why in items
     )
     return f"<table><tr><th>point</th><th>status</th><th>reason</th></tr>{rows}</table>\n"
@@ -219,6 +234,14 @@ def render_search_report(
         f"feasible); {space.replications} replications each; confidence "
         f"{space.confidence:g}, Holm across the ranking</p>",
     ]
+    fixed = {
+        k: v
+        for rec in outcome.records[:1]
+        for k, v in rec.point.items()
+        if k not in _varying(outcome)
+    }
+    if fixed:
+        lines.append(f"<p><b>every point:</b> {esc(_label(PointRecord(-1, fixed, 'done')))}</p>")
     if fresh is not None:
         ci = DASH if fresh.ci_low is None else f"[{num(fresh.ci_low)}, {num(fresh.ci_high)}]"
         lines.append(f"<p><b>winner on fresh seeds:</b> {num(fresh.mean)} {ci}</p>")
