@@ -1180,7 +1180,7 @@ def _parser() -> argparse.ArgumentParser:
         "--requests",
         metavar="PATH",
         help="write one row per request (.csv, or .parquet with pyarrow): instance, fate, "
-        "TTFT, TPOT, E2E, tokens, inter-token gaps",
+        "TTFT, TPOT, E2E, tokens, cached prompt tokens, inter-token gaps",
     )
     p.add_argument(
         "--coefficient-draws",

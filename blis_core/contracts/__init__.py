@@ -38,6 +38,7 @@ from blis_core.contracts.engine import (
     KVEvent,
     KVTransferEngine,
     LinkLoad,
+    PrefixHit,
     StepOutcome,
     TokenEmission,
 )
@@ -245,6 +246,7 @@ __all__ = [
     "PoissonArrival",
     "PoolPlan",
     "PoolSpec",
+    "PrefixHit",
     "PrimitivePrice",
     "PrimitiveWork",
     "PromptSegment",

@@ -49,6 +49,7 @@ __all__ = [
     "KVEvent",
     "KVTransferEngine",
     "LinkLoad",
+    "PrefixHit",
     "StepOutcome",
     "SurfaceReporting",
     "TokenEmission",
@@ -117,12 +118,23 @@ class FinishedRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """Prompt tokens of a first-scheduled request the engine did not compute: found in its
+    prefix cache or loaded by its KV connector (what the response's usage reports as
+    ``prompt_tokens_details.cached_tokens``; vLLM's ``num_cached_tokens``)."""
+
+    request_id: str
+    cached_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class StepOutcome:
     """What one completed step produced.
 
     ``first_scheduled`` lists requests this step computed for the first time (their
-    scheduling delay ends at the step's start); ``emitted`` the output tokens streamed;
-    ``finished`` the requests done; ``preempted`` those sent back to waiting.
+    scheduling delay ends at the step's start), and ``prefix_hits`` how many of their
+    prompt tokens were cached; ``emitted`` the output tokens streamed; ``finished`` the
+    requests done; ``preempted`` those sent back to waiting.
     """
 
     step_id: int
@@ -132,6 +144,7 @@ class StepOutcome:
     preempted: tuple[str, ...] = ()
     kv_events: tuple[KVEvent, ...] = ()
     transfers: tuple[Transfer, ...] = ()
+    prefix_hits: tuple[PrefixHit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,9 @@ class RequestOutcome:
     ``fate`` is the ledger's (``completed``, ``timed_out``, ``dropped``,
     ``in_flight_at_horizon``, ``queued_at_horizon``, ``not_started``); ``chunk_gaps_us``
     are the gaps between streamed chunks (inter-token latency samples); ``instance`` is
-    the engine instance that accepted it (``""`` when none did).
+    the engine instance that accepted it (``""`` when none did); ``cached_tokens`` the
+    prompt tokens its engine found cached when it first scheduled it (``-1``: never
+    scheduled, or the engine does not say).
     """
 
     request_id: str
@@ -57,6 +59,7 @@ class RequestOutcome:
     reason: str
     chunk_gaps_us: tuple[int, ...] = ()
     instance: str = ""
+    cached_tokens: int = -1
 
     @property
     def ttft_s(self) -> float | None:

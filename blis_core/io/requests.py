@@ -4,8 +4,10 @@
 replication the Result holds (an interrupted run: the finished replications). Latencies
 are defined once, in :mod:`blis_core.contracts.scoring` (``ttft``, ``tpot``, ``e2e``:
 completed requests only); the inter-token gaps are summarised (mean, p50, p90, p99, max).
-Times are milliseconds, the arrival in seconds from the replication's start. Parquet
-needs ``pyarrow`` (not a dependency of blis-core).
+``cached_tokens`` are the prompt tokens the engine found cached (prefix hits) when it
+first scheduled the request (empty: never scheduled, or the engine does not say). Times
+are milliseconds, the arrival in seconds from the replication's start. Parquet needs
+``pyarrow`` (not a dependency of blis-core).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ COLUMNS = (
     "fate",
     "reason",
     "input_tokens",
+    "cached_tokens",
     "output_tokens",
     "ttft_ms",
     "tpot_ms",
@@ -82,6 +85,7 @@ def _row(replication: int, out: RequestOutcome) -> tuple[Cell, ...]:
         out.fate,
         out.reason,
         out.input_tokens,
+        out.cached_tokens if out.cached_tokens >= 0 else None,
         out.output_tokens,
         _ms(simulated_latency(out, "ttft")),
         _ms(simulated_latency(out, "tpot")),

@@ -43,6 +43,7 @@ class RequestRecord:
     reason: str = ""
     timed_out_us: int = -1
     instance: str = ""
+    cached_tokens: int = -1
 
 
 class RequestLedger:
@@ -79,6 +80,12 @@ class RequestLedger:
         rec = self.records[request_id]
         if rec.scheduled_us < 0:
             rec.scheduled_us = step_start_us
+
+    def cached(self, request_id: str, cached_tokens: int) -> None:
+        """Prompt tokens the engine found cached when it first scheduled the request."""
+        rec = self.records[request_id]
+        if rec.cached_tokens < 0:
+            rec.cached_tokens = cached_tokens
 
     def tokens(self, request_id: str, num_tokens: int, now_us: int) -> None:
         """``num_tokens`` output tokens reached the client in one chunk."""

@@ -150,6 +150,8 @@ class ClientComponent(Component):
         outcome = report.outcome
         for rid in outcome.first_scheduled:
             ledger.scheduled(rid, report.step_start_us)
+        for hit in outcome.prefix_hits:
+            ledger.cached(hit.request_id, hit.cached_tokens)
         for em in outcome.emitted:
             ledger.tokens(em.request_id, em.num_tokens, now_us)
         for fin in outcome.finished:

@@ -383,6 +383,7 @@ class EngineComponent(Component):
         return replace(
             outcome,
             first_scheduled=tuple(r for r in outcome.first_scheduled if r not in hidden),
+            prefix_hits=tuple(h for h in outcome.prefix_hits if h.request_id not in hidden),
             emitted=tuple(e for e in outcome.emitted if e.request_id not in hidden),
             finished=tuple(f for f in outcome.finished if f.request_id not in hidden),
             preempted=tuple(r for r in outcome.preempted if r not in hidden),

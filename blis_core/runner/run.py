@@ -676,6 +676,7 @@ def request_outcomes(ledger: RequestLedger) -> tuple[RequestOutcome, ...]:
             reason=rec.reason,
             chunk_gaps_us=tuple(rec.chunk_gaps_us),
             instance=rec.instance,
+            cached_tokens=rec.cached_tokens,
         )
         for rid, rec in ledger.records.items()
     )

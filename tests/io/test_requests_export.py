@@ -57,6 +57,7 @@ def test_rows_agree_with_the_results_fates(
     assert all(r["instance"].startswith("p-") and float(r["ttft_ms"]) > 0 for r in completed)
     assert all(float(r["e2e_ms"]) >= float(r["ttft_ms"]) for r in completed)
     assert all(r["e2e_ms"] == "" for r in rows if r["fate"] != "completed")
+    assert all(r["cached_tokens"] == "0" for r in completed)  # the toy engine caches nothing
 
 
 def test_an_interrupted_run_exports_the_finished_replications(

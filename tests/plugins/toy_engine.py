@@ -17,6 +17,7 @@ from blis_core.contracts.engine import (
     EnginePoolSpec,
     Environment,
     FinishedRequest,
+    PrefixHit,
     StepOutcome,
     TokenEmission,
 )
@@ -127,6 +128,7 @@ class ToyEngine:
             first_scheduled=tuple(first),
             emitted=tuple(emitted),
             finished=tuple(finished),
+            prefix_hits=tuple(PrefixHit(rid, 0) for rid in first),  # no prefix cache
         )
 
     def scrape(self) -> Mapping[str, float]:
