@@ -59,6 +59,7 @@ from blis_core.contracts.engine import (
     EnginePoolSpec,
     Environment,
     FinishedRequest,
+    PrefixHit,
     StepOutcome,
     TokenEmission,
 )
@@ -263,6 +264,7 @@ class VllmEngine:
                 else:
                     sampled[rid] = [request.next_output_token_id()]
         kv_output, transfers = self._run_kv_connector(out)
+        hits = self._prefix_hits(out)
         result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled, kv_output))
         for rid, _, _ in result.finished:
             self._accept_streams.pop(rid, None)
@@ -290,12 +292,24 @@ class VllmEngine:
         )
         return StepOutcome(
             step_id=shape.step_id,
+            first_scheduled=tuple(out.scheduled_new_reqs),
+            prefix_hits=hits,
             emitted=tuple(TokenEmission(r, n) for r, n in result.new_tokens.items()),
             finished=tuple(finished),
             preempted=tuple(out.preempted_req_ids),
             kv_events=tuple(self.scheduler.take_events()),
             transfers=transfers,
         )
+
+    def _prefix_hits(self, out: SchedulerOutput) -> tuple[PrefixHit, ...]:
+        """The cached prompt tokens of the requests ``out`` scheduled for the first time
+        (``num_cached_tokens``, set by the scheduler when it first schedules one)."""
+        hits = []
+        for rid in out.scheduled_new_reqs:
+            request = self.scheduler.requests.get(rid)
+            if request is not None and request.num_cached_tokens >= 0:
+                hits.append(PrefixHit(rid, request.num_cached_tokens))
+        return tuple(hits)
 
     def _num_accepted(self, rid: str, num_draft: int) -> int:
         """Drafts accepted out of ``num_draft`` (``iid``: leading Bernoulli successes)."""
