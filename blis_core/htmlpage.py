@@ -22,6 +22,7 @@ __all__ = [
     "DASH",
     "MAX_CDF_POINTS",
     "cdf_points",
+    "cdf_trace",
     "esc",
     "no_data",
     "num",
@@ -103,6 +104,29 @@ def cdf_points(
         fractions = np.linspace(0.0, 1.0, max(limit, 2))
         xs = np.quantile(arr, fractions)
     return [float(f"{v:.6g}") for v in xs], [float(f"{f:.6g}") for f in fractions]
+
+
+def cdf_trace(
+    values: Sequence[float],
+    name: str,
+    unit: str,
+    *,
+    show_legend: bool,
+    line: dict[str, str],
+) -> go.Scatter:
+    """A step line of the empirical CDF of ``values`` (:func:`cdf_points`), legend-grouped
+    by ``name`` (shown once with ``show_legend``), hovering ``value unit: fraction``."""
+    xs, ys = cdf_points(values)
+    return go.Scatter(
+        x=xs,
+        y=ys,
+        mode="lines",
+        name=name,
+        legendgroup=name,
+        showlegend=show_legend,
+        line={**line, "shape": "hv"},
+        hovertemplate=f"%{{x:.4g}} {unit}: %{{y:.3f}}<extra>{esc(name)}</extra>",
+    )
 
 
 def page(title: str, body: str, css: str = "") -> str:

@@ -34,7 +34,7 @@ from plotly.subplots import make_subplots  # type: ignore[import-untyped, import
 
 from blis_core.contracts.result import RequestOutcome, Result
 from blis_core.contracts.timeline import InstanceTimeline, Timeline
-from blis_core.htmlpage import DASH, cdf_points, esc, no_data, num, page, plot_div
+from blis_core.htmlpage import DASH, cdf_trace, esc, no_data, num, page, plot_div
 
 __all__ = ["MAX_SERIES_POINTS", "THROUGHPUT_BINS", "latency_samples", "render_run_report"]
 
@@ -152,22 +152,10 @@ def _latency_cdfs(
     for g, (label, members) in enumerate(groups.items()):
         samples = latency_samples(members, warmup_us)
         for k, metric in enumerate(_LATENCIES):
-            xs, ys = cdf_points(samples[metric])
-            drawn += len(xs)
-            fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    mode="lines",
-                    name=label,
-                    legendgroup=label,
-                    showlegend=k == 0,
-                    line={"shape": "hv", "dash": "solid" if g == 0 else "dot"},
-                    hovertemplate="%{x:.4g} ms: %{y:.3f}<extra>" + esc(label) + "</extra>",
-                ),
-                row=k // 2 + 1,
-                col=k % 2 + 1,
-            )
+            drawn += len(samples[metric])
+            line = {"dash": "solid" if g == 0 else "dot"}
+            trace = cdf_trace(samples[metric], label, "ms", show_legend=k == 0, line=line)
+            fig.add_trace(trace, row=k // 2 + 1, col=k % 2 + 1)
     for k in range(len(_LATENCIES)):
         fig.update_yaxes(range=[0, 1.02], row=k // 2 + 1, col=k % 2 + 1)
     if not drawn:

@@ -28,7 +28,7 @@ from typing import Final
 
 import plotly.graph_objects as go  # type: ignore[import-untyped, import-not-found, unused-ignore]
 from blis_core.contracts.scoring import GRADES, ScoreReport, ScoringRecord
-from blis_core.htmlpage import DASH, cdf_points, no_data, page, plot_div
+from blis_core.htmlpage import DASH, cdf_trace, no_data, page, plot_div
 from blis_core.htmlpage import esc as _esc
 from blis_core.htmlpage import num as _num
 from plotly.subplots import make_subplots  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -272,21 +272,9 @@ def _cdf(unit: str, series: Mapping[str, Mapping[str, Sequence[float]]]) -> go.F
     for col, metric in enumerate(CDF_METRICS, start=1):
         sides = series.get(metric, {})
         for side, colour, dash in (("measured", "#333", "solid"), ("simulated", "#d62728", "dot")):
-            xs, ys = cdf_points(sides.get(side, ()))
-            fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    mode="lines",
-                    name=side,
-                    legendgroup=side,
-                    showlegend=col == 1,
-                    line={"color": colour, "dash": dash, "shape": "hv"},
-                    hovertemplate="%{x:.4g} s: %{y:.3f}<extra>" + side + "</extra>",
-                ),
-                row=1,
-                col=col,
-            )
+            line = {"color": colour, "dash": dash}
+            trace = cdf_trace(sides.get(side, ()), side, "s", show_legend=col == 1, line=line)
+            fig.add_trace(trace, row=1, col=col)
         fig.update_xaxes(title_text=f"{metric} (s)", row=1, col=col)
         fig.update_yaxes(range=[0, 1.02], row=1, col=col)
     fig.update_layout(

@@ -9,7 +9,7 @@ from pathlib import Path
 from blis_core.contracts.scoring import ScoreReport, ScoreReporter, ScoringRecord
 from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
 
-from blis_scorers.dashboard import HTML, HtmlDashboard, cdf_points, render
+from blis_scorers.dashboard import HTML, HtmlDashboard, render
 
 EVIL = "<script>alert('x')</script>"
 
@@ -197,14 +197,3 @@ def test_write_is_utf8(tmp_path: Path) -> None:
     out = tmp_path / "score.html"
     HTML.write(sample_report(), out)
     assert out.read_bytes().decode("utf-8").startswith("<!DOCTYPE html>")
-
-
-def test_cdf_downsampling() -> None:
-    xs, ys = cdf_points([float(v) for v in range(10_000)])
-    assert len(xs) == len(ys) == 400
-    assert xs[0] == 0.0 and xs[-1] == 9999.0 and ys[-1] == 1.0
-    assert xs == sorted(xs)
-    small_x, small_y = cdf_points([3.0, math.nan, 1.0, 2.0])
-    assert small_x == [1.0, 2.0, 3.0]
-    assert small_y[-1] == 1.0
-    assert cdf_points([]) == ([], [])
