@@ -199,6 +199,13 @@ def run_search(
     objective per replication.
     """
     where = str(base_dir) if base_dir is not None else None
+    if ray_address is not None and space.strategy == "optuna":
+        raise InputRefused.one(
+            "--backend",
+            "ray",
+            "strategy optuna runs its trials here, one after another (each trial asks "
+            "what the ones before it found): Ray runs grid and random searches",
+        )
     if ray_address is not None and importlib.util.find_spec("ray") is None:
         raise InputRefused.one("--backend", "ray", "needs ray: pip install 'blis-core[ray]'")
     if space.strategy == "optuna":

@@ -219,3 +219,11 @@ def test_an_interrupted_search_command_says_where_its_points_are(
     assert main(["search", str(path), "--jobs", "1"]) == 130
     err = capsys.readouterr().err
     assert "the 2 finished point(s) are in" in err and "rerun the same command" in err
+
+
+def test_optuna_on_ray_is_refused_by_name(tmp_path: Path) -> None:
+    space = _space(strategy="optuna", samples=3)
+    with pytest.raises(InputRefused) as exc:
+        run_search(space, _scenario(), tmp_path, tmp_path / "j.jsonl", ray_address="h:1")
+    assert exc.value.errors[0].path == "--backend" and "grid and random" in str(exc.value)
+    assert not (tmp_path / "j.jsonl").exists()  # refused before any work
