@@ -18,13 +18,17 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from blis_core import __version__
 from blis_core.contracts.errors import BlisError, FieldError, InputRefused, RunInterrupted
 from blis_core.contracts.scenario import parse_kind_at_version
+
+if TYPE_CHECKING:
+    from blis_core.contracts.result import RequestOutcome, Result
+    from blis_core.contracts.timeline import Timeline
 
 __all__ = ["main"]
 
@@ -293,23 +297,21 @@ class _ReportInputs:
     """Replication 0's requests and timeline, kept for ``--report``."""
 
     def __init__(self) -> None:
-        self.requests: Any = None
-        self.timeline: Any = None
+        self.requests: tuple[RequestOutcome, ...] = ()
+        self.timeline: Timeline | None = None
 
-    def keep_requests(self, replication: int, outcomes: Any) -> None:
+    def keep_requests(self, replication: int, outcomes: Sequence[RequestOutcome]) -> None:
         if replication == 0:
             self.requests = tuple(outcomes)
 
-    def keep_timeline(self, replication: int, timeline: Any) -> None:
+    def keep_timeline(self, replication: int, timeline: Timeline) -> None:
         if replication == 0:
             self.timeline = timeline
 
-    def write(self, result: Any, path: Path) -> None:
+    def write(self, result: Result, path: Path) -> None:
         from blis_core.run_report import render_run_report
 
-        path.write_text(
-            render_run_report(result, self.requests or (), self.timeline), encoding="utf-8"
-        )
+        path.write_text(render_run_report(result, self.requests, self.timeline), encoding="utf-8")
 
 
 def _run_report(args: argparse.Namespace) -> _ReportInputs | None:
