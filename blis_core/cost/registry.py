@@ -15,7 +15,10 @@ fractions of peak; what they price ranks ``roofline`` whatever the provenance
 (``assumed``/``literature``) of the fractions. ``method: fitted`` entries price at their
 own rank, and as ``transferred`` outside their ``covered`` range (``flops``,
 ``bytes_moved``, ``link_bytes``: ``[lo, hi]`` per work, per kernel; ``ranks``; ``items``
-for the host families).
+for the host families). A fitted entry may state a ``spread`` per fitted parameter
+(``[lo, hi]`` holding its value): the coefficients' own uncertainty, which prices nothing
+and is not hashed; ``--coefficient-draws`` draws from it
+(:mod:`blis_core.runner.coefficients`).
 
 ``host_request`` also prices the path outside the engine core (see
 :meth:`~blis_core.cost.environment.SimEnvironment.frontend_delay_us`): impl
