@@ -807,20 +807,36 @@ def _coefficient_draws(
             reps.extend(
                 _replicate(scenario, r, host, drawn, base_dir, {}, []) for r in range(planned)
             )
-        per: dict[str, dict[str, float]] = {}
-        for name in scenario.frame.metrics:
-            stats: dict[str, list[float]] = {}
-            for rep in reps:
-                for stat, value in rep.metrics.get(name, {}).items():
-                    stats.setdefault(stat, []).append(value)
-            kept = {st: sum(v) / len(v) for st, v in stats.items() if len(v) == planned}
-            kept.pop("count", None)
-            if kept:
-                per[name] = kept
-        means.append(per)
+        values = _per_statistic(scenario.frame.metrics, reps)
+        means.append(
+            {
+                name: {stat: sum(v) / len(v) for stat, v in stats.items()}
+                for name, stats in values.items()
+                if stats
+            }
+        )
         if on_draw is not None:
             on_draw(k + 1, draws)
     return coefficient_uncertainty(data.registry, means)
+
+
+def _per_statistic(
+    metrics: Sequence[str], reps: Sequence[ReplicationResult]
+) -> dict[str, dict[str, list[float]]]:
+    """Per metric, each statistic's value in every replication, statistics by name (one
+    that some replication lacks, and ``count``, left out)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for name in metrics:
+        per_stat: dict[str, list[float]] = {}
+        for rep in reps:
+            for stat, value in rep.metrics.get(name, {}).items():
+                per_stat.setdefault(stat, []).append(value)
+        out[name] = {
+            stat: vals
+            for stat, vals in sorted(per_stat.items())
+            if len(vals) == len(reps) and stat != "count"
+        }
+    return out
 
 
 _WorkerOutput = tuple[
@@ -1014,15 +1030,9 @@ def _assemble(
     """The Result of the finished replications ``reps`` (hash included)."""
     n = len(reps)
     estimates: dict[str, dict[str, Estimate]] = {}
-    for name in scenario.frame.metrics:
-        per_stat: dict[str, list[float]] = {}
-        for rep in reps:
-            for stat, value in rep.metrics.get(name, {}).items():
-                per_stat.setdefault(stat, []).append(value)
+    for name, stats in _per_statistic(scenario.frame.metrics, reps).items():
         estimates[name] = {
-            stat: estimate(vals, scenario.frame.confidence)
-            for stat, vals in sorted(per_stat.items())
-            if len(vals) == n and stat != "count"
+            stat: estimate(vals, scenario.frame.confidence) for stat, vals in stats.items()
         }
         batch = reps[0].batch_means.get(name) if n == 1 and reps[0].batch_means else None
         mean = estimates[name].get("mean")
