@@ -98,9 +98,8 @@ def _varying(outcome: SearchOutcome) -> frozenset[str]:
     return frozenset(k for k, vs in seen.items() if len(vs) > 1)
 
 
-def _pareto(space: SearchSpace, outcome: SearchOutcome) -> go.Figure:
+def _pareto(space: SearchSpace, outcome: SearchOutcome, varying: frozenset[str]) -> go.Figure:
     label, _, bound = _x_axis(space)
-    varying = _varying(outcome)
     pts = pareto_points(space, outcome)
     errors = {id(r.record): r.objective for r in outcome.ranking}
     winner = outcome.ranking[0].record if outcome.ranking else None
@@ -169,10 +168,9 @@ def _pareto(space: SearchSpace, outcome: SearchOutcome) -> go.Figure:
     return fig
 
 
-def _ranking_table(outcome: SearchOutcome) -> str:
+def _ranking_table(outcome: SearchOutcome, varying: frozenset[str]) -> str:
     if not outcome.ranking:
         return '<p class="muted">No feasible point.</p>\n'
-    varying = _varying(outcome)
     rows = []
     for n, r in enumerate(outcome.ranking, 1):
         e = r.objective
@@ -193,11 +191,10 @@ def _ranking_table(outcome: SearchOutcome) -> str:
     )
 
 
-def _not_ranked(outcome: SearchOutcome) -> str:
+def _not_ranked(outcome: SearchOutcome, varying: frozenset[str]) -> str:
     items: list[tuple[PointRecord, str, str]] = [
         (rec, "infeasible", why) for rec, why in outcome.infeasible
     ] + [(rec, rec.status, rec.reason) for rec in outcome.records if rec.status != "done"]
-    varying = _varying(outcome)
     if not items:
         return '<p class="muted">Every point that ran is ranked.</p>\n'
     rows = "".join(
@@ -234,12 +231,8 @@ def render_search_report(
         f"feasible); {space.replications} replications each; confidence "
         f"{space.confidence:g}, Holm across the ranking</p>",
     ]
-    fixed = {
-        k: v
-        for rec in outcome.records[:1]
-        for k, v in rec.point.items()
-        if k not in _varying(outcome)
-    }
+    varying = _varying(outcome)
+    fixed = {k: v for rec in outcome.records[:1] for k, v in rec.point.items() if k not in varying}
     if fixed:
         lines.append(f"<p><b>every point:</b> {esc(_label(PointRecord(-1, fixed, 'done')))}</p>")
     if fresh is not None:
@@ -248,10 +241,10 @@ def render_search_report(
     body = (
         "\n".join(lines)
         + "\n<h2>Pareto front</h2>\n"
-        + plot_div(_pareto(space, outcome), "pareto", 0)
+        + plot_div(_pareto(space, outcome, varying), "pareto", 0)
         + "<h2>Ranking</h2>\n"
-        + _ranking_table(outcome)
+        + _ranking_table(outcome, varying)
         + "<h2>Not ranked</h2>\n"
-        + _not_ranked(outcome)
+        + _not_ranked(outcome, varying)
     )
     return page(title, body)
