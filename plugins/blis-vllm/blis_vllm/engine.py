@@ -302,8 +302,10 @@ class VllmEngine:
         )
 
     def _prefix_hits(self, out: SchedulerOutput) -> tuple[PrefixHit, ...]:
-        """The cached prompt tokens of the requests ``out`` scheduled for the first time
-        (``num_cached_tokens``, set by the scheduler when it first schedules one)."""
+        """The cached prompt tokens of the requests ``out`` scheduled for the first time:
+        ``num_cached_tokens``, which vLLM 0.33.0's ``v1/core/sched/scheduler.py`` sets when
+        it first schedules a request and ``update_from_output`` puts on every
+        ``EngineCoreOutput`` (the API's ``usage.prompt_tokens_details.cached_tokens``)."""
         hits = []
         for rid in out.scheduled_new_reqs:
             request = self.scheduler.requests.get(rid)
