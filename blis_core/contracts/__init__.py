@@ -27,6 +27,7 @@ from blis_core.contracts.cost import (
     packaged_coefficient_documents,
 )
 from blis_core.contracts.engine import (
+    FAST_FORWARD_ENV,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -41,6 +42,7 @@ from blis_core.contracts.engine import (
     PrefixHit,
     StepOutcome,
     TokenEmission,
+    fast_forward_enabled,
 )
 from blis_core.contracts.errors import (
     BlisError,
@@ -171,6 +173,7 @@ from blis_core.contracts.workload import (
 
 __all__ = [
     "DEFAULT_IMPLS",
+    "FAST_FORWARD_ENV",
     "GENERIC_HOST_WORK",
     "GRADES",
     "LATENCY_METRICS",
@@ -286,6 +289,7 @@ __all__ = [
     "Validity",
     "WarmupFound",
     "WorkloadSpec",
+    "fast_forward_enabled",
     "grade_point",
     "host_work_problem",
     "impl_problem",

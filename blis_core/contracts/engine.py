@@ -18,10 +18,18 @@ order scheduled. With pipeline parallelism (``plan.layout.pp`` stages) a step's 
 ``s`` starts once its stage ``s - 1`` and the previous step's stage ``s`` have ended;
 otherwise steps execute one after another. ``input_boundary`` declares, per kind of
 external input, the step boundary at which it takes effect (design §8.2).
+
+Exact fast paths: an engine may compute steps that follow a fixed pattern (a steady
+decode step, in which every running request decodes one token) by a shorter route than
+its port of the upstream loop, provided every output is the same: shapes, tokens, KV
+events, metrics and every later decision. The port stays the reference: with the
+environment variable ``BLIS_FAST_FORWARD=0`` (:func:`fast_forward_enabled` false) an
+engine takes no fast path, and a Result must not change by a byte between the two.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "FAST_FORWARD_ENV",
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",
@@ -53,7 +62,18 @@ __all__ = [
     "StepOutcome",
     "SurfaceReporting",
     "TokenEmission",
+    "fast_forward_enabled",
 ]
+
+FAST_FORWARD_ENV = "BLIS_FAST_FORWARD"
+"""Set to ``0`` to make every engine take its step-by-step reference path."""
+
+
+def fast_forward_enabled() -> bool:
+    """Whether engines may take their exact fast paths (``BLIS_FAST_FORWARD`` is not ``0``).
+
+    Read when an engine is built, so a run never mixes the two paths in one instance."""
+    return os.environ.get(FAST_FORWARD_ENV, "1") != "0"
 
 
 @dataclass(frozen=True, slots=True)

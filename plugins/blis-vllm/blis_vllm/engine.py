@@ -62,6 +62,7 @@ from blis_core.contracts.engine import (
     PrefixHit,
     StepOutcome,
     TokenEmission,
+    fast_forward_enabled,
 )
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode, PoolPlan
@@ -75,7 +76,14 @@ from blis_vllm.metrics import CACHE_CONFIG_INFO, EngineMetrics, MetricsSnapshot
 from blis_vllm.nixl_connector import NixlConnector
 from blis_vllm.planning import build_partial_plan, decide_kv_budget, scheduler_kv_cache_groups
 from blis_vllm.request import Request, RequestStatus
-from blis_vllm.scheduler import AsyncScheduler, ModelRunnerOutput, Scheduler, SchedulerOutput
+from blis_vllm.scheduler import (
+    AsyncScheduler,
+    ModelRunnerOutput,
+    Scheduler,
+    SchedulerOutput,
+    StepResult,
+)
+from blis_vllm.steady import SteadyDecode
 from blis_vllm.surface import surface_statuses
 from blis_vllm.version import ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
 
@@ -134,7 +142,17 @@ class VllmEngine:
             # One block table per KV cache group (gpt-oss: sliding window + full).
             kv_cache_groups=scheduler_kv_cache_groups(plan.kv_groups) if plan.kv_groups else None,
         )
+        # The exact fast path for steady decode steps (None: every step general).
+        self.steady: SteadyDecode | None = (
+            SteadyDecode(self.scheduler, self.scheduler.kv_cache_manager.coordinator)
+            if fast_forward_enabled() and SteadyDecode.eligible(self.scheduler, settings.layout.pp)
+            else None
+        )
         self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
+        # Immutable contract objects a decode step repeats, made once: the one-token
+        # emission of each unfinished request, and a one-token chunk per context length.
+        self._one_token: dict[str, TokenEmission] = {}
+        self._decode_chunks: list[SeqChunk | None] = [None] * (settings.max_model_len + 1)
         # V2+PP+async: the scheduler staggers a request's decodes ``pp`` schedule calls
         # apart, so an empty schedule is an (IDLE) step of the batch queue.
         self._stagger = settings.async_scheduling and settings.layout.pp > 1
@@ -193,6 +211,7 @@ class VllmEngine:
         for r in self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED):
             self._aborted.append(FinishedRequest(r.request_id, "abort", r.num_output_tokens))
             self._metrics.request_aborted(r.request_id)
+            self._one_token.pop(r.request_id, None)
 
     def schedule(self, now_us: int) -> StepShape | None:
         """Schedule the next step, or ``None`` when no tokens can be scheduled now."""
@@ -203,6 +222,11 @@ class VllmEngine:
                 return None
         elif not self.scheduler.has_requests():
             return None
+        steady = self.steady.schedule() if self.steady is not None else None
+        if steady is not None:
+            shape = self._steady_shape(steady)
+            self._in_flight.append((shape, steady))
+            return shape
         out = self.scheduler.schedule()
         self._metrics.requests_scheduled(
             (*out.scheduled_new_reqs, *out.scheduled_resumed_reqs), now_us
@@ -250,24 +274,17 @@ class VllmEngine:
                 f"steps complete in schedule order: expected {expected.step_id}, "
                 f"got {shape.step_id}"
             )
-        sampled: dict[str, list[int]] = {}
-        for rid in out.sampling:
-            request = self.scheduler.requests.get(rid)
-            if request is not None and not request.is_finished():
-                num_draft = len(out.scheduled_spec_decode_tokens.get(rid, ()))
-                if num_draft:
-                    idx = request.num_output_tokens
-                    n = 1 + self._num_accepted(rid, num_draft)
-                    sampled[rid] = segment_token_ids(
-                        output_content_key(rid), self._model.vocab_size, idx, idx + n
-                    )
-                else:
-                    sampled[rid] = [request.next_output_token_id()]
-        kv_output, transfers = self._run_kv_connector(out)
-        hits = self._prefix_hits(out)
-        result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled, kv_output))
+        result = None
+        if out.steady and self.steady is not None:
+            result = self.steady.complete(out)
+        if result is not None:
+            transfers: tuple[Transfer, ...] = ()
+            hits: tuple[PrefixHit, ...] = ()
+        else:
+            transfers, hits, result = self._complete_general(out)
         for rid, _, _ in result.finished:
             self._accept_streams.pop(rid, None)
+            self._one_token.pop(rid, None)
         if self._settings.num_speculative_tokens and not self._settings.async_scheduling:
             self._propose_drafts(out)
         kv = self.scheduler.kv_cache_manager
@@ -294,12 +311,49 @@ class VllmEngine:
             step_id=shape.step_id,
             first_scheduled=tuple(out.scheduled_new_reqs),
             prefix_hits=hits,
-            emitted=tuple(TokenEmission(r, n) for r, n in result.new_tokens.items()),
+            emitted=self._emissions(result.new_tokens),
             finished=tuple(finished),
             preempted=tuple(out.preempted_req_ids),
             kv_events=tuple(self.scheduler.take_events()),
             transfers=transfers,
         )
+
+    def _complete_general(
+        self, out: SchedulerOutput
+    ) -> tuple[tuple[Transfer, ...], tuple[PrefixHit, ...], StepResult]:
+        """The model runner's sampling, the connector and ``update_from_output`` of a
+        step the steady path does not take."""
+        sampled: dict[str, list[int]] = {}
+        for rid in out.sampling:
+            request = self.scheduler.requests.get(rid)
+            if request is not None and not request.is_finished():
+                num_draft = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+                if num_draft:
+                    idx = request.num_output_tokens
+                    n = 1 + self._num_accepted(rid, num_draft)
+                    sampled[rid] = segment_token_ids(
+                        output_content_key(rid), self._model.vocab_size, idx, idx + n
+                    )
+                else:
+                    sampled[rid] = [request.next_output_token_id()]
+        kv_output, transfers = self._run_kv_connector(out)
+        hits = self._prefix_hits(out)
+        result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled, kv_output))
+        return transfers, hits, result
+
+    def _emissions(self, new_tokens: Mapping[str, int]) -> tuple[TokenEmission, ...]:
+        """The step's emissions, in ``update_from_output`` order."""
+        one = self._one_token
+        out = []
+        for rid, n in new_tokens.items():
+            if n != 1:
+                out.append(TokenEmission(rid, n))
+                continue
+            emission = one.get(rid)
+            if emission is None:
+                emission = one[rid] = TokenEmission(rid, 1)
+            out.append(emission)
+        return tuple(out)
 
     def _prefix_hits(self, out: SchedulerOutput) -> tuple[PrefixHit, ...]:
         """The cached prompt tokens of the requests ``out`` scheduled for the first time:
@@ -412,6 +466,27 @@ class VllmEngine:
 
     # -- shapes --------------------------------------------------------------------------
 
+    def _steady_shape(self, out: SchedulerOutput) -> StepShape:
+        """The shape :meth:`_make_shape` gives a steady step: one decode token per
+        request, a uniform decode batch."""
+        chunks = self._decode_chunks
+        seqs = []
+        for c in out.context_tokens.values():
+            chunk = chunks[c]
+            if chunk is None:
+                chunk = chunks[c] = SeqChunk(1, c)
+            seqs.append(chunk)
+        padded, graph = pad_step(len(seqs), True, self._plan)
+        return StepShape(
+            step_id=out.step_id,
+            mode=StepMode.DECODE_ONLY,
+            seqs=tuple(seqs),
+            padded_tokens=padded,
+            graph_mode=graph,
+            draft_passes=self._draft_passes(out),
+            num_stages=self._settings.layout.pp,
+        )
+
     def _make_shape(self, out: SchedulerOutput) -> StepShape:
         seqs = tuple(
             SeqChunk(new_tokens=n, context_tokens=out.context_tokens[rid])
@@ -461,20 +536,6 @@ class VllmEngine:
             return 0
         k = draft.num_speculative_tokens
         return 1 if out.skip_drafts else k
-        async_sched = self._settings.async_scheduling
-        for rid, n in out.num_scheduled_tokens.items():
-            request = self.scheduler.requests.get(rid)
-            if request is None:
-                continue
-            if out.context_tokens[rid] + n < request.num_tokens:
-                continue  # non-final prefill chunk: samples nothing
-            placeholders = request.num_output_placeholders
-            if async_sched and rid in out.sampling:
-                placeholders -= 1 + len(out.scheduled_spec_decode_tokens.get(rid, ()))
-            min_out = request.num_output_tokens + 1 + (1 if placeholders > 0 else 0)
-            if min_out < request.max_tokens:
-                return k
-        return 1
 
     def _prompt_len(self, rid: str) -> int:
         request = self.scheduler.requests.get(rid)

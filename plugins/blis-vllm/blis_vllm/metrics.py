@@ -396,6 +396,13 @@ class Histogram:
         self._counts[bisect_left(self.bounds, value)] += 1
         self._raw_sum += raw
 
+    def observe_many(self, raw: int, times: int) -> None:
+        """Add the integer observation ``raw`` ``times`` times (as many ``observe``
+        calls: integer sums are exact in any order)."""
+        value = raw / self._scale if self._scale != 1.0 else raw
+        self._counts[bisect_left(self.bounds, value)] += times
+        self._raw_sum += raw * times
+
     @property
     def count(self) -> int:
         """Observations so far."""
@@ -512,17 +519,21 @@ class EngineMetrics:
         if not outputs:
             return  # upstream builds no IterationStats for a step without outputs
         iteration_tokens = 0
+        generation_tokens = 0
+        requests = self._requests
+        # Inter-token gaps by value: a decode step's requests mostly share one.
+        gaps: dict[int, int] = {}
         for rid in outputs:
-            state = self._requests.get(rid)
+            state = requests.get(rid)
             if state is None:
                 continue
             n = new_tokens.get(rid, 0)
-            iteration_tokens += n
-            self._generation_tokens += n
+            generation_tokens += n
             state.num_generation_tokens += n
             preemptions = state.request.num_preemptions
-            self._num_preemptions += preemptions - state.num_preemptions
-            state.num_preemptions = preemptions
+            if preemptions != state.num_preemptions:
+                self._num_preemptions += preemptions - state.num_preemptions
+                state.num_preemptions = preemptions
             if state.first_token_us is None:
                 if n:
                     # PrefillStats ride on the first output made by update_from_output's
@@ -535,9 +546,13 @@ class EngineMetrics:
                 self._ttft.observe(now_us - state.arrival_us)
                 state.first_token_us = now_us
             else:
-                self._itl.observe(now_us - state.last_token_us)
+                gap = now_us - state.last_token_us
+                gaps[gap] = gaps.get(gap, 0) + 1
             state.last_token_us = now_us
-        self._iteration.observe(iteration_tokens)
+        for gap, times in gaps.items():
+            self._itl.observe_many(gap, times)
+        self._generation_tokens += generation_tokens
+        self._iteration.observe(iteration_tokens + generation_tokens)
         for rid, reason, _ in finished:
             state = self._requests.pop(rid, None)
             if state is not None:

@@ -24,6 +24,7 @@ from blis_core.contracts.request import (
     output_content_key,
     prompt_token_ids,
     segment_token_id,
+    segment_token_ids,
 )
 
 from blis_vllm.kv_cache_utils import BlockHash, hash_block_tokens
@@ -119,6 +120,9 @@ class Request:
         self.block_size = block_size
         # ``VllmConfig.num_hash_lookahead_tokens`` (vLLM 0.33.0 ``config/vllm.py``).
         self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
+        # Prompt and generated token ids. Generated ids appended by
+        # ``append_next_output_token`` are written only when read (block hashing, the
+        # next ``append_output_token_ids``): the list may be shorter than ``num_tokens``.
         self.all_token_ids: list[int] = prompt_token_ids(source.prompt, vocab_size)
         self.num_prompt_tokens = len(self.all_token_ids)
         # Prompt plus generated tokens (``len(all_token_ids)``, kept as tokens are appended).
@@ -165,7 +169,23 @@ class Request:
 
     def append_output_token_ids(self, token_id: int) -> None:
         """Append one generated token and hash any block it completes."""
+        if len(self.all_token_ids) < self.num_tokens:
+            self._materialize_output_tokens()
         self.all_token_ids.append(token_id)
+        self.num_tokens += 1
+        hashes = self.block_hashes
+        if (
+            hashes is not None
+            and (len(hashes) + 1) * self.block_size + self.num_hash_lookahead_tokens
+            <= self.num_tokens
+        ):
+            self._extend_block_hashes()
+
+    def append_next_output_token(self) -> None:
+        """Append the next generated token (:meth:`next_output_token_id`) and hash any
+        block it completes, as ``append_output_token_ids(next_output_token_id())``
+        does; the id itself is written into ``all_token_ids`` only when something reads
+        it (a block hash, or the next :meth:`append_output_token_ids`)."""
         self.num_tokens += 1
         hashes = self.block_hashes
         if (
@@ -183,6 +203,8 @@ class Request:
         hashes = self.block_hashes
         if hashes is None:
             return
+        if len(self.all_token_ids) < self.num_tokens:
+            self._materialize_output_tokens()
         bs = self.block_size
         ahead = self.num_hash_lookahead_tokens
         tokens = self.all_token_ids
@@ -193,6 +215,19 @@ class Request:
             hashes.append(
                 hash_block_tokens(parent, tokens[start:end], (), tokens[end : end + ahead])
             )
+
+    def _materialize_output_tokens(self) -> None:
+        """Write the ids of the generated tokens appended without them (the ids are a
+        function of the content key and the position)."""
+        tokens = self.all_token_ids
+        tokens.extend(
+            segment_token_ids(
+                self.output_key,
+                self._vocab_size,
+                len(tokens) - self.num_prompt_tokens,
+                self.num_tokens - self.num_prompt_tokens,
+            )
+        )
 
     # -- priority ordering ----------------------------------------------------------
 

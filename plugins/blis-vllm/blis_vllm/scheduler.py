@@ -86,6 +86,9 @@ class SchedulerOutput:
     """The model runner proposes no drafts after this step (vLLM 0.33.0
     ``SchedulerOutput.skip_drafts``): every scheduled request is a non-final prefill
     chunk or samples its last output token."""
+    steady: bool = False
+    """Scheduled by the steady-step fast path (:mod:`blis_vllm.steady`): one decode
+    token per request, nothing admitted or preempted."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:

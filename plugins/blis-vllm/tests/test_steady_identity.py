@@ -1,0 +1,141 @@
+"""The steady-step fast path changes no byte of any Result (issue 15, deliverable 1).
+
+Every scenario runs twice: as shipped (fast path on) and with ``BLIS_FAST_FORWARD=0``
+(every step on the port's general path, the one the oracle proves against vLLM). The
+Results' content hashes must be equal. The decision gate's scenarios are covered by
+their golden hashes, made on the general path; here 200 randomized scenarios sweep what
+the fast path must step aside for (preemption under a small KV pool, chunked prefills
+arriving mid-decode, the token budget, the waiting queue at ``max_num_seqs``, client
+aborts, prefix caching on and off, synchronous and asynchronous scheduling, block sizes,
+``max_model_len`` caps and replicas behind the llm-d router).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from blis_core.contracts import FAST_FORWARD_ENV
+from blis_core.io.scenario import parse_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+
+from blis_vllm.steady import SteadyDecode
+
+NUM_SCENARIOS = 200
+MASTER_SEED = 20261202
+
+
+def random_scenario(index: int) -> dict[str, Any]:
+    """Scenario ``index`` of the sweep (deterministic in ``MASTER_SEED``)."""
+    rng = random.Random(MASTER_SEED * 1000 + index)
+    max_model_len = rng.choice([512, 1024, 2048])
+    block_size = rng.choice([16, 16, 32])
+    args: dict[str, Any] = {
+        "max_model_len": max_model_len,
+        "max_num_seqs": rng.choice([2, 4, 8, 16, 64]),
+        "max_num_batched_tokens": rng.choice([max_model_len, 2048, 4096]),
+        "async_scheduling": rng.random() < 0.7,
+        "enable_prefix_caching": rng.random() < 0.7,
+        "block_size": block_size,
+    }
+    if rng.random() < 0.5:
+        # From just above one max-length request to roomy: preemption and recompute.
+        min_blocks = -(-max_model_len // block_size) + 2
+        args["num_gpu_blocks_override"] = rng.choice([min_blocks, 2 * min_blocks, 6 * min_blocks])
+    if rng.random() < 0.2:
+        args["long_prefill_token_threshold"] = rng.choice([64, 128])
+    if rng.random() < 0.15:
+        args["scheduling_policy"] = "priority"
+    workload: dict[str, Any] = {
+        "arrival": {"process": "poisson", "rate_per_s": rng.choice([2, 10, 40, 200])},
+        "num_requests": rng.choice([15, 30, 45]),
+    }
+    if rng.random() < 0.3:
+        workload["shared_prefix"] = {
+            "num_unique_system_prompts": rng.choice([1, 3]),
+            "num_users_per_system_prompt": rng.choice([2, 4]),
+            "system_prompt_len": rng.choice([40, 200]),
+            "question_len": {"family": "uniform", "min": 5, "max": 120},
+            "output_len": {"family": "uniform", "min": 1, "max": 200},
+            "enable_multi_turn_chat": rng.random() < 0.5,
+        }
+    else:
+        workload["input_len"] = {"family": "uniform", "min": 1, "max": max_model_len // 2}
+        workload["output_len"] = {"family": "uniform", "min": 1, "max": max_model_len // 4}
+    if rng.random() < 0.2:
+        workload["request_timeout_s"] = rng.choice([0.5, 2.0])
+    replicas = 2 if rng.random() < 0.2 else 1
+    deployment: dict[str, Any] = {
+        "pools": [
+            {
+                "name": "p",
+                "engine": {"kind": "vllm", "version": "0.33.0"},
+                "model": rng.choice(
+                    ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-2-7b-hf"]
+                ),
+                "hardware": "H100-SXM",
+                "replicas": replicas,
+                "args": args,
+            }
+        ]
+    }
+    if replicas > 1:
+        deployment["router"] = {"kind": "llm-d", "version": "v0.10.0"}
+    return {
+        "name": f"steady-{index}",
+        "seed": index,
+        "deployment": deployment,
+        "workload": workload,
+        "frame": {"warmup_s": 0},
+    }
+
+
+@pytest.fixture(scope="module")
+def data() -> DataSources:
+    return DataSources.load()
+
+
+def test_fast_path_keeps_every_result_byte(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steady_steps = [0]
+    original = SteadyDecode.schedule
+
+    def counted(self: SteadyDecode) -> Any:
+        out = original(self)
+        if out is not None:
+            steady_steps[0] += 1
+        return out
+
+    monkeypatch.setattr(SteadyDecode, "schedule", counted)
+    differing: list[str] = []
+    with_steady = 0
+    for index in range(NUM_SCENARIOS):
+        scenario = parse_scenario(random_scenario(index), f"steady-{index}")
+        before = steady_steps[0]
+        monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
+        fast = run_scenario(scenario, make_host(), data)
+        with_steady += steady_steps[0] > before
+        monkeypatch.setenv(FAST_FORWARD_ENV, "0")
+        reference = run_scenario(scenario, make_host(), data)
+        if fast.content_hash != reference.content_hash:
+            differing.append(scenario.name)
+    assert not differing, f"fast path changed the Result of {differing}"
+    # The comparison means something only if the fast path ran in most scenarios.
+    assert with_steady >= NUM_SCENARIOS // 2, with_steady
+
+
+def test_reference_path_takes_no_fast_step(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAST_FORWARD_ENV, "0")
+    calls = [0]
+
+    def counted(self: SteadyDecode) -> Any:
+        calls[0] += 1
+        return None
+
+    monkeypatch.setattr(SteadyDecode, "schedule", counted)
+    run_scenario(parse_scenario(random_scenario(0), "steady-0"), make_host(), data)
+    assert calls[0] == 0
