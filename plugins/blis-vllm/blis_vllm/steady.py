@@ -25,7 +25,7 @@ pipeline parallelism, one full-attention KV cache group.
 from __future__ import annotations
 
 from blis_vllm.kv_cache_coordinator import KVCacheCoordinator
-from blis_vllm.request import RequestStatus
+from blis_vllm.request import Request, RequestStatus
 from blis_vllm.scheduler import AsyncScheduler, Scheduler, SchedulerOutput, StepResult
 from blis_vllm.single_type_kv_cache_manager import FullAttentionManager
 
@@ -83,7 +83,8 @@ class SteadyDecode:
         bs = self._coordinator.scheduler_block_size
         max_model_len = s.max_model_len
         blocks_of = self._manager.req_to_blocks
-        num_scheduled = 0
+        # (request, its computed tokens, whether it crosses into a new block)
+        batch: list[tuple[Request, int, bool]] = []
         num_new_blocks = 0
         for r in running:
             placeholders = r.num_output_placeholders
@@ -102,12 +103,13 @@ class SteadyDecode:
             ):
                 return None
             held = len(blocks_of.get(r.request_id, ())) * bs
-            if held <= computed:
+            crosses = held <= computed
+            if crosses:
                 if held != computed:
                     return None
                 num_new_blocks += 1
-            num_scheduled += 1
-        if num_scheduled == 0 or num_scheduled > s.max_num_scheduled_tokens:
+            batch.append((r, computed, crosses))
+        if not batch or len(batch) > s.max_num_scheduled_tokens:
             return None
         kv = s.kv_cache_manager
         if num_new_blocks > kv.block_pool.get_num_free_blocks():
@@ -125,26 +127,15 @@ class SteadyDecode:
         inflight_prefills = s._inflight_prefills
         is_async = self._async
         stagger = s.decode_stagger if isinstance(s, AsyncScheduler) else 0
-        for r in running:
-            placeholders = r.num_output_placeholders
-            computed = r.num_computed_tokens
-            if (
-                placeholders > 0
-                and computed + 2 - placeholders >= r.num_prompt_tokens + r.max_tokens
-            ):
-                continue
-            if step_id < r.next_decode_eligible_step:
-                continue
+        for r, computed, crosses in batch:
             rid = r.request_id
-            if len(blocks_of.get(rid, ())) * bs <= computed:
+            if crosses:
                 new_blocks = kv.allocate_slots(r, 1)
                 assert new_blocks is not None, "steady step: free blocks were counted"
             elif cached is not None and r.block_hashes is not None:
-                cache_to = min(computed + 1, r.num_tokens, len(r.block_hashes) * bs)
-                if cached.get(rid, 0) < cache_to // bs:
-                    self._coordinator.cache_blocks(
-                        r, min(computed + 1, r.num_tokens), boundary.get(rid, 0)
-                    )
+                cache_to = min(computed + 1, r.num_tokens)
+                if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
+                    self._coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
             scheduled[rid] = 1
             context[rid] = computed
             # _update_after_schedule: the step ends the request's known tokens.
@@ -155,7 +146,7 @@ class SteadyDecode:
             if inflight_prefills:
                 inflight_prefills.discard(r)
             if is_async:
-                r.num_output_placeholders = placeholders + 1
+                r.num_output_placeholders += 1
                 r.spec_token_ids = []
                 r.next_decode_eligible_step = step_id + stagger
         out.finished_req_ids = s.finished_req_ids
