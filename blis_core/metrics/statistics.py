@@ -176,7 +176,7 @@ def replication_metrics(
         if name in rates:
             metrics[name] = {"value": rates[name]}
         elif name in samples and not overloaded:
-            metrics[name] = _summary(np.asarray(samples[name], dtype=float), frame.percentiles)
+            metrics[name] = _summary(samples[name], frame.percentiles)
     return metrics
 
 
@@ -189,21 +189,29 @@ def _completed(ledger: RequestLedger, warmup_us: int) -> list[RequestRecord]:
     ]
 
 
-def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, list[float]]:
-    """Every latency metric's samples (ms) of ``done``, request by request."""
-    samples: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS}
+def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
+    """Every latency metric's samples (ms) of ``done``, request by request.
+
+    The inter-chunk gaps (one per streamed token) are joined as arrays, never as Python
+    floats: at 50,000 requests of 512 tokens the list alone took about 0.8 GB."""
+    samples: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS if m != "itl"}
     for r in done:
         ttft = (r.first_token_us - r.arrival_us) / _US_PER_MS
         e2e = (r.last_token_us - r.arrival_us) / _US_PER_MS
         samples["ttft"].append(ttft)
         samples["e2e"].append(e2e)
         samples["ntpot"].append(e2e / max(r.output_tokens, 1))
-        samples["itl"].extend(g / _US_PER_MS for g in r.chunk_gaps_us)
         if r.output_tokens > 1:
             samples["tpot"].append((e2e - ttft) / (r.output_tokens - 1))
         if r.scheduled_us >= 0:
             samples["scheduling_delay"].append((r.scheduled_us - r.arrival_us) / _US_PER_MS)
-    return samples
+    out = {name: np.asarray(values, dtype=float) for name, values in samples.items()}
+    gaps = [np.frombuffer(r.chunk_gaps_us, dtype=np.int64) for r in done if r.chunk_gaps_us]
+    # int64 -> float64 is exact below 2**53 us, and the division rounds as Python's does.
+    itl = np.concatenate(gaps, dtype=np.float64) if gaps else np.empty(0, dtype=np.float64)
+    itl /= _US_PER_MS
+    out["itl"] = itl
+    return out
 
 
 BATCH_MEANS_BATCHES = 20
@@ -213,7 +221,7 @@ BATCH_MEANS_LAG1_Z = 1.645
 above ``BATCH_MEANS_LAG1_Z / sqrt(batches)`` one time in twenty."""
 
 
-def batch_means(values: Sequence[float], confidence: float) -> BatchMeans:
+def batch_means(values: Sequence[float] | np.ndarray, confidence: float) -> BatchMeans:
     """The batch-means interval of a series' mean (Law, *Simulation Modeling and
     Analysis*, §9.5.3): :data:`BATCH_MEANS_BATCHES` batches of equal size (a remainder
     at the end left out), a Student-t half-width from the batch means' variance, centred
