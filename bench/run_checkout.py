@@ -1,0 +1,60 @@
+"""Run a Go-parity scenario with the code of one checkout: the unit ``farm-bench`` times.
+
+    python bench/run_checkout.py CHECKOUT [NUM_REQUESTS] [--scenario 1x5k]
+
+Puts ``CHECKOUT`` (a clone or ``git worktree`` of this repository) and its plugin
+folders first on ``sys.path``, so one environment times two commits against each other:
+
+    git worktree add /tmp/base <commit>
+    farm-bench -n 3 --timeout 1500 --vs "python bench/run_checkout.py /tmp/base 5000" \\
+        -- python bench/run_checkout.py . 5000
+
+Prints the Result's content hash, so the two commits can be seen to agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+PLUGIN_DIRS = (
+    "",
+    "conformance",
+    "plugins/blis-vllm",
+    "plugins/llmd-router",
+    "plugins/cost-roofline",
+    "plugins/cost-calibrated",
+    "plugins/scorers",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkout", type=Path)
+    parser.add_argument("num_requests", type=int, nargs="?", default=None)
+    parser.add_argument("--scenario", default="1x5k", help="go-parity-<NAME>.yaml")
+    args = parser.parse_args()
+    root = args.checkout.resolve()
+    for sub in reversed(PLUGIN_DIRS):
+        sys.path.insert(0, str(root / sub))
+    from blis_core.io.scenario import load_scenario
+    from blis_core.runner import DataSources, make_host, run_scenario
+
+    text = (root / "bench" / "scenarios" / f"go-parity-{args.scenario}.yaml").read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.num_requests is not None:
+            lines = [
+                f"  num_requests: {args.num_requests}" if ln.startswith("  num_requests:") else ln
+                for ln in text.splitlines()
+            ]
+            text = "\n".join(lines) + "\n"
+        path = Path(tmp) / "scenario.yaml"
+        path.write_text(text)
+        result = run_scenario(load_scenario(str(path)), make_host(), DataSources.load())
+    print(result.content_hash)
+
+
+if __name__ == "__main__":
+    main()
