@@ -24,6 +24,7 @@ from blis_core.contracts.cost import (
     PrimitivePrice,
     PrimitiveWork,
     StepPrice,
+    load_packaged_yaml,
     packaged_coefficient_documents,
 )
 from blis_core.contracts.engine import (
@@ -293,6 +294,7 @@ __all__ = [
     "grade_point",
     "host_work_problem",
     "impl_problem",
+    "load_packaged_yaml",
     "measured_latency",
     "output_content_key",
     "packaged_coefficient_documents",

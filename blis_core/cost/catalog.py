@@ -13,7 +13,7 @@ File format: each ``*.yaml`` file holds ``kind`` (``hardware``, ``fabrics`` or
 (``80 GiB``, ``3.35 TB/s``, ``989.5 TFLOP/s``, ``700 W``, ``3 us``); the loader converts
 it to the field's unit. Refused, naming the file, the key and the cause: two entries
 for one key, an unknown unit, an unknown ``kind``, an entry that fails validation.
-YAML is read with ``yaml.safe_load`` only.
+YAML is read with the safe loader only (``load_packaged_yaml``: libyaml when present).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from blis_core.contracts.catalog import (
     ModelArchitecture,
     MoESpec,
 )
+from blis_core.contracts.cost import load_packaged_yaml
 from blis_core.contracts.errors import FieldError, InputRefused
 
 __all__ = [
@@ -145,7 +146,7 @@ def read_yaml_documents(package: str, path: Path | None) -> Iterator[tuple[str, 
 
 def _safe_load(text: str, label: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return load_packaged_yaml(text)
     except yaml.YAMLError as exc:
         raise InputRefused.one("<document>", None, f"YAML does not parse: {exc}", label) from exc
 

@@ -23,7 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from blis_core.contracts.cost import load_packaged_yaml
 
 __all__ = [
     "FIELD_STATUSES",
@@ -62,7 +62,7 @@ FIELD_STATUSES = SURFACE_STATUSES | {"proven_inert"}
 
 def _load(name: str, key: str) -> dict[str, dict[str, Any]]:
     text = resources.files("blis_vllm").joinpath("data", name).read_text(encoding="utf-8")
-    body = yaml.safe_load(text)
+    body = load_packaged_yaml(text)
     if not isinstance(body, dict) or not isinstance(body.get(key), dict):
         raise ValueError(f"blis_vllm/data/{name}: expected a mapping under {key!r}")
     out: dict[str, dict[str, Any]] = body[key]
