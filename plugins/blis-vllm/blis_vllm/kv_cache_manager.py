@@ -28,7 +28,7 @@ group size: full attention and sliding window, as gpt-oss needs):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from blis_core.contracts.engine import BlockStored, KVEvent
 
@@ -346,7 +346,16 @@ class KVCacheManager:
         for i, ev in enumerate(events):
             if isinstance(ev, BlockStored) and ev.group_idx is not None:
                 kind, window = self._event_metadata[ev.group_idx]
-                events[i] = replace(
-                    ev, kv_cache_spec_kind=kind, kv_cache_spec_sliding_window=window
+                # The constructor, not dataclasses.replace: one event per filled block.
+                events[i] = BlockStored(
+                    block_hashes=ev.block_hashes,
+                    parent_block_hash=ev.parent_block_hash,
+                    token_ids=ev.token_ids,
+                    block_size=ev.block_size,
+                    lora_id=ev.lora_id,
+                    medium=ev.medium,
+                    group_idx=ev.group_idx,
+                    kv_cache_spec_kind=kind,
+                    kv_cache_spec_sliding_window=window,
                 )
         return events

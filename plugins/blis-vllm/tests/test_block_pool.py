@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from blis_core.contracts.engine import BlockRemoved, BlockStored
 from vllm_fakes import req
@@ -59,3 +61,24 @@ def test_fresh_blocks_are_reused_first() -> None:
     kv.free(r)
     free = kv.block_pool.free_block_queue.get_all_free_blocks()
     assert free[0] is partial and free[-1] is full
+
+
+def test_take_events_annotates_block_stored_and_keeps_every_other_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kv = KVCacheManager(9, block_size=4, max_model_len=100, enable_caching=True)
+    raw = BlockStored(
+        block_hashes=(7, 8),
+        parent_block_hash=6,
+        token_ids=(1, 2, 3, 4, 5, 6, 7, 8),
+        block_size=4,
+        lora_id=3,
+        medium="CPU",
+        group_idx=0,
+    )
+    monkeypatch.setattr(kv.block_pool, "take_events", lambda: [raw])
+    (annotated,) = kv.take_events()
+    assert isinstance(annotated, BlockStored)
+    assert annotated == replace(
+        raw, kv_cache_spec_kind="full_attention", kv_cache_spec_sliding_window=None
+    )
