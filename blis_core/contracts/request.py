@@ -118,9 +118,7 @@ def segment_token_ids(content_key: str, vocab_size: int, start: int, stop: int) 
         take = min(stop - pos, _CHUNK_TOKENS - offset)
         # NOTE: only the requested slice is mapped to ids; decoding asks for one token
         # at a time, so mapping whole chunks would dominate a run's profile.
-        out.extend(
-            1 + w % modulus for w in _chunk_words(content_key, chunk)[offset : offset + take]
-        )
+        out += [1 + w % modulus for w in _chunk_words(content_key, chunk)[offset : offset + take]]
         pos += take
     return out
 
