@@ -275,7 +275,7 @@ class VllmEngine:
                 f"got {shape.step_id}"
             )
         result = None
-        if out.steady and self.steady is not None:
+        if out.steady_epoch is not None and self.steady is not None:
             result = self.steady.complete(out)
         if result is not None:
             transfers: tuple[Transfer, ...] = ()

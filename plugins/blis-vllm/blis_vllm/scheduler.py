@@ -86,9 +86,10 @@ class SchedulerOutput:
     """The model runner proposes no drafts after this step (vLLM 0.33.0
     ``SchedulerOutput.skip_drafts``): every scheduled request is a non-final prefill
     chunk or samples its last output token."""
-    steady: bool = False
-    """Scheduled by the steady-step fast path (:mod:`blis_vllm.steady`): one decode
-    token per request, nothing admitted or preempted."""
+    steady_epoch: int | None = None
+    """Set when the steady-step fast path (:mod:`blis_vllm.steady`) scheduled this step
+    (one decode token per request, nothing admitted or preempted): how many steps the
+    general path had scheduled before it."""
 
     @property
     def total_num_scheduled_tokens(self) -> int:

@@ -35,7 +35,7 @@ __all__ = ["SteadyDecode"]
 class SteadyDecode:
     """The steady-step fast path of one scheduler (see the module docstring)."""
 
-    __slots__ = ("_async", "_coordinator", "_manager", "_scheduler", "steps")
+    __slots__ = ("_async", "_coordinator", "_general_steps", "_manager", "_scheduler", "steps")
 
     def __init__(self, scheduler: Scheduler, coordinator: KVCacheCoordinator) -> None:
         self._scheduler = scheduler
@@ -44,6 +44,9 @@ class SteadyDecode:
         self._async = isinstance(scheduler, AsyncScheduler)
         self.steps = 0
         """Steps this fast path scheduled (tests check that it ran)."""
+        # Schedule calls answered None, each followed by the general ``schedule``: the
+        # only place a request is preempted (its in-flight output then stale).
+        self._general_steps = 0
 
     @staticmethod
     def eligible(scheduler: Scheduler, pipeline_stages: int) -> bool:
@@ -73,6 +76,12 @@ class SteadyDecode:
         ``max_model_len``; and the free blocks cover every request that crosses into a
         new block (so none is preempted).
         """
+        out = self._schedule()
+        if out is None:
+            self._general_steps += 1
+        return out
+
+    def _schedule(self) -> SchedulerOutput | None:
         s = self._scheduler
         running = s.running
         if not running:
@@ -116,7 +125,7 @@ class SteadyDecode:
             return None
 
         s._step_id = step_id
-        out = SchedulerOutput(step_id=step_id, steady=True)
+        out = SchedulerOutput(step_id=step_id, steady_epoch=self._general_steps)
         scheduled = out.num_scheduled_tokens
         context = out.context_tokens
         sampling = out.sampling
@@ -160,14 +169,17 @@ class SteadyDecode:
         it was preempted or re-queued since (the general path handles stale output)."""
         s = self._scheduler
         requests = s.requests
-        for rid in out.num_scheduled_tokens:
-            r = requests.get(rid)
-            if r is None:
-                continue
-            if r.num_stale_output_tokens > 0 or (
-                r.status != RequestStatus.RUNNING and not r.is_finished()
-            ):
-                return None
+        # Without a general schedule since this step's, none of its requests was
+        # preempted (an abort only finishes one); otherwise check them all.
+        if out.steady_epoch != self._general_steps:
+            for rid in out.num_scheduled_tokens:
+                r = requests.get(rid)
+                if r is None:
+                    continue
+                if r.num_stale_output_tokens > 0 or (
+                    r.status != RequestStatus.RUNNING and not r.is_finished()
+                ):
+                    return None
 
         result = StepResult()
         new_tokens = result.new_tokens
