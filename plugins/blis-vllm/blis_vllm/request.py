@@ -172,20 +172,16 @@ class Request:
         if len(self.all_token_ids) < self.num_tokens:
             self._materialize_output_tokens()
         self.all_token_ids.append(token_id)
-        self.num_tokens += 1
-        hashes = self.block_hashes
-        if (
-            hashes is not None
-            and (len(hashes) + 1) * self.block_size + self.num_hash_lookahead_tokens
-            <= self.num_tokens
-        ):
-            self._extend_block_hashes()
+        self._count_appended_token()
 
     def append_next_output_token(self) -> None:
         """Append the next generated token (:meth:`next_output_token_id`) and hash any
         block it completes, as ``append_output_token_ids(next_output_token_id())``
         does; the id itself is written into ``all_token_ids`` only when something reads
         it (a block hash, or the next :meth:`append_output_token_ids`)."""
+        self._count_appended_token()
+
+    def _count_appended_token(self) -> None:
         self.num_tokens += 1
         hashes = self.block_hashes
         if (
