@@ -102,6 +102,11 @@ __all__ = ["VllmEngine", "VllmEngineFactory", "pad_step"]
 _MODELLED_SPEC_METHODS = frozenset({"ngram", "eagle", "eagle3", "mtp"})
 
 
+_CACHED_CONTEXTS = 16384
+"""Context lengths whose one-token decode chunk an engine keeps (longer ones are made
+per step)."""
+
+
 def pad_step(num_tokens: int, uniform_decode: bool, plan: PoolPlan) -> tuple[int, GraphMode]:
     """Launched token count and graph mode for a batch of ``num_tokens`` tokens."""
     policy = plan.graph_policy
@@ -150,9 +155,10 @@ class VllmEngine:
         )
         self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
         # Immutable contract objects a decode step repeats, made once: the one-token
-        # emission of each unfinished request, and a one-token chunk per context length.
+        # emission of each unfinished request, and a one-token chunk per context length
+        # (below _CACHED_CONTEXTS: a few pointers per engine whatever max_model_len is).
         self._one_token: dict[str, TokenEmission] = {}
-        self._decode_chunks: list[SeqChunk | None] = [None] * (settings.max_model_len + 1)
+        self._decode_chunks: list[SeqChunk | None] = [None] * _CACHED_CONTEXTS
         # V2+PP+async: the scheduler staggers a request's decodes ``pp`` schedule calls
         # apart, so an empty schedule is an (IDLE) step of the batch queue.
         self._stagger = settings.async_scheduling and settings.layout.pp > 1
@@ -472,6 +478,9 @@ class VllmEngine:
         chunks = self._decode_chunks
         seqs = []
         for c in out.context_tokens.values():
+            if c >= _CACHED_CONTEXTS:
+                seqs.append(SeqChunk(1, c))
+                continue
             chunk = chunks[c]
             if chunk is None:
                 chunk = chunks[c] = SeqChunk(1, c)
