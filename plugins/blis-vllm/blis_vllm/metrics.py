@@ -375,6 +375,7 @@ class Histogram:
         "_raw_sum",
         "_scale",
         "_sum_key",
+        "_written",
         "bounds",
     )
     bounds: tuple[float, ...]
@@ -389,12 +390,16 @@ class Histogram:
         self._bucket_keys = tuple(bucket_key(name, b) for b in (*self.bounds, math.inf))
         self._sum_key = sum_key(name)
         self._count_key = count_key(name)
+        # The samples as last written, until the next observation (a scrape rewrites
+        # only the histograms that moved).
+        self._written: dict[str, float] | None = None
 
     def observe(self, raw: float) -> None:
         """Add one observation (in raw units)."""
         value = raw / self._scale if self._scale != 1.0 else raw
         self._counts[bisect_left(self.bounds, value)] += 1
         self._raw_sum += raw
+        self._written = None
 
     def observe_many(self, raw: int, times: int) -> None:
         """Add the integer observation ``raw`` ``times`` times (as many ``observe``
@@ -402,6 +407,7 @@ class Histogram:
         value = raw / self._scale if self._scale != 1.0 else raw
         self._counts[bisect_left(self.bounds, value)] += times
         self._raw_sum += raw * times
+        self._written = None
 
     @property
     def count(self) -> int:
@@ -415,12 +421,17 @@ class Histogram:
 
     def write(self, out: dict[str, float]) -> None:
         """Add the cumulative ``_bucket`` samples (``+Inf`` last), ``_sum`` and ``_count``."""
-        total = 0
-        for key, n in zip(self._bucket_keys, self._counts, strict=True):
-            total += n
-            out[key] = float(total)
-        out[self._sum_key] = self._raw_sum / self._scale
-        out[self._count_key] = float(total)
+        written = self._written
+        if written is None:
+            written = {}
+            total = 0
+            for key, n in zip(self._bucket_keys, self._counts, strict=True):
+                total += n
+                written[key] = float(total)
+            written[self._sum_key] = self._raw_sum / self._scale
+            written[self._count_key] = float(total)
+            self._written = written
+        out.update(written)
 
 
 @dataclass(frozen=True, slots=True)
