@@ -35,6 +35,11 @@ vLLM 0.33.0:
   (``v1/worker/kv_connector_model_runner_mixin.py``) and reports the connector's KV
   moves as ``StepOutcome.transfers``; then ``update_from_output``.
 
+A steady decode step (every running request decodes one token, nothing admitted or
+preempted) takes the exact fast path of :mod:`blis_vllm.steady` for both calls, unless
+``BLIS_FAST_FORWARD=0``; any other step, and every step the oracle compares, runs the
+port above.
+
 Padding follows ``CudagraphDispatcher`` with the default ``FULL_AND_PIECEWISE``: a
 uniform decode batch (every request scores ``1 + num_spec_tokens`` tokens) of at
 most the largest capture size runs a FULL graph padded to the next capture size; any
