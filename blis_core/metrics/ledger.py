@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from blis_core.contracts.errors import SimulationError
 
-__all__ = ["Fate", "RequestLedger", "RequestRecord"]
+__all__ = ["GAP_TYPECODE", "MAX_NARROW_GAP_US", "Fate", "RequestLedger", "RequestRecord"]
 
 
 class Fate:
@@ -27,6 +27,13 @@ class Fate:
     NOT_STARTED = "not_started"
 
 
+GAP_TYPECODE = next(code for code in "ilq" if array(code).itemsize == 4)
+"""The ``array`` typecode of a 4-byte signed integer (``i`` on every mainstream platform)."""
+
+MAX_NARROW_GAP_US = 2**31 - 1
+"""The longest gap a 4-byte integer holds (about 35 minutes)."""
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What the ledger knows about one request; times in µs."""
@@ -38,7 +45,9 @@ class RequestRecord:
     first_token_us: int = -1
     last_token_us: int = -1
     output_tokens: int = 0
-    chunk_gaps_us: array = field(default_factory=lambda: array("q"))  # type: ignore[type-arg]
+    chunk_gaps_us: array = field(default_factory=lambda: array(GAP_TYPECODE))  # type: ignore[type-arg]
+    """Gaps between consecutive streamed chunks: 4-byte integers, widened to 8 bytes for a
+    request that waits more than :data:`MAX_NARROW_GAP_US` between two chunks."""
     fate: str = ""
     reason: str = ""
     timed_out_us: int = -1
@@ -95,7 +104,10 @@ class RequestLedger:
         if rec.first_token_us < 0:
             rec.first_token_us = now_us
         else:
-            rec.chunk_gaps_us.append(now_us - rec.last_token_us)
+            gap = now_us - rec.last_token_us
+            if gap > MAX_NARROW_GAP_US and rec.chunk_gaps_us.itemsize == 4:
+                rec.chunk_gaps_us = array("q", rec.chunk_gaps_us)
+            rec.chunk_gaps_us.append(gap)
         rec.last_token_us = now_us
         rec.output_tokens += num_tokens
 

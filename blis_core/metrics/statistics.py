@@ -206,8 +206,12 @@ def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
         if r.scheduled_us >= 0:
             samples["scheduling_delay"].append((r.scheduled_us - r.arrival_us) / _US_PER_MS)
     out = {name: np.asarray(values, dtype=float) for name, values in samples.items()}
-    gaps = [np.frombuffer(r.chunk_gaps_us, dtype=np.int64) for r in done if r.chunk_gaps_us]
-    # int64 -> float64 is exact below 2**53 us, and the division rounds as Python's does.
+    gaps = [
+        np.frombuffer(r.chunk_gaps_us, dtype=f"i{r.chunk_gaps_us.itemsize}")
+        for r in done
+        if r.chunk_gaps_us
+    ]
+    # int -> float64 is exact below 2**53 us, and the division rounds as Python's does.
     itl = np.concatenate(gaps, dtype=np.float64) if gaps else np.empty(0, dtype=np.float64)
     itl /= _US_PER_MS
     out["itl"] = itl

@@ -7,6 +7,7 @@ import pytest
 from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.scenario import ExperimentalFrame, ServiceLevelObjectives
 from blis_core.metrics import RequestLedger, detect_overload, fate_counts, replication_metrics
+from blis_core.metrics.ledger import MAX_NARROW_GAP_US
 
 
 def _ledger() -> RequestLedger:
@@ -72,3 +73,26 @@ def test_overload_suppresses_latency_and_is_detected() -> None:
     assert not detect_overload(steady, 0)[0]
     m = replication_metrics(led, ExperimentalFrame(), 200_000, overloaded=True)
     assert "ttft" not in m and "request_throughput" in m
+
+
+def test_a_gap_beyond_four_bytes_widens_the_record_and_keeps_every_value() -> None:
+    led = RequestLedger()
+    led.arrived("a", 0, 10)
+    led.dispatched("a", 0)
+    led.arrived("b", 0, 10)
+    led.dispatched("b", 0)
+    long_gap = MAX_NARROW_GAP_US + 7
+    for t in (1_000, 3_000, 3_000 + long_gap, 3_000 + long_gap + 5):
+        led.tokens("a", 1, t)
+    for t in (2_000, 2_500):
+        led.tokens("b", 1, t)
+    led.completed("a", "length")
+    led.completed("b", "length")
+    led.close(2)
+    gaps = led.records["a"].chunk_gaps_us
+    assert gaps.itemsize == 8 and list(gaps) == [2_000, long_gap, 5]
+    assert led.records["b"].chunk_gaps_us.itemsize == 4
+    m = replication_metrics(led, ExperimentalFrame(), end_us=3_000 + long_gap + 5, overloaded=False)
+    assert m["itl"]["count"] == 4
+    assert m["itl"]["max"] == long_gap / 1000.0
+    assert m["itl"]["mean"] == pytest.approx((2_000 + long_gap + 5 + 500) / 4 / 1000.0)
