@@ -14,7 +14,9 @@ cache group:
 * ``cache_full_blocks`` hashes newly full blocks and emits one ``BlockStored`` with
   the parent hash, the blocks' token ids and the block size;
 * upstream does not de-duplicate: two blocks may carry the same hash, and a lookup
-  returns the first;
+  returns the first; :class:`BlockHashToBlockMap` maps a hash to its one block, or to a
+  dict of blocks by id only while several share it (upstream's union type, which spares
+  a dict per cached block);
 * the prefix cache is keyed by hash and KV cache group (``BlockHashWithGroupId``):
   a hybrid model caches the same token chain once per group, in different blocks,
   and every ``BlockStored`` / ``BlockRemoved`` carries its ``group_idx``;
@@ -37,7 +39,58 @@ from blis_vllm.kv_cache_utils import (
 )
 from blis_vllm.request import Request
 
-__all__ = ["BlockPool"]
+__all__ = ["BlockHashToBlockMap", "BlockPool"]
+
+
+HashKey = tuple[BlockHash, int]
+"""A block hash with its KV cache group (upstream ``BlockHashWithGroupId``)."""
+
+
+class BlockHashToBlockMap:
+    """The prefix cache's index (vLLM 0.33.0 ``v1/core/block_pool.py``
+    ``BlockHashToBlockMap``): a key maps to the one block cached under it, or, while
+    several blocks hold the same hash, to a dict of them by block id in the order they
+    were cached."""
+
+    __slots__ = ("_cache",)
+
+    def __init__(self) -> None:
+        self._cache: dict[HashKey, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def get_one_block(self, key: HashKey) -> KVCacheBlock | None:
+        """The first block cached under ``key`` still there, or ``None``."""
+        blocks = self._cache.get(key)
+        if blocks is None or isinstance(blocks, KVCacheBlock):
+            return blocks
+        return next(iter(blocks.values()))
+
+    def insert(self, key: HashKey, block: KVCacheBlock) -> None:
+        """Cache ``block`` under ``key`` (after any block already there)."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            self._cache[key] = block
+        elif isinstance(blocks, KVCacheBlock):
+            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        else:
+            blocks[block.block_id] = block
+
+    def pop(self, key: HashKey, block_id: int) -> KVCacheBlock | None:
+        """Remove block ``block_id`` from ``key``; ``None`` if it is not cached there."""
+        blocks = self._cache.pop(key, None)
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id == block_id:
+                return blocks
+            self._cache[key] = blocks
+            return None
+        block = blocks.pop(block_id, None)
+        if blocks:
+            self._cache[key] = blocks
+        return block
 
 
 class BlockPool:
@@ -51,8 +104,7 @@ class BlockPool:
         self.enable_kv_events = enable_kv_events
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        # (hash, group) -> {block_id: block}; insertion order gives "the first block".
-        self.cached_block_hash_to_block: dict[tuple[BlockHash, int], dict[int, KVCacheBlock]] = {}
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self._events: list[KVEvent] = []
@@ -61,10 +113,7 @@ class BlockPool:
 
     def get_cached_block(self, block_hash: BlockHash, group_id: int = 0) -> KVCacheBlock | None:
         """A block cached with ``block_hash`` for KV cache group ``group_id``, or ``None``."""
-        blocks = self.cached_block_hash_to_block.get((block_hash, group_id))
-        if not blocks:
-            return None
-        return next(iter(blocks.values()))
+        return self.cached_block_hash_to_block.get_one_block((block_hash, group_id))
 
     def get_cached_blocks(
         self, block_hash: BlockHash, group_ids: Sequence[int]
@@ -109,9 +158,7 @@ class BlockPool:
                 continue
             blk.block_hash = hashes[i]
             blk.hash_group_id = group_id
-            self.cached_block_hash_to_block.setdefault((hashes[i], group_id), {})[blk.block_id] = (
-                blk
-            )
+            self.cached_block_hash_to_block.insert((hashes[i], group_id), blk)
             new_hashes.append(external_block_hash(hashes[i]))
         if self.enable_kv_events:
             parent = (
@@ -152,11 +199,8 @@ class BlockPool:
         if block_hash is None:
             return False
         key = (block_hash, block.hash_group_id)
-        blocks = self.cached_block_hash_to_block.get(key)
-        if blocks is None or blocks.pop(block.block_id, None) is None:
+        if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
             return False
-        if not blocks:
-            del self.cached_block_hash_to_block[key]
         block.reset_hash()
         if self.enable_kv_events:
             self._events.append(
@@ -196,7 +240,7 @@ class BlockPool:
         """Forget every hash when no block is in use (only the null block)."""
         if self.num_gpu_blocks - self.get_num_free_blocks() != 1:
             return False
-        self.cached_block_hash_to_block = {}
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
         for block in self.blocks:
             block.reset_hash()
         if self.enable_kv_events:

@@ -82,3 +82,22 @@ def test_take_events_annotates_block_stored_and_keeps_every_other_field(
     assert annotated == replace(
         raw, kv_cache_spec_kind="full_attention", kv_cache_spec_sliding_window=None
     )
+
+
+def test_hash_map_holds_one_block_or_several_in_caching_order() -> None:
+    from blis_vllm.block_pool import BlockHashToBlockMap
+    from blis_vllm.kv_cache_utils import KVCacheBlock
+
+    index = BlockHashToBlockMap()
+    a, b, c = KVCacheBlock(1), KVCacheBlock(2), KVCacheBlock(3)
+    key = (42, 0)
+    assert index.get_one_block(key) is None
+    index.insert(key, a)
+    assert index.get_one_block(key) is a
+    assert index.pop(key, 2) is None and index.get_one_block(key) is a
+    index.insert(key, b)
+    index.insert(key, c)
+    assert index.get_one_block(key) is a
+    assert index.pop(key, 1) is a and index.get_one_block(key) is b
+    assert index.pop(key, 3) is c and index.pop(key, 2) is b
+    assert index.get_one_block(key) is None and len(index) == 0
