@@ -13,15 +13,13 @@ memory. Several times slower than a plain run; RSS is larger than the traced fig
 from __future__ import annotations
 
 import argparse
-import tempfile
 import tracemalloc
-from pathlib import Path
 from typing import Any
+
+from goparity import scenario_file
 
 from blis_core.io.scenario import load_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
-
-SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 
 
 def main() -> None:
@@ -30,25 +28,18 @@ def main() -> None:
     parser.add_argument("--scenario", default="16x50k", help="go-parity-<NAME>.yaml")
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
-    text = (SCENARIOS / f"go-parity-{args.scenario}.yaml").read_text()
-    lines = [
-        f"  num_requests: {args.num_requests}" if ln.startswith("  num_requests:") else ln
-        for ln in text.splitlines()
-    ]
     snapshots: list[tracemalloc.Snapshot] = []
 
     def snapshot_at_end(replication: int, timeline: Any) -> None:
         # on_timeline is called when a replication's simulation ends, its cluster alive.
         snapshots.append(tracemalloc.take_snapshot())
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "scenario.yaml"
-        path.write_text("\n".join(lines) + "\n")
+    with scenario_file(args.scenario, args.num_requests) as path:
         scenario, data, host = load_scenario(str(path)), DataSources.load(), make_host()
-        tracemalloc.start()
-        run_scenario(scenario, host, data, on_timeline=snapshot_at_end)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+    tracemalloc.start()
+    run_scenario(scenario, host, data, on_timeline=snapshot_at_end)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
     print(f"{args.scenario}, {args.num_requests} requests: traced peak {peak / 2**20:.1f} MiB")
     for stat in snapshots[0].statistics("lineno")[: args.top]:
         print(stat)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
+
+from goparity import scenario_file
 
 PLUGIN_DIRS = (
     "",
@@ -42,16 +43,7 @@ def main() -> None:
     from blis_core.io.scenario import load_scenario
     from blis_core.runner import DataSources, make_host, run_scenario
 
-    text = (root / "bench" / "scenarios" / f"go-parity-{args.scenario}.yaml").read_text()
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.num_requests is not None:
-            lines = [
-                f"  num_requests: {args.num_requests}" if ln.startswith("  num_requests:") else ln
-                for ln in text.splitlines()
-            ]
-            text = "\n".join(lines) + "\n"
-        path = Path(tmp) / "scenario.yaml"
-        path.write_text(text)
+    with scenario_file(args.scenario, args.num_requests, root / "bench" / "scenarios") as path:
         result = run_scenario(load_scenario(str(path)), make_host(), DataSources.load())
     print(result.content_hash)
 

@@ -15,24 +15,21 @@ figures from one machine and one run; they are what ``docs/speed.md`` quotes.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from blis_vllm.engine import VllmEngine
 from blis_vllm.metrics import EngineMetrics
 from blis_vllm.steady import SteadyDecode
+from goparity import scenario_file
 
 from blis_core.cost.environment import SimEnvironment
 from blis_core.io.scenario import load_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.runner.client_component import ClientComponent
 from blis_core.runner.router_component import RouterComponent
-
-SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 
 _seconds: dict[str, float] = defaultdict(float)
 _calls: dict[str, int] = defaultdict(int)
@@ -69,14 +66,7 @@ def main() -> None:
     )
     for cls, name, label in timers:
         _timed(cls, name, label)
-    text = (SCENARIOS / f"go-parity-{args.scenario}.yaml").read_text()
-    lines = [
-        f"  num_requests: {args.num_requests}" if ln.startswith("  num_requests:") else ln
-        for ln in text.splitlines()
-    ]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "scenario.yaml"
-        path.write_text("\n".join(lines) + "\n")
+    with scenario_file(args.scenario, args.num_requests) as path:
         start = time.perf_counter()
         result = run_scenario(load_scenario(str(path)), make_host(), DataSources.load())
         total = time.perf_counter() - start
