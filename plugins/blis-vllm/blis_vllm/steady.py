@@ -43,7 +43,7 @@ class SteadyDecode:
         self._manager = coordinator.single_type_managers[0]
         self._async = isinstance(scheduler, AsyncScheduler)
         self.steps = 0
-        """Steps this fast path scheduled (tests check that it ran)."""
+        """Steps this fast path scheduled (a diagnostic: how much of a run it took)."""
         # Schedule calls answered None, each followed by the general ``schedule``: the
         # only place a request is preempted (its in-flight output then stale).
         self._general_steps = 0
