@@ -35,15 +35,13 @@ __all__ = ["SteadyDecode"]
 class SteadyDecode:
     """The steady-step fast path of one scheduler (see the module docstring)."""
 
-    __slots__ = ("_async", "_coordinator", "_general_steps", "_manager", "_scheduler", "steps")
+    __slots__ = ("_async", "_coordinator", "_general_steps", "_manager", "_scheduler")
 
     def __init__(self, scheduler: Scheduler, coordinator: KVCacheCoordinator) -> None:
         self._scheduler = scheduler
         self._coordinator = coordinator
         self._manager = coordinator.single_type_managers[0]
         self._async = isinstance(scheduler, AsyncScheduler)
-        self.steps = 0
-        """Steps this fast path scheduled (a diagnostic: how much of a run it took)."""
         # Schedule calls answered None, each followed by the general ``schedule``: the
         # only place a request is preempted (its in-flight output then stale).
         self._general_steps = 0
@@ -160,7 +158,6 @@ class SteadyDecode:
                 r.next_decode_eligible_step = step_id + stagger
         out.finished_req_ids = s.finished_req_ids
         s.finished_req_ids = set()
-        self.steps += 1
         return out
 
     def complete(self, out: SchedulerOutput) -> StepResult | None:
@@ -187,7 +184,6 @@ class SteadyDecode:
         boundary = s.kv_cache_manager.shared_prefix_boundary
         cached = self._manager.num_cached_block if coordinator._caching_managers else None
         bs = coordinator.scheduler_block_size
-        max_model_len = s.max_model_len
         stopped_running: set[int] = set()
         for rid in out.num_scheduled_tokens:
             r = requests.get(rid)
@@ -198,13 +194,10 @@ class SteadyDecode:
                 continue
             had_placeholders = r.num_output_placeholders > 0
             r.append_next_output_token()
-            stopped = (
-                r.num_tokens >= max_model_len or r.num_tokens - r.num_prompt_tokens >= r.max_tokens
-            )
-            if stopped:
-                r.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            stopped = s._check_stop(r)
             if had_placeholders:
                 r.num_output_placeholders -= 1
+                # The coordinator's own early-exit test, as in schedule.
                 if cached is not None and r.block_hashes is not None:
                     cache_to = r.num_computed_tokens - r.num_in_flight_tokens
                     if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
