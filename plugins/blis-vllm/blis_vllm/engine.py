@@ -490,16 +490,7 @@ class VllmEngine:
             if chunk is None:
                 chunk = chunks[c] = SeqChunk(1, c)
             seqs.append(chunk)
-        padded, graph = pad_step(len(seqs), True, self._plan)
-        return StepShape(
-            step_id=out.step_id,
-            mode=StepMode.DECODE_ONLY,
-            seqs=tuple(seqs),
-            padded_tokens=padded,
-            graph_mode=graph,
-            draft_passes=self._draft_passes(out),
-            num_stages=self._settings.layout.pp,
-        )
+        return self._padded_shape(out, tuple(seqs), StepMode.DECODE_ONLY, len(seqs), True, 0)
 
     def _make_shape(self, out: SchedulerOutput) -> StepShape:
         seqs = tuple(
@@ -523,6 +514,18 @@ class VllmEngine:
         else:
             mode = StepMode.MIXED
         num_tokens = sum(c.new_tokens for c in seqs)
+        return self._padded_shape(out, seqs, mode, num_tokens, uniform, num_spec)
+
+    def _padded_shape(
+        self,
+        out: SchedulerOutput,
+        seqs: tuple[SeqChunk, ...],
+        mode: StepMode,
+        num_tokens: int,
+        uniform: bool,
+        num_spec: int,
+    ) -> StepShape:
+        """The step's shape, padded as the CUDA-graph dispatcher launches it."""
         padded, graph = pad_step(num_tokens, uniform, self._plan)
         return StepShape(
             step_id=out.step_id,
