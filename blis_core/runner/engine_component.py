@@ -44,6 +44,14 @@ step; they start on this instance's NIC link (a processor-sharing
 serving side's egress is not modelled) when that step starts executing, and when a move
 ends both ends hear it (``transfer_done``): the reader here, the source instance through
 a ``kv_sent`` message. A refused prefill leg drops the client's request.
+
+Run-ahead. Between two inputs an instance's transitions (step ends, the next steps'
+schedules, scrapes) depend on nothing but its own state. When the kernel's lookahead
+(:meth:`~blis_core.sim.kernel.Component.lookahead_us`) promises no input for a while,
+the component makes those transitions in one, each at its own time, and sends each
+report and scrape with the delay that delivers it when it would have been: the same
+messages at the same times, so the same Result to the byte (``BLIS_FAST_FORWARD=0``
+makes one instant per transition, the reference).
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ from blis_core.contracts.engine import (
     Environment,
     KVTransferEngine,
     StepOutcome,
+    fast_forward_enabled,
 )
 from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.request import InferenceRequest
@@ -153,11 +162,13 @@ class EngineComponent(Component):
         # Scheduled steps in order, each with its timeline through the pipeline stages.
         self._in_flight: deque[_InFlight] = deque()
         self._stage_free_us = [0] * engine.plan.layout.pp
-        self._reports: list[StepReport] = []
+        # Step reports and scrapes to send, each with the time it was made (run-ahead
+        # makes several ahead of the kernel's clock; the output gives each its delay).
+        self._reports: list[tuple[int, StepReport]] = []
+        self._scrapes: list[MetricsScrape] = []
         self._dropped: list[Dropped] = []
         self._accepted: list[str] = []
         self._next_scrape_us = scrape_interval_us if router is not None else -1
-        self._scrape_due = False
         self.steps = 0
         self._link = link
         self._kv_engine: KVTransferEngine | None = (
@@ -168,7 +179,11 @@ class EngineComponent(Component):
         self._awaiting_prefill: dict[str, tuple[InferenceRequest, str]] = {}
         self._prefill_legs: dict[str, tuple[str, str]] = {}
         self._moves: dict[str, Transfer] = {}
+        # (destination, port, payload, delivery time) of messages to peers and the link.
         self._outbox: list[tuple[str, str, object, int]] = []
+        self._run_ahead_ok = fast_forward_enabled()
+        self._quiet = (router,) if router is not None else ()
+        self._ahead_done = False
         budget = engine.plan.kv_budget
         self._kv_check = (
             KVEventLedger(name, budget.num_gpu_blocks if budget is not None else None)
@@ -179,8 +194,13 @@ class EngineComponent(Component):
     # -- helpers ---------------------------------------------------------------------
 
     def _next_time(self, now_us: int) -> int | None:
-        if self._reports or self._dropped or self._accepted or self._scrape_due or self._outbox:
+        if self._reports or self._dropped or self._accepted or self._scrapes or self._outbox:
             return now_us
+        return self._own_next_time()
+
+    def _own_next_time(self) -> int | None:
+        """The next internal event with no output pending: scrape, step end, step start
+        or frontend release."""
         times = [self._next_scrape_us] if self._next_scrape_us >= 0 else []
         if self._in_flight:
             times.append(self._in_flight[0].end_us)
@@ -240,7 +260,7 @@ class EngineComponent(Component):
                     kv_transfer_params=dict(PREFILL_LEG_PARAMS),
                 )
                 self._outbox.append(
-                    (dispatch.prefill_instance, "prefill_leg", PrefillLeg(leg, self.name), 0)
+                    (dispatch.prefill_instance, "prefill_leg", PrefillLeg(leg, self.name), now_us)
                 )
             elif port == "prefill_leg":
                 leg_msg = msg.payload
@@ -286,7 +306,7 @@ class EngineComponent(Component):
     def _abort(self, rid: str, now_us: int) -> None:
         pending = self._awaiting_prefill.pop(rid, None)
         if pending is not None:
-            self._outbox.append((pending[1], "abort", rid + PREFILL_LEG_SUFFIX, 0))
+            self._outbox.append((pending[1], "abort", rid + PREFILL_LEG_SUFFIX, now_us))
             return
         kept = [e for e in self._frontend if e[2].request_id != rid]
         if len(kept) != len(self._frontend):
@@ -308,7 +328,7 @@ class EngineComponent(Component):
                 self._dropped.append(Dropped(req.request_id, cause))
                 self._release_remote(req, now_us)
             else:
-                self._outbox.append((leg[0], "prefill_failed", Dropped(leg[1], cause), 0))
+                self._outbox.append((leg[0], "prefill_failed", Dropped(leg[1], cause), now_us))
 
     def _release_remote(self, req: InferenceRequest, now_us: int) -> None:
         """A decode leg that never reached this engine: tell its prefill instance to free
@@ -330,7 +350,7 @@ class EngineComponent(Component):
             num_blocks=0,
         )
         if src != self.name:
-            self._outbox.append((src, "kv_sent", cancel, 0))
+            self._outbox.append((src, "kv_sent", cancel, now_us))
         elif self._kv_engine is not None:
             self._kv_engine.transfer_done(cancel, now_us)
 
@@ -353,16 +373,16 @@ class EngineComponent(Component):
                 )
             self._moves[move.transfer_id] = move
             start = TransferStart(move.transfer_id, loads[0].num_bytes, self.name)
-            self._outbox.append((self._link, "start", start, 0))
+            self._outbox.append((self._link, "start", start, now_us))
 
     def _move_done(self, payload: object, now_us: int) -> None:
         assert isinstance(payload, TransferDone) and self._kv_engine is not None
         move = self._moves.pop(str(payload.transfer_id))
         self._kv_engine.transfer_done(move, now_us)
         if move.src != self.name:
-            self._outbox.append((move.src, "kv_sent", move, 0))
+            self._outbox.append((move.src, "kv_sent", move, now_us))
 
-    def _public(self, outcome: StepOutcome) -> StepOutcome:
+    def _public(self, outcome: StepOutcome, now_us: int) -> StepOutcome:
         """The outcome without prefill legs, which only the decode sidecar hears of."""
         legs = self._prefill_legs
         if not legs:
@@ -376,10 +396,10 @@ class EngineComponent(Component):
             if fin.reason in ("length", "stop"):
                 params = fin.kv_transfer_params
                 done = PrefillDone(rid, None if params is None else dict(params))
-                self._outbox.append((reply_to, "prefilled", done, self._stream_delay_us))
+                self._outbox.append((reply_to, "prefilled", done, now_us + self._stream_delay_us))
             else:
                 failed = Dropped(rid, f"leg finished with reason {fin.reason!r}")
-                self._outbox.append((reply_to, "prefill_failed", failed, 0))
+                self._outbox.append((reply_to, "prefill_failed", failed, now_us))
         return replace(
             outcome,
             first_scheduled=tuple(r for r in outcome.first_scheduled if r not in hidden),
@@ -414,12 +434,12 @@ class EngineComponent(Component):
 
     def _step_end(self, now_us: int) -> None:
         flight = self._in_flight.popleft()
-        outcome: StepOutcome = self._public(self.engine.complete(flight.shape, now_us))
+        outcome: StepOutcome = self._public(self.engine.complete(flight.shape, now_us), now_us)
         if self._kv_check is not None and outcome.kv_events:
             self._kv_check.apply(outcome.kv_events, now_us)
         if self._sample_gauges is not None:
             self._sample_gauges(now_us)
-        self._reports.append(StepReport(self.name, flight.start_us, outcome))
+        self._reports.append((now_us, StepReport(self.name, flight.start_us, outcome)))
 
     # -- DEVS ------------------------------------------------------------------------
 
@@ -427,27 +447,30 @@ class EngineComponent(Component):
         return self._next_scrape_us if self._next_scrape_us >= 0 else None
 
     def output(self, now_us: int) -> None:
-        for report in self._reports:
-            self.send(self._client, "step", report, delay_us=self._stream_delay_us)
+        for made_us, report in self._reports:
+            ahead_us = made_us - now_us
+            self.send(self._client, "step", report, delay_us=ahead_us + self._stream_delay_us)
             if self._router is not None:
-                self.send(self._router, "step", report, delay_us=self._kv_event_delay_us)
+                self.send(self._router, "step", report, delay_us=ahead_us + self._kv_event_delay_us)
         if self._accepted:
             self.send(self._client, "accepted", tuple(self._accepted))
         for dropped in self._dropped:
             self.send(self._client, "dropped", dropped)
-        for dest, port, payload, delay_us in self._outbox:
-            self.send(dest, port, payload, delay_us=delay_us)
-        if self._scrape_due:
+        for dest, port, payload, due_us in self._outbox:
+            self.send(dest, port, payload, delay_us=due_us - now_us)
+        for scrape in self._scrapes:
             assert self._router is not None
-            self.send(
-                self._router,
-                "metrics",
-                MetricsScrape(self.name, dict(self.engine.scrape()), now_us),
-            )
+            self.send(self._router, "metrics", scrape, delay_us=scrape.scraped_at_us - now_us)
 
     def internal(self, now_us: int) -> int | None:
         self._clear_emitted()
+        if self._ahead_done:
+            # The instant after a run-ahead: its work was done by the run-ahead.
+            self._ahead_done = False
+            return self._next_time(now_us)
         self._advance(now_us)
+        if self._run_ahead_ok and (self._reports or self._scrapes):
+            self._run_ahead(now_us)
         return self._next_time(now_us)
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
@@ -457,6 +480,11 @@ class EngineComponent(Component):
         return self._next_time(now_us)
 
     def confluent(self, now_us: int, bag: list[Message]) -> int | None:
+        if self._ahead_done:
+            raise SimulationError(
+                f"engine {self.name!r}: input at {now_us} us, inside the run-ahead it made "
+                "(the kernel's lookahead promised none)"
+            )
         self._clear_emitted()
         self._accept(now_us, bag)
         self._advance(now_us)
@@ -468,11 +496,11 @@ class EngineComponent(Component):
         self._dropped.clear()
         self._accepted.clear()
         self._outbox.clear()
-        self._scrape_due = False
+        self._scrapes.clear()
 
     def _advance(self, now_us: int) -> None:
-        if self._next_scrape_us == now_us:
-            self._scrape_due = True
+        scrape = self._next_scrape_us == now_us
+        if scrape:
             self._next_scrape_us += self._scrape_interval_us
         if self._frontend and self._frontend[0][0] <= now_us:
             self._release_frontend(now_us)
@@ -483,3 +511,67 @@ class EngineComponent(Component):
             self._fill(now_us)
         else:
             self._start_due(now_us)
+        if scrape:
+            # As the output at the next instant would read it: after this transition.
+            self._scrapes.append(MetricsScrape(self.name, dict(self.engine.scrape()), now_us))
+
+    def _pending_outputs(self) -> int:
+        return (
+            len(self._reports)
+            + len(self._scrapes)
+            + len(self._dropped)
+            + len(self._accepted)
+            + len(self._outbox)
+        )
+
+    def _run_ahead(self, now_us: int) -> None:
+        """Make this component's next internal transitions now, up to the lookahead.
+
+        Until :meth:`lookahead_us` no input can reach this instance: another component
+        acts then at the earliest, the router (named quiet) is passive and stays so
+        (it answers step reports and scrapes only while it holds requests), and the
+        client answers a step report only at a request's fate. So the transitions this
+        component would make before then, one instant each, depend on nothing but its
+        own state: they are made here in the same order with their own times
+        (:meth:`_advance`), their reports and scrapes kept with those times, and the
+        output of the next instant sends each with the delay that delivers it when it
+        would have been. The run stops before the next frontend release (an input)
+        and, once a step finishes a request, before the next instant after it. The
+        transitions saved are credited to the kernel, so the run's events count the
+        same; ``BLIS_FAST_FORWARD=0`` turns run-ahead off.
+        """
+        limit = self.lookahead_us(now_us, self._quiet)
+        if limit is None:
+            limit = 1 << 62
+        if self._frontend:
+            limit = min(limit, self._frontend[0][0])
+        if limit <= now_us:
+            return  # something else happens in this instant: the next must see it first
+        reports = self._reports
+        # After a fate or a message to a peer or the link, whose answer may come back
+        # at once, the run stops before time moves on.
+        fated = bool(self._outbox or self._dropped) or any(r.outcome.finished for _, r in reports)
+        pending = True  # the instant just made left outputs: the next is at the same time
+        t = now_us
+        made = 0
+        while True:
+            if not pending:
+                if fated:
+                    break
+                nt = self._own_next_time()
+                if nt is None or nt >= limit:
+                    break
+                t = nt
+            before = self._pending_outputs()
+            n_reports = len(reports)
+            n_peers = len(self._outbox) + len(self._dropped)
+            self._advance(t)
+            made += 1
+            pending = self._pending_outputs() != before
+            if not fated:
+                fated = len(self._outbox) + len(self._dropped) != n_peers or any(
+                    r.outcome.finished for _, r in reports[n_reports:]
+                )
+        # The first transition made here stands for the next instant's, which now skips.
+        self._ahead_done = True
+        self.credit_transitions(made - 1)

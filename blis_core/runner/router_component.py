@@ -106,6 +106,11 @@ class RouterComponent(Component):
         self._held: dict[str, InferenceRequest] = {}
         self._outbox: list[tuple[str, str, object]] = []
 
+    def quiescent(self) -> bool:
+        """A step report or a scrape makes the router send something only through a
+        ``poll`` of a held request: while it holds none, it answers neither."""
+        return not self._held and not self._outbox and super().quiescent()
+
     def output(self, now_us: int) -> None:
         for dest, port, payload in self._outbox:
             self.send(dest, port, payload)

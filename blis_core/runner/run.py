@@ -554,6 +554,7 @@ def _run_until_done(
     :data:`PROGRESS_EVERY` instants.
     """
     sim, client = cluster.sim, cluster.client
+    sim.horizon_us = horizon_us
     step = sim.step
     countdown = PROGRESS_EVERY
     while not client.done:

@@ -27,6 +27,14 @@ that took part.
 
 After any exception escapes :meth:`Simulation.step`, the simulation is in an
 undefined state and must not be stepped again.
+
+Run-ahead (conservative lookahead). A component that knows its next internal events
+cannot be changed by any input before some time may compute them in one transition,
+sending their messages with the delays that put each at its own time. It asks
+:meth:`Component.lookahead_us` for the earliest time at which anything outside it can
+happen, computes only what happens before that, and credits the transitions it saved
+(:meth:`Component.credit_transitions`) so that :attr:`Simulation.events` counts the
+model's events whichever way they were computed.
 """
 
 from __future__ import annotations
@@ -127,6 +135,7 @@ class Component:
         self._devs_key = -1  # the one heap key of this component that is still valid
         self._devs_imminent = False
         self._devs_next_us: int | None = None
+        self._devs_sim: Simulation | None = None
 
     @property
     def next_internal_us(self) -> int | None:
@@ -175,6 +184,45 @@ class Component:
             )
         )
         self._devs_sent += 1
+
+    def lookahead_us(self, now_us: int, quiet: Iterable[str] = ()) -> int | None:
+        """The earliest time at which something not of this component's making can happen.
+
+        That is the earliest of: the next internal event of any other component, the
+        next delivery of a message already sent, and the time after the simulation's
+        :attr:`~Simulation.horizon_us`; ``None`` when none exists. It is ``now`` when
+        another component makes a transition in this instant (its output is not known
+        yet) or when a component named in ``quiet`` is not :meth:`quiescent`: name there
+        the receivers of this component's messages that may answer them.
+
+        Call it from a transition at ``now_us``. Until the time it returns, no input can
+        reach this component except through its own messages. A component driven
+        outside a :class:`Simulation` is promised nothing: the answer is ``now_us``.
+        """
+        sim = self._devs_sim
+        if sim is None:
+            return now_us
+        return sim._lookahead(self, quiet)
+
+    def quiescent(self) -> bool:
+        """Whether a message that reports to this component (a step report, a scrape)
+        and asks nothing of it would make it send nothing before its next internal event.
+
+        Another component's lookahead relies on it (:meth:`lookahead_us`). The default
+        promises it only while no internal event is scheduled; a component whose answers
+        depend on its state (a router holding requests) says so by overriding this.
+        """
+        return self._devs_next_us is None
+
+    def credit_transitions(self, count: int) -> None:
+        """Count ``count`` internal events this component computed inside one transition
+        (run-ahead) as transitions, as if each had had its own instant."""
+        sim = self._devs_sim
+        if sim is None:
+            raise SimulationError(f"component {self.name!r} belongs to no Simulation")
+        if type(count) is not int or count < 0:
+            raise SimulationError(f"credit_transitions({count!r}); must be an int >= 0")
+        sim._transitions += count
 
     # -- hooks -------------------------------------------------------------------------
 
@@ -269,8 +317,13 @@ class Simulation:
         self._last_instant_us = -1  # time of the last instant run
         self._repeats = 0  # instants run at _last_instant_us after the first one
         self._cycle_names: set[str] = set()
+        self._active: list[Component] = []  # the components of the instant being run
+        self.horizon_us: int | None = None
+        """No instant after this time will run (``None``: no such bound). Lookahead
+        (:meth:`Component.lookahead_us`) never reaches past it; :meth:`run` sets it."""
         for i, c in enumerate(comps):
             c._devs_index = i
+            c._devs_sim = self
             t = c.initial_time_us()
             if t is None:
                 continue
@@ -292,12 +345,13 @@ class Simulation:
 
     @property
     def events(self) -> int:
-        """Transitions made plus messages delivered so far."""
+        """Transitions made (with those credited by run-ahead) plus messages delivered so far."""
         return self._transitions + self._deliveries
 
     @property
     def transitions(self) -> int:
-        """Transitions (internal, external or confluent) made so far."""
+        """Transitions (internal, external or confluent) made so far, with those credited
+        by run-ahead (:meth:`Component.credit_transitions`)."""
         return self._transitions
 
     @property
@@ -332,6 +386,7 @@ class Simulation:
             raise SimulationError(
                 f"run(until_us={until_us!r}) at now_us={self._now_us}; must be an int >= now_us"
             )
+        self.horizon_us = until_us
         stride = self._stride
         while True:
             key = self._top()
@@ -426,6 +481,7 @@ class Simulation:
 
         # Phase 3: exactly one transition per active component.
         self._transitions += len(active)
+        self._active = active
         for c in active:
             bag = bags.get(c.name) if bags is not None else None
             # NOTE: a one-message bag is already sorted; skip the sort call.
@@ -467,6 +523,34 @@ class Simulation:
                     f"{names}"
                 )
         return True
+
+    def _lookahead(self, c: Component, quiet: Iterable[str]) -> int | None:
+        """See :meth:`Component.lookahead_us`."""
+        now = self._now_us
+        for other in self._active:
+            if other is not c:
+                return now
+        by_name = self._by_name
+        for name in quiet:
+            if not by_name[name].quiescent():
+                return now
+        stride = self._stride
+        n = stride - 1
+        comps = self._components
+        if c._devs_key == -1:
+            key = self._top()
+        else:
+            # This component's own key is in the heap: the earliest valid key of another.
+            valid = [
+                k
+                for k in self._heap
+                if k != c._devs_key and (k % stride == n or comps[k % stride]._devs_key == k)
+            ]
+            key = min(valid) if valid else -1
+        first = None if key < 0 else key // stride
+        if self.horizon_us is not None and (first is None or first > self.horizon_us):
+            first = self.horizon_us + 1
+        return first
 
     def _route(
         self, out: list[Message], now: int, due: list[Message] | None

@@ -4,7 +4,9 @@ Exercises the simulator's HoldingRouter support (flow control): requests over th
 are held; ``poll`` releases them as others complete, and refuses with 429 those held
 longer than ``ttl_us``. With ``evict`` it also revokes the newest in-flight request
 whenever one is held (at most once per ``evict_gap_us``), and records the ids it revoked
-and the stream ends it heard.
+and the stream ends it heard. With ``until: first_token`` a request stops counting at its
+first token instead of at its end: the router then answers step reports that finish
+nothing, and with ``ttl_us: null`` it has no timer of its own.
 """
 
 from __future__ import annotations
@@ -31,9 +33,15 @@ ENDED: list[str] = []
 
 class GateRouter:
     def __init__(
-        self, runtime: RouterRuntime, limit: int, ttl_us: int, evict_gap_us: int | None = None
+        self,
+        runtime: RouterRuntime,
+        limit: int,
+        ttl_us: int | None,
+        evict_gap_us: int | None = None,
+        until: str = "completed",
     ) -> None:
         self._runtime = runtime
+        self._until = until
         self._limit = limit
         self._ttl_us = ttl_us
         self._evict_gap_us = evict_gap_us
@@ -63,13 +71,16 @@ class GateRouter:
         elif event.kind == "completed":
             self._in_flight.pop(event.request_id, None)
             ENDED.append(event.request_id)
+        elif event.kind == "first_token" and self._until == "first_token":
+            self._in_flight.pop(event.request_id, None)
         elif event.kind == "aborted":
             self._queue = deque(q for q in self._queue if q[0] != event.request_id)
 
     def poll(self, endpoints: Sequence[EndpointSnapshot]) -> list[tuple[str, RoutingDecision]]:
         now = self._runtime.now_us
         out: list[tuple[str, RoutingDecision]] = []
-        while self._queue and self._queue[0][1] + self._ttl_us <= now:
+        ttl = self._ttl_us
+        while self._queue and ttl is not None and self._queue[0][1] + ttl <= now:
             rid, _ = self._queue.popleft()
             STATS["expired"] += 1
             out.append((rid, RoutingDecision(endpoint=None, status=429, reason="ttl")))
@@ -94,7 +105,8 @@ class GateRouter:
         return last is None or now >= last + self._evict_gap_us
 
     def next_wakeup_us(self) -> int | None:
-        wakes = [self._queue[0][1] + self._ttl_us] if self._queue else []
+        ttl = self._ttl_us
+        wakes = [self._queue[0][1] + ttl] if self._queue and ttl is not None else []
         if self._evict_gap_us is not None and self._queue and self._last_evict_us is not None:
             wakes.append(max(self._runtime.now_us, self._last_evict_us + self._evict_gap_us))
         return min(wakes) if wakes else None
@@ -107,11 +119,13 @@ class GateFactory:
 
     def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
         gap = config.get("evict_gap_us")
+        ttl = config.get("ttl_us", 10**9)
         return GateRouter(
             runtime,
             int(config.get("limit", 4)),
-            int(config.get("ttl_us", 10**9)),
+            None if ttl is None else int(ttl),
             None if gap is None else int(gap),
+            str(config.get("until", "completed")),
         )
 
 

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
+from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.contracts.shape import Transfer
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.runner.run import _build, _run_until_done
+from blis_core.sim import Component
 
 PD = ("blis-pd-toy", "blis.engines", "pdtoy", "pd_toy")
 PD_ROUTER = ("blis-pd-toy", "blis.routers", "pdrouter", "pd_toy")
@@ -178,3 +180,26 @@ def test_a_decode_leg_dropped_before_the_engine_frees_the_prefill_blocks(
     assert dest == "prefill-0" and isinstance(moved, Transfer)
     assert (moved.transfer_id, moved.num_blocks) == ("q/prefill", 0)
     assert any(port == "dropped" for _, port, _ in sent)  # the engine refused the prompt
+
+
+def test_run_ahead_keeps_every_byte_of_a_pd_run(
+    pd: Any, data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P/D messages (legs, KV moves, their answers) stop a run-ahead before time moves on;
+    the Result is the one made one instant at a time."""
+    credited = [0]
+    credit = Component.credit_transitions
+
+    def counted(self: Component, count: int) -> None:
+        credited[0] += count
+        credit(self, count)
+
+    monkeypatch.setattr(Component, "credit_transitions", counted)
+    scenario = parse_scenario(_doc(30), "t")
+    monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
+    fast = run_scenario(scenario, make_host(), data)
+    assert credited[0] > 0  # transitions were made ahead
+    monkeypatch.setenv(FAST_FORWARD_ENV, "0")
+    reference = run_scenario(scenario, make_host(), data)
+    assert fast.replications[0].fates.completed == 30
+    assert fast.content_hash == reference.content_hash

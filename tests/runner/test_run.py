@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.contracts.errors import InputRefused, PluginError
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario, write_result
+from blis_core.sim import Component
 
 TOY = ("blis-toy", "blis.engines", "toy", "toy_engine")
 OBSERVER = ("blis-observer", "blis.scorers", "observer", "observer")
@@ -363,3 +365,37 @@ def test_a_hook_raising_mid_run_is_taken_out_and_the_run_works_without_it(
     calls = importlib.import_module("raising_observer").CALLS[0]
     assert run_scenario(parse_scenario(_scenario(), "t"), host, data).replications
     assert importlib.import_module("raising_observer").CALLS[0] == calls  # never called again
+
+
+def test_run_ahead_waits_while_the_router_holds_requests(
+    install_plugins: Callable[..., None], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A router holding requests with no timer of its own releases one when a step report
+    brings a first token: an engine must not run ahead past such a report (the router is
+    not quiescent), and the Result is the one made one instant at a time."""
+    install_plugins(TOY, GATE)
+    gate = importlib.import_module("gate_router")
+    gate.STATS.update(max_in_flight=0, held=0, expired=0, evicted=0)
+    credited = [0]
+    credit = Component.credit_transitions
+
+    def counted(self: Component, count: int) -> None:
+        credited[0] += count
+        credit(self, count)
+
+    monkeypatch.setattr(Component, "credit_transitions", counted)
+    doc = _scenario(frame={"replications": 1})
+    doc["deployment"]["router"] = {
+        "kind": "gate",
+        "version": "1",
+        "config": {"limit": 2, "ttl_us": None, "until": "first_token"},
+    }
+    doc["workload"]["arrival"]["rate_per_s"] = 100
+    scenario = parse_scenario(doc, "t")
+    monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
+    fast = run_scenario(scenario, make_host(), data)
+    assert gate.STATS["held"] > 0 and credited[0] > 0
+    monkeypatch.setenv(FAST_FORWARD_ENV, "0")
+    reference = run_scenario(scenario, make_host(), data)
+    assert fast.replications[0].fates.completed == 120
+    assert fast.content_hash == reference.content_hash

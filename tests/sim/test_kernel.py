@@ -387,3 +387,80 @@ def test_default_bound() -> None:
     assert DEFAULT_ZERO_DELAY_BOUND == 10_000
     with pytest.raises(SimulationError, match="zero_delay_bound"):
         Simulation([], zero_delay_bound=-1)
+
+
+class Probe(Component):
+    """Asks the kernel's lookahead in each internal transition and records the answer."""
+
+    def __init__(self, name: str, times: list[int], quiet: tuple[str, ...] = ()) -> None:
+        super().__init__(name)
+        self.times = list(times)
+        self.quiet = quiet
+        self.answers: list[tuple[int, int | None]] = []
+
+    def initial_time_us(self) -> int | None:
+        return self.times.pop(0) if self.times else None
+
+    def internal(self, now_us: int) -> int | None:
+        self.answers.append((now_us, self.lookahead_us(now_us, self.quiet)))
+        return self.times.pop(0) if self.times else None
+
+
+def test_lookahead_is_the_next_event_of_another_component_or_delivery() -> None:
+    log: Log = []
+    probe = Probe("b-probe", [10, 30, 60])
+    other = Recorder("a-other", log, first_us=40)
+    late = Recorder(
+        "c-late", log, first_us=25, outputs=lambda c, now: c.send("a-other", "x", delay_us=20)
+    )
+    sim = Simulation([probe, other, late])
+    sim.run()
+    # At 10: c-late acts at 25 first. At 30: its message to a-other is due at 45, but
+    # a-other acts at 40 itself. At 60: nothing is left.
+    assert probe.answers == [(10, 25), (30, 40), (60, None)]
+
+
+def test_lookahead_is_now_when_another_component_shares_the_instant() -> None:
+    log: Log = []
+    probe = Probe("b-probe", [10])
+    other = Recorder("a-other", log, first_us=10)
+    Simulation([probe, other]).run()
+    assert probe.answers == [(10, 10)]
+
+
+def test_lookahead_is_now_while_a_quiet_component_has_an_event_scheduled() -> None:
+    log: Log = []
+    probe = Probe("b-probe", [10, 50], quiet=("a-router",))
+    router = Recorder("a-router", log, first_us=30)
+    Simulation([probe, router]).run()
+    # At 10 the router holds an event (at 30): not passive. At 50 it is passive again.
+    assert probe.answers == [(10, 10), (50, None)]
+
+
+def test_lookahead_stops_after_the_horizon_and_outside_a_simulation() -> None:
+    probe = Probe("probe", [10])
+    sim = Simulation([probe])
+    sim.horizon_us = 99
+    sim.step()
+    assert probe.answers == [(10, 100)]
+    alone = Probe("alone", [])
+    assert alone.lookahead_us(7) == 7
+
+
+def test_credited_transitions_count_as_events_and_bad_credits_are_refused() -> None:
+    class Crediting(Component):
+        def initial_time_us(self) -> int | None:
+            return 0
+
+        def internal(self, now_us: int) -> int | None:
+            self.credit_transitions(5)
+            return None
+
+    comp = Crediting("c")
+    sim = Simulation([comp])
+    sim.run()
+    assert (sim.transitions, sim.events) == (6, 6)
+    with pytest.raises(SimulationError, match="credit_transitions"):
+        comp.credit_transitions(-1)
+    with pytest.raises(SimulationError, match="no Simulation"):
+        Crediting("free").credit_transitions(1)

@@ -1,7 +1,10 @@
-"""The steady-step fast path changes no byte of any Result (issue 15, deliverable 1).
+"""The fast paths change no byte of any Result (issue 15, deliverable 1).
 
-Every scenario runs twice: as shipped (fast path on) and with ``BLIS_FAST_FORWARD=0``
-(every step on the port's general path, the one the oracle proves against vLLM). The
+Two fast paths are on as shipped: the engine's steady-step path (:mod:`blis_vllm.steady`)
+and the engine component's run-ahead (several of its transitions made in one, up to the
+kernel's lookahead). Every scenario runs twice: as shipped and with
+``BLIS_FAST_FORWARD=0`` (every step on the port's general path, the one the oracle
+proves against vLLM, one kernel instant per transition). The
 Results' content hashes must be equal. The decision gate's scenarios are covered by
 their golden hashes, made on the general path; here 200 randomized scenarios sweep what
 the fast path must step aside for (preemption under a small KV pool, chunked prefills
@@ -19,6 +22,7 @@ import pytest
 from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
+from blis_core.sim import Component
 
 from blis_vllm.steady import SteadyDecode
 
@@ -109,21 +113,32 @@ def test_fast_path_keeps_every_result_byte(
         return out
 
     monkeypatch.setattr(SteadyDecode, "schedule", counted)
+    credited = [0]
+    credit = Component.credit_transitions
+
+    def counted_credit(self: Component, count: int) -> None:
+        credited[0] += count
+        credit(self, count)
+
+    monkeypatch.setattr(Component, "credit_transitions", counted_credit)
     differing: list[str] = []
     with_steady = 0
+    with_run_ahead = 0
     for index in range(NUM_SCENARIOS):
         scenario = parse_scenario(random_scenario(index), f"steady-{index}")
-        before = steady_steps[0]
+        before, credited_before = steady_steps[0], credited[0]
         monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
         fast = run_scenario(scenario, make_host(), data)
         with_steady += steady_steps[0] > before
+        with_run_ahead += credited[0] > credited_before
         monkeypatch.setenv(FAST_FORWARD_ENV, "0")
         reference = run_scenario(scenario, make_host(), data)
         if fast.content_hash != reference.content_hash:
             differing.append(scenario.name)
     assert not differing, f"fast path changed the Result of {differing}"
-    # The comparison means something only if the fast path ran in most scenarios.
+    # The comparison means something only if the fast paths ran in most scenarios.
     assert with_steady >= NUM_SCENARIOS // 2, with_steady
+    assert with_run_ahead >= NUM_SCENARIOS // 2, with_run_ahead
 
 
 def test_reference_path_takes_no_fast_step(
@@ -136,6 +151,10 @@ def test_reference_path_takes_no_fast_step(
         calls[0] += 1
         return None
 
+    def no_credit(self: Component, count: int) -> None:
+        calls[0] += 1
+
     monkeypatch.setattr(SteadyDecode, "schedule", counted)
+    monkeypatch.setattr(Component, "credit_transitions", no_credit)
     run_scenario(parse_scenario(random_scenario(0), "steady-0"), make_host(), data)
     assert calls[0] == 0

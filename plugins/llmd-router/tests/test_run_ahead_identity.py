@@ -1,0 +1,82 @@
+"""Run-ahead changes no byte of a Result behind the llm-d router (issue 15).
+
+An engine component makes several of its transitions in one, up to the kernel's
+lookahead, only while the router is passive (it holds no request: no flow-control queue,
+no burst window open), since a router that holds requests may dispatch one in answer to
+a step report or a scrape. These runs exercise exactly that: flow control holding and
+dispatching under load, TTL evictions, burst windows, P/D with NIXL KV moves and every
+loadable sample config. Each runs as shipped and with ``BLIS_FAST_FORWARD=0`` (one
+kernel instant per transition); the Results' content hashes must be equal.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cluster_runs import FIXTURES, LOADABLE, _burst_scenario, _pd_scenario, _scenario
+
+from blis_core.contracts import FAST_FORWARD_ENV
+from blis_core.io.scenario import parse_scenario
+from blis_core.io.yaml_safe import load_yaml_mapping
+from blis_core.runner import DataSources, make_host, run_scenario
+from blis_core.sim import Component
+
+
+def _flow_control_scenario(fc: dict[str, Any]) -> dict[str, Any]:
+    path = Path(__file__).parent / "flowcontrol" / "test_flow_control_run.py"
+    spec = importlib.util.spec_from_file_location("_flow_control_run", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    doc: dict[str, Any] = module._scenario(fc, n=80)
+    return doc
+
+
+def _sample(name: str) -> dict[str, Any]:
+    router: dict[str, Any] = {"kind": "llm-d", "version": "v0.10.0"}
+    if name != "default":
+        router["config"] = load_yaml_mapping(FIXTURES / f"{name}.yaml")
+    return _scenario(router)
+
+
+SCENARIOS: dict[str, Any] = {
+    "flow-control": lambda: _flow_control_scenario({}),
+    "flow-control-ttl": lambda: _flow_control_scenario({"defaultRequestTTL": "50ms"}),
+    "burst-window": lambda: _burst_scenario(8),
+    "pd-nixl": lambda: _pd_scenario(load_yaml_mapping(FIXTURES / "pd-epp-config.yaml")),
+    **{name: (lambda name=name: _sample(name)) for name in [*LOADABLE, "default"]},
+}
+
+
+HOLDING = {"flow-control", "flow-control-ttl", "burst-window"}
+"""Runs whose router holds requests nearly throughout: engines rarely if ever run ahead."""
+
+
+@pytest.fixture(scope="module")
+def data() -> DataSources:
+    return DataSources.load()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_run_ahead_keeps_every_byte(
+    name: str, data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    credited = [0]
+    credit = Component.credit_transitions
+
+    def counted(self: Component, count: int) -> None:
+        credited[0] += count
+        credit(self, count)
+
+    monkeypatch.setattr(Component, "credit_transitions", counted)
+    scenario = parse_scenario(SCENARIOS[name](), name)
+    monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
+    fast = run_scenario(scenario, make_host(), data)
+    if name not in HOLDING:
+        assert credited[0] > 0  # transitions were made ahead
+    monkeypatch.setenv(FAST_FORWARD_ENV, "0")
+    reference = run_scenario(scenario, make_host(), data)
+    assert fast.content_hash == reference.content_hash
