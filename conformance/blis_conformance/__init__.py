@@ -15,10 +15,12 @@ from blis_conformance.cost import (
 )
 from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
 from blis_conformance.golden import assert_golden
+from blis_conformance.identity import BothWays, run_both_ways
 from blis_conformance.router import RouterConformance
 from blis_conformance.scoring import GroundTruthAdapterConformance, ScorerConformance
 
 __all__ = [
+    "BothWays",
     "CoefficientSetConformance",
     "CostMethodConformance",
     "EngineConformance",
@@ -29,4 +31,5 @@ __all__ = [
     "ScorerConformance",
     "assert_golden",
     "drive_engine",
+    "run_both_ways",
 ]

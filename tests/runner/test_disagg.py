@@ -12,13 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from blis_conformance import run_both_ways
 
-from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.contracts.shape import Transfer
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.runner.run import _build, _run_until_done
-from blis_core.sim import Component
 
 PD = ("blis-pd-toy", "blis.engines", "pdtoy", "pd_toy")
 PD_ROUTER = ("blis-pd-toy", "blis.routers", "pdrouter", "pd_toy")
@@ -187,19 +186,7 @@ def test_run_ahead_keeps_every_byte_of_a_pd_run(
 ) -> None:
     """P/D messages (legs, KV moves, their answers) stop a run-ahead before time moves on;
     the Result is the one made one instant at a time."""
-    credited = [0]
-    credit = Component.credit_transitions
-
-    def counted(self: Component, count: int) -> None:
-        credited[0] += count
-        credit(self, count)
-
-    monkeypatch.setattr(Component, "credit_transitions", counted)
-    scenario = parse_scenario(_doc(30), "t")
-    monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
-    fast = run_scenario(scenario, make_host(), data)
-    assert credited[0] > 0  # transitions were made ahead
-    monkeypatch.setenv(FAST_FORWARD_ENV, "0")
-    reference = run_scenario(scenario, make_host(), data)
-    assert fast.replications[0].fates.completed == 30
-    assert fast.content_hash == reference.content_hash
+    both = run_both_ways(parse_scenario(_doc(30), "t"), data, monkeypatch)
+    assert both.run_ahead_transitions > 0
+    assert both.fast.replications[0].fates.completed == 30
+    assert both.fast.content_hash == both.reference.content_hash

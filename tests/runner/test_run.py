@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from blis_conformance import run_both_ways
 
-from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.contracts.errors import InputRefused, PluginError
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario, write_result
-from blis_core.sim import Component
 
 TOY = ("blis-toy", "blis.engines", "toy", "toy_engine")
 OBSERVER = ("blis-observer", "blis.scorers", "observer", "observer")
@@ -376,14 +375,6 @@ def test_run_ahead_waits_while_the_router_holds_requests(
     install_plugins(TOY, GATE)
     gate = importlib.import_module("gate_router")
     gate.STATS.update(max_in_flight=0, held=0, expired=0, evicted=0)
-    credited = [0]
-    credit = Component.credit_transitions
-
-    def counted(self: Component, count: int) -> None:
-        credited[0] += count
-        credit(self, count)
-
-    monkeypatch.setattr(Component, "credit_transitions", counted)
     doc = _scenario(frame={"replications": 1})
     doc["deployment"]["router"] = {
         "kind": "gate",
@@ -391,11 +382,7 @@ def test_run_ahead_waits_while_the_router_holds_requests(
         "config": {"limit": 2, "ttl_us": None, "until": "first_token"},
     }
     doc["workload"]["arrival"]["rate_per_s"] = 100
-    scenario = parse_scenario(doc, "t")
-    monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
-    fast = run_scenario(scenario, make_host(), data)
-    assert gate.STATS["held"] > 0 and credited[0] > 0
-    monkeypatch.setenv(FAST_FORWARD_ENV, "0")
-    reference = run_scenario(scenario, make_host(), data)
-    assert fast.replications[0].fates.completed == 120
-    assert fast.content_hash == reference.content_hash
+    both = run_both_ways(parse_scenario(doc, "t"), data, monkeypatch)
+    assert gate.STATS["held"] > 0 and both.run_ahead_transitions > 0
+    assert both.fast.replications[0].fates.completed == 120
+    assert both.fast.content_hash == both.reference.content_hash

@@ -19,6 +19,7 @@ import random
 from typing import Any
 
 import pytest
+from blis_conformance import run_both_ways
 from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
@@ -113,27 +114,16 @@ def test_fast_path_keeps_every_result_byte(
         return out
 
     monkeypatch.setattr(SteadyDecode, "schedule", counted)
-    credited = [0]
-    credit = Component.credit_transitions
-
-    def counted_credit(self: Component, count: int) -> None:
-        credited[0] += count
-        credit(self, count)
-
-    monkeypatch.setattr(Component, "credit_transitions", counted_credit)
     differing: list[str] = []
     with_steady = 0
     with_run_ahead = 0
     for index in range(NUM_SCENARIOS):
         scenario = parse_scenario(random_scenario(index), f"steady-{index}")
-        before, credited_before = steady_steps[0], credited[0]
-        monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
-        fast = run_scenario(scenario, make_host(), data)
+        before = steady_steps[0]
+        both = run_both_ways(scenario, data, monkeypatch)
         with_steady += steady_steps[0] > before
-        with_run_ahead += credited[0] > credited_before
-        monkeypatch.setenv(FAST_FORWARD_ENV, "0")
-        reference = run_scenario(scenario, make_host(), data)
-        if fast.content_hash != reference.content_hash:
+        with_run_ahead += both.run_ahead_transitions > 0
+        if both.fast.content_hash != both.reference.content_hash:
             differing.append(scenario.name)
     assert not differing, f"fast path changed the Result of {differing}"
     # The comparison means something only if the fast paths ran in most scenarios.

@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from blis_conformance import run_both_ways
 from test_cluster_runs import FIXTURES, LOADABLE, _burst_scenario, _pd_scenario, _scenario
 
-from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.io.scenario import parse_scenario
 from blis_core.io.yaml_safe import load_yaml_mapping
-from blis_core.runner import DataSources, make_host, run_scenario
-from blis_core.sim import Component
+from blis_core.runner import DataSources
 
 
 def _flow_control_scenario(fc: dict[str, Any]) -> dict[str, Any]:
@@ -64,19 +63,7 @@ def data() -> DataSources:
 def test_run_ahead_keeps_every_byte(
     name: str, data: DataSources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    credited = [0]
-    credit = Component.credit_transitions
-
-    def counted(self: Component, count: int) -> None:
-        credited[0] += count
-        credit(self, count)
-
-    monkeypatch.setattr(Component, "credit_transitions", counted)
-    scenario = parse_scenario(SCENARIOS[name](), name)
-    monkeypatch.delenv(FAST_FORWARD_ENV, raising=False)
-    fast = run_scenario(scenario, make_host(), data)
+    both = run_both_ways(parse_scenario(SCENARIOS[name](), name), data, monkeypatch)
     if name not in HOLDING:
-        assert credited[0] > 0  # transitions were made ahead
-    monkeypatch.setenv(FAST_FORWARD_ENV, "0")
-    reference = run_scenario(scenario, make_host(), data)
-    assert fast.content_hash == reference.content_hash
+        assert both.run_ahead_transitions > 0
+    assert both.fast.content_hash == both.reference.content_hash
