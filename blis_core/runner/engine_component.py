@@ -536,7 +536,8 @@ class EngineComponent(Component):
         (:meth:`_advance`), their reports and scrapes kept with those times, and the
         output of the next instant sends each with the delay that delivers it when it
         would have been. The run stops before the next frontend release (an input)
-        and, once a step finishes a request, before the next instant after it. The
+        and, once a step finishes a request or a message goes to a P/D peer or the
+        link (whose answer may come at once), before time moves on. The
         transitions saved are credited to the kernel, so the run's events count the
         same; ``BLIS_FAST_FORWARD=0`` turns run-ahead off.
         """
@@ -552,6 +553,7 @@ class EngineComponent(Component):
         # at once, the run stops before time moves on.
         fated = bool(self._outbox or self._dropped) or any(r.outcome.finished for _, r in reports)
         pending = True  # the instant just made left outputs: the next is at the same time
+        outputs = self._pending_outputs()
         t = now_us
         made = 0
         while True:
@@ -562,12 +564,12 @@ class EngineComponent(Component):
                 if nt is None or nt >= limit:
                     break
                 t = nt
-            before = self._pending_outputs()
             n_reports = len(reports)
             n_peers = len(self._outbox) + len(self._dropped)
             self._advance(t)
             made += 1
-            pending = self._pending_outputs() != before
+            before, outputs = outputs, self._pending_outputs()
+            pending = outputs != before
             if not fated:
                 fated = len(self._outbox) + len(self._dropped) != n_peers or any(
                     r.outcome.finished for _, r in reports[n_reports:]

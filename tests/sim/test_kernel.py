@@ -464,3 +464,25 @@ def test_credited_transitions_count_as_events_and_bad_credits_are_refused() -> N
         comp.credit_transitions(-1)
     with pytest.raises(SimulationError, match="no Simulation"):
         Crediting("free").credit_transitions(1)
+
+
+def test_lookahead_from_an_external_transition_skips_the_askers_own_event() -> None:
+    """A component asking while it only receives (its own next event still scheduled)
+    is told the earliest event of another, not its own."""
+    log: Log = []
+    answers: list[int | None] = []
+
+    class Asker(Recorder):
+        def external(self, now_us: int, bag: list[Message]) -> int | None:
+            answers.append(self.lookahead_us(now_us))
+            return 15  # its own next event stays scheduled, before the other's
+
+    asker = Asker("b-asker", log, first_us=15)
+    sender = Recorder(
+        "a-sender", log, first_us=0, outputs=lambda c, now: c.send("b-asker", "x", delay_us=5)
+    )
+    other = Recorder("c-other", log, first_us=40)
+    sim = Simulation([asker, sender, other])
+    sim.step()
+    sim.step()
+    assert answers == [40]

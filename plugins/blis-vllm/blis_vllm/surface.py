@@ -23,7 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from blis_core.contracts.cost import load_packaged_yaml
+from blis_core.contracts import load_packaged_yaml
 
 __all__ = [
     "FIELD_STATUSES",
