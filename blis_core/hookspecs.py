@@ -15,7 +15,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from blis_core.contracts.cost import CoefficientSet, CostMethod, StepPrice
-    from blis_core.contracts.engine import EngineFactory
+    from blis_core.contracts.engine import EngineFactory, StepOutcome
     from blis_core.contracts.plan import PoolPlan
     from blis_core.contracts.registry import Registrar
     from blis_core.contracts.request import InferenceRequest
@@ -110,6 +110,21 @@ def blis_step_priced(instance: str, shape: StepShape, duration_us: int) -> None:
     :param instance: the engine instance that formed the step.
     :param shape: the padded step.
     :param duration_us: the price the Environment returned.
+    """
+
+
+@hookspec
+def blis_step_completed(instance: str, outcome: StepOutcome, now_us: int) -> None:
+    """Observe each completed step (called only when implemented; it is on the hot path).
+
+    Per instance, calls come in the order of the steps and ``now_us`` is the step's end.
+    Across instances the order of calls is not that of time: an instance may complete
+    several steps ahead of the kernel's clock (run-ahead), each with its own time.
+
+    :param instance: the engine instance that ran the step.
+    :param outcome: the :class:`~blis_core.contracts.engine.StepOutcome` the client and
+        the router receive (a P/D prefill leg's part removed).
+    :param now_us: simulated time at which the step ended.
     """
 
 

@@ -30,7 +30,7 @@ engine takes no fast path, and a Result must not change by a byte between the tw
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -50,6 +50,7 @@ __all__ = [
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",
+    "DecodeSpan",
     "EngineFactory",
     "EngineInstance",
     "EnginePoolSpec",
@@ -59,6 +60,7 @@ __all__ = [
     "KVTransferEngine",
     "LinkLoad",
     "PrefixHit",
+    "SpanEngine",
     "StepOutcome",
     "SurfaceReporting",
     "TokenEmission",
@@ -350,6 +352,54 @@ class KVTransferEngine(EngineInstance, Protocol):
 
     def transfer_done(self, transfer: Transfer, now_us: int) -> None:
         """A move this instance reads or serves has ended at ``now_us``."""
+        ...
+
+
+@runtime_checkable
+class DecodeSpan(Protocol):
+    """Step boundaries an engine offers to make in one call (:class:`SpanEngine`)."""
+
+    @property
+    def num_steps(self) -> int:
+        """How many boundaries the engine offers (at least 1)."""
+        ...
+
+    def shape(self, index: int) -> StepShape:
+        """The shape of the step that boundary ``index`` (from 0) schedules."""
+        ...
+
+
+@runtime_checkable
+class SpanEngine(EngineInstance, Protocol):
+    """An engine that can make several step boundaries in one call (an exact fast path).
+
+    A *step boundary* is what the simulator does when the oldest step in flight ends:
+    ``complete`` it, then ``schedule`` the next step, both at the step's end time. Right
+    after a boundary, with ``plan.steps_in_flight`` steps in flight and one pipeline
+    stage, the simulator may ask :meth:`decode_span` for the boundaries that follow
+    whatever their times: those whose outcomes finish, preempt or admit no request and
+    whose scheduled steps the engine's state alone determines (steady decode steps).
+    It reads the shapes, prices them and decides how many boundaries fall before the
+    next input, scrape or other outside event, then makes them with :meth:`take_span`.
+
+    ``take_span(span, boundaries_us)`` makes the first ``len(boundaries_us)`` boundaries
+    of ``span`` (non-decreasing times, the first no earlier than the oldest step's end
+    the simulator computed): the engine must end in the state, and return the outcomes,
+    that the same number of ``complete(oldest, t)`` and ``schedule(t)`` pairs would have
+    given, each ``schedule`` returning ``span.shape(i)``, including every KV event in
+    the outcome of the boundary that made it and the metrics a scrape reads afterwards.
+    The steps a span schedules start no KV moves (a :class:`KVTransferEngine` gives none
+    for them).
+    No other call may come between :meth:`decode_span` and :meth:`take_span`. With
+    ``BLIS_FAST_FORWARD=0`` an engine offers no span.
+    """
+
+    def decode_span(self) -> DecodeSpan | None:
+        """The boundaries the engine can make in one call now, or ``None`` (read-only)."""
+        ...
+
+    def take_span(self, span: DecodeSpan, boundaries_us: Sequence[int]) -> Sequence[StepOutcome]:
+        """Make the first ``len(boundaries_us)`` boundaries of ``span``; one outcome each."""
         ...
 
 

@@ -31,7 +31,7 @@ from stevedore.exception import MultipleMatches, NoMatches
 
 from blis_core import hookspecs
 from blis_core.contracts.cost import CoefficientSet, CostMethod
-from blis_core.contracts.engine import EngineFactory
+from blis_core.contracts.engine import EngineFactory, StepOutcome
 from blis_core.contracts.errors import PluginError
 from blis_core.contracts.plan import PoolPlan
 from blis_core.contracts.request import InferenceRequest
@@ -396,6 +396,29 @@ class PluginHost:
             hook(instance=instance, shape=shape, duration_us=duration_us)
 
         return observe
+
+    def completion_observer(self) -> Any:
+        """A callable ``(instance, outcome, now_us)`` or ``None`` when no plugin listens."""
+        if not self._has_impls("blis_step_completed"):
+            return None
+        hook = self._pm.hook.blis_step_completed
+
+        def observe(instance: str, outcome: StepOutcome, now_us: int) -> None:
+            hook(instance=instance, outcome=outcome, now_us=now_us)
+
+        return observe
+
+    def add_observer(self, observer: object) -> None:
+        """Register ``observer``'s implementations of the observation hooks
+        (``blis_step_priced``, ``blis_step_completed``, ``blis_route_decided``, ...) for
+        the runs of this host: a test's or a tool's recorder, not a plugin (no record,
+        no registration)."""
+        self._pm.register(observer)
+        try:
+            self._pm.check_pending()
+        except pluggy.PluginValidationError:
+            self._pm.unregister(observer)
+            raise
 
     def route_observer(self) -> Any:
         """A callable ``(request, decision, now_us)`` or ``None`` when no plugin listens."""

@@ -65,6 +65,7 @@ from blis_core.contracts.engine import (
     EngineInstance,
     Environment,
     KVTransferEngine,
+    SpanEngine,
     StepOutcome,
     fast_forward_enabled,
 )
@@ -114,6 +115,7 @@ distinct requests (vLLM gives every request an engine-side id of its own), so on
 instance may serve both legs of a request."""
 
 StepObserver = Callable[[str, StepShape, int], None]
+CompletionObserver = Callable[[str, StepOutcome, int], None]
 
 
 class EngineComponent(Component):
@@ -142,6 +144,7 @@ class EngineComponent(Component):
         scrape_interval_us: int,
         kv_event_delay_us: int = 0,
         step_observer: StepObserver | None = None,
+        completion_observer: CompletionObserver | None = None,
         link: str | None = None,
         gauge_sampler: Callable[[int], None] | None = None,
     ) -> None:
@@ -154,6 +157,7 @@ class EngineComponent(Component):
         self._scrape_interval_us = scrape_interval_us
         self._kv_event_delay_us = kv_event_delay_us
         self._observe = step_observer
+        self._observe_completion = completion_observer
         self._sample_gauges = gauge_sampler
         self._stream_delay_us = env.stream_delay_us(self._plan)
         # Requests in the frontend: (due_us, seq, request); released to add_request when due.
@@ -182,6 +186,15 @@ class EngineComponent(Component):
         # (destination, port, payload, delivery time) of messages to peers and the link.
         self._outbox: list[tuple[str, str, object, int]] = []
         self._run_ahead_ok = fast_forward_enabled()
+        # Decode spans (inside run-ahead): one stage, no per-step gauges.
+        self._span_engine: SpanEngine | None = (
+            engine
+            if self._run_ahead_ok
+            and isinstance(engine, SpanEngine)
+            and gauge_sampler is None
+            and engine.plan.layout.pp == 1
+            else None
+        )
         self._quiet = (router,) if router is not None else ()
         self._ahead_done = False
         budget = engine.plan.kv_budget
@@ -437,6 +450,8 @@ class EngineComponent(Component):
         outcome: StepOutcome = self._public(self.engine.complete(flight.shape, now_us), now_us)
         if self._kv_check is not None and outcome.kv_events:
             self._kv_check.apply(outcome.kv_events, now_us)
+        if self._observe_completion is not None:
+            self._observe_completion(self.name, outcome, now_us)
         if self._sample_gauges is not None:
             self._sample_gauges(now_us)
         self._reports.append((now_us, StepReport(self.name, flight.start_us, outcome)))
@@ -564,6 +579,12 @@ class EngineComponent(Component):
                 if nt is None or nt >= limit:
                     break
                 t = nt
+                if self._span_engine is not None:
+                    taken = self._take_span(self._span_engine, t, limit)
+                    if taken:
+                        # Each boundary is two instants: its transition and its output's.
+                        made += 2 * taken
+                        continue
             n_reports = len(reports)
             n_peers = len(self._outbox) + len(self._dropped)
             self._advance(t)
@@ -577,3 +598,57 @@ class EngineComponent(Component):
         # The first transition made here stands for the next instant's, which now skips.
         self._ahead_done = True
         self.credit_transitions(made - 1)
+
+    def _take_span(self, engine: SpanEngine, now_us: int, limit_us: int) -> int:
+        """Make the step boundaries from ``now_us`` (the oldest step's end) until the
+        first one at or after ``limit_us`` or the next scrape as one engine span
+        (:class:`~blis_core.contracts.engine.SpanEngine`): each scheduled step priced,
+        observed and timed as :meth:`_fill` would, each outcome reported with its own
+        time. Returns the boundaries made (0: none offered, and nothing changed)."""
+        flights = self._in_flight
+        if len(flights) != self._plan.steps_in_flight or flights[0].end_us != now_us:
+            return 0
+        stop_us = limit_us
+        if self._next_scrape_us >= 0:
+            stop_us = min(stop_us, self._next_scrape_us)
+        if now_us >= stop_us:
+            return 0
+        span = engine.decode_span()
+        if span is None:
+            return 0
+        ends = [f.end_us for f in flights]
+        scheduled: list[_InFlight] = []
+        times: list[int] = []
+        stage_free_us = self._stage_free_us[0]
+        for i in range(span.num_steps):
+            t = ends[i]
+            if t >= stop_us or (times and t <= times[-1]):
+                break
+            shape = span.shape(i)
+            start_us = max(t, stage_free_us)
+            stage_free_us = start_us + self._env.price_step(self._plan, shape)
+            ends.append(stage_free_us)
+            scheduled.append(_InFlight(shape, start_us, stage_free_us))
+            times.append(t)
+        n = len(times)
+        outcomes = engine.take_span(span, times)
+        every = [*flights, *scheduled]
+        for i, (made, t) in enumerate(zip(outcomes, times, strict=True)):
+            outcome = self._public(made, t)
+            if self._kv_check is not None and outcome.kv_events:
+                self._kv_check.apply(outcome.kv_events, t)
+            # The observers hear each boundary as _step_end and _fill tell it.
+            if self._observe_completion is not None:
+                self._observe_completion(self.name, outcome, t)
+            if self._observe is not None:
+                new = scheduled[i]
+                self._observe(self.name, new.shape, new.end_us - new.start_us)
+            self._reports.append((t, StepReport(self.name, every[i].start_us, outcome)))
+        last_us = times[-1]
+        self._in_flight = deque(every[n:])
+        for flight in self._in_flight:
+            if not flight.started and flight.start_us <= last_us:
+                flight.started = True
+        self._stage_free_us[0] = stage_free_us
+        self.steps += n
+        return n

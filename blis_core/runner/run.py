@@ -445,6 +445,7 @@ def _build(
     envs: list[Environment] = []
     endpoints: dict[str, EndpointSnapshot] = {}
     step_observer = host.step_observer()
+    completion_observer = host.completion_observer()
     wanted = scenario.cost_methods
     cost_methods = [m for m in kernel_methods(host) if wanted is None or m.name in wanted]
     pricing = set(data.registry.providers) | {m.name for m in cost_methods}
@@ -476,6 +477,7 @@ def _build(
                 scrape_interval_us=scrape_us,
                 kv_event_delay_us=kv_delay_us,
                 step_observer=step_observer,
+                completion_observer=completion_observer,
                 link=None if link is None else link.name,
                 gauge_sampler=(
                     None

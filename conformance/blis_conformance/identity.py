@@ -4,31 +4,82 @@ An engine's exact fast paths and the engine component's run-ahead must not chang
 Result by a byte (``BLIS_FAST_FORWARD=0`` turns them off). :func:`run_both_ways` runs a
 scenario as shipped and then with every fast path off, and counts the transitions the
 run-ahead made ahead of the kernel's clock, so a test can also show it ran.
+
+A Result can hide a difference (a KV event a step late changes nothing a single
+instance reports), so each run also records, per engine instance, every step priced
+and every step completed with its time and outcome (the ``blis_step_priced`` and
+``blis_step_completed`` hooks) and :meth:`BothWays.differences` compares those too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from blis_core.contracts import FAST_FORWARD_ENV
+from blis_core.contracts.engine import StepOutcome
 from blis_core.contracts.result import Result
 from blis_core.contracts.scenario import Scenario
+from blis_core.contracts.shape import StepShape
+from blis_core.hookspecs import hookimpl
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.sim import Component
 
-__all__ = ["BothWays", "run_both_ways"]
+__all__ = ["BothWays", "StepTrace", "run_both_ways"]
+
+
+@dataclass(slots=True, eq=False)
+class StepTrace:
+    """A digest, per engine instance, of every step priced and completed, in order."""
+
+    digests: dict[str, Any] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+
+    def _add(self, instance: str, record: str) -> None:
+        digest = self.digests.get(instance)
+        if digest is None:
+            digest = self.digests[instance] = hashlib.sha256()
+        digest.update(record.encode())
+        self.steps[instance] = self.steps.get(instance, 0) + 1
+
+    @hookimpl
+    def blis_step_priced(self, instance: str, shape: StepShape, duration_us: int) -> None:
+        self._add(instance, f"priced {shape!r} {duration_us}\n")
+
+    @hookimpl
+    def blis_step_completed(self, instance: str, outcome: StepOutcome, now_us: int) -> None:
+        self._add(instance, f"completed {now_us} {outcome!r}\n")
+
+    def summary(self) -> dict[str, str]:
+        """Instance -> hex digest of its records."""
+        return {name: d.hexdigest() for name, d in sorted(self.digests.items())}
 
 
 @dataclass(frozen=True, slots=True)
 class BothWays:
     """A scenario's Result as shipped (``fast``) and with ``BLIS_FAST_FORWARD=0``
-    (``reference``), and the transitions run-ahead credited in the fast run."""
+    (``reference``), the transitions run-ahead credited in the fast run, and each
+    run's per-instance step digests."""
 
     fast: Result
     reference: Result
     run_ahead_transitions: int
+    fast_steps: dict[str, str]
+    reference_steps: dict[str, str]
+
+    def differences(self) -> list[str]:
+        """What differs between the two runs: the content hash, or an instance's steps
+        (shapes, prices, end times and outcomes); empty when they agree."""
+        out = []
+        if self.fast.content_hash != self.reference.content_hash:
+            out.append("content hash")
+        for name in sorted(set(self.fast_steps) | set(self.reference_steps)):
+            if self.fast_steps.get(name) != self.reference_steps.get(name):
+                out.append(f"steps of {name}")
+        return out
 
 
 def run_both_ways(
@@ -43,10 +94,16 @@ def run_both_ways(
         credited[0] += count
         credit(self, count)
 
+    traces = (StepTrace(), StepTrace())
+    results = []
     with monkeypatch.context() as patch:
         patch.setattr(Component, "credit_transitions", counted)
-        patch.delenv(FAST_FORWARD_ENV, raising=False)
-        fast = run_scenario(scenario, make_host(), data)
-        patch.setenv(FAST_FORWARD_ENV, "0")
-        reference = run_scenario(scenario, make_host(), data)
-    return BothWays(fast, reference, credited[0])
+        for trace, env in zip(traces, (None, "0"), strict=True):
+            if env is None:
+                patch.delenv(FAST_FORWARD_ENV, raising=False)
+            else:
+                patch.setenv(FAST_FORWARD_ENV, env)
+            host = make_host()
+            host.add_observer(trace)
+            results.append(run_scenario(scenario, host, data))
+    return BothWays(results[0], results[1], credited[0], traces[0].summary(), traces[1].summary())

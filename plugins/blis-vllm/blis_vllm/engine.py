@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.engine import (
+    DecodeSpan,
     EnginePoolSpec,
     Environment,
     FinishedRequest,
@@ -88,6 +89,7 @@ from blis_vllm.scheduler import (
     SchedulerOutput,
     StepResult,
 )
+from blis_vllm.span import SpanOffer, SpanPlanner
 from blis_vllm.steady import SteadyDecode
 from blis_vllm.surface import surface_statuses
 from blis_vllm.version import ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
@@ -95,7 +97,7 @@ from blis_vllm.version import ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["VllmEngine", "VllmEngineFactory", "pad_step"]
+__all__ = ["VllmDecodeSpan", "VllmEngine", "VllmEngineFactory", "pad_step"]
 
 #: Speculative methods the run phase models: ngram (drafting on the CPU inside the
 #: engine step, so the step's price is the verify forward pass) and the EAGLE family
@@ -120,6 +122,45 @@ def pad_step(num_tokens: int, uniform_decode: bool, plan: PoolPlan) -> tuple[int
     if mode is GraphMode.NONE or not sizes or num_tokens > sizes[-1]:
         return num_tokens, GraphMode.NONE
     return sizes[bisect.bisect_left(sizes, num_tokens)], mode
+
+
+class VllmDecodeSpan:
+    """The steady boundaries a :class:`VllmEngine` offers (``DecodeSpan``): boundary ``i``
+    schedules a uniform decode step over every context of the batch plus ``i``."""
+
+    __slots__ = ("_graph", "_padded", "engine", "offer")
+
+    def __init__(self, engine: VllmEngine, offer: SpanOffer) -> None:
+        self.engine = engine
+        self.offer = offer
+        self._padded, self._graph = pad_step(len(offer.contexts), True, engine.plan)
+
+    @property
+    def num_steps(self) -> int:
+        """How many boundaries are offered."""
+        return self.offer.num_steps
+
+    def shape(self, index: int) -> StepShape:
+        """The decode step boundary ``index`` schedules (what ``_steady_shape`` gives)."""
+        chunks = self.engine._decode_chunks
+        seqs = []
+        for c in self.offer.contexts:
+            c += index
+            if c >= _CACHED_CONTEXTS:
+                seqs.append(SeqChunk(1, c))
+                continue
+            chunk = chunks[c]
+            if chunk is None:
+                chunk = chunks[c] = SeqChunk(1, c)
+            seqs.append(chunk)
+        return StepShape(
+            step_id=self.offer.first_step_id + index,
+            mode=StepMode.DECODE_ONLY,
+            seqs=tuple(seqs),
+            padded_tokens=self._padded,
+            graph_mode=self._graph,
+            num_stages=self.engine._settings.layout.pp,
+        )
 
 
 class VllmEngine:
@@ -156,6 +197,11 @@ class VllmEngine:
         self.steady: SteadyDecode | None = (
             SteadyDecode(self.scheduler, self.scheduler.kv_cache_manager.coordinator)
             if fast_forward_enabled() and SteadyDecode.eligible(self.scheduler, settings.layout.pp)
+            else None
+        )
+        self._spans: SpanPlanner | None = (
+            SpanPlanner(self.steady)
+            if self.steady is not None and plan.draft_policy is None and not settings.layout.pp > 1
             else None
         )
         self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
@@ -328,6 +374,62 @@ class VllmEngine:
             kv_events=tuple(self.scheduler.take_events()),
             transfers=transfers,
         )
+
+    # -- SpanEngine ----------------------------------------------------------------------
+
+    #: The most boundaries one span offers (its calendar and limits are per request,
+    #: so a longer offer costs nothing until taken).
+    MAX_SPAN_STEPS = 4096
+
+    def decode_span(self) -> VllmDecodeSpan | None:
+        """The steady boundaries that follow the steps in flight (:mod:`blis_vllm.span`),
+        or ``None``; read-only."""
+        if self._spans is None or self._aborted:
+            return None
+        if len(self._in_flight) != self._plan.steps_in_flight:
+            return None
+        offer = self._spans.offer([out for _, out in self._in_flight], self.MAX_SPAN_STEPS)
+        return None if offer is None else VllmDecodeSpan(self, offer)
+
+    def take_span(self, span: DecodeSpan, boundaries_us: Sequence[int]) -> list[StepOutcome]:
+        """Make the first ``len(boundaries_us)`` boundaries of ``span`` (offered by this
+        engine): the outcomes, state and metrics of as many ``complete`` and
+        ``schedule`` pairs."""
+        if not isinstance(span, VllmDecodeSpan) or span.engine is not self:
+            raise ValueError("take_span: a span this engine did not offer")
+        n = len(boundaries_us)
+        spans = self._spans
+        offer = span.offer
+        if spans is None or not 1 <= n <= offer.num_steps:
+            raise ValueError(f"take_span: {n} boundaries of a span of {offer.num_steps}")
+        if offer.first_step_id != self.scheduler._step_id + 1:
+            raise RuntimeError("take_span: the engine changed since the span was offered")
+        completed = [
+            self._in_flight.popleft()[0].step_id for _ in range(min(n, len(self._in_flight)))
+        ]
+        completed.extend(offer.first_step_id + j for j in range(n - len(completed)))
+        events, usage = spans.take(offer, n)
+        outs = spans.scheduled_outputs(offer, n)
+        first_kept = n - len(outs)
+        for j, out in enumerate(outs):
+            self._in_flight.append((span.shape(first_kept + j), out))
+        rids = [r.request_id for r in offer.requests]
+        new_tokens = dict.fromkeys(rids, 1)
+        stats = self.scheduler.kv_cache_manager.prefix_cache_stats
+        snapshot = MetricsSnapshot(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting) + len(self.scheduler.kv_holding_waiting),
+            kv_cache_usage=usage,
+            prefix_cache_queries=stats.queries,
+            prefix_cache_hits=stats.hits,
+        )
+        self._metrics.step_completed(boundaries_us[0], new_tokens, (), snapshot)
+        self._metrics.steady_steps(rids, boundaries_us, snapshot)
+        emitted = self._emissions(new_tokens)
+        return [
+            StepOutcome(step_id=step_id, emitted=emitted, kv_events=tuple(kv_events))
+            for step_id, kv_events in zip(completed, events, strict=True)
+        ]
 
     def _complete_general(
         self, out: SchedulerOutput

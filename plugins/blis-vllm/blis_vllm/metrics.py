@@ -569,6 +569,34 @@ class EngineMetrics:
             if state is not None:
                 self._finish(state, reason, now_us)
 
+    def steady_steps(
+        self, request_ids: Sequence[str], ends_us: Sequence[int], snapshot: MetricsSnapshot
+    ) -> None:
+        """The steps after the first of a decode span: at each of ``ends_us[1:]`` every
+        request of ``request_ids`` (each with a token at ``ends_us[0]``, recorded by
+        :meth:`step_completed`) gets one token and nobody finishes. Records what as many
+        :meth:`step_completed` calls would: the gap since the step before, once per
+        request, the generation tokens and the iteration's tokens, step by step."""
+        self._snapshot = snapshot
+        self._cache = None
+        if len(ends_us) < 2:
+            return
+        states = [s for s in map(self._requests.get, request_ids) if s is not None]
+        m = len(states)
+        if not m:
+            return
+        itl = self._itl
+        iteration = self._iteration
+        for before, now in pairwise(ends_us):
+            itl.observe_many(now - before, m)
+            iteration.observe(m)
+        k = len(ends_us) - 1
+        self._generation_tokens += m * k
+        last = ends_us[-1]
+        for state in states:
+            state.num_generation_tokens += k
+            state.last_token_us = last
+
     def _finish(self, state: _RequestState, reason: str, now_us: int) -> None:
         """``update_from_finished_request`` and its recording."""
         first = state.first_token_us

@@ -25,6 +25,7 @@ from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.sim import Component
 
+from blis_vllm.engine import VllmEngine
 from blis_vllm.steady import SteadyDecode
 
 NUM_SCENARIOS = 200
@@ -113,22 +114,43 @@ def test_fast_path_keeps_every_result_byte(
             steady_steps[0] += 1
         return out
 
+    span_boundaries = [0]
+    take_span = VllmEngine.take_span
+
+    def counted_span(self: VllmEngine, span: Any, boundaries_us: Any) -> Any:
+        span_boundaries[0] += len(boundaries_us)
+        return take_span(self, span, boundaries_us)
+
     monkeypatch.setattr(SteadyDecode, "schedule", counted)
+    monkeypatch.setattr(VllmEngine, "take_span", counted_span)
     differing: list[str] = []
     with_steady = 0
     with_run_ahead = 0
+    # Scenarios with decode spans, by (async scheduling, prefix caching).
+    with_span: dict[tuple[bool, bool], int] = {}
     for index in range(NUM_SCENARIOS):
-        scenario = parse_scenario(random_scenario(index), f"steady-{index}")
+        spec = random_scenario(index)
+        scenario = parse_scenario(spec, f"steady-{index}")
         before = steady_steps[0]
+        spans_before = span_boundaries[0]
         both = run_both_ways(scenario, data, monkeypatch)
         with_steady += steady_steps[0] > before
         with_run_ahead += both.run_ahead_transitions > 0
-        if both.fast.content_hash != both.reference.content_hash:
+        if span_boundaries[0] > spans_before:
+            args = spec["deployment"]["pools"][0]["args"]
+            kind = (args["async_scheduling"], args["enable_prefix_caching"])
+            with_span[kind] = with_span.get(kind, 0) + 1
+        if both.differences():
             differing.append(scenario.name)
     assert not differing, f"fast path changed the Result of {differing}"
-    # The comparison means something only if the fast paths ran in most scenarios.
+    # The comparison means something only if the fast paths ran in most scenarios,
+    # and decode spans under both schedulers, with and without prefix caching.
     assert with_steady >= NUM_SCENARIOS // 2, with_steady
     assert with_run_ahead >= NUM_SCENARIOS // 2, with_run_ahead
+    assert sum(with_span.values()) >= NUM_SCENARIOS // 2, with_span
+    assert all(with_span.get((a, c), 0) >= 5 for a in (False, True) for c in (False, True)), (
+        with_span
+    )
 
 
 def test_reference_path_takes_no_fast_step(

@@ -1,0 +1,315 @@
+"""Decode spans: several steady step boundaries in one call, touching only what changes.
+
+A step boundary is the engine core's ``complete`` of its oldest step in flight followed
+by the next ``schedule`` (vLLM 0.33.0 ``EngineCore.step`` / ``step_with_batch_queue``).
+When every step in flight is a steady decode step (:mod:`blis_vllm.steady`) of the whole
+running batch, the following boundaries are steady too for as long as no request
+reaches its length limit, the free blocks cover the blocks the batch crosses into, and
+no input arrives: each boundary appends one token to every request and schedules it
+one more, and calls the KV cache manager only where a request's block fills, a new
+block is needed or a full block gets its hash. :class:`SpanPlanner` finds how many such
+boundaries follow (:meth:`SpanPlanner.offer`) and makes ``n`` of them
+(:meth:`SpanPlanner.take`): a request is touched only at the boundaries where one of
+those calls may happen, with exactly the counters and in exactly the order the
+boundary-by-boundary path gives it; between them its counters move by the number of
+boundaries passed. The same KV calls in the same order give the same blocks, hashes and
+KV events; :class:`blis_vllm.engine.VllmEngine` turns a span into one outcome per
+boundary and the metrics the steps would have recorded.
+
+Like the steady path it is an exact fast path, never a model: ``BLIS_FAST_FORWARD=0``
+turns it off, and the identity tests require the same Result either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from blis_core.contracts import KVEvent
+
+from blis_vllm.request import Request, RequestStatus
+from blis_vllm.scheduler import AsyncScheduler, SchedulerOutput
+from blis_vllm.steady import SteadyDecode
+
+__all__ = ["SpanOffer", "SpanPlanner"]
+
+
+@dataclass(slots=True)
+class SpanOffer:
+    """Boundaries a steady batch can make without an input (read-only snapshot).
+
+    ``requests`` is the running batch in order and ``contexts`` each request's computed
+    tokens now: the context of the first step the span schedules (step
+    ``first_step_id``); boundary ``i`` schedules every context plus ``i``.
+    """
+
+    requests: list[Request]
+    contexts: list[int]
+    num_steps: int
+    first_step_id: int
+    steps_in_flight: int
+
+
+class SpanPlanner:
+    """The decode spans of one scheduler whose steady path is ``steady``."""
+
+    __slots__ = ("_steady",)
+
+    def __init__(self, steady: SteadyDecode) -> None:
+        self._steady = steady
+
+    def offer(self, in_flight: Sequence[SchedulerOutput], max_steps: int) -> SpanOffer | None:
+        """The boundaries that can follow ``in_flight`` (the steps in flight, oldest
+        first) without an input, or ``None``; nothing is changed.
+
+        Every step in flight must be a steady step of the current epoch scheduling the
+        whole running batch in order, with consecutive ids ending at the last one
+        scheduled; then boundary ``b`` (from 1) completes without finishing anyone
+        while no request reaches ``max_tokens`` or ``max_model_len`` by its ``b``-th
+        new token, and schedules the whole batch again while no request's last token is
+        in flight (the async skip), its context stays within ``max_model_len`` and the
+        blocks the batch has crossed into by then fit in today's free blocks.
+        """
+        steady = self._steady
+        s = steady._scheduler
+        running = s.running
+        num_flight = len(in_flight)
+        if not running or not num_flight or s._inflight_prefills:
+            return None
+        if (s.waiting or s.kv_holding_waiting) and len(running) < s.max_num_running_reqs:
+            return None
+        if len(running) > s.max_num_scheduled_tokens:
+            return None
+        is_async = steady._async
+        stagger = s.decode_stagger if isinstance(s, AsyncScheduler) else 0
+        if stagger > 1:
+            return None
+        step_id = s._step_id
+        epoch = steady._general_steps
+        rids = [r.request_id for r in running]
+        for j, out in enumerate(in_flight):
+            if (
+                out.steady_epoch != epoch
+                or out.step_id != step_id - num_flight + 1 + j
+                or len(out.num_scheduled_tokens) != len(rids)
+                or list(out.num_scheduled_tokens) != rids
+            ):
+                return None
+        placeholders = num_flight if is_async else 0
+        # num_tokens + placeholders - computed after a boundary's schedule.
+        gap = 1 if is_async else 0
+        bs = steady._coordinator.scheduler_block_size
+        max_model_len = s.max_model_len
+        blocks_of = steady._manager.req_to_blocks
+        limit = max_steps
+        first_cross: list[int] = []
+        contexts: list[int] = []
+        for r in running:
+            computed = r.num_computed_tokens
+            n = r.num_tokens
+            if (
+                r.status != RequestStatus.RUNNING
+                or r.spec_token_ids
+                or r.num_stale_output_tokens
+                or r.num_in_flight_tokens != num_flight
+                or r.num_output_placeholders != placeholders
+                or n + placeholders - computed != gap
+                or r.next_decode_eligible_step > step_id + 1
+            ):
+                return None
+            end = r.num_prompt_tokens + r.max_tokens
+            # Boundary b's complete appends token b: it must not stop the request.
+            limit = min(limit, min(max_model_len, end) - n - 1)
+            # Boundary b's schedule sees computed + b - 1: within max_model_len ...
+            limit = min(limit, max_model_len - computed - 1)
+            if is_async:
+                # ... and not skipped as its last token is in flight.
+                limit = min(limit, end - computed - 3 + placeholders)
+            held = len(blocks_of.get(r.request_id, ())) * bs
+            if held < computed:
+                return None
+            first_cross.append(held - computed + 1)
+            contexts.append(computed)
+        if limit < 1:
+            return None
+        free = s.kv_cache_manager.block_pool.get_num_free_blocks()
+        limit = _within_free_blocks(first_cross, bs, free, limit)
+        if limit < 1:
+            return None
+        return SpanOffer(list(running), contexts, limit, step_id + 1, num_flight)
+
+    def take(self, offer: SpanOffer, n: int) -> tuple[list[list[KVEvent]], float]:
+        """Make the first ``n`` boundaries of ``offer`` (nothing else may have changed
+        the scheduler since it was made).
+
+        Returns each boundary's KV events (those its ``complete`` made and those the
+        boundary before it scheduled, as ``take_events`` at the end of each ``complete``
+        gives them) and the KV cache usage after the last boundary's ``complete`` (the
+        gauge a step's metrics record). The scheduler ends as after ``n`` boundaries;
+        the steps it scheduled are ``offer.first_step_id`` onwards.
+        """
+        steady = self._steady
+        s = steady._scheduler
+        kv = s.kv_cache_manager
+        coordinator = steady._coordinator
+        cached = steady._manager.num_cached_block if coordinator._caching_managers else None
+        boundary = kv.shared_prefix_boundary
+        blocks_of = steady._manager.req_to_blocks
+        bs = coordinator.scheduler_block_size
+        is_async = steady._async
+        stagger = s.decode_stagger if isinstance(s, AsyncScheduler) else 0
+        num_flight = offer.steps_in_flight
+        requests = offer.requests
+        calendar = _Calendar(bs, num_flight, cached, blocks_of)
+        # Boundary -> requests (by batch position) touched at it.
+        due: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            b = calendar.next_event(r, 0)
+            if b <= n:
+                due.setdefault(b, []).append(i)
+        synced = [0] * len(requests)
+        events: list[list[KVEvent]] = []
+        usage = 0.0
+        first_step = offer.first_step_id
+        for b in range(1, n + 1):
+            touched = due.pop(b, None)
+            if touched is not None:
+                touched.sort()
+                # complete: the step ends; each request gets its next token.
+                for i in touched:
+                    r = requests[i]
+                    behind = b - 1 - synced[i]
+                    r.num_computed_tokens += behind
+                    r.num_tokens += behind
+                    r.num_in_flight_tokens -= 1
+                    had_placeholders = r.num_output_placeholders > 0
+                    r.append_next_output_token()
+                    if s._check_stop(r):
+                        raise AssertionError(f"decode span: {r.request_id} stopped inside it")
+                    if had_placeholders:
+                        r.num_output_placeholders -= 1
+                        if cached is not None and r.block_hashes is not None:
+                            cache_to = r.num_computed_tokens - r.num_in_flight_tokens
+                            rid = r.request_id
+                            if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
+                                coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
+            events.append(s.take_events())
+            if b == n:
+                usage = kv.usage
+            if touched is None:
+                continue
+            # schedule: each request decodes one more token (its next eligible step is
+            # set for all at the end).
+            for i in touched:
+                r = requests[i]
+                rid = r.request_id
+                computed = r.num_computed_tokens
+                if len(blocks_of.get(rid, ())) * bs <= computed:
+                    if kv.allocate_slots(r, 1) is None:
+                        raise AssertionError("decode span: free blocks were counted")
+                elif cached is not None and r.block_hashes is not None:
+                    cache_to = min(computed + 1, r.num_tokens)
+                    if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
+                        coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
+                r.num_computed_tokens = computed + 1
+                r.num_in_flight_tokens += 1
+                if is_async:
+                    r.num_output_placeholders += 1
+                synced[i] = b
+                nb = calendar.next_event(r, b)
+                if nb <= n:
+                    due.setdefault(nb, []).append(i)
+        last_step = first_step + n - 1
+        for i, r in enumerate(requests):
+            behind = n - synced[i]
+            if behind:
+                r.num_computed_tokens += behind
+                r.num_tokens += behind
+            if is_async:
+                r.next_decode_eligible_step = last_step + stagger
+        s._step_id = last_step
+        return events, usage
+
+    def scheduled_outputs(self, offer: SpanOffer, n: int) -> list[SchedulerOutput]:
+        """The scheduler outputs of the steps the first ``n`` boundaries scheduled that
+        are still in flight after them (the last ``min(n, steps_in_flight)``), as the
+        steady path makes them; call after :meth:`take`."""
+        steady = self._steady
+        s = steady._scheduler
+        rids = [r.request_id for r in offer.requests]
+        outs = []
+        for j in range(max(0, n - offer.steps_in_flight), n):
+            out = SchedulerOutput(
+                step_id=offer.first_step_id + j, steady_epoch=steady._general_steps
+            )
+            out.num_scheduled_tokens = dict.fromkeys(rids, 1)
+            out.context_tokens = {rid: c + j for rid, c in zip(rids, offer.contexts, strict=True)}
+            out.sampling = list(rids)
+            outs.append(out)
+        # The first step of the span took the finished ids; later ones an empty set.
+        if outs and n <= offer.steps_in_flight:
+            outs[0].finished_req_ids = s.finished_req_ids
+        s.finished_req_ids = set()
+        return outs
+
+
+class _Calendar:
+    """When a request of a span next needs its own work: the first boundary at which a
+    block may fill (hashing at the append), a block may be cached (at the complete
+    under async scheduling, at the schedule), or a new block is needed."""
+
+    __slots__ = ("_blocks_of", "_bs", "_cached", "_flight")
+
+    def __init__(
+        self,
+        bs: int,
+        steps_in_flight: int,
+        cached: Mapping[str, int] | None,
+        blocks_of: Mapping[str, Sequence[object]],
+    ) -> None:
+        self._bs = bs
+        self._flight = steps_in_flight
+        self._cached = cached
+        self._blocks_of = blocks_of
+
+    def next_event(self, r: Request, b: int) -> int:
+        """The first boundary after ``b`` at which ``r`` (its counters as at the end of
+        boundary ``b``) may call the KV cache manager or hash a block."""
+        bs = self._bs
+        computed = r.num_computed_tokens
+        n = r.num_tokens
+        rid = r.request_id
+        # The schedule of boundary b' sees computed + (b' - b - 1).
+        nb = b + 1 + len(self._blocks_of.get(rid, ())) * bs - computed
+        hashes = r.block_hashes
+        if hashes is not None:
+            # The complete of boundary b' makes n + (b' - b) tokens.
+            nb = min(nb, b + (len(hashes) + 1) * bs + r.num_hash_lookahead_tokens - n)
+            cached = self._cached
+            if cached is not None:
+                threshold = (cached.get(rid, 0) + 1) * bs
+                # At the schedule: min(computed + 1, num_tokens) reaches the next block.
+                nb = min(nb, max(b + 1, b + threshold - min(computed, n)))
+                if r.num_output_placeholders > 0:
+                    # At the complete: computed - tokens still in flight.
+                    nb = min(nb, max(b + 1, b + threshold - computed + self._flight))
+        return nb
+
+
+def _within_free_blocks(first_cross: list[int], bs: int, free: int, limit: int) -> int:
+    """The most boundaries, up to ``limit``, whose new blocks fit in ``free``: request
+    ``i`` takes one at boundaries ``first_cross[i]``, then every ``bs``."""
+
+    def taken(b: int) -> int:
+        return sum((b - f) // bs + 1 for f in first_cross if f <= b)
+
+    if taken(limit) <= free:
+        return limit
+    lo, hi = 0, limit  # taken(lo) <= free < taken(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if taken(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo
