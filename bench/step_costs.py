@@ -22,6 +22,7 @@ from typing import Any
 
 from blis_vllm.engine import VllmEngine
 from blis_vllm.metrics import EngineMetrics
+from blis_vllm.span import SpanPlanner
 from blis_vllm.steady import SteadyDecode
 from goparity import scenario_file
 
@@ -60,6 +61,10 @@ def main() -> None:
         (SteadyDecode, "schedule", "  SteadyDecode.schedule"),
         (SteadyDecode, "complete", "  SteadyDecode.complete"),
         (EngineMetrics, "step_completed", "  EngineMetrics.step_completed"),
+        (VllmEngine, "decode_span", "VllmEngine.decode_span"),
+        (VllmEngine, "take_span", "VllmEngine.take_span"),
+        (SpanPlanner, "take", "  SpanPlanner.take"),
+        (VllmEngine, "scrape", "VllmEngine.scrape"),
         (SimEnvironment, "price_step", "SimEnvironment.price_step"),
         (ClientComponent, "external", "ClientComponent.external"),
         (RouterComponent, "external", "RouterComponent.external"),

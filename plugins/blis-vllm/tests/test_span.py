@@ -1,0 +1,134 @@
+"""Decode spans (:mod:`blis_vllm.span`): ``take_span`` of ``n`` boundaries leaves the
+engine as ``n`` pairs of ``complete`` and ``schedule`` do, with the same outcomes.
+
+Two engines are driven identically up to a point where one offers a span; then one takes
+it and the other makes the boundaries one by one, and both run on to the end. Whole runs
+are compared by ``test_steady_identity.py``; this pins the engine-level contract.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import pytest
+from blis_core.contracts.engine import SpanEngine, StepOutcome
+from blis_core.contracts.shape import StepShape
+from vllm_fakes import req, tiny_engine
+
+from blis_vllm.engine import VllmEngine
+
+STEP_US = 1000
+
+
+class Driver:
+    """One engine with its steps in flight, driven as the engine component does."""
+
+    def __init__(self, **args: Any) -> None:
+        self.engine = tiny_engine(num_gpu_blocks=96, max_num_seqs=8, **args)
+        for i in range(6):
+            # Prompts sharing a prefix, so prefix caching stores and finds blocks.
+            self.engine.add_request(
+                req(f"r{i}", ("shared", 40), (f"own{i}", 9 + 7 * i), max_tokens=90 + 13 * i), 0
+            )
+        self.now = 0
+        self.flight: deque[StepShape] = deque()
+        self.outcomes: list[tuple[int, StepOutcome]] = []
+        self.shapes: list[StepShape] = []
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self.flight) < self.engine.plan.steps_in_flight:
+            shape = self.engine.schedule(self.now)
+            if shape is None:
+                break
+            self.flight.append(shape)
+            self.shapes.append(shape)
+
+    def boundary(self) -> bool:
+        """Complete the oldest step one step-time later and schedule; False when idle."""
+        if not self.flight:
+            return False
+        self.now += STEP_US
+        self.outcomes.append((self.now, self.engine.complete(self.flight.popleft(), self.now)))
+        self._fill()
+        return True
+
+    def take(self, n: int) -> None:
+        span = self.engine.decode_span()
+        assert span is not None and span.num_steps >= n
+        times = [self.now + STEP_US * (i + 1) for i in range(n)]
+        made = self.engine.take_span(span, times)
+        self.now = times[-1]
+        for i, (t, outcome) in enumerate(zip(times, made, strict=True)):
+            self.outcomes.append((t, outcome))
+            self.flight.popleft()
+            shape = span.shape(i)
+            self.flight.append(shape)
+            self.shapes.append(shape)
+
+    def state(self) -> list[tuple[Any, ...]]:
+        return [
+            (
+                r.request_id,
+                r.num_computed_tokens,
+                r.num_tokens,
+                r.num_output_placeholders,
+                r.num_in_flight_tokens,
+                r.next_decode_eligible_step,
+                list(r.block_hashes or ()),
+                self.engine.scheduler.kv_cache_manager.get_block_ids(r.request_id),
+            )
+            for r in self.engine.scheduler.running
+        ]
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_a_span_equals_its_boundaries(async_scheduling: bool, prefix_caching: bool) -> None:
+    args = {"async_scheduling": async_scheduling, "enable_prefix_caching": prefix_caching}
+    spanned, stepped = Driver(**args), Driver(**args)
+    assert isinstance(spanned.engine, SpanEngine)
+    taken = 0
+    while True:
+        span = spanned.engine.decode_span()
+        if span is not None and span.num_steps >= 2:
+            # Cut the span short, as a scrape or an input would.
+            n = max(1, span.num_steps - 1) if taken % 2 else span.num_steps
+            spanned.take(n)
+            for _ in range(n):
+                stepped.boundary()
+            taken += n
+            assert spanned.state() == stepped.state()
+            assert spanned.engine.scrape() == stepped.engine.scrape()
+            continue
+        if not spanned.boundary():
+            break
+        stepped.boundary()
+    assert not stepped.boundary()
+    assert taken > 100, taken
+    assert spanned.outcomes == stepped.outcomes
+    assert spanned.shapes == stepped.shapes
+    assert spanned.engine.scrape() == stepped.engine.scrape()
+    assert spanned.engine.num_unfinished() == 0
+
+
+def test_a_span_is_taken_only_where_offered() -> None:
+    driver = Driver(async_scheduling=True)
+    while (span := driver.engine.decode_span()) is None:
+        assert driver.boundary()
+    other: VllmEngine = Driver(async_scheduling=True).engine
+    with pytest.raises(ValueError, match="did not offer"):
+        other.take_span(span, [driver.now + STEP_US])
+    with pytest.raises(ValueError, match="boundaries"):
+        driver.engine.take_span(span, [])
+    driver.boundary()
+    with pytest.raises(RuntimeError, match="changed since"):
+        driver.engine.take_span(span, [driver.now + STEP_US])
+
+
+def test_no_span_is_offered_without_fast_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BLIS_FAST_FORWARD", "0")
+    driver = Driver(async_scheduling=True)
+    while driver.boundary():
+        assert driver.engine.decode_span() is None
