@@ -25,6 +25,11 @@ def blis_step_explained(instance: str, shape: Any, price: Any) -> None:
 
 
 @hookimpl
+def blis_step_completed(instance: str, outcome: Any, now_us: int) -> None:
+    CALLS.append(("blis_step_completed", (instance, outcome, now_us)))
+
+
+@hookimpl
 def blis_route_decided(request: Any, decision: Any, now_us: int) -> None:
     CALLS.append(("blis_route_decided", decision.endpoint))
 

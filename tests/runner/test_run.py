@@ -11,6 +11,7 @@ import pytest
 from blis_conformance import run_both_ways
 
 from blis_core.contracts.errors import InputRefused, PluginError
+from blis_core.hookspecs import hookimpl
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario, write_result
 
@@ -132,7 +133,38 @@ def test_observation_hooks_are_called(
     run_scenario(parse_scenario(_scenario(), "t"), host, data)
     names = {name for name, _ in observer.CALLS}
     assert {"blis_engine_planned", "blis_step_priced", "blis_route_decided"} <= names
-    assert "blis_result_written" in names
+    assert {"blis_step_completed", "blis_result_written"} <= names
+    # As many steps completed as were priced (every step ran to its end).
+    completed = [c for name, c in observer.CALLS if name == "blis_step_completed"]
+    priced = [c for name, c in observer.CALLS if name == "blis_step_priced"]
+    assert len(completed) == len(priced)
+
+
+def test_an_observer_object_hears_a_run(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.steps: list[tuple[str, int]] = []
+
+        @hookimpl
+        def blis_step_completed(self, instance: str, outcome: Any, now_us: int) -> None:
+            self.steps.append((instance, now_us))
+
+    host = make_host()
+    recorder = Recorder()
+    host.add_observer(recorder)
+    doc = _scenario(frame={"replications": 1})
+    result = run_scenario(parse_scenario(doc, "t"), host, data)
+    assert len(recorder.steps) == result.replications[0].steps
+    # Each instance's steps in order of their end times.
+    for instance in {i for i, _ in recorder.steps}:
+        mine = [t for i, t in recorder.steps if i == instance]
+        assert mine == sorted(mine) and len(set(mine)) == len(mine)
+    bare = run_scenario(parse_scenario(doc, "t"), make_host(), data)
+    assert bare.content_hash == result.content_hash  # observing changes nothing
 
 
 def test_async_engine_runs(install_plugins: Callable[..., None], data: DataSources) -> None:
