@@ -6,8 +6,10 @@ Runs a Go-parity scenario (first ``NUM_REQUESTS`` requests, default 1,000) with 
 around each of these public calls and prints, per call, the total seconds, the number of
 calls and the microseconds per call: the vLLM engine's ``schedule`` and ``complete``,
 the steady-step fast path's ``schedule`` and ``complete`` inside them, the engine
-metrics' ``step_completed``, the Environment's ``price_step``, and the client's and the
-router's ``external`` transitions. The timers add about a microsecond per call; what is
+metrics' ``step_completed``, the decode span calls (``decode_span``, ``take_span`` and
+the span planner's ``take``), the engine's ``scrape``, the Environment's ``price_step``
+and ``quote_steps`` (a span's prices in one pass), and the client's and the router's
+``external`` transitions. The timers add about a microsecond per call; what is
 left of the total is start-up, the kernel, the engine component and the Result. Compare
 figures from one machine and one run; they are what ``docs/speed.md`` quotes.
 """
@@ -66,6 +68,7 @@ def main() -> None:
         (SpanPlanner, "take", "  SpanPlanner.take"),
         (VllmEngine, "scrape", "VllmEngine.scrape"),
         (SimEnvironment, "price_step", "SimEnvironment.price_step"),
+        (SimEnvironment, "quote_steps", "SimEnvironment.quote_steps"),
         (ClientComponent, "external", "ClientComponent.external"),
         (RouterComponent, "external", "RouterComponent.external"),
     )

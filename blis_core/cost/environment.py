@@ -28,7 +28,7 @@ from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import memory
 from blis_core.cost.catalog import Catalog
 from blis_core.cost.plans import lowered_plan
-from blis_core.cost.pricing import CompiledPlan, StepEvaluation, compile_plan
+from blis_core.cost.pricing import CompiledPlan, StepEvaluation, StepQuote, compile_plan
 from blis_core.cost.registry import CoefficientEntry, RankTotals, Registry
 from blis_core.cost.roofline import RegistryMethod, RooflineMethod
 
@@ -217,6 +217,24 @@ class SimEnvironment:
                 who = winners[j] or cp.entries[j].provider
                 self._extra_seconds[who] = self._extra_seconds.get(who, 0.0) + seconds
         return seconds_to_us(ev.total_s)
+
+    def quote_steps(
+        self, plan: PoolPlan, shapes: Sequence[StepShape]
+    ) -> tuple[list[int], StepQuote] | None:
+        """What :meth:`price_step` gives each of ``shapes``, in one pass and counted
+        nowhere until :meth:`count_quote`; ``None`` where it cannot (per-kernel cost
+        methods, IDLE steps, a draft model): price those one by one."""
+        if self.extra_methods:
+            return None
+        quote = self.compiled(plan).quote_seconds(shapes)
+        if quote is None:
+            return None
+        return [seconds_to_us(t) for t in quote.totals], quote
+
+    def count_quote(self, plan: PoolPlan, quote: StepQuote, count: int) -> None:
+        """Count the first ``count`` steps of ``quote`` in the rank totals, as that many
+        :meth:`price_step` calls in that order would."""
+        self.compiled(plan).count_quote(quote, count)
 
     def explain_step(self, plan: PoolPlan, shape: StepShape) -> StepPrice:
         """The same price as :meth:`price_step` with its per-kernel breakdown and ranks.

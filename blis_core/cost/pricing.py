@@ -47,7 +47,7 @@ from blis_core.cost.catalog import Catalog
 from blis_core.cost.registry import CoefficientEntry, Registry
 from blis_core.cost.roofline import entry_constants, link_bandwidth
 
-__all__ = ["CompiledPlan", "StepEvaluation", "Term", "compile_plan"]
+__all__ = ["CompiledPlan", "StepEvaluation", "StepQuote", "Term", "compile_plan"]
 
 # Step aggregates (indices into the aggregate vector).
 ONE, T, S, SD, KD, QD, SP, NP, PP, KP, KDW, PPW, KPW, R, MOEF, NEWREQ = range(16)
@@ -98,6 +98,17 @@ class StepEvaluation:
     ranks: npt.NDArray[np.int64]
     work: npt.NDArray[np.float64]
     total_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class StepQuote:
+    """Consecutive steps priced but not yet counted (:meth:`CompiledPlan.quote_seconds`):
+    per step, the seconds of every term, whether each term's work is inside its covered
+    range, and the step's total seconds."""
+
+    seconds: npt.NDArray[np.float64]
+    inside: npt.NDArray[np.bool_]
+    totals: list[float]
 
 
 class CompiledPlan:
@@ -392,6 +403,48 @@ class CompiledPlan:
             self.acc_inside += np.where(inside, seconds, 0.0)
             self.acc_outside += np.where(inside, 0.0, seconds)
         return float(seconds.sum())
+
+    def quote_seconds(self, shapes: Sequence[StepShape]) -> StepQuote | None:
+        """The seconds :meth:`price_seconds` gives each of ``shapes``, counted nowhere
+        (:meth:`count_quote` counts a prefix of them); ``None`` for shapes it does not
+        quote (an ``IDLE`` step or a draft model). The same figures to the bit: the
+        elementwise work is batched, the matrix product and each step's sum are not."""
+        if not shapes or self.has_draft or any(s.mode is StepMode.IDLE for s in shapes):
+            return None
+        n = self.n
+        matrix = self.matrix
+        w = np.stack([matrix @ np.array(self.aggregates(s, check_seqs=False)) for s in shapes])
+        w3 = w[:, : self.n3].reshape(len(shapes), 3, n)
+        per = (w3 * self.inv).max(axis=1)
+        per += w[:, self.n3 :] * self.per_item
+        first = shapes[0]
+        if all(
+            s.graph_mode is first.graph_mode
+            and s.stage == first.stage
+            and s.num_stages == first.num_stages
+            for s in shapes
+        ):
+            # One graph mode and stage (a decode span): one row broadcast over the steps.
+            overhead = self._overhead(first)
+            counts = self.counts[self.stage_kind(first)]
+        else:
+            overhead = np.stack([self._overhead(s) for s in shapes])
+            counts = np.stack([self.counts[self.stage_kind(s)] for s in shapes])
+        per += overhead * (w3.any(axis=1) | self.is_host)
+        seconds = per * counts
+        inside = (np.abs(w3 - self.mid) <= self.half).all(axis=1)
+        totals = [float(row.sum()) for row in seconds]
+        return StepQuote(seconds, inside, totals)
+
+    def count_quote(self, quote: StepQuote, count: int) -> None:
+        """Add the first ``count`` steps of ``quote`` to the running totals, as that
+        many :meth:`price_seconds` calls would."""
+        for seconds, inside in zip(quote.seconds[:count], quote.inside[:count], strict=True):
+            if inside.all():
+                self.acc_inside += seconds
+            else:
+                self.acc_inside += np.where(inside, seconds, 0.0)
+                self.acc_outside += np.where(inside, 0.0, seconds)
 
     def rank_seconds(self) -> list[float]:
         """Priced seconds per rank accumulated by :meth:`price_seconds`."""

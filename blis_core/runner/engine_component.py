@@ -58,10 +58,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from blis_core.contracts.engine import (
+    DecodeSpan,
     EngineInstance,
     Environment,
     KVTransferEngine,
@@ -70,8 +71,11 @@ from blis_core.contracts.engine import (
     fast_forward_enabled,
 )
 from blis_core.contracts.errors import InputRefused, SimulationError
+from blis_core.contracts.plan import PoolPlan
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import StepShape, Transfer
+from blis_core.cost.environment import SimEnvironment
+from blis_core.cost.pricing import StepQuote
 from blis_core.runner.kv_events_check import KVEventLedger
 from blis_core.runner.kv_events_check import checking as kv_events_checked
 from blis_core.runner.messages import (
@@ -97,6 +101,65 @@ class _InFlight:
     start_us: int
     end_us: int
     started: bool = False
+
+
+class _SpanPricer:
+    """The prices of a span's steps, quoted a chunk at a time in one pass each where the
+    Environment can (:meth:`SimEnvironment.quote_steps`), else one ``price_step`` each;
+    only the steps taken are counted in the rank totals, in order (:meth:`count`)."""
+
+    __slots__ = ("_chunk", "_env", "_plan", "_prices", "_quotes", "_sim", "_span")
+
+    def __init__(
+        self,
+        env: Environment,
+        plan: PoolPlan,
+        span: DecodeSpan,
+        flights: Sequence[_InFlight],
+        stop_us: int,
+    ) -> None:
+        self._env = env
+        self._plan = plan
+        self._span = span
+        self._sim = env if isinstance(env, SimEnvironment) else None
+        self._prices: list[int] = []
+        self._quotes: list[tuple[int, StepQuote]] = []
+        # A first chunk about as long as the span will be, from the last step's length.
+        last = flights[-1]
+        step_us = max(1, last.end_us - last.start_us)
+        self._chunk = max(4, min(64, (stop_us - flights[0].end_us) // step_us + 2))
+
+    def price(self, index: int, shape: StepShape) -> int:
+        """The price of the span's step ``index`` (``shape``), asked in order."""
+        prices = self._prices
+        if index < len(prices):
+            return prices[index]
+        if self._sim is not None:
+            stop = min(self._span.num_steps, index + self._chunk)
+            shapes = [shape, *(self._span.shape(j) for j in range(index + 1, stop))]
+            quoted = self._sim.quote_steps(self._plan, shapes)
+            if quoted is not None:
+                self._quotes.append((len(shapes), quoted[1]))
+                prices.extend(quoted[0])
+                return prices[index]
+            # Priced one by one from here: count what was quoted before, in order.
+            self.count(index)
+            self._quotes.clear()
+            self._sim = None
+        price = self._env.price_step(self._plan, shape)
+        prices.append(price)
+        return price
+
+    def count(self, taken: int) -> None:
+        """Count the first ``taken`` steps priced (one ``price_step`` counted its own)."""
+        if not self._quotes:
+            return
+        assert self._sim is not None
+        for size, quote in self._quotes:
+            self._sim.count_quote(self._plan, quote, min(size, taken))
+            taken -= size
+            if taken <= 0:
+                return
 
 
 PREFILL_LEG_PARAMS: dict[str, object] = {
@@ -620,17 +683,19 @@ class EngineComponent(Component):
         scheduled: list[_InFlight] = []
         times: list[int] = []
         stage_free_us = self._stage_free_us[0]
+        pricer = _SpanPricer(self._env, self._plan, span, flights, stop_us)
         for i in range(span.num_steps):
             t = ends[i]
             if t >= stop_us or (times and t <= times[-1]):
                 break
             shape = span.shape(i)
             start_us = max(t, stage_free_us)
-            stage_free_us = start_us + self._env.price_step(self._plan, shape)
+            stage_free_us = start_us + pricer.price(i, shape)
             ends.append(stage_free_us)
             scheduled.append(_InFlight(shape, start_us, stage_free_us))
             times.append(t)
         n = len(times)
+        pricer.count(n)
         outcomes = engine.take_span(span, times)
         every = [*flights, *scheduled]
         for i, (made, t) in enumerate(zip(outcomes, times, strict=True)):

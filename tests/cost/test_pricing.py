@@ -136,3 +136,52 @@ def test_shape_inconsistent_with_plan_refused(env: SimEnvironment, catalog: Cata
             assert err.value == value
     with pytest.raises(InputRefused):
         env.explain_step(plan, StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, -5),), 1))
+
+
+def _fresh_env(catalog: Catalog, registry: object) -> SimEnvironment:
+    return SimEnvironment(catalog, registry, (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+
+
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [
+        ("meta-llama/Llama-2-7b-hf", {}),
+        ("meta-llama/Llama-3.1-8B-Instruct", {"tp": 2}),
+        ("mistralai/Mixtral-8x7B-v0.1", {"tp": 2}),
+    ],
+)
+def test_a_quote_prices_and_counts_as_price_step_does(
+    catalog: Catalog, model: str, layout: dict[str, int]
+) -> None:
+    registry = installed_registry(catalog)
+    plan = _plan(catalog, model, **layout)
+    # A decode span's steps (every context one more; one graph mode, priced with one
+    # overhead row), then steps of other kinds and graph modes, some outside the
+    # covered ranges (long contexts, a large batch).
+    span = [_decode(17, 600 + i) for i in range(9)]
+    mixed = [
+        *span,
+        _decode(200, 30_000),
+        StepShape(2, StepMode.MIXED, (SeqChunk(500, 100), SeqChunk(1, 700)), 512),
+        StepShape(3, StepMode.EXTEND_ONLY, (SeqChunk(2000, 0),), 2000),
+        dataclasses.replace(_decode(8, 50), graph_mode=GraphMode.FULL),
+    ]
+    for shapes in (span, mixed):
+        for taken in (0, 4, len(shapes)):
+            quoting, stepping = _fresh_env(catalog, registry), _fresh_env(catalog, registry)
+            quoted = quoting.quote_steps(plan, shapes)
+            assert quoted is not None
+            prices, quote = quoted
+            assert prices == [stepping.price_step(plan, s) for s in shapes]
+            # Counting a prefix is what pricing that prefix one by one counts.
+            quoting.count_quote(plan, quote, taken)
+            once = _fresh_env(catalog, registry)
+            for s in shapes[:taken]:
+                once.price_step(plan, s)
+            assert quoting.rank_totals().seconds == once.rank_totals().seconds
+            assert quoting.method_seconds() == once.method_seconds()
+
+
+def test_no_quote_for_idle_steps(env: SimEnvironment, catalog: Catalog) -> None:
+    idle = StepShape(1, StepMode.IDLE, (), 0)
+    assert env.quote_steps(_plan(catalog), [_decode(4, 100), idle]) is None
