@@ -124,10 +124,11 @@ class _SpanPricer:
         self._sim = env if isinstance(env, SimEnvironment) else None
         self._prices: list[int] = []
         self._quotes: list[tuple[int, StepQuote]] = []
-        # A first chunk about as long as the span will be, from the last step's length.
+        # A first chunk about as long as the span will be (boundaries before the stop,
+        # judged by the last step's length); a longer span quotes another.
         last = flights[-1]
         step_us = max(1, last.end_us - last.start_us)
-        self._chunk = max(4, min(64, (stop_us - flights[0].end_us) // step_us + 2))
+        self._chunk = max(2, min(64, (stop_us - flights[0].end_us) // step_us + 1))
 
     def price(self, index: int, shape: StepShape) -> int:
         """The price of the span's step ``index`` (``shape``), asked in order."""
