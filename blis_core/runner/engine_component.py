@@ -547,6 +547,8 @@ class EngineComponent(Component):
             # The instant after a run-ahead: its work was done by the run-ahead.
             self._ahead_done = False
             return self._next_time(now_us)
+        if self._span_engine is not None and self._run_ahead(now_us, boundary=True):
+            return self._next_time(now_us)
         self._advance(now_us)
         if self._run_ahead_ok and (self._reports or self._scrapes):
             self._run_ahead(now_us)
@@ -603,7 +605,7 @@ class EngineComponent(Component):
             + len(self._outbox)
         )
 
-    def _run_ahead(self, now_us: int) -> None:
+    def _run_ahead(self, now_us: int, *, boundary: bool = False) -> bool:
         """Make this component's next internal transitions now, up to the lookahead.
 
         Until :meth:`lookahead_us` no input can reach this instance: another component
@@ -619,22 +621,45 @@ class EngineComponent(Component):
         link (whose answer may come at once), before time moves on. The
         transitions saved are credited to the kernel, so the run's events count the
         same; ``BLIS_FAST_FORWARD=0`` turns run-ahead off.
+
+        Called after this instant's transition was made, or, with ``boundary``, in
+        its place when it is a plain step boundary: the run then starts with a decode
+        span from it (:meth:`_take_span`). Returns whether it ran; with ``boundary``
+        and no span, nothing was done and the caller makes the transition.
         """
+        if boundary:
+            flights = self._in_flight
+            if (
+                not flights
+                or flights[0].end_us != now_us
+                or self._next_scrape_us == now_us
+                or (self._frontend and self._frontend[0][0] <= now_us)
+            ):
+                return False
         limit = self.lookahead_us(now_us, self._quiet)
         if limit is None:
             limit = 1 << 62
         if self._frontend:
             limit = min(limit, self._frontend[0][0])
         if limit <= now_us:
-            return  # something else happens in this instant: the next must see it first
+            return False  # something else happens in this instant: the next must see it first
+        pending = True  # the instant just made left outputs: the next is at the same time
+        made = 0
+        if boundary:
+            assert self._span_engine is not None
+            taken = self._take_span(self._span_engine, now_us, limit)
+            if not taken:
+                return False
+            # Its first boundary is this instant's transition; the next instant (its
+            # output's) stands for one transition made here, as below.
+            made = 2 * taken - 1
+            pending = False
         reports = self._reports
         # After a fate or a message to a peer or the link, whose answer may come back
         # at once, the run stops before time moves on.
         fated = bool(self._outbox or self._dropped) or any(r.outcome.finished for _, r in reports)
-        pending = True  # the instant just made left outputs: the next is at the same time
         outputs = self._pending_outputs()
         t = now_us
-        made = 0
         while True:
             if not pending:
                 if fated:
@@ -662,6 +687,7 @@ class EngineComponent(Component):
         # The first transition made here stands for the next instant's, which now skips.
         self._ahead_done = True
         self.credit_transitions(made - 1)
+        return True
 
     def _take_span(self, engine: SpanEngine, now_us: int, limit_us: int) -> int:
         """Make the step boundaries from ``now_us`` (the oldest step's end) until the
