@@ -76,6 +76,16 @@ class ClientComponent(Component):
     def initial_time_us(self) -> int | None:
         return self._next_time(0)
 
+    def quiescent(self) -> bool:
+        """A step report makes the client send something, or bring an arrival forward,
+        only through its workload's answer to a completion: with an open-loop workload
+        (:attr:`~blis_core.workload.source.WorkloadSource.answers_completions` false)
+        never. Its arrivals and deadlines are internal events, which bound every
+        lookahead anyway. Once the workload is exhausted a fate may end the run (the
+        stop rule, :attr:`done`), so from then on the client is not quiescent."""
+        source = self._source
+        return not (source.answers_completions or source.exhausted or self._aborts)
+
     def output(self, now_us: int) -> None:
         for rid in self._aborts:
             self.send(self._target, "abort", rid)

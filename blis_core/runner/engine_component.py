@@ -656,14 +656,20 @@ class EngineComponent(Component):
             pending = False
         reports = self._reports
         # After a fate or a message to a peer or the link, whose answer may come back
-        # at once, the run stops before time moves on.
-        fated = bool(self._outbox or self._dropped) or any(r.outcome.finished for _, r in reports)
+        # at once, the run stops before time moves on; a fate only if the client may
+        # answer it (a closed-loop workload).
+        fates_answered = not self.peer_quiescent(self._client)
+        fated = bool(self._outbox or self._dropped) or (
+            fates_answered and any(r.outcome.finished for _, r in reports)
+        )
         outputs = self._pending_outputs()
         t = now_us
         while True:
             if not pending:
-                if fated:
-                    break
+                if fated or (
+                    not self._in_flight and not self._frontend and not self.engine.num_unfinished()
+                ):
+                    break  # (idle: only scrapes are left, and the run may be over)
                 nt = self._own_next_time()
                 if nt is None or nt >= limit:
                     break
@@ -681,8 +687,8 @@ class EngineComponent(Component):
             before, outputs = outputs, self._pending_outputs()
             pending = outputs != before
             if not fated:
-                fated = len(self._outbox) + len(self._dropped) != n_peers or any(
-                    r.outcome.finished for _, r in reports[n_reports:]
+                fated = len(self._outbox) + len(self._dropped) != n_peers or (
+                    fates_answered and any(r.outcome.finished for _, r in reports[n_reports:])
                 )
         # The first transition made here stands for the next instant's, which now skips.
         self._ahead_done = True

@@ -214,6 +214,17 @@ class Component:
         """
         return self._devs_next_us is None
 
+    def peer_quiescent(self, name: str) -> bool:
+        """Whether the component named ``name`` is :meth:`quiescent` now (``False``
+        outside a :class:`Simulation`: nothing is promised there)."""
+        sim = self._devs_sim
+        if sim is None:
+            return False
+        peer = sim._by_name.get(name)
+        if peer is None:
+            raise SimulationError(f"component {self.name!r} asked about unknown peer {name!r}")
+        return peer.quiescent()
+
     def credit_transitions(self, count: int) -> None:
         """Count ``count`` internal events this component computed inside one transition
         (run-ahead) as transitions, as if each had had its own instant."""

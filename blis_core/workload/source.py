@@ -37,7 +37,12 @@ from typing import Protocol
 from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.time import seconds_to_us
-from blis_core.contracts.workload import ConcurrencyArrival, LengthSpec, WorkloadSpec
+from blis_core.contracts.workload import (
+    ConcurrencyArrival,
+    LengthSpec,
+    StagedArrival,
+    WorkloadSpec,
+)
 from blis_core.workload.arrivals import ArrivalSchedule, RngFactory, ScheduledArrival
 from blis_core.workload.lengths import LengthStream
 from blis_core.workload.shared_prefix import SharedPrefixContent
@@ -321,6 +326,17 @@ class WorkloadSource:
         """Requests from :meth:`next_arrival` until it returns ``None`` (open loop only)."""
         while (req := self.next_arrival()) is not None:
             yield req
+
+    @property
+    def answers_completions(self) -> bool:
+        """Whether :meth:`on_completion` may release a request or bring an arrival
+        forward: with a concurrency gate, serialised sessions or staged arrivals. Without
+        them the arrivals are open-loop: a completion never changes what is sent when."""
+        return (
+            self._max_concurrency is not None
+            or self._serialise_sessions
+            or isinstance(self._spec.arrival, StagedArrival)
+        )
 
     def on_completion(
         self,

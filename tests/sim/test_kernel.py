@@ -486,3 +486,27 @@ def test_lookahead_from_an_external_transition_skips_the_askers_own_event() -> N
     sim.step()
     sim.step()
     assert answers == [40]
+
+
+def test_peer_quiescent_asks_the_named_component() -> None:
+    class Asker(Component):
+        def __init__(self) -> None:
+            super().__init__("asker")
+            self.seen: list[bool] = []
+
+        def initial_time_us(self) -> int | None:
+            return 10
+
+        def internal(self, now_us: int) -> int | None:
+            self.seen.append(self.peer_quiescent("busy"))
+            self.seen.append(self.peer_quiescent("idle"))
+            return None
+
+    log: Log = []
+    asker = Asker()
+    sim = Simulation([asker, Recorder("busy", log, first_us=30), Recorder("idle", log)])
+    sim.step()
+    assert asker.seen == [False, True]
+    with pytest.raises(SimulationError, match="unknown peer"):
+        asker.peer_quiescent("nobody")
+    assert not Asker().peer_quiescent("busy")  # outside a Simulation nothing is promised

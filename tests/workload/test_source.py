@@ -148,3 +148,29 @@ def test_on_completion_refuses_unknown_and_backwards(rng_for: RngFor) -> None:
         src.on_completion(a.request_id, 200)
     with pytest.raises(SimulationError):
         src.on_completion(b.request_id, 50)
+
+
+def test_only_closed_loop_workloads_answer_completions(rng_for: RngFor) -> None:
+    shared = {
+        "num_unique_system_prompts": 2,
+        "num_users_per_system_prompt": 2,
+        "system_prompt_len": 50,
+        "question_len": {"family": "uniform", "min": 5, "max": 20},
+        "output_len": 10,
+    }
+
+    def answers(**overrides: Any) -> bool:
+        return WorkloadSource(_spec(**overrides), rng_for).answers_completions
+
+    assert not answers()
+    assert not answers(arrival={"process": "constant", "rate_per_s": 3})
+    assert answers(arrival={"process": "concurrency", "max_concurrency": 4})
+    assert answers(
+        arrival={"process": "stages", "stages": [{"rate": 1, "duration": 10}]},
+        num_requests=None,
+        duration_s=10,
+    )
+    one_turn = {**shared, "enable_multi_turn_chat": False}
+    multi_turn = {**shared, "enable_multi_turn_chat": True}
+    assert not answers(input_len=None, output_len=None, shared_prefix=one_turn)
+    assert answers(input_len=None, output_len=None, shared_prefix=multi_turn)
