@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from blis_core.contracts.catalog import ModelArchitecture
@@ -142,21 +142,10 @@ class VllmDecodeSpan:
 
     def shape(self, index: int) -> StepShape:
         """The decode step boundary ``index`` schedules (what ``_steady_shape`` gives)."""
-        chunks = self.engine._decode_chunks
-        seqs = []
-        for c in self.offer.contexts:
-            c += index
-            if c >= _CACHED_CONTEXTS:
-                seqs.append(SeqChunk(1, c))
-                continue
-            chunk = chunks[c]
-            if chunk is None:
-                chunk = chunks[c] = SeqChunk(1, c)
-            seqs.append(chunk)
         return StepShape(
             step_id=self.offer.first_step_id + index,
             mode=StepMode.DECODE_ONLY,
-            seqs=tuple(seqs),
+            seqs=self.engine._decode_seqs(self.offer.contexts, index),
             padded_tokens=self._padded,
             graph_mode=self._graph,
             num_stages=self.engine._settings.layout.pp,
@@ -582,9 +571,16 @@ class VllmEngine:
     def _steady_shape(self, out: SchedulerOutput) -> StepShape:
         """The shape :meth:`_make_shape` gives a steady step: one decode token per
         request, a uniform decode batch."""
+        seqs = self._decode_seqs(out.context_tokens.values())
+        return self._padded_shape(out, seqs, StepMode.DECODE_ONLY, len(seqs), True, 0)
+
+    def _decode_seqs(self, contexts: Iterable[int], plus: int = 0) -> tuple[SeqChunk, ...]:
+        """One-token decode chunks over ``contexts`` (each plus ``plus``), made once per
+        context length below _CACHED_CONTEXTS."""
         chunks = self._decode_chunks
         seqs = []
-        for c in out.context_tokens.values():
+        for c in contexts:
+            c += plus
             if c >= _CACHED_CONTEXTS:
                 seqs.append(SeqChunk(1, c))
                 continue
@@ -592,7 +588,7 @@ class VllmEngine:
             if chunk is None:
                 chunk = chunks[c] = SeqChunk(1, c)
             seqs.append(chunk)
-        return self._padded_shape(out, tuple(seqs), StepMode.DECODE_ONLY, len(seqs), True, 0)
+        return tuple(seqs)
 
     def _make_shape(self, out: SchedulerOutput) -> StepShape:
         seqs = tuple(
