@@ -125,10 +125,11 @@ class _SpanPricer:
         self._prices: list[int] = []
         self._quotes: list[tuple[int, StepQuote]] = []
         # A first chunk about as long as the span will be (boundaries before the stop,
-        # judged by the last step's length); a longer span quotes another.
+        # judged by the last step's length), at most 16; a longer span quotes chunks
+        # twice as long each time.
         last = flights[-1]
         step_us = max(1, last.end_us - last.start_us)
-        self._chunk = max(2, min(64, (stop_us - flights[0].end_us) // step_us + 1))
+        self._chunk = max(2, min(16, (stop_us - flights[0].end_us) // step_us + 1))
 
     def price(self, index: int, shape: StepShape) -> int:
         """The price of the span's step ``index`` (``shape``), asked in order."""
@@ -139,6 +140,7 @@ class _SpanPricer:
             stop = min(self._span.num_steps, index + self._chunk)
             shapes = [shape, *(self._span.shape(j) for j in range(index + 1, stop))]
             quoted = self._sim.quote_steps(self._plan, shapes)
+            self._chunk = min(2 * self._chunk, 64)
             if quoted is not None:
                 self._quotes.append((len(shapes), quoted[1]))
                 prices.extend(quoted[0])
@@ -647,12 +649,12 @@ class EngineComponent(Component):
         made = 0
         if boundary:
             assert self._span_engine is not None
-            taken = self._take_span(self._span_engine, now_us, limit)
-            if not taken:
+            spanned = self._take_span(self._span_engine, now_us, limit)
+            if not spanned:
                 return False
             # Its first boundary is this instant's transition; the next instant (its
             # output's) stands for one transition made here, as below.
-            made = 2 * taken - 1
+            made = spanned - 1
             pending = False
         reports = self._reports
         # After a fate or a message to a peer or the link, whose answer may come back
@@ -675,10 +677,9 @@ class EngineComponent(Component):
                     break
                 t = nt
                 if self._span_engine is not None:
-                    taken = self._take_span(self._span_engine, t, limit)
-                    if taken:
-                        # Each boundary is two instants: its transition and its output's.
-                        made += 2 * taken
+                    spanned = self._take_span(self._span_engine, t, limit)
+                    if spanned:
+                        made += spanned
                         continue
             n_reports = len(reports)
             n_peers = len(self._outbox) + len(self._dropped)
@@ -697,51 +698,51 @@ class EngineComponent(Component):
 
     def _take_span(self, engine: SpanEngine, now_us: int, limit_us: int) -> int:
         """Make the step boundaries from ``now_us`` (the oldest step's end) until the
-        first one at or after ``limit_us`` or the next scrape as one engine span
+        first one at or after ``limit_us`` as one engine span
         (:class:`~blis_core.contracts.engine.SpanEngine`): each scheduled step priced,
         observed and timed as :meth:`_fill` would, each outcome reported with its own
-        time. Returns the boundaries made (0: none offered, and nothing changed)."""
+        time. A scrape that falls inside is made where :meth:`_advance` makes it (after
+        the boundaries before it, after a boundary at its own time) and the span goes
+        on. Returns the transitions this stands for, two per instant (its transition
+        and its output's); 0: no span offered, and nothing changed."""
         flights = self._in_flight
-        if len(flights) != self._plan.steps_in_flight or flights[0].end_us != now_us:
-            return 0
-        stop_us = limit_us
-        if self._next_scrape_us >= 0:
-            stop_us = min(stop_us, self._next_scrape_us)
-        if now_us >= stop_us:
+        if (
+            len(flights) != self._plan.steps_in_flight
+            or flights[0].end_us != now_us
+            or now_us >= limit_us
+            or self._next_scrape_us == now_us
+        ):
             return 0
         span = engine.decode_span()
         if span is None:
             return 0
         ends = [f.end_us for f in flights]
-        scheduled: list[_InFlight] = []
+        every = list(flights)
         times: list[int] = []
         stage_free_us = self._stage_free_us[0]
-        pricer = _SpanPricer(self._env, self._plan, span, flights, stop_us)
+        pricer = _SpanPricer(self._env, self._plan, span, flights, limit_us)
+        taken = 0  # boundaries the engine has made
+        scrapes = 0  # scrape-only instants made
         for i in range(span.num_steps):
             t = ends[i]
-            if t >= stop_us or (times and t <= times[-1]):
+            if t >= limit_us or (times and t <= times[-1]):
                 break
+            while 0 <= self._next_scrape_us < t:
+                taken = self._span_made(engine, span, times, every, taken)
+                self._span_scrape(self._next_scrape_us)
+                scrapes += 1
             shape = span.shape(i)
             start_us = max(t, stage_free_us)
             stage_free_us = start_us + pricer.price(i, shape)
             ends.append(stage_free_us)
-            scheduled.append(_InFlight(shape, start_us, stage_free_us))
+            every.append(_InFlight(shape, start_us, stage_free_us))
             times.append(t)
+            if self._next_scrape_us == t:
+                taken = self._span_made(engine, span, times, every, taken)
+                self._span_scrape(t)
         n = len(times)
         pricer.count(n)
-        outcomes = engine.take_span(span, times)
-        every = [*flights, *scheduled]
-        for i, (made, t) in enumerate(zip(outcomes, times, strict=True)):
-            outcome = self._public(made, t)
-            if self._kv_check is not None and outcome.kv_events:
-                self._kv_check.apply(outcome.kv_events, t)
-            # The observers hear each boundary as _step_end and _fill tell it.
-            if self._observe_completion is not None:
-                self._observe_completion(self.name, outcome, t)
-            if self._observe is not None:
-                new = scheduled[i]
-                self._observe(self.name, new.shape, new.end_us - new.start_us)
-            self._reports.append((t, StepReport(self.name, every[i].start_us, outcome)))
+        self._span_made(engine, span, times, every, taken)
         last_us = times[-1]
         self._in_flight = deque(every[n:])
         for flight in self._in_flight:
@@ -749,4 +750,35 @@ class EngineComponent(Component):
                 flight.started = True
         self._stage_free_us[0] = stage_free_us
         self.steps += n
-        return n
+        return 2 * (n + scrapes)
+
+    def _span_made(
+        self,
+        engine: SpanEngine,
+        span: DecodeSpan,
+        times: list[int],
+        every: list[_InFlight],
+        taken: int,
+    ) -> int:
+        """Have the engine make the boundaries ``times[taken:]`` of ``span`` and report
+        them; returns how many boundaries are now made."""
+        if taken == len(times):
+            return taken
+        outcomes = engine.take_span(span, times[taken:])
+        for i, (made, t) in enumerate(zip(outcomes, times[taken:], strict=True), taken):
+            outcome = self._public(made, t)
+            if self._kv_check is not None and outcome.kv_events:
+                self._kv_check.apply(outcome.kv_events, t)
+            # The observers hear each boundary as _step_end and _fill tell it.
+            if self._observe_completion is not None:
+                self._observe_completion(self.name, outcome, t)
+            if self._observe is not None:
+                new = every[i + len(every) - len(times)]
+                self._observe(self.name, new.shape, new.end_us - new.start_us)
+            self._reports.append((t, StepReport(self.name, every[i].start_us, outcome)))
+        return len(times)
+
+    def _span_scrape(self, now_us: int) -> None:
+        """The scrape of :meth:`_advance` at ``now_us``, inside a span."""
+        self._next_scrape_us += self._scrape_interval_us
+        self._scrapes.append(MetricsScrape(self.name, dict(self.engine.scrape()), now_us))

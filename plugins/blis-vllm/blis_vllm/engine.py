@@ -128,12 +128,16 @@ class VllmDecodeSpan:
     """The steady boundaries a :class:`VllmEngine` offers (``DecodeSpan``): boundary ``i``
     schedules a uniform decode step over every context of the batch plus ``i``."""
 
-    __slots__ = ("_graph", "_padded", "engine", "offer")
+    __slots__ = ("_graph", "_padded", "calls", "engine", "last_us", "offer")
 
     def __init__(self, engine: VllmEngine, offer: SpanOffer) -> None:
         self.engine = engine
         self.offer = offer
         self._padded, self._graph = pad_step(len(offer.contexts), True, engine.plan)
+        # The engine's call count when offered or last taken (any other call ends it).
+        self.calls = engine._calls
+        # The last boundary's time, once taken.
+        self.last_us = -1
 
     @property
     def num_steps(self) -> int:
@@ -205,6 +209,8 @@ class VllmEngine:
         # KV moves of each scheduled step, started when it starts executing.
         self._step_moves: dict[int, tuple[Transfer, ...]] = {}
         self._aborted: list[FinishedRequest] = []
+        # Calls that change the engine (a decode span is valid only while none comes).
+        self._calls = 0
         info = self.cache_config_info()
         self._metrics = EngineMetrics(
             settings.max_model_len,
@@ -225,6 +231,7 @@ class VllmEngine:
 
     def add_request(self, request: InferenceRequest, now_us: int) -> None:
         """Queue a request; refuse an empty or too long prompt as vLLM's processor does."""
+        self._calls += 1
         n = request.input_tokens
         if n == 0:
             raise InputRefused.one(
@@ -254,6 +261,7 @@ class VllmEngine:
 
     def abort_request(self, request_id: str, now_us: int) -> None:
         """Finish a request as aborted; unknown or finished ids are ignored."""
+        self._calls += 1
         for r in self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED):
             self._aborted.append(FinishedRequest(r.request_id, "abort", r.num_output_tokens))
             self._metrics.request_aborted(r.request_id)
@@ -261,6 +269,7 @@ class VllmEngine:
 
     def schedule(self, now_us: int) -> StepShape | None:
         """Schedule the next step, or ``None`` when no tokens can be scheduled now."""
+        self._calls += 1
         if len(self._in_flight) >= self._plan.steps_in_flight:
             return None
         if self.kv_connector is None:
@@ -307,11 +316,13 @@ class VllmEngine:
 
     def transfer_done(self, transfer: Transfer, now_us: int) -> None:
         """A KV read this instance made or served ended (``KVTransferEngine``)."""
+        self._calls += 1
         if self.kv_connector is not None:
             self.kv_connector.transfer_done(transfer)
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         """The oldest in-flight step finished: sample its tokens and update state."""
+        self._calls += 1
         if not self._in_flight:
             raise RuntimeError("complete() called with no step in flight")
         expected, out = self._in_flight.popleft()
@@ -381,27 +392,29 @@ class VllmEngine:
         return None if offer is None else VllmDecodeSpan(self, offer)
 
     def take_span(self, span: DecodeSpan, boundaries_us: Sequence[int]) -> list[StepOutcome]:
-        """Make the first ``len(boundaries_us)`` boundaries of ``span`` (offered by this
-        engine): the outcomes, state and metrics of as many ``complete`` and
-        ``schedule`` pairs."""
+        """Make the next ``len(boundaries_us)`` boundaries of ``span`` (offered by this
+        engine; after those taken before, with no call but ``scrape`` since): the
+        outcomes, state and metrics of as many ``complete`` and ``schedule`` pairs."""
         if not isinstance(span, VllmDecodeSpan) or span.engine is not self:
             raise ValueError("take_span: a span this engine did not offer")
         n = len(boundaries_us)
         spans = self._spans
         offer = span.offer
-        if spans is None or not 1 <= n <= offer.num_steps:
-            raise ValueError(f"take_span: {n} boundaries of a span of {offer.num_steps}")
-        if offer.first_step_id != self.scheduler._step_id + 1:
+        start = offer.taken
+        if spans is None or not 1 <= n <= offer.num_steps - start:
+            raise ValueError(
+                f"take_span: {n} boundaries of a span of {offer.num_steps} ({start} taken)"
+            )
+        if span.calls != self._calls:
             raise RuntimeError("take_span: the engine changed since the span was offered")
-        completed = [
-            self._in_flight.popleft()[0].step_id for _ in range(min(n, len(self._in_flight)))
-        ]
-        completed.extend(offer.first_step_id + j for j in range(n - len(completed)))
+        oldest = self._in_flight[0][0].step_id
+        completed = range(oldest, oldest + n)
+        for _ in range(min(n, len(self._in_flight))):
+            self._in_flight.popleft()
         events, usage = spans.take(offer, n)
         outs = spans.scheduled_outputs(offer, n)
-        first_kept = n - len(outs)
-        for j, out in enumerate(outs):
-            self._in_flight.append((span.shape(first_kept + j), out))
+        for out in outs:
+            self._in_flight.append((span.shape(out.step_id - offer.first_step_id), out))
         rids = [r.request_id for r in offer.requests]
         new_tokens = dict.fromkeys(rids, 1)
         stats = self.scheduler.kv_cache_manager.prefix_cache_stats
@@ -412,8 +425,13 @@ class VllmEngine:
             prefix_cache_queries=stats.queries,
             prefix_cache_hits=stats.hits,
         )
-        self._metrics.step_completed(boundaries_us[0], new_tokens, (), snapshot)
-        self._metrics.steady_steps(rids, boundaries_us, snapshot)
+        if start:
+            # Every request had its last token at the span's last boundary so far.
+            self._metrics.steady_steps(rids, [span.last_us, *boundaries_us], snapshot)
+        else:
+            self._metrics.step_completed(boundaries_us[0], new_tokens, (), snapshot)
+            self._metrics.steady_steps(rids, boundaries_us, snapshot)
+        span.last_us = boundaries_us[-1]
         emitted = self._emissions(new_tokens)
         return [
             StepOutcome(step_id=step_id, emitted=emitted, kv_events=tuple(kv_events))

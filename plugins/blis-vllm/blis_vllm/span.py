@@ -48,6 +48,10 @@ class SpanOffer:
     num_steps: int
     first_step_id: int
     steps_in_flight: int
+    taken: int = 0
+    """Boundaries already made (:meth:`SpanPlanner.take` makes the ones after)."""
+    due: dict[int, list[int]] | None = None
+    """The calendar: boundary -> batch positions of the requests touched at it."""
 
 
 class SpanPlanner:
@@ -139,14 +143,15 @@ class SpanPlanner:
         return SpanOffer(list(running), contexts, limit, step_id + 1, num_flight)
 
     def take(self, offer: SpanOffer, n: int) -> tuple[list[list[KVEvent]], float]:
-        """Make the first ``n`` boundaries of ``offer`` (nothing else may have changed
-        the scheduler since it was made).
+        """Make the next ``n`` boundaries of ``offer``, after the ``offer.taken`` made
+        before (nothing else may have changed the scheduler since it was made or last
+        taken).
 
         Returns each boundary's KV events (those its ``complete`` made and those the
         boundary before it scheduled, as ``take_events`` at the end of each ``complete``
         gives them) and the KV cache usage after the last boundary's ``complete`` (the
-        gauge a step's metrics record). The scheduler ends as after ``n`` boundaries;
-        the steps it scheduled are ``offer.first_step_id`` onwards.
+        gauge a step's metrics record). The scheduler ends as after those boundaries;
+        boundary ``b`` (from 1) schedules step ``offer.first_step_id + b - 1``.
         """
         steady = self._steady
         s = steady._scheduler
@@ -161,17 +166,19 @@ class SpanPlanner:
         num_flight = offer.steps_in_flight
         requests = offer.requests
         calendar = _Calendar(bs, num_flight, cached, blocks_of)
-        # Boundary -> requests (by batch position) touched at it.
-        due: dict[int, list[int]] = {}
-        for i, r in enumerate(requests):
-            b = calendar.next_event(r, 0)
-            if b <= n:
-                due.setdefault(b, []).append(i)
-        synced = [0] * len(requests)
+        start = offer.taken
+        end = start + n
+        due = offer.due
+        if due is None:
+            # Boundary -> requests (by batch position) touched at it.
+            due = offer.due = {}
+            for i, r in enumerate(requests):
+                due.setdefault(calendar.next_event(r, 0), []).append(i)
+        synced = [start] * len(requests)
         events: list[list[KVEvent]] = []
         usage = 0.0
         first_step = offer.first_step_id
-        for b in range(1, n + 1):
+        for b in range(start + 1, end + 1):
             touched = due.pop(b, None)
             if touched is not None:
                 touched.sort()
@@ -194,7 +201,7 @@ class SpanPlanner:
                             if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
                                 coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
             events.append(s.take_events())
-            if b == n:
+            if b == end:
                 usage = kv.usage
             if touched is None:
                 continue
@@ -216,29 +223,29 @@ class SpanPlanner:
                 if is_async:
                     r.num_output_placeholders += 1
                 synced[i] = b
-                nb = calendar.next_event(r, b)
-                if nb <= n:
-                    due.setdefault(nb, []).append(i)
-        last_step = first_step + n - 1
+                due.setdefault(calendar.next_event(r, b), []).append(i)
+        last_step = first_step + end - 1
         for i, r in enumerate(requests):
-            behind = n - synced[i]
+            behind = end - synced[i]
             if behind:
                 r.num_computed_tokens += behind
                 r.num_tokens += behind
             if is_async:
                 r.next_decode_eligible_step = last_step + stagger
         s._step_id = last_step
+        offer.taken = end
         return events, usage
 
     def scheduled_outputs(self, offer: SpanOffer, n: int) -> list[SchedulerOutput]:
-        """The scheduler outputs of the steps the first ``n`` boundaries scheduled that
-        are still in flight after them (the last ``min(n, steps_in_flight)``), as the
-        steady path makes them; call after :meth:`take`."""
+        """The scheduler outputs of the steps the last ``n`` boundaries taken scheduled
+        that are still in flight after them (the last ``min(n, steps_in_flight)``), as
+        the steady path makes them; call after :meth:`take`."""
         steady = self._steady
         s = steady._scheduler
         rids = [r.request_id for r in offer.requests]
         outs = []
-        for j in range(max(0, n - offer.steps_in_flight), n):
+        end = offer.taken
+        for j in range(max(end - n, end - offer.steps_in_flight), end):
             out = SchedulerOutput(
                 step_id=offer.first_step_id + j, steady_epoch=steady._general_steps
             )
@@ -247,7 +254,7 @@ class SpanPlanner:
             out.sampling = list(rids)
             outs.append(out)
         # The first step of the span took the finished ids; later ones an empty set.
-        if outs and n <= offer.steps_in_flight:
+        if outs and outs[0].step_id == offer.first_step_id:
             outs[0].finished_req_ids = s.finished_req_ids
         s.finished_req_ids = set()
         return outs

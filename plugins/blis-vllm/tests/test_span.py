@@ -54,18 +54,27 @@ class Driver:
         self._fill()
         return True
 
-    def take(self, n: int) -> None:
+    def take(self, n: int, pieces: int = 1) -> list[dict[str, float]]:
+        """Take ``n`` boundaries of one span in ``pieces`` calls, scraping between them
+        (a span goes on after a scrape); returns the scrapes."""
         span = self.engine.decode_span()
         assert span is not None and span.num_steps >= n
-        times = [self.now + STEP_US * (i + 1) for i in range(n)]
-        made = self.engine.take_span(span, times)
-        self.now = times[-1]
-        for i, (t, outcome) in enumerate(zip(times, made, strict=True)):
-            self.outcomes.append((t, outcome))
-            self.flight.popleft()
-            shape = span.shape(i)
-            self.flight.append(shape)
-            self.shapes.append(shape)
+        scrapes = []
+        done = 0
+        for piece in range(pieces):
+            k = (n - done) // (pieces - piece)
+            times = [self.now + STEP_US * (i + 1) for i in range(k)]
+            made = self.engine.take_span(span, times)
+            self.now = times[-1]
+            for i, (t, outcome) in enumerate(zip(times, made, strict=True)):
+                self.outcomes.append((t, outcome))
+                self.flight.popleft()
+                shape = span.shape(done + i)
+                self.flight.append(shape)
+                self.shapes.append(shape)
+            done += k
+            scrapes.append(dict(self.engine.scrape()))
+        return scrapes
 
     def state(self) -> list[tuple[Any, ...]]:
         return [
@@ -92,15 +101,23 @@ def test_a_span_equals_its_boundaries(async_scheduling: bool, prefix_caching: bo
     taken = 0
     while True:
         span = spanned.engine.decode_span()
-        if span is not None and span.num_steps >= 2:
-            # Cut the span short, as a scrape or an input would.
+        if span is not None and span.num_steps >= 3:
+            # Cut the span short, as an input would; take it in pieces with a scrape
+            # between them, as the engine component does at a scrape.
             n = max(1, span.num_steps - 1) if taken % 2 else span.num_steps
-            spanned.take(n)
-            for _ in range(n):
-                stepped.boundary()
+            pieces = 1 + (taken // 2) % 3
+            scrapes = spanned.take(n, min(pieces, n))
+            seen = []
+            done = 0
+            for piece in range(min(pieces, n)):
+                k = (n - done) // (min(pieces, n) - piece)
+                for _ in range(k):
+                    stepped.boundary()
+                done += k
+                seen.append(dict(stepped.engine.scrape()))
+            assert scrapes == seen
             taken += n
             assert spanned.state() == stepped.state()
-            assert spanned.engine.scrape() == stepped.engine.scrape()
             continue
         if not spanned.boundary():
             break
@@ -114,6 +131,8 @@ def test_a_span_equals_its_boundaries(async_scheduling: bool, prefix_caching: bo
 
 
 def test_a_span_is_taken_only_where_offered() -> None:
+    """A span is taken by the engine that offered it, for at most the boundaries it
+    offered, and not after any call other than ``scrape``."""
     driver = Driver(async_scheduling=True)
     while (span := driver.engine.decode_span()) is None:
         assert driver.boundary()
