@@ -382,16 +382,18 @@ class SpanEngine(EngineInstance, Protocol):
     It reads the shapes, prices them and decides how many boundaries fall before the
     next input, scrape or other outside event, then makes them with :meth:`take_span`.
 
-    ``take_span(span, boundaries_us)`` makes the first ``len(boundaries_us)`` boundaries
-    of ``span`` (non-decreasing times, the first no earlier than the oldest step's end
-    the simulator computed): the engine must end in the state, and return the outcomes,
-    that the same number of ``complete(oldest, t)`` and ``schedule(t)`` pairs would have
-    given, each ``schedule`` returning ``span.shape(i)``, including every KV event in
-    the outcome of the boundary that made it and the metrics a scrape reads afterwards.
-    The steps a span schedules start no KV moves (a :class:`KVTransferEngine` gives none
-    for them).
-    No other call may come between :meth:`decode_span` and :meth:`take_span`. With
-    ``BLIS_FAST_FORWARD=0`` an engine offers no span.
+    ``take_span(span, boundaries_us)`` makes the next ``len(boundaries_us)`` boundaries
+    of ``span`` (increasing times, the first the oldest step's end the simulator
+    computed): the engine must end in the state, and return the outcomes, that the same
+    number of ``complete(oldest, t)`` and ``schedule(t)`` pairs would have given, the
+    ``schedule`` of boundary ``i`` (counted from the span's first) returning
+    ``span.shape(i)``, including every KV event in the outcome of the boundary that made
+    it and the metrics a scrape reads afterwards. The steps a span schedules start no
+    KV moves (a :class:`KVTransferEngine` gives none for them). The simulator may take
+    a span in several calls, a scrape between them (a span goes on after a scrape); no
+    call other than ``scrape`` may come between :meth:`decode_span` and a
+    :meth:`take_span`, or between two of them. With ``BLIS_FAST_FORWARD=0`` an engine
+    offers no span.
     """
 
     def decode_span(self) -> DecodeSpan | None:
@@ -399,7 +401,7 @@ class SpanEngine(EngineInstance, Protocol):
         ...
 
     def take_span(self, span: DecodeSpan, boundaries_us: Sequence[int]) -> Sequence[StepOutcome]:
-        """Make the first ``len(boundaries_us)`` boundaries of ``span``; one outcome each."""
+        """Make the next ``len(boundaries_us)`` boundaries of ``span``; one outcome each."""
         ...
 
 
