@@ -144,6 +144,17 @@ def test_a_span_is_taken_only_where_offered() -> None:
     driver.boundary()
     with pytest.raises(RuntimeError, match="changed since"):
         driver.engine.take_span(span, [driver.now + STEP_US])
+    # Taken in pieces (a scrape between them), a span gives no more than it offered.
+    while (span := driver.engine.decode_span()) is None or span.num_steps < 2:
+        assert driver.boundary()
+    times = [driver.now + STEP_US * (i + 1) for i in range(span.num_steps)]
+    driver.engine.take_span(span, times[:1])
+    driver.engine.scrape()
+    with pytest.raises(ValueError, match="1 taken"):
+        driver.engine.take_span(span, [*times[1:], times[-1] + STEP_US])
+    assert len(driver.engine.take_span(span, times[1:])) == len(times) - 1
+    with pytest.raises(ValueError, match="boundaries"):
+        driver.engine.take_span(span, [times[-1] + STEP_US])
 
 
 def test_no_span_is_offered_without_fast_forward(monkeypatch: pytest.MonkeyPatch) -> None:
