@@ -180,6 +180,10 @@ PREFILL_LEG_SUFFIX = "/prefill"
 distinct requests (vLLM gives every request an engine-side id of its own), so one
 instance may serve both legs of a request."""
 
+_MIN_SPAN_STEPS = 3
+"""Steps (judged by the last step's length) that must fit before the lookahead for a
+decode span to be asked: an offer, its calendar and its quote cost a few steps' worth."""
+
 StepObserver = Callable[[str, StepShape, int], None]
 CompletionObserver = Callable[[str, StepOutcome, int], None]
 
@@ -713,6 +717,9 @@ class EngineComponent(Component):
             or self._next_scrape_us == now_us
         ):
             return 0
+        last = flights[-1]
+        if (limit_us - now_us) // max(1, last.end_us - last.start_us) < _MIN_SPAN_STEPS:
+            return 0  # a span this short costs more than its steps one by one
         span = engine.decode_span()
         if span is None:
             return 0
