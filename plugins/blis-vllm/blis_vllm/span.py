@@ -1,7 +1,9 @@
 """Decode spans: several steady step boundaries in one call, touching only what changes.
 
 A step boundary is the engine core's ``complete`` of its oldest step in flight followed
-by the next ``schedule`` (vLLM 0.33.0 ``EngineCore.step`` / ``step_with_batch_queue``).
+by the next ``schedule`` (vLLM 0.33.0 ``vllm/v1/engine/core.py`` ``EngineCore.step`` /
+``step_with_batch_queue``; the per-request work is that of ``v1/core/sched/scheduler.py``
+and ``async_scheduler.py`` as :mod:`blis_vllm.steady` makes it for a steady step).
 When every step in flight is a steady decode step (:mod:`blis_vllm.steady`) of the whole
 running batch, the following boundaries are steady too for as long as no request
 reaches its length limit, the free blocks cover the blocks the batch crosses into, and
@@ -29,14 +31,14 @@ from blis_core.contracts import KVEvent
 
 from blis_vllm.request import Request, RequestStatus
 from blis_vllm.scheduler import AsyncScheduler, SchedulerOutput
-from blis_vllm.steady import SteadyDecode
+from blis_vllm.steady import SteadyDecode, cache_new_full_blocks
 
 __all__ = ["SpanOffer", "SpanPlanner"]
 
 
 @dataclass(slots=True)
 class SpanOffer:
-    """Boundaries a steady batch can make without an input (read-only snapshot).
+    """Boundaries a steady batch can make without an input, and how far they are taken.
 
     ``requests`` is the running batch in order and ``contexts`` each request's computed
     tokens now: the context of the first step the span schedules (step
@@ -197,9 +199,7 @@ class SpanPlanner:
                         r.num_output_placeholders -= 1
                         if cached is not None and r.block_hashes is not None:
                             cache_to = r.num_computed_tokens - r.num_in_flight_tokens
-                            rid = r.request_id
-                            if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
-                                coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
+                            cache_new_full_blocks(coordinator, cached, boundary, r, cache_to, bs)
             events.append(s.take_events())
             if b == end:
                 usage = kv.usage
@@ -215,9 +215,9 @@ class SpanPlanner:
                     if kv.allocate_slots(r, 1) is None:
                         raise AssertionError("decode span: free blocks were counted")
                 elif cached is not None and r.block_hashes is not None:
-                    cache_to = min(computed + 1, r.num_tokens)
-                    if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
-                        coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
+                    cache_new_full_blocks(
+                        coordinator, cached, boundary, r, min(computed + 1, r.num_tokens), bs
+                    )
                 r.num_computed_tokens = computed + 1
                 r.num_in_flight_tokens += 1
                 if is_async:

@@ -29,7 +29,25 @@ from blis_vllm.request import Request, RequestStatus
 from blis_vllm.scheduler import AsyncScheduler, Scheduler, SchedulerOutput, StepResult
 from blis_vllm.single_type_kv_cache_manager import FullAttentionManager
 
-__all__ = ["SteadyDecode"]
+__all__ = ["SteadyDecode", "cache_new_full_blocks"]
+
+
+def cache_new_full_blocks(
+    coordinator: KVCacheCoordinator,
+    cached: dict[str, int],
+    boundary: dict[str, int],
+    r: Request,
+    cache_to: int,
+    bs: int,
+) -> None:
+    """``coordinator.cache_blocks(r, cache_to, ...)`` only where it would cache a block:
+    the coordinator's own early-exit test (the blocks of ``r`` already cached against
+    its full blocks up to ``cache_to``), made here so a decode step skips the call."""
+    rid = r.request_id
+    hashes = r.block_hashes
+    assert hashes is not None
+    if cached.get(rid, 0) < min(cache_to, len(hashes) * bs) // bs:
+        coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
 
 
 class SteadyDecode:
@@ -140,9 +158,9 @@ class SteadyDecode:
                 new_blocks = kv.allocate_slots(r, 1)
                 assert new_blocks is not None, "steady step: free blocks were counted"
             elif cached is not None and r.block_hashes is not None:
-                cache_to = min(computed + 1, r.num_tokens)
-                if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
-                    self._coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
+                cache_new_full_blocks(
+                    self._coordinator, cached, boundary, r, min(computed + 1, r.num_tokens), bs
+                )
             scheduled[rid] = 1
             context[rid] = computed
             # _update_after_schedule: the step ends the request's known tokens.
@@ -200,8 +218,7 @@ class SteadyDecode:
                 # The coordinator's own early-exit test, as in schedule.
                 if cached is not None and r.block_hashes is not None:
                     cache_to = r.num_computed_tokens - r.num_in_flight_tokens
-                    if cached.get(rid, 0) < min(cache_to, len(r.block_hashes) * bs) // bs:
-                        coordinator.cache_blocks(r, cache_to, boundary.get(rid, 0))
+                    cache_new_full_blocks(coordinator, cached, boundary, r, cache_to, bs)
             new_tokens[rid] = 1
             if stopped:
                 result.finished.append((rid, r.status.finish_reason, r.num_output_tokens))
