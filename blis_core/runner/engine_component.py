@@ -587,8 +587,6 @@ class EngineComponent(Component):
 
     def _advance(self, now_us: int) -> None:
         scrape = self._next_scrape_us == now_us
-        if scrape:
-            self._next_scrape_us += self._scrape_interval_us
         if self._frontend and self._frontend[0][0] <= now_us:
             self._release_frontend(now_us)
         if self._in_flight and self._in_flight[0].end_us == now_us:
@@ -600,7 +598,7 @@ class EngineComponent(Component):
             self._start_due(now_us)
         if scrape:
             # As the output at the next instant would read it: after this transition.
-            self._scrapes.append(MetricsScrape(self.name, dict(self.engine.scrape()), now_us))
+            self._scrape(now_us)
 
     def _pending_outputs(self) -> int:
         return (
@@ -617,16 +615,18 @@ class EngineComponent(Component):
         Until :meth:`lookahead_us` no input can reach this instance: another component
         acts then at the earliest, the router (named quiet) is passive and stays so
         (it answers step reports and scrapes only while it holds requests), and the
-        client answers a step report only at a request's fate. So the transitions this
-        component would make before then, one instant each, depend on nothing but its
-        own state: they are made here in the same order with their own times
-        (:meth:`_advance`), their reports and scrapes kept with those times, and the
-        output of the next instant sends each with the delay that delivers it when it
-        would have been. The run stops before the next frontend release (an input)
-        and, once a step finishes a request or a message goes to a P/D peer or the
-        link (whose answer may come at once), before time moves on. The
-        transitions saved are credited to the kernel, so the run's events count the
-        same; ``BLIS_FAST_FORWARD=0`` turns run-ahead off.
+        client answers a step report only at a request's fate, and only with a
+        closed-loop or exhausted workload (:meth:`ClientComponent.quiescent`). So the
+        transitions this component would make before then, one instant each, depend on
+        nothing but its own state: they are made here in the same order with their own
+        times (:meth:`_advance`, or a decode span), their reports and scrapes kept with
+        those times, and the output of the next instant sends each with the delay that
+        delivers it when it would have been. The run stops before the next frontend
+        release (an input), when the instance is idle, and, once a message goes to a
+        P/D peer or the link or a step finishes a request the client may answer (whose
+        answer may come at once), before time moves on. The transitions saved are
+        credited to the kernel, so the run's events count the same;
+        ``BLIS_FAST_FORWARD=0`` turns run-ahead off.
 
         Called after this instant's transition was made, or, with ``boundary``, in
         its place when it is a plain step boundary: the run then starts with a decode
@@ -736,7 +736,7 @@ class EngineComponent(Component):
                 break
             while 0 <= self._next_scrape_us < t:
                 taken = self._span_made(engine, span, times, every, taken)
-                self._span_scrape(self._next_scrape_us)
+                self._scrape(self._next_scrape_us)
                 scrapes += 1
             shape = span.shape(i)
             start_us = max(t, stage_free_us)
@@ -746,7 +746,7 @@ class EngineComponent(Component):
             times.append(t)
             if self._next_scrape_us == t:
                 taken = self._span_made(engine, span, times, every, taken)
-                self._span_scrape(t)
+                self._scrape(t)
         n = len(times)
         pricer.count(n)
         self._span_made(engine, span, times, every, taken)
@@ -785,7 +785,7 @@ class EngineComponent(Component):
             self._reports.append((t, StepReport(self.name, every[i].start_us, outcome)))
         return len(times)
 
-    def _span_scrape(self, now_us: int) -> None:
-        """The scrape of :meth:`_advance` at ``now_us``, inside a span."""
+    def _scrape(self, now_us: int) -> None:
+        """The metrics scrape due at ``now_us``, read now; the next is one interval on."""
         self._next_scrape_us += self._scrape_interval_us
         self._scrapes.append(MetricsScrape(self.name, dict(self.engine.scrape()), now_us))
