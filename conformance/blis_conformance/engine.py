@@ -232,7 +232,13 @@ class EngineConformance:
         for r in [_request(i, 64, 4) for i in range(6)]:
             engine.add_request(r, 0)
         scrapes = [dict(engine.scrape())]
-        for _ in range(50):
+        for step in range(50):
+            if step == 2:
+                # A second wave arrives while the first runs: an engine that reports its
+                # running batch only when it admits requests (SGLang's prefill report)
+                # shows it then.
+                for r in [_request(i, 64, 4) for i in range(6, 12)]:
+                    engine.add_request(r, 0)
             shape = engine.schedule(0)
             if shape is None:
                 break

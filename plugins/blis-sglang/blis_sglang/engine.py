@@ -1,0 +1,299 @@
+"""The SGLang 0.5.23 engine instance and factory (the BLIS engine contract).
+
+``schedule`` is one scheduler loop iteration's scheduling half
+(:meth:`~blis_sglang.scheduler.Scheduler.schedule_step`); ``complete`` processes the
+oldest launched batch's result. With overlap scheduling (the default) the plan allows
+two steps in flight, so batch N+1 is formed before batch N's result is processed, as
+``event_loop_overlap`` does.
+
+Step shapes: an extend (or mixed) batch runs each request's new tokens over its cached
+prefix, padded to the smallest breakable prefill CUDA-graph bucket that holds the
+batch's tokens (``PIECEWISE``), eager above the largest; a decode batch runs one token
+per request, padded to the smallest decode capture size that holds the batch (``FULL``),
+eager above ``max_bs`` (``cuda_graph_runner`` ``can_run``). UNVERIFIED: the prefill
+runner's other ``can_run`` conditions; every extend batch within the largest bucket is
+taken as graphed.
+
+Request admission (``Scheduler.handle_generate_request``): a prompt of
+``max_req_input_len`` tokens or more is refused with ``validate_input_length``'s
+message; ``max_new_tokens`` is clipped by ``init_req_max_new_tokens`` to
+``max_req_len - input - 1`` and to the empty pool less the paged prompt, a page and one.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from blis_core.contracts.engine import (
+    EnginePoolSpec,
+    Environment,
+    FinishedRequest,
+    KVEvent,
+    PrefixHit,
+    StepOutcome,
+    TokenEmission,
+)
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import GraphMode, PoolPlan
+from blis_core.contracts.request import InferenceRequest, output_content_key, prompt_token_ids
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+
+from blis_sglang.config import SglangSettings, field_list, resolve_settings
+from blis_sglang.metrics import SglangMetrics
+from blis_sglang.planning import PoolSizes, build_plan
+from blis_sglang.req import Req
+from blis_sglang.scheduler import Batch, Scheduler
+from blis_sglang.version import ENGINE, ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
+
+__all__ = ["SglangEngine", "SglangEngineFactory"]
+
+
+class SglangEngine:
+    """One running SGLang 0.5.23 engine (a pool replica)."""
+
+    def __init__(
+        self, plan: PoolPlan, sizes: PoolSizes, settings: SglangSettings, vocab_size: int
+    ) -> None:
+        self._plan = plan
+        self._sizes = sizes
+        self._settings = settings
+        self._vocab = vocab_size
+        self.scheduler = Scheduler(
+            max_total_num_tokens=sizes.max_total_num_tokens,
+            max_running_requests=sizes.max_running_requests,
+            max_prefill_tokens=settings.max_prefill_tokens,
+            chunked_prefill_size=settings.chunked_prefill_size,
+            page_size=settings.page_size,
+            policy=settings.schedule_policy,
+            conservativeness=settings.schedule_conservativeness,
+            enable_overlap=settings.enable_overlap,
+            enable_mixed_chunk=settings.enable_mixed_chunk,
+            random_seed=settings.random_seed,
+        )
+        self.metrics = SglangMetrics(
+            self.scheduler,
+            context_len=settings.context_len,
+            decode_log_interval=settings.decode_log_interval,
+        )
+        self._in_flight: deque[tuple[StepShape, Batch]] = deque()
+        self._step_id = 0
+        self._unfinished: dict[str, Req] = {}
+        self._aborted: list[FinishedRequest] = []
+        self._preempted: list[str] = []
+        self._events: list[KVEvent] = list(self.scheduler.tree.take_events())
+        self._cached: dict[str, int] = {}
+
+    @property
+    def plan(self) -> PoolPlan:
+        """The run-phase plan."""
+        return self._plan
+
+    @property
+    def input_boundary(self) -> Mapping[str, str]:
+        """Arrivals and aborts are read at the next loop iteration (``recv_requests``)."""
+        return {"arrival": "next_schedule", "abort": "next_schedule"}
+
+    def add_request(self, request: InferenceRequest, now_us: int) -> None:
+        """Queue a request, or refuse it as ``handle_generate_request`` aborts it."""
+        n = request.input_tokens
+        if n == 0:
+            raise InputRefused.one("request.prompt", 0, "the input is empty", ENGINE)
+        if n >= self._sizes.max_req_input_len:
+            raise InputRefused.one(
+                "request.prompt",
+                n,
+                f"Input length ({n} tokens) exceeds the maximum allowed length "
+                f"({self._sizes.max_req_input_len} tokens). Use a shorter input or enable "
+                "--allow-auto-truncate.",
+                ENGINE,
+            )
+        page = self._settings.page_size
+        max_new = max(0, min(request.max_output_tokens, self._sizes.max_req_len - n - 1))
+        paged_input = -(-n // page) * page
+        max_new = max(0, min(max_new, self._sizes.max_total_num_tokens - paged_input - page - 1))
+        req = Req(
+            request=request,
+            origin_input_ids=prompt_token_ids(request.prompt, self._vocab),
+            max_new_tokens=max_new,
+            output_content_key=output_content_key(request.request_id),
+            vocab_size=self._vocab,
+        )
+        self.scheduler.clock = now_us / 1e6
+        self.scheduler.add_request(req)
+        self._unfinished[request.request_id] = req
+
+    def abort_request(self, request_id: str, now_us: int) -> None:
+        """``abort_request``: unknown or finished ids are ignored."""
+        if request_id not in self._unfinished:
+            return
+        self.scheduler.abort(request_id)
+        self._drain_aborted()
+
+    def _drain_aborted(self) -> None:
+        for req in self.scheduler.aborted:
+            self._aborted.append(FinishedRequest(req.rid, "abort", len(req.output_ids)))
+            self._end(req)
+        self.scheduler.aborted.clear()
+
+    def _end(self, req: Req) -> None:
+        self._unfinished.pop(req.rid, None)
+        self.metrics.request_finished(
+            len(req.origin_input_ids),
+            len(req.output_ids),
+            self._cached.pop(req.rid, 0),
+            req.finished_reason == "abort",
+        )
+
+    def schedule(self, now_us: int) -> StepShape | None:
+        """Form and launch the next batch, or ``None``."""
+        if len(self._in_flight) >= self._plan.steps_in_flight:
+            return None
+        s = self.scheduler
+        s.clock = now_us / 1e6
+        was_retracted = s.num_retracted_total
+        batch = s.schedule_step()
+        if s.num_retracted_total != was_retracted:
+            moved = s.retracted
+            self.metrics.retracted(
+                len(moved),
+                sum(len(r.origin_input_ids) for r in moved),
+                sum(len(r.output_ids) for r in moved),
+            )
+        self._preempted.extend(r.rid for r in s.retracted)
+        s.retracted.clear()
+        self._drain_aborted()
+        if batch is None:
+            if s.idle_reported:
+                self.metrics.idle(now_us / 1e6)
+            return None
+        shape = self._shape(batch)
+        self._in_flight.append((shape, batch))
+        return shape
+
+    def _shape(self, batch: Batch) -> StepShape:
+        self._step_id += 1
+        if batch.mode == "decode":
+            seqs = tuple(SeqChunk(1, c) for c in batch.decode_contexts)
+            bs = len(seqs)
+            sizes = self._settings.decode_graph_sizes
+            i = bisect.bisect_left(sizes, bs)
+            graphed = i < len(sizes)
+            return StepShape(
+                step_id=self._step_id,
+                mode=StepMode.DECODE_ONLY,
+                seqs=seqs,
+                padded_tokens=sizes[i] if graphed else bs,
+                graph_mode=GraphMode.FULL if graphed else GraphMode.NONE,
+            )
+        extend = [SeqChunk(e, p) for e, p in zip(batch.extend_lens, batch.prefix_lens, strict=True)]
+        decode = [SeqChunk(1, c) for c in batch.decode_contexts] if batch.mode == "mixed" else []
+        seqs = tuple(extend + decode)
+        tokens = sum(c.new_tokens for c in seqs)
+        buckets = self._settings.prefill_graph_sizes
+        i = bisect.bisect_left(buckets, tokens)
+        graphed = i < len(buckets)
+        return StepShape(
+            step_id=self._step_id,
+            mode=StepMode.MIXED if decode else StepMode.EXTEND_ONLY,
+            seqs=seqs,
+            padded_tokens=buckets[i] if graphed else tokens,
+            graph_mode=GraphMode.PIECEWISE if graphed else GraphMode.NONE,
+        )
+
+    def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
+        """Process the oldest launched batch's result."""
+        expected, _ = self._in_flight.popleft()
+        if expected.step_id != shape.step_id:
+            raise AssertionError(f"step {shape.step_id} completed out of order")
+        s = self.scheduler
+        s.clock = now_us / 1e6
+        batch, result = s.process_result()
+        now_s = now_us / 1e6
+        if batch.is_extend() and batch.prefill_report is not None:
+            self.metrics.prefill_reported(batch.prefill_report, now_s)
+        else:
+            self.metrics.decode_reported(batch, now_s)
+        finished = []
+        for req in result.finished:
+            finished.append(
+                FinishedRequest(req.rid, req.finished_reason or "length", len(req.output_ids))
+            )
+            self._end(req)
+        hits = []
+        for rid, cached in result.first_scheduled:
+            self._cached[rid] = cached
+            hits.append(PrefixHit(rid, cached))
+        finished.extend(self._aborted)
+        self._aborted.clear()
+        preempted = tuple(self._preempted)
+        self._preempted.clear()
+        events = tuple(self._events) + tuple(s.tree.take_events())
+        self._events.clear()
+        return StepOutcome(
+            step_id=shape.step_id,
+            first_scheduled=tuple(rid for rid, _ in result.first_scheduled),
+            emitted=tuple(TokenEmission(rid, 1) for rid in result.emitted),
+            finished=tuple(finished),
+            preempted=preempted,
+            kv_events=events,
+            prefix_hits=tuple(hits),
+        )
+
+    def scrape(self) -> Mapping[str, float]:
+        """SGLang's Prometheus samples as of the last report."""
+        return self.metrics.snapshot()
+
+    def num_unfinished(self) -> int:
+        """Requests queued, running or in flight."""
+        return len(self._unfinished)
+
+
+class SglangEngineFactory:
+    """EngineFactory for SGLang 0.5.23."""
+
+    kind = ENGINE_KIND
+    upstream_release = UPSTREAM_RELEASE
+    plugin_version = PLUGIN_VERSION
+
+    def _resolve(self, spec: EnginePoolSpec, env: Environment) -> tuple[SglangSettings, Any]:
+        model = env.model(spec.model)
+        hw = env.hardware(spec.hardware)
+        settings = resolve_settings(
+            spec.args, model, hw, spec.layout, env.device_memory_bytes(spec.hardware)
+        )
+        return settings, (model, hw)
+
+    def plan(self, spec: EnginePoolSpec, env: Environment) -> PoolPlan:
+        """Resolve the server arguments and size the pool (``blis plan``)."""
+        settings, (model, hw) = self._resolve(spec, env)
+        plan, _ = build_plan(settings, model, hw, env)
+        return plan
+
+    def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> SglangEngine:
+        """A running engine named ``instance``."""
+        settings, (model, hw) = self._resolve(spec, env)
+        plan, sizes = build_plan(settings, model, hw, env)
+        return SglangEngine(plan, sizes, settings, model.vocab_size)
+
+    def surface(self) -> Mapping[str, Mapping[str, str]]:
+        """``blis surface sglang``: every ServerArgs field with its status, and the
+        scheduling policies."""
+        fields = {name: str(entry["status"]) for name, entry in field_list().items()}
+        policies = {
+            p: ("modelled" if p in ("fcfs", "lof", "random", "lpm") else "refused")
+            for p in (
+                "fcfs",
+                "lof",
+                "random",
+                "lpm",
+                "dfs-weight",
+                "hrrn",
+                "shortest-prefill-first",
+                "routing-key",
+                "priority",
+            )
+        }
+        return {"fields": fields, "schedule_policies": policies}

@@ -1,0 +1,97 @@
+"""One request's scheduler state (SGLang 0.5.23 ``managers/schedule_batch.py`` ``Req``).
+
+Only what a scheduling decision reads is kept: token ids (the radix tree keys on them),
+the output so far, the prefix and extend bounds of the current round, the KV lengths
+(``kv_committed_len``: tokens whose KV is written; ``kv_allocated_len``: slots held),
+the tree lock and the flags of retraction and chunking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from blis_core.contracts.request import InferenceRequest, segment_token_id
+
+from blis_sglang.radix_cache import TreeNode
+
+__all__ = ["Req"]
+
+
+@dataclass(eq=False, slots=True)
+class Req:
+    """A request as ``Scheduler`` holds it, from arrival to release."""
+
+    request: InferenceRequest
+    origin_input_ids: list[int]
+    max_new_tokens: int
+    """``sampling_params.max_new_tokens`` after ``init_req_max_new_tokens`` clipped it."""
+    output_content_key: str
+    vocab_size: int
+    wait_queue_entry_time: float = 0.0
+    output_ids: list[int] = field(default_factory=list)
+    prefix_len: int = 0
+    extend_end: int = 0
+    last_node: TreeNode | None = None
+    lock: TreeNode | None = None
+    cache_protected_len: int = 0
+    cache_inserted_len: int = 0
+    kv_committed_len: int = 0
+    kv_allocated_len: int = 0
+    holds_row: bool = False
+    inflight_middle_chunks: int = 0
+    is_retracted: bool = False
+    retracted_stain: bool = False
+    retraction_count: int = 0
+    finished_reason: str | None = None
+    to_finish: str | None = None
+    first_scheduled: bool = False
+    num_matched_prefix_tokens: int = 0
+
+    @property
+    def rid(self) -> str:
+        """The request id."""
+        return self.request.request_id
+
+    @property
+    def ignore_eos(self) -> bool:
+        """``sampling_params.ignore_eos``."""
+        return self.request.ignore_eos
+
+    def next_token_id(self) -> int:
+        """The id of the next output token (deterministic per request and position)."""
+        return segment_token_id(self.output_content_key, self.vocab_size, len(self.output_ids))
+
+    def fill_ids(self) -> list[int]:
+        """``full_untruncated_fill_ids``: the prompt followed by the output so far."""
+        return self.origin_input_ids + self.output_ids
+
+    def fill_len(self) -> int:
+        """``len(full_untruncated_fill_ids)``."""
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    @property
+    def extend_len(self) -> int:
+        """Tokens this round computes (``extend_end - prefix_len``)."""
+        return self.extend_end - self.prefix_len
+
+    def finished(self) -> bool:
+        """Whether a finish reason is set."""
+        return self.finished_reason is not None
+
+    def next_output_finishes_by_length(self) -> bool:
+        """``Req.next_output_finishes_by_length`` (``schedule_batch.py:1661``)."""
+        return len(self.output_ids) + 1 >= self.max_new_tokens
+
+    def owned_kv_len(self) -> int:
+        """``Req.owned_kv_len`` for a request that stops only by length."""
+        return self.kv_committed_len
+
+    def update_finish_state(self) -> None:
+        """``Req.update_finish_state`` (``:2007``) for ``ignore_eos`` or length stops."""
+        if self.finished():
+            return
+        if self.to_finish is not None:
+            self.finished_reason, self.to_finish = self.to_finish, None
+            return
+        if len(self.output_ids) >= self.max_new_tokens:
+            self.finished_reason = "length"
