@@ -1,0 +1,78 @@
+"""The field list's statuses are true (``blis surface sglang``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from blis_conformance import drive_engine
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+
+from blis_sglang import SglangEngineFactory
+from blis_sglang.config import field_list
+
+#: a non-default value for every ``proven_inert`` field
+_INERT_VALUES = {
+    "host": "0.0.0.0",
+    "port": 8000,
+    "log_level": "debug",
+    "log_level_http": "warning",
+    "served_model_name": "my-model",
+    "tokenizer_path": "/models/tok",
+    "skip_tokenizer_init": True,
+    "trust_remote_code": True,
+    "load_format": "dummy",
+    "enable_metrics": True,
+    "kv_events_config": '{"publisher": "zmq"}',
+}
+
+
+def _trace(env: Environment, args: dict[str, object]) -> list[tuple[object, ...]]:
+    spec = EnginePoolSpec(
+        pool="p",
+        model="meta-llama/Llama-2-7b-hf",
+        hardware="H100-SXM",
+        layout=ParallelLayout(tp=1),
+        args={"max_total_tokens": 3000, **args},
+    )
+    engine = SglangEngineFactory().build(spec, env, "p-0")
+    reqs = [
+        InferenceRequest(
+            f"r{i}", 0, (PromptSegment("s", 64), PromptSegment(f"q{i}", 200)), 300, ignore_eos=False
+        )
+        for i in range(12)
+    ]
+    shapes, outcomes = drive_engine(engine, env, reqs)
+    return [(s.mode, s.seqs, s.padded_tokens) for s in shapes] + [
+        (o.emitted, o.finished, o.preempted, o.kv_events) for o in outcomes
+    ]
+
+
+def test_every_inert_field_is_listed_and_changes_no_decision(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    listed = {n for n, e in field_list().items() if e["status"] == "proven_inert"}
+    assert listed == set(_INERT_VALUES)
+    env = blis_environment("surface-0")
+    base = _trace(env, {})
+    for name, value in _INERT_VALUES.items():
+        assert _trace(blis_environment("surface-0"), {name: value}) == base, name
+
+
+def test_modelled_fields_change_decisions(blis_environment: Callable[[str], Environment]) -> None:
+    env = blis_environment("surface-0")
+    base = _trace(env, {})
+    for name, value in {
+        "chunked_prefill_size": 128,
+        "page_size": 16,
+        "disable_overlap_schedule": True,
+        "schedule_conservativeness": 0.3,
+    }.items():
+        assert _trace(blis_environment("surface-0"), {name: value}) != base, name
+
+
+@pytest.mark.parametrize("status", ["modelled", "proven_inert", "refused"])
+def test_statuses_are_known(status: str) -> None:
+    assert any(e["status"] == status for e in field_list().values())
