@@ -35,6 +35,9 @@ class Req:
     lock: TreeNode | None = None
     cache_protected_len: int = 0
     cache_inserted_len: int = 0
+    filled_len: int = 0
+    """``len(full_untruncated_fill_ids)`` as last refreshed (``refresh_fill_ids``): a
+    checkpoint keys on this snapshot, not on outputs appended since."""
     kv_committed_len: int = 0
     kv_allocated_len: int = 0
     holds_row: bool = False
@@ -64,6 +67,10 @@ class Req:
     def fill_ids(self) -> list[int]:
         """``full_untruncated_fill_ids``: the prompt followed by the output so far."""
         return self.origin_input_ids + self.output_ids
+
+    def refresh_fill_ids(self) -> None:
+        """``refresh_fill_ids``: the snapshot catches up with the output."""
+        self.filled_len = self.fill_len()
 
     def fill_len(self) -> int:
         """``len(full_untruncated_fill_ids)``."""

@@ -29,7 +29,7 @@ __all__ = [
     "AddReqResult",
     "KVPool",
     "PrefillAdder",
-    "calc_priority",
+    "SchedulePolicy",
 ]
 
 #: ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` default (``schedule_policy.py:89``)
@@ -37,6 +37,7 @@ CLIP_MAX_NEW_TOKENS = 4096
 IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32
 IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
+WAITING_PREFIX_REFRESH_INTERVAL = 32
 
 
 class AddReqResult(enum.Enum):
@@ -79,37 +80,49 @@ def _ceil_page(tokens: int, page: int) -> int:
     return -(-tokens // page) * page
 
 
-def calc_priority(
-    policy: str,
-    queue: list[Req],
-    tree: RadixCache,
-    rng: random.Random,
-    match: Callable[[Req], None],
-) -> None:
-    """Order ``queue`` in place as ``SchedulePolicy.calc_priority`` does.
+class SchedulePolicy:
+    """``SchedulePolicy`` (``schedule_policy.py``): the queue order of one scheduler.
 
-    ``match`` refreshes a request's ``prefix_len``/``last_node`` against the tree
-    (``match_kv_cache``); ``rng`` is the scheduler's seeded ``random`` for ``random``.
+    :meth:`calc_priority` (``:213``) orders the queue in place; then, for a
+    cache-agnostic active policy, every 32nd call touches the first 128 queued
+    prefixes from the back (``_touch_waiting_prefixes``, ``:282``), which refreshes
+    their recency in the tree and may split nodes.
     """
-    if policy == "fcfs":
-        return
-    active = policy
-    if policy == "lpm" and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX:
-        active = "fcfs"
-    if active == "lpm":
-        deprioritized = _compute_prefix_matches(queue, tree, match)
-        queue.sort(
-            key=lambda r: float("inf") if r.rid in deprioritized else -r.num_matched_prefix_tokens
-        )
-    elif active == "lof":
-        queue.sort(key=lambda r: -r.max_new_tokens)
-    elif active == "random":
-        rng.shuffle(queue)
+
+    def __init__(self, policy: str, tree: RadixCache, rng: random.Random) -> None:
+        self.policy = policy
+        self.tree = tree
+        self.rng = rng
+        self.refresh_calls = 0
+
+    def calc_priority(self, queue: list[Req], match: Callable[[Req], None]) -> None:
+        """Order ``queue`` in place; ``match`` is the policy's ``match_kv_cache`` probe."""
+        active = self.policy
+        if active == "lpm" and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX:
+            active = "fcfs"
+        cache_aware = active == "lpm"
+        if self.policy == "fcfs":
+            pass  # arrival order; sorted only with priority scheduling (not ported)
+        elif cache_aware:
+            deprioritized = _compute_prefix_matches(queue, match)
+            queue.sort(
+                key=lambda r: (
+                    float("inf") if r.rid in deprioritized else -r.num_matched_prefix_tokens
+                )
+            )
+        elif active == "lof":
+            queue.sort(key=lambda r: -r.max_new_tokens)
+        elif active == "random":
+            self.rng.shuffle(queue)
+        if not cache_aware and queue and not self.tree.disable:
+            refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
+            self.refresh_calls += 1
+            if refresh:
+                for r in reversed(queue[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                    self.tree.match_prefix(r.fill_ids())
 
 
-def _compute_prefix_matches(
-    queue: list[Req], tree: RadixCache, match: Callable[[Req], None]
-) -> set[str]:
+def _compute_prefix_matches(queue: list[Req], match: Callable[[Req], None]) -> set[str]:
     """``_compute_prefix_matches`` (``:346``): match each request, and deprioritise one
     whose short match hides a >= 32-token prefix shared with an earlier queued request."""
     simulated = RadixCache(page_size=1)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from blis_sglang.radix_cache import RadixCache
@@ -45,7 +46,7 @@ from blis_sglang.schedule_policy import (
     AddReqResult,
     KVPool,
     PrefillAdder,
-    calc_priority,
+    SchedulePolicy,
 )
 
 __all__ = ["Batch", "BatchResult", "NewTokenRatio", "PrefillReport", "Scheduler"]
@@ -176,6 +177,7 @@ class Scheduler:
         self.pool = KVPool(max_total_num_tokens, page_size)
         self.tree = RadixCache(page_size, record_events=record_kv_events)
         self.rng = random.Random(random_seed)
+        self.schedule_policy = SchedulePolicy(policy, self.tree, self.rng)
         self.ratio = NewTokenRatio.from_conservativeness(conservativeness)
         self.free_rows = max_running_requests
         self.waiting_queue: list[Req] = []
@@ -192,6 +194,8 @@ class Scheduler:
         self.retracted: list[Req] = []
         self.aborted: list[Req] = []
         self.clock = 0.0
+        self.token_source: Callable[[Req], int] = Req.next_token_id
+        """The id of a request's next output token (an oracle feeds the real model's)."""
 
     # -- queue ---------------------------------------------------------------------------
 
@@ -244,13 +248,24 @@ class Scheduler:
             self.pool.free(self.tree.evict(shortfall))
 
     def _match(self, req: Req) -> None:
-        """``match_kv_cache`` with the prefix capped at ``input_len - 1``."""
+        """``init_next_round_input``'s ``match_kv_cache``: the prefix capped at
+        ``input_len - 1``, adopted as the request's protected prefix."""
+        req.refresh_fill_ids()
         ids = req.fill_ids()
         matched, node = self.tree.match_prefix(ids[: len(ids) - 1])
         req.prefix_len = matched
         req.last_node = node
         req.num_matched_prefix_tokens = matched
         req.cache_protected_len = matched
+
+    def _probe(self, req: Req) -> None:
+        """The policy's ``match_kv_cache`` over the whole fill (no cap): sets
+        ``prefix_len`` and the capped ``num_matched_prefix_tokens`` the sort reads."""
+        ids = req.fill_ids()
+        matched, node = self.tree.match_prefix(ids)
+        req.prefix_len = matched
+        req.last_node = node
+        req.num_matched_prefix_tokens = min(matched, len(ids) - 1)
 
     def _owned_pages_tokens(self, req: Req) -> int:
         return self._ceil_page(req.kv_allocated_len) - req.cache_protected_len
@@ -261,9 +276,10 @@ class Scheduler:
         before_tree = self.tree.total_size()
         owned_before = self._owned_pages_tokens(req)
         assert req.lock is not None
+        # the key is the fill snapshot cut at up_to (``checkpoint_into_tree``)
         result = self.tree.checkpoint(
-            req.fill_ids(),
-            up_to,
+            req.fill_ids()[: req.filled_len],
+            min(up_to, req.filled_len),
             req.cache_protected_len,
             req.lock,
             prompt_len=len(req.origin_input_ids),
@@ -289,6 +305,7 @@ class Scheduler:
         if not req.holds_row:
             return
         if checkpoint and req.lock is not None:
+            req.refresh_fill_ids()
             self._checkpoint(req, req.owned_kv_len())
         self.pool.free(self._owned_pages_tokens(req))
         if req.lock is not None:
@@ -369,7 +386,7 @@ class Scheduler:
         if self._num_allocatable_reqs(running_bs) <= 0 and self.chunked_req is None:
             running.batch_is_full = True
             return None, running
-        calc_priority(self.policy, self.waiting_queue, self.tree, self.rng, self._match)
+        self.schedule_policy.calc_priority(self.waiting_queue, self._probe)
         adder = PrefillAdder(
             self.page_size,
             self.tree,
@@ -381,6 +398,7 @@ class Scheduler:
             running_bs if self.is_mixed_chunk else 0,
         )
         if self.chunked_req is not None:
+            self.chunked_req.refresh_fill_ids()  # init_next_round_input() without a tree
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
         for req in self.waiting_queue:
             if adder.budget_state() is AddReqResult.OTHER:
@@ -424,6 +442,12 @@ class Scheduler:
                 running.batch_is_full = False
             if not running.is_empty() and self._check_decode_mem(running.reqs):
                 self._prepare_for_decode(running)
+                for r in running.reqs:
+                    r.refresh_fill_ids()
+                    # mix_with_running: each decode row extends to its new length; the
+                    # request objects are shared, so a prefill result still in flight
+                    # checkpoints up to here (overlap)
+                    r.extend_end = r.kv_committed_len
                 batch.mode = "mixed"
                 batch.decoding_reqs = list(running.reqs)
                 batch.decode_contexts = list(running.decode_contexts)
@@ -588,7 +612,7 @@ class Scheduler:
                 req.first_scheduled = True
                 out.first_scheduled.append((req.rid, batch.prefix_lens[i]))
             if req.inflight_middle_chunks <= 0:
-                req.output_ids.append(req.next_token_id())
+                req.output_ids.append(self.token_source(req))
                 req.update_finish_state()
                 if req.finished_reason != "abort":
                     out.emitted.append(req.rid)
@@ -603,7 +627,7 @@ class Scheduler:
         for req in batch.reqs:
             if self.enable_overlap and (req.finished() or req.is_retracted):
                 continue
-            req.output_ids.append(req.next_token_id())
+            req.output_ids.append(self.token_source(req))
             req.update_finish_state()
             if req.finished_reason != "abort":
                 out.emitted.append(req.rid)

@@ -1,0 +1,111 @@
+"""Seeded oracle scenarios: server arguments and request streams that exercise SGLang
+0.5.23's decisions (chunking, mixed chunk, overlap, paging, prefix sharing, policies,
+the new_token_ratio reservation and retraction under memory pressure)."""
+
+from __future__ import annotations
+
+import random
+
+from harness import VOCAB, OracleRequest, Scenario
+
+#: family -> how many seeds the standard set runs
+FAMILIES = {
+    "basic": 40,
+    "overlap": 50,
+    "paged": 40,
+    "prefix": 50,
+    "pressure": 50,
+    "mixed": 30,
+    "policies": 30,
+    "nochunk": 20,
+}
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(3, VOCAB) for _ in range(n)]
+
+
+def make_scenario(family: str, seed: int) -> Scenario:
+    """The scenario ``family``-``seed`` (the same every time)."""
+    rng = random.Random(f"{family}-{seed}")
+    overlap = rng.random() < 0.5
+    page = 1
+    chunk = rng.choice([64, 128, 256, 512])
+    mixed = False
+    policy = "fcfs"
+    conservativeness = 1.0
+    pool = rng.choice([2048, 4096, 8192])
+    running = rng.choice([4, 8, 16, 32])
+    max_prefill = 16384
+    n = rng.randint(6, 30)
+    ignore_eos_p = 1.0
+    prefixes: list[list[int]] = []
+    if family == "overlap":
+        overlap = True
+    elif family == "basic":
+        overlap = False
+    elif family == "paged":
+        page = rng.choice([4, 16])
+        chunk = max(page, chunk // page * page)
+    elif family == "prefix":
+        prefixes = [_tokens(rng, rng.randint(16, 300)) for _ in range(rng.randint(1, 4))]
+        policy = rng.choice(["fcfs", "lpm", "lpm"])
+        page = rng.choice([1, 1, 16])
+        chunk = max(page, chunk // page * page)
+    elif family == "pressure":
+        pool = rng.choice([600, 900, 1200, 1600])
+        ignore_eos_p = rng.choice([0.0, 0.5, 1.0])
+        conservativeness = rng.choice([0.3, 1.0, 1.0])
+        running = rng.choice([8, 16, 32])
+    elif family == "mixed":
+        mixed = True
+    elif family == "policies":
+        policy = rng.choice(["lof", "random", "lpm"])
+        prefixes = [_tokens(rng, rng.randint(16, 200))]
+    elif family == "nochunk":
+        chunk = -1
+        max_prefill = rng.choice([512, 1024, 4096])
+    else:
+        raise KeyError(family)
+    requests = []
+    it = 0
+    for i in range(n):
+        it += rng.choice([0, 0, 0, 1, 2, 5])
+        prompt = _tokens(rng, rng.randint(1, 500 if family != "pressure" else 200))
+        if prefixes and rng.random() < 0.7:
+            prompt = rng.choice(prefixes) + prompt[: rng.randint(1, 100)]
+        if len(prompt) >= pool // 2:
+            prompt = prompt[: pool // 4]
+        out = rng.randint(1, 80 if family != "pressure" else 300)
+        requests.append(
+            OracleRequest(
+                rid=f"r{i}",
+                input_ids=tuple(prompt),
+                max_new_tokens=out,
+                arrival_iter=it,
+                ignore_eos=rng.random() < ignore_eos_p,
+            )
+        )
+    return Scenario(
+        family=family,
+        seed=seed,
+        max_total_tokens=pool,
+        max_running_requests=running,
+        chunked_prefill_size=chunk,
+        page_size=page,
+        schedule_policy=policy,
+        overlap=overlap,
+        mixed_chunk=mixed,
+        conservativeness=conservativeness,
+        max_prefill_tokens=max_prefill,
+        requests=tuple(requests),
+    )
+
+
+def standard_scenarios(scale: float = 1.0) -> list[tuple[str, int]]:
+    """(family, seed) of the standard set; ``scale`` shrinks it for a quick look."""
+    return [
+        (family, seed)
+        for family, count in FAMILIES.items()
+        for seed in range(max(1, round(count * scale)))
+    ]
