@@ -37,7 +37,7 @@ def make_scenario(family: str, seed: int) -> Scenario:
     pool = rng.choice([2048, 4096, 8192])
     running = rng.choice([4, 8, 16, 32])
     max_prefill = 16384
-    n = rng.randint(6, 30)
+    n = rng.randint(4, 24)
     ignore_eos_p = 1.0
     prefixes: list[list[int]] = []
     if family == "overlap":
@@ -47,15 +47,18 @@ def make_scenario(family: str, seed: int) -> Scenario:
     elif family == "paged":
         page = rng.choice([4, 16])
         chunk = max(page, chunk // page * page)
+        # mixed decode rows take chunk budget: truncations then fall off the page grid
+        mixed = rng.random() < 0.5
     elif family == "prefix":
         prefixes = [_tokens(rng, rng.randint(16, 300)) for _ in range(rng.randint(1, 4))]
         policy = rng.choice(["fcfs", "lpm", "lpm"])
         page = rng.choice([1, 1, 16])
         chunk = max(page, chunk // page * page)
     elif family == "pressure":
-        pool = rng.choice([600, 900, 1200, 1600])
-        ignore_eos_p = rng.choice([0.0, 0.5, 1.0])
-        conservativeness = rng.choice([0.3, 1.0, 1.0])
+        # ignore_eos requests are reserved in full and never retracted: mostly without
+        pool = rng.choice([200, 300, 400])
+        ignore_eos_p = rng.choice([0.0, 0.0, 0.3])
+        conservativeness = rng.choice([0.1, 0.3, 0.5])
         running = rng.choice([8, 16, 32])
     elif family == "mixed":
         mixed = True
@@ -71,12 +74,12 @@ def make_scenario(family: str, seed: int) -> Scenario:
     it = 0
     for i in range(n):
         it += rng.choice([0, 0, 0, 1, 2, 5])
-        prompt = _tokens(rng, rng.randint(1, 500 if family != "pressure" else 200))
+        prompt = _tokens(rng, rng.randint(1, 500 if family != "pressure" else 60))
         if prefixes and rng.random() < 0.7:
             prompt = rng.choice(prefixes) + prompt[: rng.randint(1, 100)]
         if len(prompt) >= pool // 2:
             prompt = prompt[: pool // 4]
-        out = rng.randint(1, 80 if family != "pressure" else 300)
+        out = rng.randint(1, 40) if family != "pressure" else rng.randint(30, 100)
         requests.append(
             OracleRequest(
                 rid=f"r{i}",

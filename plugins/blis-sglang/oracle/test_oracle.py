@@ -47,4 +47,4 @@ def test_coverage() -> None:
     )
     if SCALE >= 1.0:
         assert batches["mixed"] >= 50 and batches["extend"] >= 1000 and batches["decode"] >= 5000
-        assert total["retractions"] >= 20
+        assert total["retractions"] >= 30

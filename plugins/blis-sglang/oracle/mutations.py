@@ -1,0 +1,196 @@
+"""Deliberate breaks of ported functions, for the mutation sweep.
+
+Each :class:`Mutant` rewrites one snippet in the source of one port method
+(``blis_sglang.<module>.<Class>.<method>``), compiles the rewritten method in the
+module's own globals and installs it on the class inside ``with mutant.applied():``.
+Every mutant is a plausible porting slip of a decision SGLang 0.5.23 makes (the
+upstream function is named); the sweep requires the oracle to catch each one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MUTANTS", "Mutant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    """Replace ``old`` by ``new`` (``old`` occurring exactly once) in ``module.cls.method``."""
+
+    name: str
+    module: str
+    cls: str
+    method: str
+    old: str
+    new: str
+    breaks: str
+    family: str = ""
+    """The scenario family aimed at, tried first (empty: families interleaved)."""
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """Install the mutated method; restore the original on exit."""
+        mod = importlib.import_module(f"blis_sglang.{self.module}")
+        klass = getattr(mod, self.cls)
+        original = klass.__dict__[self.method]
+        src = inspect.getsource(original)
+        count = src.count(self.old)
+        if count != 1:
+            raise AssertionError(
+                f"mutant {self.name}: snippet found {count} times in {self.cls}.{self.method}"
+            )
+        mutated = textwrap.dedent(src.replace(self.old, self.new))
+        namespace: dict[str, Any] = dict(vars(mod))
+        exec(compile(mutated, f"<mutant {self.name}>", "exec"), namespace)
+        setattr(klass, self.method, namespace[self.method])
+        try:
+            yield
+        finally:
+            setattr(klass, self.method, original)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "admission-not-strict",
+        "schedule_policy",
+        "PrefillAdder",
+        "_select_prefill_admission",
+        "if not total_tokens < self.rem_total_tokens:",
+        "if not total_tokens <= self.rem_total_tokens:",
+        "prefill_budget.py check_prefill: admit only if total_tokens < remaining_total",
+        "pressure",
+    ),
+    Mutant(
+        "ratio-ignores-ignore-eos",
+        "schedule_policy",
+        "PrefillAdder",
+        "_running_offset",
+        "ratio = 1.0 if r.ignore_eos else self.new_token_ratio",
+        "ratio = self.new_token_ratio",
+        "schedule_policy.py _get_running_request_total_token_offset: ignore_eos reserves 1.0",
+    ),
+    Mutant(
+        "no-page-per-request",
+        "schedule_policy",
+        "PrefillAdder",
+        "_reserve",
+        "immediate = _ceil_page(extend_input_len, self.page_size) + self.page_size",
+        "immediate = _ceil_page(extend_input_len, self.page_size)",
+        "prefill_budget.py reserve: one page of headroom per admitted request",
+        "pressure",
+    ),
+    Mutant(
+        "chunk-end-not-page-aligned",
+        "schedule_policy",
+        "PrefillAdder",
+        "_select_prefill_admission",
+        "end = (prefix_len + extend_len) // self.page_size * self.page_size",
+        "end = prefix_len + extend_len",
+        "schedule_policy.py _select_prefill_admission: a truncated chunk ends on a page",
+        "paged",
+    ),
+    Mutant(
+        "retract-most-outputs-first",
+        "scheduler",
+        "Scheduler",
+        "_retract_decode",
+        "reverse=True,",
+        "reverse=False,",
+        "schedule_batch.py _get_decode_retraction_order: fewest outputs retracted first",
+        "pressure",
+    ),
+    Mutant(
+        "ratio-never-decays",
+        "scheduler",
+        "Scheduler",
+        "_update_running_batch",
+        "self.ratio.decay_step()",
+        "pass",
+        "scheduler.py update_running_batch: new_token_ratio decays per decode step",
+    ),
+    Mutant(
+        "retract-no-eviction",
+        "scheduler",
+        "Scheduler",
+        "_release_req",
+        "self._evict_to_free(remaining * RETRACT_DECODE_STEPS)",
+        "self._evict_to_free(0)",
+        "schedule_batch.py release_req: evict for the remaining requests' next 20 steps",
+        "pressure",
+    ),
+    Mutant(
+        "no-finishing-in-flight-exclusion",
+        "scheduler",
+        "Scheduler",
+        "_reqs_finishing_inflight",
+        "and r.next_output_finishes_by_length()]",
+        "and False]",
+        "scheduler.py _reqs_finishing_inflight: the overlap loop skips finishing requests",
+        "overlap",
+    ),
+    Mutant(
+        "prefix-not-capped",
+        "scheduler",
+        "Scheduler",
+        "_match",
+        "matched, node = self.tree.match_prefix(ids[: len(ids) - 1])",
+        "matched, node = self.tree.match_prefix(ids)",
+        "schedule_batch.py _compute_max_prefix_len: a match stops at input_len - 1",
+        "prefix",
+    ),
+    Mutant(
+        "chunk-not-stashed",
+        "scheduler",
+        "Scheduler",
+        "schedule_step",
+        "if self.chunked_req.extend_end > self.chunked_req.prefix_len:",
+        "if False:",
+        "scheduler.py get_next_batch_to_run: stash_chunked_request checkpoints the chunk",
+    ),
+    Mutant(
+        "mixed-extend-end-kept",
+        "scheduler",
+        "Scheduler",
+        "_get_new_batch_prefill",
+        "r.extend_end = r.kv_committed_len",
+        "pass",
+        "schedule_batch.py mix_with_running: decode rows extend to their new length",
+        "mixed",
+    ),
+    Mutant(
+        "no-waiting-prefix-refresh",
+        "schedule_policy",
+        "SchedulePolicy",
+        "calc_priority",
+        "refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0",
+        "refresh = False",
+        "schedule_policy.py _touch_waiting_prefixes: every 32nd call touches queued prefixes",
+    ),
+    Mutant(
+        "lpm-no-fcfs-fallback",
+        "schedule_policy",
+        "SchedulePolicy",
+        "calc_priority",
+        'if active == "lpm" and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX:',
+        'if active == "lpm" and len(queue) > 10 ** 9:',
+        "schedule_policy.py _determine_active_policy: lpm becomes fcfs above 128 queued",
+        "prefix",
+    ),
+    Mutant(
+        "decode-check-no-page-test",
+        "scheduler",
+        "Scheduler",
+        "_new_tokens_required_next_decode",
+        "if r.kv_committed_len % self.page_size == 0",
+        "if True",
+        "schedule_batch.py new_tokens_required_next_decode: a page only at a page boundary",
+        "paged",
+    ),
+)
