@@ -49,6 +49,7 @@ from blis_sglang.version import ENGINE, UPSTREAM_RELEASE
 __all__ = [
     "COMMON_ARGS",
     "POLICIES",
+    "UPSTREAM_POLICIES",
     "SglangSettings",
     "decode_capture_sizes",
     "field_list",
@@ -61,7 +62,7 @@ MIB = 1 << 20
 #: ``schedule_policy`` values this port schedules (``schedule_policy.py`` 0.5.23).
 POLICIES = ("fcfs", "lof", "random", "lpm")
 #: every value upstream's argparse accepts (``arg_groups/fields/schedule.py``)
-_UPSTREAM_POLICIES = (
+UPSTREAM_POLICIES = (
     "lpm",
     "random",
     "fcfs",
@@ -128,9 +129,9 @@ def decode_capture_sizes(max_bs: int, *, no_padding: bool = False) -> tuple[int,
             4,
             8,
             12,
-            *list(range(16, 257, 8)),
-            *list(range(272, 512, 16)),
-            *list(range(512, max_bs + 1, 32)),
+            *range(16, 257, 8),
+            *range(272, 512, 16),
+            *range(512, max_bs + 1, 32),
         ]
     sizes = [s for s in sizes if s <= max_bs]
     if max_bs not in sizes:
@@ -303,12 +304,12 @@ def resolve_settings(
     eviction = _typed(args, "radix_eviction_policy", str, errors) or "lru"
     bs_list = args.get("cuda_graph_bs_decode")
 
-    if policy not in _UPSTREAM_POLICIES:
+    if policy not in UPSTREAM_POLICIES:
         errors.append(
             FieldError(
                 _path("schedule_policy"),
                 policy,
-                f"invalid choice (choose from {', '.join(_UPSTREAM_POLICIES)})",
+                f"invalid choice (choose from {', '.join(UPSTREAM_POLICIES)})",
             )
         )
     elif policy == "priority":

@@ -25,8 +25,8 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
 
+from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.engine import (
     EnginePoolSpec,
     Environment,
@@ -41,7 +41,13 @@ from blis_core.contracts.plan import GraphMode, PoolPlan
 from blis_core.contracts.request import InferenceRequest, output_content_key, prompt_token_ids
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
-from blis_sglang.config import SglangSettings, field_list, resolve_settings
+from blis_sglang.config import (
+    POLICIES,
+    UPSTREAM_POLICIES,
+    SglangSettings,
+    field_list,
+    resolve_settings,
+)
 from blis_sglang.metrics import SglangMetrics
 from blis_sglang.planning import PoolSizes, build_plan
 from blis_sglang.req import Req
@@ -78,7 +84,7 @@ class SglangEngine:
             context_len=settings.context_len,
             decode_log_interval=settings.decode_log_interval,
         )
-        self._in_flight: deque[tuple[StepShape, Batch]] = deque()
+        self._in_flight: deque[StepShape] = deque()
         self._step_id = 0
         self._unfinished: dict[str, Req] = {}
         self._aborted: list[FinishedRequest] = []
@@ -121,7 +127,6 @@ class SglangEngine:
             output_content_key=output_content_key(request.request_id),
             vocab_size=self._vocab,
         )
-        self.scheduler.clock = now_us / 1e6
         self.scheduler.add_request(req)
         self._unfinished[request.request_id] = req
 
@@ -152,10 +157,8 @@ class SglangEngine:
         if len(self._in_flight) >= self._plan.steps_in_flight:
             return None
         s = self.scheduler
-        s.clock = now_us / 1e6
-        was_retracted = s.num_retracted_total
         batch = s.schedule_step()
-        if s.num_retracted_total != was_retracted:
+        if s.retracted:
             moved = s.retracted
             self.metrics.retracted(
                 len(moved),
@@ -170,7 +173,7 @@ class SglangEngine:
                 self.metrics.idle(now_us / 1e6)
             return None
         shape = self._shape(batch)
-        self._in_flight.append((shape, batch))
+        self._in_flight.append(shape)
         return shape
 
     def _shape(self, batch: Batch) -> StepShape:
@@ -205,11 +208,10 @@ class SglangEngine:
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         """Process the oldest launched batch's result."""
-        expected, _ = self._in_flight.popleft()
+        expected = self._in_flight.popleft()
         if expected.step_id != shape.step_id:
             raise AssertionError(f"step {shape.step_id} completed out of order")
         s = self.scheduler
-        s.clock = now_us / 1e6
         batch, result = s.process_result()
         now_s = now_us / 1e6
         if batch.is_extend() and batch.prefill_report is not None:
@@ -258,42 +260,29 @@ class SglangEngineFactory:
     upstream_release = UPSTREAM_RELEASE
     plugin_version = PLUGIN_VERSION
 
-    def _resolve(self, spec: EnginePoolSpec, env: Environment) -> tuple[SglangSettings, Any]:
+    def _resolve_and_size(
+        self, spec: EnginePoolSpec, env: Environment
+    ) -> tuple[PoolPlan, PoolSizes, SglangSettings, ModelArchitecture]:
         model = env.model(spec.model)
         hw = env.hardware(spec.hardware)
         settings = resolve_settings(
             spec.args, model, hw, spec.layout, env.device_memory_bytes(spec.hardware)
         )
-        return settings, (model, hw)
+        plan, sizes = build_plan(settings, model, hw, env)
+        return plan, sizes, settings, model
 
     def plan(self, spec: EnginePoolSpec, env: Environment) -> PoolPlan:
         """Resolve the server arguments and size the pool (``blis plan``)."""
-        settings, (model, hw) = self._resolve(spec, env)
-        plan, _ = build_plan(settings, model, hw, env)
-        return plan
+        return self._resolve_and_size(spec, env)[0]
 
     def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> SglangEngine:
         """A running engine named ``instance``."""
-        settings, (model, hw) = self._resolve(spec, env)
-        plan, sizes = build_plan(settings, model, hw, env)
+        plan, sizes, settings, model = self._resolve_and_size(spec, env)
         return SglangEngine(plan, sizes, settings, model.vocab_size)
 
     def surface(self) -> Mapping[str, Mapping[str, str]]:
         """``blis surface sglang``: every ServerArgs field with its status, and the
         scheduling policies."""
         fields = {name: str(entry["status"]) for name, entry in field_list().items()}
-        policies = {
-            p: ("modelled" if p in ("fcfs", "lof", "random", "lpm") else "refused")
-            for p in (
-                "fcfs",
-                "lof",
-                "random",
-                "lpm",
-                "dfs-weight",
-                "hrrn",
-                "shortest-prefill-first",
-                "routing-key",
-                "priority",
-            )
-        }
+        policies = {p: "modelled" if p in POLICIES else "refused" for p in UPSTREAM_POLICIES}
         return {"fields": fields, "schedule_policies": policies}

@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchitecture
@@ -128,7 +129,7 @@ def build_plan(
             settings.mem_fraction_static,
             "Loaded weights leave no GPU memory for the KV cache under "
             f"--mem-fraction-static={settings.mem_fraction_static}. Raise "
-            f"--mem-fraction-static above {-(-minimum * 1000 // 1) / 1000:.3f} "
+            f"--mem-fraction-static above {math.ceil(minimum * 1000) / 1000:.3f} "
             f"(minimum viable = 1 - available/pre = {minimum:.4f}).",
             source,
         )

@@ -27,7 +27,6 @@ class Req:
     """``sampling_params.max_new_tokens`` after ``init_req_max_new_tokens`` clipped it."""
     output_content_key: str
     vocab_size: int
-    wait_queue_entry_time: float = 0.0
     output_ids: list[int] = field(default_factory=list)
     prefix_len: int = 0
     extend_end: int = 0
@@ -44,7 +43,6 @@ class Req:
     inflight_middle_chunks: int = 0
     is_retracted: bool = False
     retracted_stain: bool = False
-    retraction_count: int = 0
     finished_reason: str | None = None
     to_finish: str | None = None
     first_scheduled: bool = False

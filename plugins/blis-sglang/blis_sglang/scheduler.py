@@ -188,20 +188,18 @@ class Scheduler:
         self.forward_ct = 0
         self.forward_ct_decode = 0
         self.processed_tokens = 0
-        self.num_retracted_last = 0
         self.num_retracted_total = 0
         self.idle_reported = False
         self.retracted: list[Req] = []
         self.aborted: list[Req] = []
-        self.clock = 0.0
         self.token_source: Callable[[Req], int] = Req.next_token_id
         """The id of a request's next output token (an oracle feeds the real model's)."""
 
     # -- queue ---------------------------------------------------------------------------
 
     def add_request(self, req: Req) -> None:
-        """``_add_request_to_queue``: append at the tail with its entry time."""
-        req.wait_queue_entry_time = self.clock
+        """``_add_request_to_queue``: append at the tail (the entry time it records is read
+        only by priority scheduling, which is not ported)."""
         self.waiting_queue.append(req)
 
     def abort(self, rid: str) -> None:
@@ -563,7 +561,6 @@ class Scheduler:
         self.ratio.current = min(
             1.0, (decoded + RETRACT_DECODE_STEPS * len(batch.reqs)) / (budget + 1)
         )
-        self.num_retracted_last = len(retracted)
         self.num_retracted_total += len(retracted)
         for req in retracted:
             self.retracted.append(req)
@@ -574,7 +571,6 @@ class Scheduler:
         the requests left, reset for a new prefill of prompt and output."""
         self._release_kv_cache(req, checkpoint=False)
         self._evict_to_free(remaining * RETRACT_DECODE_STEPS)
-        req.retraction_count += 1
         req.prefix_len = 0
         req.last_node = None
         req.cache_protected_len = 0

@@ -324,7 +324,7 @@ def _state_real(s: Any) -> dict[str, Any]:
         "chunked": s.chunked_req.rid if s.chunked_req is not None else None,
         "available": s.token_to_kv_pool_allocator.available_size(),
         "evictable": s.tree_cache.evictable_size(),
-        "protected": s.tree_cache.protected_size(),
+        "protected": _protected(s.tree_cache),
         "free_rows": s.req_to_token_pool.available_size(),
         "ratio": round(s.new_token_ratio_tracker.current, 9),
     }
@@ -402,9 +402,7 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         stats.iterations += 1
         if batch is not None:
             stats.batches[_batch_view_real(batch)[0]] += 1  # type: ignore[index]
-        rs, ps = _state_real(real), _state_port(port)
-        rs["protected"] = _protected(real.tree_cache)
-        _compare(sc, it, "state", rs, ps, stats)
+        _compare(sc, it, "state", _state_real(real), _state_port(port), stats)
         for rid, rr in real_reqs.items():
             pr = port_reqs[rid]
             _compare(
