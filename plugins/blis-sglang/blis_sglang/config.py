@@ -60,7 +60,16 @@ __all__ = [
 MIB = 1 << 20
 
 #: ``schedule_policy`` values this port schedules (``schedule_policy.py`` 0.5.23).
-POLICIES = ("fcfs", "lof", "random", "lpm")
+POLICIES = (
+    "fcfs",
+    "lof",
+    "random",
+    "lpm",
+    "dfs-weight",
+    "hrrn",
+    "shortest-prefill-first",
+    "routing-key",
+)
 #: every value upstream's argparse accepts (``arg_groups/fields/schedule.py``)
 UPSTREAM_POLICIES = (
     "lpm",
@@ -116,6 +125,14 @@ class SglangSettings:
     prefill_graph_sizes: tuple[int, ...]
     """Breakable prefill CUDA-graph token buckets (empty: prefill graphs off)."""
     decode_log_interval: int
+    max_queued_requests: int | None = None
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    priority_scheduling_preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
+    abort_on_priority_when_disabled: bool = False
+    default_priority_value: int | None = None
+    retraction_policy: str = "length"
 
 
 def decode_capture_sizes(max_bs: int, *, no_padding: bool = False) -> tuple[int, ...]:
@@ -290,8 +307,21 @@ def resolve_settings(
         "random_seed",
         "cuda_graph_max_bs_decode",
         "decode_log_interval",
+        "max_queued_requests",
+        "priority_scheduling_preemption_threshold",
+        "default_priority_value",
     ):
         ints[name] = _typed(args, name, int, errors)
+    flags = {
+        name: bool(_typed(args, name, bool, errors))
+        for name in (
+            "enable_priority_scheduling",
+            "schedule_low_priority_values_first",
+            "disable_priority_preemption",
+            "abort_on_priority_when_disabled",
+        )
+    }
+    retraction = _typed(args, "retraction_policy", str, errors) or "length"
     frac = _typed(args, "mem_fraction_static", (int, float), errors)
     conservativeness = _typed(args, "schedule_conservativeness", (int, float), errors)
     policy = _typed(args, "schedule_policy", str, errors) or "fcfs"
@@ -312,6 +342,15 @@ def resolve_settings(
                 f"invalid choice (choose from {', '.join(UPSTREAM_POLICIES)})",
             )
         )
+    elif flags["enable_priority_scheduling"] and policy not in ("fcfs", "lof"):
+        errors.append(
+            FieldError(
+                _path("schedule_policy"),
+                policy,
+                "To use priority scheduling, schedule_policy must be 'fcfs' or 'lof'. "
+                f"'{policy}' is not supported.",
+            )
+        )
     elif policy == "priority":
         errors.append(
             FieldError(
@@ -322,12 +361,29 @@ def resolve_settings(
                 "enable_priority_scheduling",
             )
         )
-    elif policy not in POLICIES:
+    if retraction not in ("length", "priority"):
         errors.append(
             FieldError(
-                _path("schedule_policy"),
-                policy,
-                f"not modelled by blis-sglang: ported policies are {', '.join(POLICIES)}",
+                _path("retraction_policy"),
+                retraction,
+                "invalid choice (choose from length, priority)",
+            )
+        )
+    elif retraction == "priority" and not flags["enable_priority_scheduling"]:
+        errors.append(
+            FieldError(
+                _path("retraction_policy"),
+                retraction,
+                "--retraction-policy priority requires --enable-priority-scheduling",
+            )
+        )
+    default_priority = ints["default_priority_value"]
+    if default_priority is not None and not -(1 << 63) <= default_priority < (1 << 63):
+        errors.append(
+            FieldError(
+                _path("default_priority_value"),
+                default_priority,
+                "priority must be a signed 64-bit integer",
             )
         )
     if conservativeness is not None and conservativeness < 0:
@@ -439,4 +495,13 @@ def resolve_settings(
         decode_graph_sizes=decode_sizes,
         prefill_graph_sizes=prefill_sizes,
         decode_log_interval=ints["decode_log_interval"] or 40,
+        max_queued_requests=ints["max_queued_requests"],
+        priority_scheduling_preemption_threshold=(
+            ints["priority_scheduling_preemption_threshold"]
+            if ints["priority_scheduling_preemption_threshold"] is not None
+            else 10
+        ),
+        default_priority_value=default_priority,
+        retraction_policy=retraction,
+        **flags,
     )

@@ -54,7 +54,10 @@ from blis_sglang.req import Req
 from blis_sglang.scheduler import Batch, Scheduler
 from blis_sglang.version import ENGINE, ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
 
-__all__ = ["SglangEngine", "SglangEngineFactory"]
+__all__ = ["ROUTING_KEY_HEADER", "SglangEngine", "SglangEngineFactory"]
+
+#: the header ``routing-key`` scheduling reads (``serving_base.extract_routing_key``)
+ROUTING_KEY_HEADER = "x-smg-routing-key"
 
 
 class SglangEngine:
@@ -78,6 +81,15 @@ class SglangEngine:
             enable_overlap=settings.enable_overlap,
             enable_mixed_chunk=settings.enable_mixed_chunk,
             random_seed=settings.random_seed,
+            max_queued_requests=settings.max_queued_requests,
+            enable_priority_scheduling=settings.enable_priority_scheduling,
+            schedule_low_priority_values_first=settings.schedule_low_priority_values_first,
+            priority_scheduling_preemption_threshold=(
+                settings.priority_scheduling_preemption_threshold
+            ),
+            disable_priority_preemption=settings.disable_priority_preemption,
+            abort_on_priority_when_disabled=settings.abort_on_priority_when_disabled,
+            retraction_policy=settings.retraction_policy,
         )
         self.metrics = SglangMetrics(
             self.scheduler,
@@ -126,9 +138,40 @@ class SglangEngine:
             max_new_tokens=max_new,
             output_content_key=output_content_key(request.request_id),
             vocab_size=self._vocab,
+            priority=self._priority(request),
+            routing_key=next(
+                (v for k, v in request.headers if k.lower() == ROUTING_KEY_HEADER), None
+            ),
         )
-        self.scheduler.add_request(req)
+        s = self.scheduler
+        s.add_request(req)
+        if req.finished():
+            # refused on arrival (a priority the server refuses, or a full queue): the
+            # client gets SGLang's 503 abort at once
+            s.aborted.remove(req)
+            message = s.abort_messages.pop(req.rid)
+            if message.startswith("Using priority"):
+                raise InputRefused.one("request.priority", req.priority, message, ENGINE)
+            raise InputRefused.one("max_queued_requests", s.max_queued_requests, message, ENGINE)
         self._unfinished[request.request_id] = req
+
+    def _priority(self, request: InferenceRequest) -> int | None:
+        """The body's ``priority``: BLIS's default 0 is a request that sends none; the
+        tokenizer manager gives an unset one ``default_priority_value`` under priority
+        scheduling (``_set_default_priority``)."""
+        priority: int | None = request.priority if request.priority != 0 else None
+        s = self._settings
+        if s.enable_priority_scheduling and priority is None:
+            priority = s.default_priority_value
+        if priority is not None and not -(1 << 63) <= priority < (1 << 63):
+            raise InputRefused.one(
+                "request.priority",
+                priority,
+                "priority must be a signed 64-bit integer between -9223372036854775808 "
+                "and 9223372036854775807",
+                ENGINE,
+            )
+        return priority
 
     def abort_request(self, request_id: str, now_us: int) -> None:
         """``abort_request``: unknown or finished ids are ignored."""
@@ -139,6 +182,7 @@ class SglangEngine:
 
     def _drain_aborted(self) -> None:
         for req in self.scheduler.aborted:
+            self.scheduler.abort_messages.pop(req.rid, None)
             self._aborted.append(FinishedRequest(req.rid, "abort", len(req.output_ids)))
             self._end(req)
         self.scheduler.aborted.clear()
@@ -166,7 +210,9 @@ class SglangEngine:
                 sum(len(r.output_ids) for r in moved),
             )
         self._preempted.extend(r.rid for r in s.retracted)
+        self._preempted.extend(r.rid for r in s.preempted)
         s.retracted.clear()
+        s.preempted.clear()
         self._drain_aborted()
         if batch is None:
             if s.idle_reported:

@@ -499,6 +499,38 @@ class RadixCache:
             stack.extend(node.children.values())
         return total
 
+    def dfs_weight_order(self, nodes: Sequence[TreeNode | None]) -> list[int]:
+        """``_dfs_weight_order`` (``base_prefix_cache.py:347``): the indices of
+        ``nodes`` (each request's ``last_node``) in depth-first order, heavier subtrees
+        (more requests ending in them) first, a node's own requests after its
+        subtree's; children of equal weight keep their insertion order."""
+        at: dict[int, list[int]] = {}
+        for index, node in enumerate(nodes):
+            at.setdefault(id(node), []).append(index)
+        weight = {key: len(indices) for key, indices in at.items()}
+        stack: list[tuple[TreeNode, bool]] = [(self.root_node, False)]
+        while stack:
+            node, visited = stack.pop()
+            if visited:
+                w = weight.get(id(node), 0)
+                for child in node.children.values():
+                    w += weight.get(id(child), 0)
+                weight[id(node)] = w
+                continue
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(node.children.values()))
+        order: list[int] = []
+        stack = [(self.root_node, False)]
+        while stack:
+            node, visited = stack.pop()
+            if visited:
+                order.extend(at.get(id(node), ()))
+                continue
+            children = sorted(node.children.values(), key=lambda c: -weight.get(id(c), 0))
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(children))
+        return order
+
     def take_events(self) -> list[KVEvent]:
         """Hand over and clear the queued KV events (``events.py:310 take``).
 

@@ -47,6 +47,16 @@ class Req:
     to_finish: str | None = None
     first_scheduled: bool = False
     num_matched_prefix_tokens: int = 0
+    priority: int | None = None
+    """The request's ``priority`` field (``None``: not sent); priority scheduling gives
+    an unset one the least-preferred value (``_set_or_validate_priority``)."""
+    routing_key: str | None = None
+    """The ``x-smg-routing-key`` header (``serving_base.extract_routing_key``)."""
+    wait_queue_entry_time: int = 0
+    """When the request last entered the waiting queue, as an order (the loop's
+    ``time.monotonic()`` reads are strictly increasing)."""
+    arrival_processed_tokens: int = 0
+    """The prefill tokens processed when it last entered the queue (HRRN's aging)."""
 
     @property
     def rid(self) -> str:

@@ -1,23 +1,31 @@
 """Queue ordering and prefill admission (SGLang 0.5.23 ``managers/schedule_policy.py``).
 
-* :func:`calc_priority` (``:213``): ``fcfs`` keeps arrival order (no sort without
-  priority scheduling); ``lof`` sorts by ``-max_new_tokens``; ``random`` shuffles with
-  the scheduler's seeded generator; ``lpm`` matches every queued request against the
-  tree and sorts by longest match, requests that share a >= 32-token prefix with an
-  earlier queued one deprioritised (``_compute_prefix_matches``, ``:346``, with the
-  simulated in-batch tree), and falls back to FCFS above 128 queued requests.
+* :func:`calc_priority` (``:213``): ``fcfs`` keeps arrival order (sorted by priority,
+  then queue entry, only with priority scheduling); ``lof`` sorts by ``-max_new_tokens``
+  (priority first with priority scheduling); ``random`` shuffles with the scheduler's
+  seeded generator; ``routing-key`` puts requests whose ``x-smg-routing-key`` is most
+  frequent in the running batch first. The cache-aware policies match every queued
+  request against the tree, deprioritising one that shares a >= 32-token prefix with an
+  earlier queued one (``_compute_prefix_matches``, ``:346``, with the simulated in-batch
+  tree): ``lpm`` sorts by longest match, ``dfs-weight`` walks the tree heaviest subtree
+  first (``_dfs_weight_order``, ``base_prefix_cache.py:347``), ``hrrn`` by the prefill
+  tokens waited over the uncached prompt, ``shortest-prefill-first`` by uncached work
+  (and caps the continuing chunk, ``shortest_prefill_chunk_limit``); ``lpm`` and
+  ``hrrn`` fall back to FCFS above 128 queued requests.
 * :class:`PrefillAdder` (``:607``) with the fixed-pool :class:`PrefillBudget`
   (``mem_cache/prefill_budget.py``): ``rem_input_tokens``, ``rem_chunk_tokens``, the
   total/current offsets with the running requests' ``new_token_ratio`` reservation
   (``min(max_new - out, 4096) x ratio``, 1.0 for ``ignore_eos``), the strict admission
   test ``total_tokens < remaining_total`` made while the request's prefix is locked,
-  page-aligned chunk truncation and ``add_chunked_req`` for the continuing chunk.
+  page-aligned chunk truncation, ``add_chunked_req`` for the continuing chunk, and
+  ``preempt_to_schedule`` (``:1707``) for priority scheduling's preemption.
 """
 
 from __future__ import annotations
 
 import enum
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,11 +33,13 @@ from blis_sglang.radix_cache import RadixCache
 from blis_sglang.req import Req
 
 __all__ = [
+    "CACHE_AWARE_POLICIES",
     "CLIP_MAX_NEW_TOKENS",
     "AddReqResult",
     "KVPool",
     "PrefillAdder",
     "SchedulePolicy",
+    "shortest_prefill_work",
 ]
 
 #: ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` default (``schedule_policy.py:89``)
@@ -80,8 +90,23 @@ def _ceil_page(tokens: int, page: int) -> int:
     return -(-tokens // page) * page
 
 
+#: the policies that match every queued request against the tree (``CacheAwarePolicy``)
+CACHE_AWARE_POLICIES = ("lpm", "dfs-weight", "hrrn", "shortest-prefill-first")
+
+
+def shortest_prefill_work(r: Req) -> int:
+    """``_shortest_prefill_work`` (``:376``): the uncached prompt and output, at least 1."""
+    return max(1, r.fill_len() - r.num_matched_prefix_tokens)
+
+
+def _priority(r: Req) -> int:
+    # priority scheduling gives every queued request a value (_set_or_validate_priority)
+    assert r.priority is not None, r.rid
+    return r.priority
+
+
 class SchedulePolicy:
-    """``SchedulePolicy`` (``schedule_policy.py``): the queue order of one scheduler.
+    """``SchedulePolicy`` (``schedule_policy.py:190``): the queue order of one scheduler.
 
     :meth:`calc_priority` (``:213``) orders the queue in place; then, for a
     cache-agnostic active policy, every 32nd call touches the first 128 queued
@@ -89,37 +114,128 @@ class SchedulePolicy:
     their recency in the tree and may split nodes.
     """
 
-    def __init__(self, policy: str, tree: RadixCache, rng: random.Random) -> None:
+    def __init__(
+        self,
+        policy: str,
+        tree: RadixCache,
+        rng: random.Random,
+        *,
+        enable_priority_scheduling: bool = False,
+        schedule_low_priority_values_first: bool = False,
+    ) -> None:
         self.policy = policy
         self.tree = tree
         self.rng = rng
+        self.enable_priority_scheduling = enable_priority_scheduling
+        self.priority_sign = 1 if schedule_low_priority_values_first else -1
         self.refresh_calls = 0
 
-    def calc_priority(self, queue: list[Req], match: Callable[[Req], None]) -> None:
-        """Order ``queue`` in place; ``match`` is the policy's ``match_kv_cache`` probe."""
-        active = self.policy
-        if active == "lpm" and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX:
-            active = "fcfs"
-        cache_aware = active == "lpm"
+    def _active_policy(self, queue: list[Req]) -> str:
+        """``_determine_active_policy`` (``:303``): lpm and hrrn fall back to FCFS
+        above 128 queued requests."""
+        if self.policy in ("lpm", "hrrn") and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX:
+            return "fcfs"
+        return self.policy
+
+    def calc_priority(
+        self,
+        queue: list[Req],
+        match: Callable[[Req], None],
+        running: list[Req] | None = None,
+        processed_tokens: int = 0,
+    ) -> None:
+        """Order ``queue`` in place; ``match`` is the policy's ``match_kv_cache`` probe,
+        ``running`` the running batch's requests, ``processed_tokens`` the prefill tokens
+        launched so far (HRRN's clock)."""
+        active = self._active_policy(queue)
+        cache_aware = active in CACHE_AWARE_POLICIES
+        sign = self.priority_sign
         if self.policy == "fcfs":
-            pass  # arrival order; sorted only with priority scheduling (not ported)
+            if self.enable_priority_scheduling:
+                queue.sort(key=lambda r: (_priority(r) * sign, r.wait_queue_entry_time))
         elif cache_aware:
             deprioritized = _compute_prefix_matches(queue, match)
-            queue.sort(
-                key=lambda r: (
-                    float("inf") if r.rid in deprioritized else -r.num_matched_prefix_tokens
+            if active == "lpm":
+                queue.sort(
+                    key=lambda r: (
+                        float("inf") if r.rid in deprioritized else -r.num_matched_prefix_tokens
+                    )
                 )
-            )
+            elif active == "dfs-weight":
+                order = self.tree.dfs_weight_order([r.last_node for r in queue])
+                queue[:] = [queue[i] for i in order]
+            elif active == "hrrn":
+                queue.sort(key=lambda r: _hrrn_key(r, deprioritized, processed_tokens))
+            else:
+                queue.sort(
+                    key=lambda r: (
+                        r.rid in deprioritized,
+                        shortest_prefill_work(r),
+                        r.wait_queue_entry_time,
+                    )
+                )
         elif active == "lof":
-            queue.sort(key=lambda r: -r.max_new_tokens)
+            if self.enable_priority_scheduling:
+                queue.sort(key=lambda r: (_priority(r) * sign, -r.max_new_tokens))
+            else:
+                queue.sort(key=lambda r: -r.max_new_tokens)
         elif active == "random":
             self.rng.shuffle(queue)
+        elif active == "routing-key" and running is not None:
+            _sort_by_routing_key(queue, running)
         if not cache_aware and queue and not self.tree.disable:
             refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
             self.refresh_calls += 1
             if refresh:
                 for r in reversed(queue[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
                     self.tree.match_prefix(r.fill_ids())
+
+    def shortest_prefill_chunk_limit(
+        self, chunked: Req, queue: list[Req], budget: int, page_size: int
+    ) -> int | None:
+        """``shortest_prefill_chunk_limit`` (``:396``): under shortest-prefill-first, cap
+        the continuing chunk so the shorter queued prefills ahead of it fit beside it."""
+        if self.policy != "shortest-prefill-first" or budget < 2 * page_size:
+            return None
+        remaining = chunked.filled_len - chunked.prefix_len
+        reserved = 0
+        for r in queue:
+            work = shortest_prefill_work(r)
+            charge = _ceil_page(work, page_size)
+            if work >= remaining or reserved + charge > budget - page_size:
+                break
+            reserved += charge
+        if not reserved:
+            return None
+        return (budget - reserved) // page_size * page_size
+
+
+def _hrrn_key(r: Req, deprioritized: set[str], processed_tokens: int) -> tuple[float, str]:
+    """``_sort_by_hrrn``'s key (``:461``): highest response ratio first, the waited
+    prefill tokens over the uncached prompt; ties by request id."""
+    if r.rid in deprioritized:
+        return (float("inf"), r.rid)
+    uncached = max(0, len(r.origin_input_ids) - r.num_matched_prefix_tokens)
+    if uncached <= 0:
+        return (-float("inf"), r.rid)
+    waited = max(0, processed_tokens - r.arrival_processed_tokens)
+    return (-(waited / uncached), r.rid)
+
+
+def _sort_by_routing_key(queue: list[Req], running: list[Req]) -> None:
+    """``_sort_by_routing_key`` (``:540``): requests whose routing key is most frequent in
+    the running batch first."""
+    counts = Counter(r.routing_key for r in running if r.routing_key)
+    if not counts:
+        return
+
+    def key(r: Req) -> tuple[int, int, str]:
+        k = r.routing_key
+        if k and k in counts:
+            return (0, -counts[k], k)
+        return (1, 0, k or "")
+
+    queue.sort(key=key)
 
 
 def _compute_prefix_matches(queue: list[Req], match: Callable[[Req], None]) -> set[str]:
@@ -160,8 +276,16 @@ class PrefillAdder:
         rem_input_tokens: int,
         rem_chunk_tokens: int | None,
         num_mixed_decode_tokens: int = 0,
+        priority_scheduling_preemption_threshold: int = 0,
+        schedule_low_priority_values_first: bool = False,
     ) -> None:
         self.page_size = page_size
+        self.running = running
+        self.preemption_threshold = priority_scheduling_preemption_threshold
+        self.priority_sign = 1 if schedule_low_priority_values_first else -1
+        self.preempt_list: list[Req] = []
+        self.chunked_req_limit: int | None = None
+        """Set by the scheduler for shortest-prefill-first (``shortest_prefill_chunk_limit``)."""
         self.tree = tree
         self.pool = pool
         self.new_token_ratio = new_token_ratio
@@ -240,6 +364,9 @@ class PrefillAdder:
         still truncated after this chunk, else ``None``."""
         assert self.rem_chunk_tokens is not None
         rem = self._available_chunk_tokens(self.rem_chunk_tokens)
+        if self.chunked_req_limit is not None:
+            assert self.chunked_req_limit > 0
+            rem = min(rem, self.chunked_req_limit)
         cand = req.fill_len() - req.prefix_len
         truncated = cand > rem
         new_len = min(cand, rem)
@@ -310,3 +437,44 @@ class PrefillAdder:
             admission.max_new_tokens,
             req.retracted_stain,
         )
+
+    def preempt_to_schedule(self, req: Req, release: Callable[[Req, int], None]) -> bool:
+        """``preempt_to_schedule`` (``:1707``): make room for ``req`` by preempting the
+        least-preferred running requests whose priority is worse by more than the
+        threshold, if their reservations cover ``req``'s; ``release`` frees one (the
+        batch's ``release_req`` with the count of requests left). True if it did."""
+        sign = self.priority_sign
+        candidates = sorted(
+            (r for r in self.running if r not in self.preempt_list and not r.finished()),
+            key=lambda r: (_priority(r) * -sign, -r.wait_queue_entry_time),
+        )
+        chosen: list[Req] = []
+        to_remove = (
+            req.filled_len
+            - req.prefix_len
+            + min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+            - self.rem_total_tokens
+        )
+        for r in candidates:
+            if (_priority(req) - _priority(r)) * -sign > self.preemption_threshold:
+                chosen.append(r)
+                to_remove -= self._running_offset(r)
+                if to_remove <= 0:
+                    break
+            else:
+                break
+        if not chosen or to_remove > 0:
+            return False
+        picked = set(map(id, chosen))
+        kept: list[Req] = []
+        released = 0
+        for r in list(self.running):
+            if id(r) in picked:
+                self.total_offset -= self._running_offset(r)
+                released += 1
+                release(r, len(self.running) - released)
+            else:
+                kept.append(r)
+        self.running[:] = kept
+        self.preempt_list.extend(chosen)
+        return True

@@ -36,6 +36,7 @@ test at ``max_new_tokens``), or by an abort.
 from __future__ import annotations
 
 import random
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,6 +95,10 @@ class Batch:
     decode_contexts: list[int] = field(default_factory=list)
     """For each decoding request, the KV tokens before the one this step writes."""
     prefill_report: PrefillReport | None = None
+    extend_num_tokens: int = 0
+    """Set when the batch is prepared as an extend (plus one per mixed decode row) and
+    never reset: a prefill batch that becomes the running batch keeps it through every
+    decode step, and each launch adds it to HRRN's clock (``run_batch``, ``:4632``)."""
 
     def is_extend(self) -> bool:
         """``forward_mode.is_extend()``: extend and mixed batches."""
@@ -166,6 +171,13 @@ class Scheduler:
         enable_mixed_chunk: bool,
         random_seed: int,
         record_kv_events: bool = True,
+        max_queued_requests: int | None = None,
+        enable_priority_scheduling: bool = False,
+        schedule_low_priority_values_first: bool = False,
+        priority_scheduling_preemption_threshold: int = 10,
+        disable_priority_preemption: bool = False,
+        abort_on_priority_when_disabled: bool = False,
+        retraction_policy: str = "length",
     ) -> None:
         self.page_size = page_size
         self.max_running_requests = max_running_requests
@@ -177,7 +189,22 @@ class Scheduler:
         self.pool = KVPool(max_total_num_tokens, page_size)
         self.tree = RadixCache(page_size, record_events=record_kv_events)
         self.rng = random.Random(random_seed)
-        self.schedule_policy = SchedulePolicy(policy, self.tree, self.rng)
+        self.max_queued_requests = max_queued_requests
+        self.enable_priority_scheduling = enable_priority_scheduling
+        self.schedule_low_priority_values_first = schedule_low_priority_values_first
+        self.priority_scheduling_preemption_threshold = priority_scheduling_preemption_threshold
+        self.enable_priority_preemption = (
+            enable_priority_scheduling and not disable_priority_preemption
+        )
+        self.abort_on_priority_when_disabled = abort_on_priority_when_disabled
+        self.retraction_policy = retraction_policy
+        self.schedule_policy = SchedulePolicy(
+            policy,
+            self.tree,
+            self.rng,
+            enable_priority_scheduling=enable_priority_scheduling,
+            schedule_low_priority_values_first=schedule_low_priority_values_first,
+        )
         self.ratio = NewTokenRatio.from_conservativeness(conservativeness)
         self.free_rows = max_running_requests
         self.waiting_queue: list[Req] = []
@@ -191,16 +218,80 @@ class Scheduler:
         self.num_retracted_total = 0
         self.idle_reported = False
         self.retracted: list[Req] = []
+        self.preempted: list[Req] = []
+        """Requests priority preemption took out of the running batch (since last read)."""
         self.aborted: list[Req] = []
+        self.abort_messages: dict[str, str] = {}
+        """Why the scheduler aborted a request, by request id (the finish reason's text)."""
         self.token_source: Callable[[Req], int] = Req.next_token_id
         """The id of a request's next output token (an oracle feeds the real model's)."""
+        self.requeue_order: Callable[[list[Req]], list[Req]] = list
+        """The order preempted requests re-enter the queue in. Upstream iterates a
+        ``set`` of them (``preempt_to_schedule``), an order that follows memory addresses;
+        the port keeps the order they were chosen in (an oracle feeds the real one)."""
+        self._entry_clock = 0
 
     # -- queue ---------------------------------------------------------------------------
 
     def add_request(self, req: Req) -> None:
-        """``_add_request_to_queue``: append at the tail (the entry time it records is read
-        only by priority scheduling, which is not ported)."""
+        """``_add_request_to_queue`` (``:3479``): a new, retracted or preempted request
+        joins the tail of the queue, stamped with its entry order and the prefill tokens
+        processed so far; it is aborted instead if its priority is refused or the queue is
+        full (a full queue under priority scheduling may abort a queued request instead)."""
+        if not self._set_or_validate_priority(req):
+            return
+        if self._abort_on_queued_limit(req):
+            return
         self.waiting_queue.append(req)
+        self._entry_clock += 1
+        req.wait_queue_entry_time = self._entry_clock
+        req.arrival_processed_tokens = self.processed_tokens
+
+    def _abort_queued(self, req: Req, message: str) -> None:
+        req.finished_reason = "abort"
+        self.abort_messages[req.rid] = message
+        self.aborted.append(req)
+
+    def _set_or_validate_priority(self, req: Req) -> bool:
+        """``_set_or_validate_priority`` (``:3520``)."""
+        if self.enable_priority_scheduling and req.priority is None:
+            low_first = self.schedule_low_priority_values_first
+            req.priority = sys.maxsize if low_first else -sys.maxsize - 1
+        elif (
+            not self.enable_priority_scheduling
+            and req.priority is not None
+            and self.abort_on_priority_when_disabled
+        ):
+            self._abort_queued(
+                req,
+                "Using priority is disabled for this server. Please send a new request "
+                "without a priority.",
+            )
+            return False
+        return True
+
+    def _abort_on_queued_limit(self, req: Req) -> bool:
+        """``_abort_on_queued_limit`` (``:3551``): True if ``req`` itself is aborted."""
+        limit = self.max_queued_requests
+        if limit is None or len(self.waiting_queue) + 1 <= limit:
+            return False
+        victim = req
+        message = "The request queue is full."
+        if self.enable_priority_scheduling:
+            direction = 1 if self.schedule_low_priority_values_first else -1
+            idx, candidate = max(
+                enumerate(self.waiting_queue),
+                key=lambda item: (
+                    direction * (item[1].priority or 0),
+                    item[1].wait_queue_entry_time,
+                ),
+            )
+            if direction * (req.priority or 0) < direction * (candidate.priority or 0):
+                self.waiting_queue.pop(idx)
+                victim = candidate
+                message = "The request is aborted by a higher priority request."
+        self._abort_queued(victim, message)
+        return victim is req
 
     def abort(self, rid: str) -> None:
         """``abort_request``: a waiting request leaves the queue; a running one is told
@@ -350,8 +441,7 @@ class Scheduler:
             batch = None
         if batch is not None:
             self.forward_ct += 1
-            if batch.is_extend():
-                self.processed_tokens += sum(batch.extend_lens)
+            self.processed_tokens += batch.extend_num_tokens
             self.result_queue.append(batch.copy())
         self.idle_reported = False
         if batch is None and (not self.enable_overlap or previous is None):
@@ -376,15 +466,21 @@ class Scheduler:
         return min(self.max_running_requests - running_bs, max(self.free_rows + held_rows, 0))
 
     def _get_new_batch_prefill(self, running: Batch) -> tuple[Batch | None, Batch]:
-        if running.is_empty():
+        if self.enable_priority_preemption or running.is_empty():
             running.batch_is_full = False
         if (running.batch_is_full or not self.waiting_queue) and self.chunked_req is None:
             return None, running
         running_bs = len(running.reqs)
-        if self._num_allocatable_reqs(running_bs) <= 0 and self.chunked_req is None:
+        if (
+            self._num_allocatable_reqs(running_bs) <= 0
+            and self.chunked_req is None
+            and not self.enable_priority_preemption
+        ):
             running.batch_is_full = True
             return None, running
-        self.schedule_policy.calc_priority(self.waiting_queue, self._probe)
+        self.schedule_policy.calc_priority(
+            self.waiting_queue, self._probe, running.reqs, self.processed_tokens
+        )
         adder = PrefillAdder(
             self.page_size,
             self.tree,
@@ -394,9 +490,14 @@ class Scheduler:
             self.max_prefill_tokens,
             self.chunked_prefill_size,
             running_bs if self.is_mixed_chunk else 0,
+            self.priority_scheduling_preemption_threshold,
+            self.schedule_low_priority_values_first,
         )
         if self.chunked_req is not None:
             self.chunked_req.refresh_fill_ids()  # init_next_round_input() without a tree
+            adder.chunked_req_limit = self.schedule_policy.shortest_prefill_chunk_limit(
+                self.chunked_req, self.waiting_queue, adder.rem_chunk_tokens or 0, self.page_size
+            )
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
         for req in self.waiting_queue:
             if adder.budget_state() is AddReqResult.OTHER:
@@ -405,7 +506,10 @@ class Scheduler:
             held = sum(1 for r in adder.can_run_list if r.holds_row)
             if len(adder.can_run_list) >= self._num_allocatable_reqs(running_bs, held):
                 running.batch_is_full = True
-            if running.batch_is_full:
+            if running.batch_is_full and (
+                not self.enable_priority_preemption
+                or not adder.preempt_to_schedule(req, self._release_req)
+            ):
                 break
             self._match(req)
             res = adder.add_one_req(req)
@@ -414,10 +518,16 @@ class Scheduler:
                     running.batch_is_full = bool(adder.can_run_list) or not running.is_empty()
                 break
         can_run = adder.can_run_list
+        preempted = self.requeue_order(adder.preempt_list)
+        self.preempted.extend(preempted)
         if not can_run:
+            for r in preempted:
+                self.add_request(r)
             return None, running
         chosen = set(map(id, can_run))
         self.waiting_queue = [r for r in self.waiting_queue if id(r) not in chosen]
+        for r in preempted:
+            self.add_request(r)
         if adder.new_chunked_req is not None:
             assert self.chunked_req is None
             self.chunked_req = adder.new_chunked_req
@@ -447,6 +557,7 @@ class Scheduler:
                     # checkpoints up to here (overlap)
                     r.extend_end = r.kv_committed_len
                 batch.mode = "mixed"
+                batch.extend_num_tokens += len(running.reqs)
                 batch.decoding_reqs = list(running.reqs)
                 batch.decode_contexts = list(running.decode_contexts)
                 batch.reqs = batch.reqs + running.reqs
@@ -457,6 +568,7 @@ class Scheduler:
         """``prepare_for_extend`` / ``alloc_for_extend``: rows, then KV slots (evicting)."""
         batch.prefix_lens = [r.prefix_len for r in batch.reqs]
         batch.extend_lens = [r.extend_len for r in batch.reqs]
+        batch.extend_num_tokens = sum(batch.extend_lens)
         for r in batch.reqs:
             if not r.holds_row:
                 r.holds_row = True
@@ -535,11 +647,7 @@ class Scheduler:
 
     def _retract_decode(self, batch: Batch) -> None:
         """``retract_decode`` (``schedule_batch.py:3451``) and its caller's bookkeeping."""
-        order = sorted(
-            range(len(batch.reqs)),
-            key=lambda i: (len(batch.reqs[i].output_ids), -len(batch.reqs[i].origin_input_ids)),
-            reverse=True,
-        )
+        order = self._decode_retraction_order(batch.reqs)
         retracted: list[Req] = []
         first = True
         while first or not self._check_decode_mem([batch.reqs[i] for i in order]):
@@ -566,6 +674,26 @@ class Scheduler:
             self.retracted.append(req)
             self.add_request(req)
 
+    def _decode_retraction_order(self, reqs: list[Req]) -> list[int]:
+        """``_get_decode_retraction_order`` (``schedule_batch.py:3542``): indices from
+        most to least preferred to keep; ``retraction_policy="priority"`` ranks by
+        priority before length."""
+
+        def length_key(r: Req) -> tuple[int, int]:
+            return (len(r.output_ids), -len(r.origin_input_ids))
+
+        if self.retraction_policy == "priority":
+            low_first = self.schedule_low_priority_values_first
+            sign = 1 if low_first else -1
+            unset = sys.maxsize if low_first else -sys.maxsize - 1
+
+            def key(r: Req) -> tuple[int, int, int]:
+                prio = unset if r.priority is None else r.priority
+                return (prio * -sign, *length_key(r))
+
+            return sorted(range(len(reqs)), key=lambda i: key(reqs[i]), reverse=True)
+        return sorted(range(len(reqs)), key=lambda i: length_key(reqs[i]), reverse=True)
+
     def _release_req(self, req: Req, remaining: int) -> None:
         """``release_req`` (``schedule_batch.py:2360``): free without caching, evict for
         the requests left, reset for a new prefill of prompt and output."""
@@ -576,6 +704,7 @@ class Scheduler:
         req.cache_protected_len = 0
         req.cache_inserted_len = 0
         req.lock = None
+        req.num_matched_prefix_tokens = 0
         req.extend_end = 0
         req.is_retracted = True
         req.retracted_stain = True

@@ -57,6 +57,8 @@ class OracleRequest:
     max_new_tokens: int
     arrival_iter: int
     ignore_eos: bool = True
+    priority: int | None = None
+    routing_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,15 +77,33 @@ class Scenario:
     conservativeness: float
     max_prefill_tokens: int
     requests: tuple[OracleRequest, ...]
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    priority_scheduling_preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
+    abort_on_priority_when_disabled: bool = False
+    retraction_policy: str = "length"
+    max_queued_requests: int | None = None
 
     def describe(self) -> str:
         """Every parameter, for a failure message."""
         head = {k: v for k, v in self.__dict__.items() if k != "requests"}
         reqs = [
-            (r.rid, len(r.input_ids), r.max_new_tokens, r.arrival_iter, r.ignore_eos)
+            (
+                r.rid,
+                len(r.input_ids),
+                r.max_new_tokens,
+                r.arrival_iter,
+                r.ignore_eos,
+                r.priority,
+                r.routing_key,
+            )
             for r in self.requests
         ]
-        return f"{head}\nrequests (rid, input, max_new, arrival, ignore_eos): {reqs}"
+        return (
+            f"{head}\nrequests (rid, input, max_new, arrival, ignore_eos, priority, "
+            f"routing_key): {reqs}"
+        )
 
 
 @dataclass
@@ -93,6 +113,8 @@ class RunStats:
     iterations: int = 0
     batches: Counter[str] = field(default_factory=Counter)
     retractions: int = 0
+    preemptions: int = 0
+    queue_aborts: int = 0
     chunked: int = 0
     prefix_hit_tokens: int = 0
     evicted_tokens: int = 0
@@ -225,6 +247,13 @@ def build_real(sc: Scenario) -> Any:
         tp_size=1,
         disable_cuda_graph=True,
         disable_overlap_schedule=not sc.overlap,
+        enable_priority_scheduling=sc.enable_priority_scheduling,
+        schedule_low_priority_values_first=sc.schedule_low_priority_values_first,
+        priority_scheduling_preemption_threshold=sc.priority_scheduling_preemption_threshold,
+        disable_priority_preemption=sc.disable_priority_preemption,
+        abort_on_priority_when_disabled=sc.abort_on_priority_when_disabled,
+        retraction_policy=sc.retraction_policy,
+        max_queued_requests=sc.max_queued_requests,
     )
     sa.resolve_once()
     _SG["publish"](
@@ -259,6 +288,8 @@ def _real_request(r: OracleRequest) -> Any:
         top_logprobs_num=0,
         token_ids_logprob=None,
         stream=False,
+        priority=r.priority,
+        routing_key=r.routing_key,
     )
 
 
@@ -276,6 +307,13 @@ def build_port(sc: Scenario, real: Any) -> Scheduler:
         enable_mixed_chunk=sc.mixed_chunk,
         random_seed=sc.seed,
         record_kv_events=False,
+        max_queued_requests=sc.max_queued_requests,
+        enable_priority_scheduling=sc.enable_priority_scheduling,
+        schedule_low_priority_values_first=sc.schedule_low_priority_values_first,
+        priority_scheduling_preemption_threshold=sc.priority_scheduling_preemption_threshold,
+        disable_priority_preemption=sc.disable_priority_preemption,
+        abort_on_priority_when_disabled=sc.abort_on_priority_when_disabled,
+        retraction_policy=sc.retraction_policy,
     )
 
 
@@ -288,7 +326,15 @@ def _port_request(r: OracleRequest, real: Any) -> Req:
     req = InferenceRequest(
         r.rid, 0, (PromptSegment(r.rid, n),), r.max_new_tokens, ignore_eos=r.ignore_eos
     )
-    return Req(req, list(r.input_ids), max_new, f"out/{r.rid}", VOCAB)
+    return Req(
+        req,
+        list(r.input_ids),
+        max_new,
+        f"out/{r.rid}",
+        VOCAB,
+        priority=r.priority,
+        routing_key=r.routing_key,
+    )
 
 
 def _batch_view_real(b: Any) -> tuple[Any, ...] | None:
@@ -359,6 +405,17 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         return int(real_reqs[req.rid].output_ids[len(req.output_ids)])
 
     port.token_source = token
+    # requests the real scheduler aborted outside the output stream (a full queue, a
+    # refused priority): SGLang reports them and forgets them, unfinished
+    aborted: dict[str, Any] = {}
+    real.send_abort_output = lambda abort_req, req: aborted.setdefault(req.rid, req)
+
+    def requeue_order(reqs: list[Req]) -> list[Req]:
+        # preempted requests re-enter SGLang's queue in the order of a set (by address)
+        order = {r.rid: i for i, r in enumerate(real.waiting_queue)}
+        return sorted(reqs, key=lambda r: order.get(r.rid, len(order)))
+
+    port.requeue_order = requeue_order
     pending = sorted(sc.requests, key=lambda r: r.arrival_iter)
     stats = RunStats()
     real_last = None
@@ -366,7 +423,10 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         while pending and pending[0].arrival_iter <= it:
             r = pending.pop(0)
             real.handle_generate_request(_real_request(r))
-            real_reqs[r.rid] = next(q for q in reversed(real.waiting_queue) if q.rid == r.rid)
+            real_reqs[r.rid] = (
+                next((q for q in reversed(real.waiting_queue) if q.rid == r.rid), None)
+                or aborted[r.rid]
+            )
             port_reqs[r.rid] = _port_request(r, real)
             port.add_request(port_reqs[r.rid])
         # -- the real loop body
@@ -409,13 +469,16 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
                 sc,
                 it,
                 f"request {rid}",
-                (len(rr.output_ids), rr.finished(), rr.prefix_len),
+                (len(rr.output_ids), rr.finished() or rid in aborted, rr.prefix_len),
                 (len(pr.output_ids), pr.finished(), pr.prefix_len),
                 stats,
             )
         stats.retractions = port.num_retracted_total
+        stats.preemptions += len(port.preempted)
+        port.preempted.clear()
+        stats.queue_aborts = len(aborted)
         drained = not sc.overlap or not real.result_queue
-        done = all(r.finished() for r in real_reqs.values())
+        done = all(r.finished() or rid in aborted for rid, r in real_reqs.items())
         if not pending and real_last is None and done and drained:
             break
     else:

@@ -1,6 +1,7 @@
 """Seeded oracle scenarios: server arguments and request streams that exercise SGLang
 0.5.23's decisions (chunking, mixed chunk, overlap, paging, prefix sharing, policies,
-the new_token_ratio reservation and retraction under memory pressure)."""
+the new_token_ratio reservation and retraction under memory pressure, priority
+scheduling with preemption, the queue limit)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ FAMILIES = {
     "mixed": 30,
     "policies": 30,
     "nochunk": 20,
+    "cacheaware": 40,
+    "routing": 15,
+    "priority": 40,
+    "queue": 20,
 }
 
 
@@ -40,6 +45,9 @@ def make_scenario(family: str, seed: int) -> Scenario:
     n = rng.randint(4, 24)
     ignore_eos_p = 1.0
     prefixes: list[list[int]] = []
+    extra: dict[str, object] = {}
+    priorities: list[int | None] = [None]
+    routing_keys: list[str | None] = [None]
     if family == "overlap":
         overlap = True
     elif family == "basic":
@@ -68,6 +76,39 @@ def make_scenario(family: str, seed: int) -> Scenario:
     elif family == "nochunk":
         chunk = -1
         max_prefill = rng.choice([512, 1024, 4096])
+    elif family == "cacheaware":
+        policy = rng.choice(["dfs-weight", "hrrn", "shortest-prefill-first"])
+        prefixes = [_tokens(rng, rng.randint(16, 300)) for _ in range(rng.randint(1, 4))]
+        page = rng.choice([1, 1, 16])
+        chunk = max(page, rng.choice([32, 64, 128, 256]) // page * page)
+        mixed = rng.random() < 0.3
+        if rng.random() < 0.3:
+            pool, ignore_eos_p = rng.choice([600, 900]), 0.0
+    elif family == "routing":
+        policy = "routing-key"
+        routing_keys = ["a", "b", "c", None]
+        running = rng.choice([2, 4, 8])
+    elif family == "priority":
+        policy = rng.choice(["fcfs", "lof"])
+        running = rng.choice([2, 3, 4, 8])
+        priorities = [None, 0, 1, 5, 10, 20, 40, -5]
+        extra = {
+            "enable_priority_scheduling": True,
+            "schedule_low_priority_values_first": rng.random() < 0.5,
+            "priority_scheduling_preemption_threshold": rng.choice([0, 5, 10]),
+            "disable_priority_preemption": rng.random() < 0.2,
+            "retraction_policy": rng.choice(["length", "priority"]),
+            "max_queued_requests": rng.choice([None, None, 3, 6]),
+        }
+        if rng.random() < 0.4:
+            pool, ignore_eos_p = rng.choice([300, 400, 600]), 0.0
+    elif family == "queue":
+        running = rng.choice([2, 4])
+        priorities = [None, None, 3]
+        extra = {
+            "max_queued_requests": rng.choice([1, 2, 4]),
+            "abort_on_priority_when_disabled": rng.random() < 0.5,
+        }
     else:
         raise KeyError(family)
     requests = []
@@ -87,6 +128,8 @@ def make_scenario(family: str, seed: int) -> Scenario:
                 max_new_tokens=out,
                 arrival_iter=it,
                 ignore_eos=rng.random() < ignore_eos_p,
+                priority=rng.choice(priorities),
+                routing_key=rng.choice(routing_keys),
             )
         )
     return Scenario(
@@ -102,6 +145,7 @@ def make_scenario(family: str, seed: int) -> Scenario:
         conservativeness=conservativeness,
         max_prefill_tokens=max_prefill,
         requests=tuple(requests),
+        **extra,  # type: ignore[arg-type]
     )
 
 

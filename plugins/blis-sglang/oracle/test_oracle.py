@@ -39,6 +39,8 @@ def test_coverage() -> None:
         total["iterations"] += st.iterations
         total["comparisons"] += st.comparisons
         total["retractions"] += st.retractions
+        total["preemptions"] += st.preemptions
+        total["queue_aborts"] += st.queue_aborts
         total["finished"] += st.finished
     print(
         f"\nsglang oracle agreement: {len(_RESULTS)}/{len(CASES)} scenarios, "

@@ -72,11 +72,33 @@ def test_priority_policy_is_refused_with_sglangs_crash(env: Environment) -> None
         _resolve(env, schedule_policy="priority")
 
 
+def test_priority_scheduling_takes_fcfs_or_lof_as_sglang_asserts(env: Environment) -> None:
+    with pytest.raises(InputRefused, match=r"schedule_policy must be 'fcfs' or 'lof'\. 'lpm'"):
+        _resolve(env, enable_priority_scheduling=True, schedule_policy="lpm")
+    with pytest.raises(InputRefused, match="retraction-policy priority requires"):
+        _resolve(env, retraction_policy="priority")
+    s = _resolve(
+        env,
+        enable_priority_scheduling=True,
+        schedule_policy="lof",
+        retraction_policy="priority",
+        priority_scheduling_preemption_threshold=0,
+        max_queued_requests=8,
+    )
+    assert (s.enable_priority_scheduling, s.retraction_policy) == (True, "priority")
+    assert (s.priority_scheduling_preemption_threshold, s.max_queued_requests) == (0, 8)
+
+
+def test_every_policy_but_priority_is_modelled(env: Environment) -> None:
+    for policy in ("dfs-weight", "hrrn", "shortest-prefill-first", "routing-key"):
+        assert _resolve(env, schedule_policy=policy).schedule_policy == policy
+
+
 def test_unported_values_and_unknown_fields_are_refused_by_name(env: Environment) -> None:
     with pytest.raises(InputRefused) as err:
-        _resolve(env, schedule_policy="hrrn", not_a_field=1, enable_hierarchical_cache=True)
+        _resolve(env, radix_eviction_policy="lfu", not_a_field=1, enable_hierarchical_cache=True)
     text = str(err.value)
-    assert "engine.args.schedule_policy: 'hrrn': not modelled by blis-sglang" in text
+    assert "engine.args.radix_eviction_policy: 'lfu': not modelled by blis-sglang" in text
     assert "engine.args.not_a_field: 1: not a ServerArgs field of SGLang 0.5.23" in text
     assert "engine.args.enable_hierarchical_cache: True: not modelled by blis-sglang" in text
 
