@@ -451,6 +451,8 @@ def resolve_settings(
     prefill_max = chunk if model.attention is not AttentionKind.MLA else min(8192, chunk)
     if ints["max_total_tokens"] is not None:
         prefill_max = min(prefill_max, ints["max_total_tokens"])
+    if "llama-2" in model.hf_id.lower():
+        prefill_max = min(prefill_max, 4096)  # memory_hook.py:260, a workaround upstream
     prefill_sizes = () if no_graph or prefill_max <= 0 else prefill_capture_sizes(prefill_max)
     if chunk > 0 and chunk % page_size:
         errors.append(

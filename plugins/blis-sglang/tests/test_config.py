@@ -30,9 +30,18 @@ def test_h100_defaults_follow_the_memory_table_and_the_worked_example(env: Envir
     s = _resolve(env)
     assert s.chunked_prefill_size == 8192
     assert s.decode_graph_sizes[-1] == 256
-    assert len(s.prefill_graph_sizes) == 58
-    # reserved = 512 + 8192 x 1.5 + 1/8 x 1024 + (256 x 2 + 58 x 8) = 13904 MiB
-    assert s.mem_fraction_static == round((81559 - 13904) / 81559, 3) == 0.83
+    # Llama-2 models capture prefill graphs up to 4096 tokens only (memory_hook.py:260)
+    assert s.prefill_graph_sizes[-1] == 4096 and len(s.prefill_graph_sizes) == 50
+    # reserved = 512 + 8192 x 1.5 + 1/8 x 1024 + (256 x 2 + 50 x 8) = 13840 MiB
+    assert s.mem_fraction_static == round((81559 - 13840) / 81559, 3) == 0.83
+    other = resolve_settings(
+        {},
+        env.model("meta-llama/Llama-3.1-8B"),
+        env.hardware("H100-SXM"),
+        ParallelLayout(tp=1),
+        81559 * MIB,
+    )
+    assert other.prefill_graph_sizes[-1] == 8192 and len(other.prefill_graph_sizes) == 58
     assert s.page_size == 1
     assert s.enable_overlap
     assert s.attention_backend == "fa3"
@@ -122,3 +131,17 @@ def test_chunking_off_and_graphs_off(env: Environment) -> None:
     assert s.chunked_prefill_size is None
     assert s.decode_graph_sizes == () and s.prefill_graph_sizes == ()
     assert s.mem_fraction_static == 0.8
+
+
+def test_hicache_and_disaggregation_are_refused_with_their_reason(env: Environment) -> None:
+    with pytest.raises(InputRefused) as err:
+        _resolve(
+            env, enable_hierarchical_cache=True, hicache_ratio=4.0, disaggregation_mode="prefill"
+        )
+    text = str(err.value)
+    assert "enable_hierarchical_cache: True: not modelled by blis-sglang: HiCache" in text
+    assert "hicache_ratio: 4.0: not modelled by blis-sglang: HiCache" in text
+    assert (
+        "disaggregation_mode: 'prefill': not modelled by blis-sglang: SGLang's prefill/decode"
+        in text
+    )
