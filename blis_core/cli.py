@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -932,7 +932,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
-    from blis_core.contracts.engine import EnginePoolSpec
+    from blis_core.contracts.engine import ArgumentResolving, EnginePoolSpec
     from blis_core.contracts.plan import ParallelLayout
     from blis_core.runner.environment import make_environment
     from blis_core.runner.run import DataSources
@@ -952,8 +952,13 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
         layout=ParallelLayout(tp=args.tp, pp=args.pp, dp=args.dp),
         args=engine_args,
     )
-    plan = factory.plan(spec, make_environment(sources, "plan", RandomStreams(0)))
+    env = make_environment(sources, "plan", RandomStreams(0))
+    plan = factory.plan(spec, env)
     doc = plan.model_dump(mode="json")
+    resolved: Mapping[str, object] = {}
+    if isinstance(factory, ArgumentResolving):
+        resolved = factory.resolved_args(spec, env)
+        doc["resolved_args"] = dict(resolved)
     if args.json:
         json.dump(doc, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
@@ -972,6 +977,8 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"KV bytes / rank   {budget.kv_bytes}")
         for layer in plan.layers:
             print(f"layer             {layer.kind.value} x{layer.count} impl={layer.impl}")
+        for name, value in resolved.items():
+            print(f"resolved          {name} = {value}")
     return 0
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FAST_FORWARD_ENV",
     "AllBlocksCleared",
+    "ArgumentResolving",
     "BlockRemoved",
     "BlockStored",
     "DecodeSpan",
@@ -419,6 +420,22 @@ class EngineFactory(Protocol):
 
     def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> EngineInstance:
         """Build a running engine instance named ``instance``."""
+        ...
+
+
+@runtime_checkable
+class ArgumentResolving(Protocol):
+    """A plugin factory that reports the server arguments its upstream resolves for a pool
+    (``blis plan`` prints them).
+
+    ``resolved_args(spec, env)`` maps upstream's argument names to the values the
+    upstream release would run the pool with: defaults filled in, values derived from the
+    device and the pool size (e.g. SGLang's ``mem_fraction_static`` and
+    ``max_total_num_tokens``). It refuses what ``plan`` refuses.
+    """
+
+    def resolved_args(self, spec: EnginePoolSpec, env: Environment) -> Mapping[str, object]:
+        """Upstream argument name -> resolved value."""
         ...
 
 

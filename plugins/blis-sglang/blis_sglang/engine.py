@@ -326,6 +326,32 @@ class SglangEngineFactory:
         plan, sizes, settings, model = self._resolve_and_size(spec, env)
         return SglangEngine(plan, sizes, settings, model.vocab_size)
 
+    def resolved_args(self, spec: EnginePoolSpec, env: Environment) -> Mapping[str, object]:
+        """The ServerArgs SGLang 0.5.23 would run this pool with, and what
+        ``get_worker_info`` hands the scheduler (``blis plan``)."""
+        _, sizes, s, _ = self._resolve_and_size(spec, env)
+        return {
+            "mem_fraction_static": s.mem_fraction_static,
+            "chunked_prefill_size": s.chunked_prefill_size or -1,
+            "max_prefill_tokens": s.max_prefill_tokens,
+            "context_length": s.context_len,
+            "page_size": s.page_size,
+            "kv_cache_dtype": s.kv_cache_dtype,
+            "attention_backend": s.attention_backend,
+            "schedule_policy": s.schedule_policy,
+            "schedule_conservativeness": s.schedule_conservativeness,
+            "disable_overlap_schedule": not s.enable_overlap,
+            "enable_mixed_chunk": s.enable_mixed_chunk,
+            "enable_priority_scheduling": s.enable_priority_scheduling,
+            "max_queued_requests": s.max_queued_requests,
+            "cuda_graph_bs_decode": list(s.decode_graph_sizes),
+            "cuda_graph_bs_prefill": list(s.prefill_graph_sizes),
+            "max_total_num_tokens": sizes.max_total_num_tokens,
+            "max_running_requests": sizes.max_running_requests,
+            "max_req_len": sizes.max_req_len,
+            "max_req_input_len": sizes.max_req_input_len,
+        }
+
     def surface(self) -> Mapping[str, Mapping[str, str]]:
         """``blis surface sglang``: every ServerArgs field with its status, and the
         scheduling policies."""

@@ -22,7 +22,8 @@ __all__ = ["MUTANTS", "Mutant"]
 
 @dataclass(frozen=True, slots=True)
 class Mutant:
-    """Replace ``old`` by ``new`` (``old`` occurring exactly once) in ``module.cls.method``."""
+    """Replace ``old`` by ``new`` (``old`` occurring exactly once) in ``module.cls.method``
+    (``module.method`` for a module-level function, ``cls`` empty)."""
 
     name: str
     module: str
@@ -33,13 +34,16 @@ class Mutant:
     breaks: str
     family: str = ""
     """The scenario family aimed at, tried first (empty: families interleaved)."""
+    caught_by: tuple[str, ...] = ()
+    """Standard scenarios (``family-seed``) known to catch it: the CI sweep runs only
+    these, the full sweep (``BLIS_MUTATION_SWEEP=full``) tries them first."""
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
         """Install the mutated method; restore the original on exit."""
         mod = importlib.import_module(f"blis_sglang.{self.module}")
-        klass = getattr(mod, self.cls)
-        original = klass.__dict__[self.method]
+        klass: Any = getattr(mod, self.cls) if self.cls else mod
+        original = klass.__dict__[self.method] if self.cls else getattr(mod, self.method)
         src = inspect.getsource(original)
         count = src.count(self.old)
         if count != 1:
@@ -177,9 +181,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "lpm-no-fcfs-fallback",
         "schedule_policy",
         "SchedulePolicy",
-        "calc_priority",
-        'if active == "lpm" and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX:',
-        'if active == "lpm" and len(queue) > 10 ** 9:',
+        "_active_policy",
+        'if self.policy in ("lpm", "hrrn") and len(queue) > WAITING_QUEUE_PREFIX_MATCH_MAX:',
+        'if self.policy in ("lpm", "hrrn") and len(queue) > 10**9:',
         "schedule_policy.py _determine_active_policy: lpm becomes fcfs above 128 queued",
         "prefix",
     ),
@@ -192,5 +196,95 @@ MUTANTS: tuple[Mutant, ...] = (
         "if True",
         "schedule_batch.py new_tokens_required_next_decode: a page only at a page boundary",
         "paged",
+    ),
+    Mutant(
+        "hrrn-clock-counts-extends-only",
+        "scheduler",
+        "Scheduler",
+        "schedule_step",
+        "self.processed_tokens += batch.extend_num_tokens",
+        "self.processed_tokens += batch.extend_num_tokens if batch.is_extend() else 0",
+        "scheduler.py run_batch: every launch adds the batch object's extend_num_tokens",
+        "cacheaware",
+    ),
+    Mutant(
+        "dfs-light-subtree-first",
+        "radix_cache",
+        "RadixCache",
+        "dfs_weight_order",
+        "key=lambda c: -weight.get(id(c), 0)",
+        "key=lambda c: weight.get(id(c), 0)",
+        "base_prefix_cache.py _dfs_weight_order: heavier subtrees first",
+        "cacheaware",
+    ),
+    Mutant(
+        "spf-no-chunk-cap",
+        "schedule_policy",
+        "SchedulePolicy",
+        "shortest_prefill_chunk_limit",
+        'if self.policy != "shortest-prefill-first" or budget < 2 * page_size:',
+        "if True:",
+        "schedule_policy.py shortest_prefill_chunk_limit: the chunk leaves room for shorter ones",
+        "cacheaware",
+    ),
+    Mutant(
+        "routing-key-rarest-first",
+        "schedule_policy",
+        "",
+        "_sort_by_routing_key",
+        "return (0, -counts[k], k)",
+        "return (0, counts[k], k)",
+        "schedule_policy.py _sort_by_routing_key: the most frequent running key first",
+        "routing",
+    ),
+    Mutant(
+        "unset-priority-most-preferred",
+        "scheduler",
+        "Scheduler",
+        "_set_or_validate_priority",
+        "req.priority = sys.maxsize if low_first else -sys.maxsize - 1",
+        "req.priority = -sys.maxsize - 1 if low_first else sys.maxsize",
+        "scheduler.py _set_or_validate_priority: an unset priority is the least preferred",
+        "priority",
+    ),
+    Mutant(
+        "preempt-threshold-not-strict",
+        "schedule_policy",
+        "PrefillAdder",
+        "preempt_to_schedule",
+        "* -sign > self.preemption_threshold:",
+        "* -sign >= self.preemption_threshold:",
+        "schedule_policy.py preempt_to_schedule: the priority gap must exceed the threshold",
+        "priority",
+    ),
+    Mutant(
+        "preempt-oldest-first",
+        "schedule_policy",
+        "PrefillAdder",
+        "preempt_to_schedule",
+        "key=lambda r: (_priority(r) * -sign, -r.wait_queue_entry_time),",
+        "key=lambda r: (_priority(r) * -sign, r.wait_queue_entry_time),",
+        "schedule_policy.py preempt_to_schedule: among equals the newest is preempted first",
+        "priority",
+    ),
+    Mutant(
+        "priority-retraction-by-length",
+        "scheduler",
+        "Scheduler",
+        "_decode_retraction_order",
+        'if self.retraction_policy == "priority":',
+        "if False:",
+        "schedule_batch.py _get_decode_retraction_order: retraction_policy=priority",
+        "priority",
+    ),
+    Mutant(
+        "queue-limit-off-by-one",
+        "scheduler",
+        "Scheduler",
+        "_abort_on_queued_limit",
+        "if limit is None or len(self.waiting_queue) + 1 <= limit:",
+        "if limit is None or len(self.waiting_queue) <= limit:",
+        "scheduler.py _abort_on_queued_limit: the newcomer counts against the limit",
+        "queue",
     ),
 )

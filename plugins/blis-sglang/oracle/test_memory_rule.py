@@ -14,9 +14,10 @@ the port uses (the device's memory, what is free before and after the weights lo
   ``resolve_max_num_reqs``, bound to a stand-in configurator that holds the real
   ``ModelConfig``; ``get_available_gpu_memory`` answers the free GiB after the weights.
 
-The port must give the same resolved arguments, ``max_total_num_tokens`` and
-``max_running_requests``. The weights' and the CUDA context's bytes are BLIS's own
-physics (Environment), shared by both sides: what is checked is SGLang's rule.
+The port's ``resolved_args`` (what ``blis plan`` prints) must give the same resolved
+arguments, ``max_total_num_tokens`` and ``max_running_requests``. The weights' and the
+CUDA context's bytes are BLIS's own physics (Environment), shared by both sides: what is
+checked is SGLang's rule.
 """
 
 from __future__ import annotations
@@ -198,7 +199,10 @@ def test_plan_matches_sglangs_memory_rule(
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(_hf_config(model), f)
     spec = EnginePoolSpec("p", model_id, HARDWARE, ParallelLayout(tp=tp), {**args})
-    plan, sizes, settings, _ = SglangEngineFactory()._resolve_and_size(spec, env)
+    factory = SglangEngineFactory()
+    plan = factory.plan(spec, env)
+    resolved = factory.resolved_args(spec, env)
+    assert plan.resident_weight_bytes is not None
     device = env.device_memory_bytes(HARDWARE)
     pre_load = device - env.non_torch_bytes(plan)
     free_after = pre_load - plan.resident_weight_bytes
@@ -207,13 +211,13 @@ def test_plan_matches_sglangs_memory_rule(
             path, tp, args, device / MIB, pre_load / GIB, free_after / GIB, monkeypatch
         )
     port = {
-        "mem_fraction_static": settings.mem_fraction_static,
-        "chunked_prefill_size": settings.chunked_prefill_size or -1,
-        "page_size": settings.page_size,
-        "decode_max_bs": max(settings.decode_graph_sizes),
-        "context_len": settings.context_len,
-        "max_total_num_tokens": sizes.max_total_num_tokens,
-        "max_running_requests": sizes.max_running_requests,
+        "mem_fraction_static": resolved["mem_fraction_static"],
+        "chunked_prefill_size": resolved["chunked_prefill_size"],
+        "page_size": resolved["page_size"],
+        "decode_max_bs": max(resolved["cuda_graph_bs_decode"]),  # type: ignore[call-overload]
+        "context_len": resolved["context_length"],
+        "max_total_num_tokens": resolved["max_total_num_tokens"],
+        "max_running_requests": resolved["max_running_requests"],
     }
     print(f"\n{model_id} TP{tp} {args}: {port}")
     assert port == real

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from types import SimpleNamespace
 
@@ -77,3 +78,21 @@ def test_plan_records_the_engine_graphs_and_steps_in_flight(env: Environment) ->
     assert plan.host_work == "sglang-0.5.23/overlap"
     spec_normal = dataclasses.replace(spec, args={"disable_overlap_schedule": True})
     assert SglangEngineFactory().plan(spec_normal, env).steps_in_flight == 1
+
+
+def test_blis_plan_prints_the_resolved_server_arguments(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from blis_core.cli import main
+
+    argv = ["plan", "--engine", "sglang@0.5.23", "--model", "meta-llama/Llama-2-7b-hf"]
+    argv += ["--hardware", "H100-SXM", "--page-size", "16", "--max-running-requests", "64"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    resolved = doc["resolved_args"]
+    assert resolved["page_size"] == 16 and resolved["max_running_requests"] == 64
+    assert resolved["max_total_num_tokens"] == doc["kv_budget"]["num_gpu_blocks"] * 16
+    assert max(resolved["cuda_graph_bs_decode"]) == 64  # capped by max_running_requests
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"resolved          max_total_num_tokens = {resolved['max_total_num_tokens']}" in text
