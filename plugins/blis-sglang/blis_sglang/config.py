@@ -47,6 +47,8 @@ from blis_core.contracts.plan import ParallelLayout
 from blis_sglang.version import ENGINE, UPSTREAM_RELEASE
 
 __all__ = [
+    "ATTENTION_BACKENDS",
+    "CACHE_KINDS",
     "COMMON_ARGS",
     "POLICIES",
     "UPSTREAM_POLICIES",
@@ -83,6 +85,54 @@ UPSTREAM_POLICIES = (
     "shortest-prefill-first",
 )
 _KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8_e4m3")
+_GENERAL = (
+    "modelled: scheduling does not depend on the backend; its name is the attention "
+    "kernel the cost registry prices"
+)
+_NOT_NVIDIA = "out_of_scope:hardware"
+_SPECIAL = (
+    "refused: the kernel of one attention variant (MLA, sparse, or one model family's), not ported"
+)
+#: the prefix caches SGLang 0.5.23 builds (``mem_cache/``), ``+`` naming the tree's
+#: mode or component, with this port's status
+CACHE_KINDS: Mapping[str, str] = {
+    "UnifiedRadixCache": "modelled",  # the FULL component with LRU eviction
+    "UnifiedRadixCache+disabled": "refused",  # --disable-radix-cache (add_one_req_ignore_eos)
+    "UnifiedRadixCache+hicache": "refused",  # the host tier (HiRadixCache)
+    "UnifiedRadixCache+swa": "refused",  # sliding-window component
+    "UnifiedRadixCache+mamba": "refused",  # state-space component
+    "PureSWARadixCache": "refused",
+    "LMCacheUnifiedRadixCache": "refused",
+    "FlexKVRadixCache": "refused",
+}
+#: ``ATTENTION_BACKEND_CHOICES`` (``arg_groups/choices.py``) with this port's status
+ATTENTION_BACKENDS: Mapping[str, str] = {
+    "triton": _GENERAL,
+    "torch_native": _GENERAL,
+    "flex_attention": _GENERAL,
+    "fa3": _GENERAL,
+    "fa4": _GENERAL,
+    "flashinfer": _GENERAL,
+    "trtllm_mha": _GENERAL,
+    "dsa": _SPECIAL,
+    "nsa": _SPECIAL,
+    "qsa": _SPECIAL,
+    "dsv4": _SPECIAL,
+    "compressed": _SPECIAL,
+    "llada2_cfg_flashinfer": _SPECIAL,
+    "flashmla": _SPECIAL,
+    "trtllm_mla": _SPECIAL,
+    "cutedsl_mla": _SPECIAL,
+    "tokenspeed_mla": _SPECIAL,
+    "minicpm_flashattn": _SPECIAL,
+    "minicpm_flashinfer": _SPECIAL,
+    "hpc_ops": _SPECIAL,
+    "aiter": f"{_NOT_NVIDIA}: AMD ROCm kernels",
+    "wave": f"{_NOT_NVIDIA}: AMD ROCm kernels",
+    "intel_amx": f"{_NOT_NVIDIA}: Intel CPU kernels",
+    "ascend": f"{_NOT_NVIDIA}: Huawei Ascend NPU kernels",
+    "intel_xpu": f"{_NOT_NVIDIA}: Intel GPU kernels",
+}
 #: BLIS common engine argument -> the SGLang field of the same meaning
 COMMON_ARGS = {
     "max_num_seqs": "max_running_requests",
@@ -386,6 +436,22 @@ def resolve_settings(
                 "priority must be a signed 64-bit integer",
             )
         )
+    if backend is not None:
+        status = ATTENTION_BACKENDS.get(backend)
+        if status is None:
+            errors.append(
+                FieldError(
+                    _path("attention_backend"),
+                    backend,
+                    f"invalid choice (choose from {', '.join(ATTENTION_BACKENDS)})",
+                )
+            )
+        elif not status.startswith("modelled"):
+            errors.append(
+                FieldError(
+                    _path("attention_backend"), backend, f"not modelled by blis-sglang: {status}"
+                )
+            )
     if conservativeness is not None and conservativeness < 0:
         errors.append(
             FieldError(

@@ -42,6 +42,8 @@ from blis_core.contracts.request import InferenceRequest, output_content_key, pr
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 from blis_sglang.config import (
+    ATTENTION_BACKENDS,
+    CACHE_KINDS,
     POLICIES,
     UPSTREAM_POLICIES,
     SglangSettings,
@@ -353,8 +355,17 @@ class SglangEngineFactory:
         }
 
     def surface(self) -> Mapping[str, Mapping[str, str]]:
-        """``blis surface sglang``: every ServerArgs field with its status, and the
-        scheduling policies."""
+        """``blis surface sglang``: every ServerArgs field, scheduling policy, attention
+        backend and prefix-cache kind of SGLang 0.5.23 with its status."""
         fields = {name: str(entry["status"]) for name, entry in field_list().items()}
         policies = {p: "modelled" if p in POLICIES else "refused" for p in UPSTREAM_POLICIES}
-        return {"fields": fields, "schedule_policies": policies}
+        backends = {
+            name: "out_of_scope:hardware" if status.startswith("out_of_scope") else status[:8]
+            for name, status in ATTENTION_BACKENDS.items()
+        }
+        return {
+            "fields": fields,
+            "schedule_policies": policies,
+            "attention_backends": backends,
+            "cache_kinds": dict(CACHE_KINDS),
+        }

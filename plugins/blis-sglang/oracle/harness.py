@@ -16,9 +16,11 @@ real model (:attr:`~blis_sglang.scheduler.Scheduler.token_source`), so the radix
 key on the same tokens. After every iteration the harness compares: the batch (none or
 its mode, request ids, prefix and extend lengths), the waiting queue in order, the
 running batch, the chunked request, the allocator's free tokens, the tree's evictable
-and protected sizes, free request rows, ``new_token_ratio`` and every request's output
-length and finish state. The first difference raises :class:`Divergence` naming the
-scenario, the iteration and both values.
+and protected sizes, free request rows, ``new_token_ratio``, every request's output
+length and finish state, and the KV events (``BlockStored`` with SGLang's chained page
+hashes and token ids, ``BlockRemoved``) the tree recorded since the last iteration. The
+first difference raises :class:`Divergence` naming the scenario, the iteration and both
+values.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from blis_core.contracts.engine import BlockRemoved, BlockStored
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 
 from blis_sglang.req import Req
@@ -115,6 +118,7 @@ class RunStats:
     retractions: int = 0
     preemptions: int = 0
     queue_aborts: int = 0
+    kv_events: int = 0
     chunked: int = 0
     prefix_hit_tokens: int = 0
     evicted_tokens: int = 0
@@ -187,6 +191,14 @@ def _import_sglang() -> dict[str, Any]:
     from sglang.srt.server_args import PortArgs, ServerArgs
 
     rope_base._is_cpu = True
+    # KV events: the "null" publisher keeps what the reporter publishes, for the harness
+    from sglang.srt.disaggregation import kv_events
+
+    class Recorder(kv_events.NullEventPublisher):  # type: ignore[misc]
+        def publish(self, events: Any) -> None:
+            PUBLISHED.extend(events.events)
+
+    kv_events.EventPublisherFactory._registry["null"] = lambda **kw: Recorder()
     _skip_decoder_layers()
     return {
         "Scheduler": RealScheduler,
@@ -254,6 +266,8 @@ def build_real(sc: Scenario) -> Any:
         abort_on_priority_when_disabled=sc.abort_on_priority_when_disabled,
         retraction_policy=sc.retraction_policy,
         max_queued_requests=sc.max_queued_requests,
+        # KV events recorded by the tree; published by nobody (the harness takes them)
+        kv_events_config='{"publisher": "null"}',
     )
     sa.resolve_once()
     _SG["publish"](
@@ -306,7 +320,6 @@ def build_port(sc: Scenario, real: Any) -> Scheduler:
         enable_overlap=sc.overlap,
         enable_mixed_chunk=sc.mixed_chunk,
         random_seed=sc.seed,
-        record_kv_events=False,
         max_queued_requests=sc.max_queued_requests,
         enable_priority_scheduling=sc.enable_priority_scheduling,
         schedule_low_priority_values_first=sc.schedule_low_priority_values_first,
@@ -363,6 +376,46 @@ def _batch_view_port(b: Batch | None) -> tuple[Any, ...] | None:
     return (b.mode, rids, tuple(prefix), tuple(extend))
 
 
+PUBLISHED: list[Any] = []
+"""KV events SGLang's reporter published (``publish_kv_events``), oldest first."""
+
+
+def _real_events(real: Any) -> list[tuple[Any, ...]]:
+    """Every KV event recorded since the last call: published, then still queued."""
+    events = PUBLISHED + list(real.tree_cache.take_events())
+    PUBLISHED.clear()
+    return _events_real(events)
+
+
+def _events_real(events: list[Any]) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for e in events:
+        name = type(e).__name__
+        if name == "BlockStored":
+            out.append(
+                (name, tuple(e.block_hashes), e.parent_block_hash, tuple(e.token_ids), e.block_size)
+            )
+        elif name == "BlockRemoved":
+            out.append((name, tuple(e.block_hashes)))
+        else:
+            out.append((name,))
+    return out
+
+
+def _events_port(events: list[Any]) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for e in events:
+        if isinstance(e, BlockStored):
+            out.append(
+                ("BlockStored", e.block_hashes, e.parent_block_hash, e.token_ids, e.block_size)
+            )
+        elif isinstance(e, BlockRemoved):
+            out.append(("BlockRemoved", e.block_hashes))
+        else:
+            out.append((type(e).__name__,))
+    return out
+
+
 def _state_real(s: Any) -> dict[str, Any]:
     return {
         "waiting": [r.rid for r in s.waiting_queue],
@@ -416,8 +469,9 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         return sorted(reqs, key=lambda r: order.get(r.rid, len(order)))
 
     port.requeue_order = requeue_order
-    pending = sorted(sc.requests, key=lambda r: r.arrival_iter)
     stats = RunStats()
+    _compare(sc, -1, "kv events", _real_events(real), _events_port(port.tree.take_events()), stats)
+    pending = sorted(sc.requests, key=lambda r: r.arrival_iter)
     real_last = None
     for it in range(max_iters):
         while pending and pending[0].arrival_iter <= it:
@@ -463,6 +517,9 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         if batch is not None:
             stats.batches[_batch_view_real(batch)[0]] += 1  # type: ignore[index]
         _compare(sc, it, "state", _state_real(real), _state_port(port), stats)
+        events = _real_events(real)
+        stats.kv_events += len(events)
+        _compare(sc, it, "kv events", events, _events_port(port.tree.take_events()), stats)
         for rid, rr in real_reqs.items():
             pr = port_reqs[rid]
             _compare(

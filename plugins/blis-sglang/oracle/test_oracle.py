@@ -4,7 +4,8 @@ One test per standard scenario (``scenarios.standard_scenarios``). Each builds t
 ``sglang.srt.managers.scheduler.Scheduler`` on the CPU and the port, steps both with the
 loop bodies of the normal or overlap loop, and compares after every iteration
 (``harness.run_scenario``). ``test_coverage`` then checks the set exercised what it is
-meant to (retraction, chunking, mixed and overlap batches, prefix hits, evictions).
+meant to (retraction, chunking, mixed and overlap batches, prefix hits, evictions, KV
+events, priority preemption, queue-limit aborts).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def test_coverage() -> None:
         total["retractions"] += st.retractions
         total["preemptions"] += st.preemptions
         total["queue_aborts"] += st.queue_aborts
+        total["kv_events"] += st.kv_events
         total["finished"] += st.finished
     print(
         f"\nsglang oracle agreement: {len(_RESULTS)}/{len(CASES)} scenarios, "

@@ -145,3 +145,28 @@ def test_hicache_and_disaggregation_are_refused_with_their_reason(env: Environme
         "disaggregation_mode: 'prefill': not modelled by blis-sglang: SGLang's prefill/decode"
         in text
     )
+
+
+def test_attention_backends_take_upstreams_choices_with_this_ports_status(
+    env: Environment,
+) -> None:
+    assert _resolve(env, attention_backend="triton").attention_backend == "triton"
+    with pytest.raises(InputRefused, match="'ascend': not modelled by blis-sglang: out_of_scope"):
+        _resolve(env, attention_backend="ascend")
+    with pytest.raises(InputRefused, match="'flashmla': not modelled by blis-sglang: refused"):
+        _resolve(env, attention_backend="flashmla")
+    with pytest.raises(InputRefused, match="'fa9': invalid choice"):
+        _resolve(env, attention_backend="fa9")
+
+
+def test_surface_lists_policies_backends_and_cache_kinds() -> None:
+    from blis_sglang import SglangEngineFactory
+
+    surface = SglangEngineFactory().surface()
+    assert surface["schedule_policies"]["priority"] == "refused"
+    assert surface["schedule_policies"]["hrrn"] == "modelled"
+    assert len(surface["attention_backends"]) == 25
+    assert surface["attention_backends"]["fa3"] == "modelled"
+    assert surface["attention_backends"]["aiter"] == "out_of_scope:hardware"
+    assert surface["cache_kinds"]["UnifiedRadixCache"] == "modelled"
+    assert surface["cache_kinds"]["UnifiedRadixCache+hicache"] == "refused"
