@@ -449,6 +449,7 @@ def _protected(tree: Any) -> int:
 
 def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
     """Run ``sc`` on both sides; raise :class:`Divergence` at the first difference."""
+    PUBLISHED.clear()  # a scenario that diverged leaves its last events behind
     real = build_real(sc)
     port = build_port(sc, real)
     real_reqs: dict[str, Any] = {}

@@ -70,6 +70,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if not total_tokens <= self.rem_total_tokens:",
         "prefill_budget.py check_prefill: admit only if total_tokens < remaining_total",
         "pressure",
+        caught_by=("pressure-0",),
     ),
     Mutant(
         "ratio-ignores-ignore-eos",
@@ -79,6 +80,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "ratio = 1.0 if r.ignore_eos else self.new_token_ratio",
         "ratio = self.new_token_ratio",
         "schedule_policy.py _get_running_request_total_token_offset: ignore_eos reserves 1.0",
+        caught_by=("overlap-0",),
     ),
     Mutant(
         "no-page-per-request",
@@ -89,26 +91,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "immediate = _ceil_page(extend_input_len, self.page_size)",
         "prefill_budget.py reserve: one page of headroom per admitted request",
         "pressure",
+        caught_by=("pressure-24",),
     ),
     Mutant(
         "chunk-end-not-page-aligned",
         "schedule_policy",
         "PrefillAdder",
         "_select_prefill_admission",
-        "end = (prefix_len + extend_len) // self.page_size * self.page_size",
-        "end = prefix_len + extend_len",
+        "extend_len = limit // self.page_size * self.page_size\n"
+        "            end = (prefix_len + extend_len) // self.page_size * self.page_size",
+        "extend_len = limit\n            end = prefix_len + extend_len",
         "schedule_policy.py _select_prefill_admission: a truncated chunk ends on a page",
         "paged",
+        caught_by=("paged-1",),
     ),
     Mutant(
         "retract-most-outputs-first",
         "scheduler",
         "Scheduler",
-        "_retract_decode",
-        "reverse=True,",
-        "reverse=False,",
+        "_decode_retraction_order",
+        "key=lambda i: length_key(reqs[i]), reverse=True)",
+        "key=lambda i: length_key(reqs[i]), reverse=False)",
         "schedule_batch.py _get_decode_retraction_order: fewest outputs retracted first",
         "pressure",
+        caught_by=("pressure-0",),
     ),
     Mutant(
         "ratio-never-decays",
@@ -118,6 +124,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "self.ratio.decay_step()",
         "pass",
         "scheduler.py update_running_batch: new_token_ratio decays per decode step",
+        caught_by=("basic-0",),
     ),
     Mutant(
         "retract-no-eviction",
@@ -128,6 +135,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "self._evict_to_free(0)",
         "schedule_batch.py release_req: evict for the remaining requests' next 20 steps",
         "pressure",
+        caught_by=("pressure-2",),
     ),
     Mutant(
         "no-finishing-in-flight-exclusion",
@@ -138,6 +146,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "and False]",
         "scheduler.py _reqs_finishing_inflight: the overlap loop skips finishing requests",
         "overlap",
+        caught_by=("overlap-0",),
     ),
     Mutant(
         "prefix-not-capped",
@@ -148,6 +157,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "matched, node = self.tree.match_prefix(ids)",
         "schedule_batch.py _compute_max_prefix_len: a match stops at input_len - 1",
         "prefix",
+        caught_by=("cacheaware-9",),
     ),
     Mutant(
         "chunk-not-stashed",
@@ -157,6 +167,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if self.chunked_req.extend_end > self.chunked_req.prefix_len:",
         "if False:",
         "scheduler.py get_next_batch_to_run: stash_chunked_request checkpoints the chunk",
+        caught_by=("basic-0",),
     ),
     Mutant(
         "mixed-extend-end-kept",
@@ -167,6 +178,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "pass",
         "schedule_batch.py mix_with_running: decode rows extend to their new length",
         "mixed",
+        caught_by=("mixed-0",),
     ),
     Mutant(
         "no-waiting-prefix-refresh",
@@ -176,6 +188,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0",
         "refresh = False",
         "schedule_policy.py _touch_waiting_prefixes: every 32nd call touches queued prefixes",
+        caught_by=("prefix-16",),
     ),
     Mutant(
         "lpm-no-fcfs-fallback",
@@ -186,6 +199,7 @@ MUTANTS: tuple[Mutant, ...] = (
         'if self.policy in ("lpm", "hrrn") and len(queue) > 10**9:',
         "schedule_policy.py _determine_active_policy: lpm becomes fcfs above 128 queued",
         "prefix",
+        caught_by=("deepqueue-0",),
     ),
     Mutant(
         "decode-check-no-page-test",
@@ -196,6 +210,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if True",
         "schedule_batch.py new_tokens_required_next_decode: a page only at a page boundary",
         "paged",
+        caught_by=("paged-0",),
     ),
     Mutant(
         "hrrn-clock-counts-extends-only",
@@ -206,6 +221,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "self.processed_tokens += batch.extend_num_tokens if batch.is_extend() else 0",
         "scheduler.py run_batch: every launch adds the batch object's extend_num_tokens",
         "cacheaware",
+        caught_by=("cacheaware-9",),
     ),
     Mutant(
         "dfs-light-subtree-first",
@@ -216,6 +232,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "key=lambda c: weight.get(id(c), 0)",
         "base_prefix_cache.py _dfs_weight_order: heavier subtrees first",
         "cacheaware",
+        caught_by=("cacheaware-2",),
     ),
     Mutant(
         "spf-no-chunk-cap",
@@ -226,6 +243,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if True:",
         "schedule_policy.py shortest_prefill_chunk_limit: the chunk leaves room for shorter ones",
         "cacheaware",
+        caught_by=("cacheaware-24",),
     ),
     Mutant(
         "routing-key-rarest-first",
@@ -236,6 +254,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "return (0, counts[k], k)",
         "schedule_policy.py _sort_by_routing_key: the most frequent running key first",
         "routing",
+        caught_by=("routing-8",),
     ),
     Mutant(
         "unset-priority-most-preferred",
@@ -246,6 +265,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "req.priority = -sys.maxsize - 1 if low_first else sys.maxsize",
         "scheduler.py _set_or_validate_priority: an unset priority is the least preferred",
         "priority",
+        caught_by=("priority-0",),
     ),
     Mutant(
         "preempt-threshold-not-strict",
@@ -256,6 +276,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "* -sign >= self.preemption_threshold:",
         "schedule_policy.py preempt_to_schedule: the priority gap must exceed the threshold",
         "priority",
+        caught_by=("priority-1",),
     ),
     Mutant(
         "preempt-oldest-first",
@@ -266,6 +287,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "key=lambda r: (_priority(r) * -sign, r.wait_queue_entry_time),",
         "schedule_policy.py preempt_to_schedule: among equals the newest is preempted first",
         "priority",
+        caught_by=("priority-11",),
     ),
     Mutant(
         "priority-retraction-by-length",
@@ -276,6 +298,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "if False:",
         "schedule_batch.py _get_decode_retraction_order: retraction_policy=priority",
         "priority",
+        caught_by=("priopressure-0",),
     ),
     Mutant(
         "queue-limit-off-by-one",
@@ -286,5 +309,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "if limit is None or len(self.waiting_queue) <= limit:",
         "scheduler.py _abort_on_queued_limit: the newcomer counts against the limit",
         "queue",
+        caught_by=("queue-1",),
     ),
 )

@@ -23,6 +23,8 @@ FAMILIES = {
     "routing": 15,
     "priority": 40,
     "queue": 20,
+    "deepqueue": 4,
+    "priopressure": 10,
 }
 
 
@@ -102,6 +104,24 @@ def make_scenario(family: str, seed: int) -> Scenario:
         }
         if rng.random() < 0.4:
             pool, ignore_eos_p = rng.choice([300, 400, 600]), 0.0
+    elif family == "deepqueue":
+        # more than 128 queued: lpm and hrrn fall back to FCFS
+        policy = rng.choice(["lpm", "hrrn"])
+        prefixes = [_tokens(rng, rng.randint(16, 60)) for _ in range(3)]
+        running = rng.choice([4, 8])
+        n = rng.randint(140, 170)
+    elif family == "priopressure":
+        # retraction under priority scheduling: worst priority first, then length
+        pool = rng.choice([200, 300, 400])
+        ignore_eos_p = 0.0
+        conservativeness = rng.choice([0.1, 0.3])
+        running = rng.choice([8, 16, 32])
+        priorities = [None, 0, 1, 5, 10, 20]
+        extra = {
+            "enable_priority_scheduling": True,
+            "schedule_low_priority_values_first": rng.random() < 0.5,
+            "retraction_policy": "priority",
+        }
     elif family == "queue":
         running = rng.choice([2, 4])
         priorities = [None, None, 3]
@@ -114,13 +134,16 @@ def make_scenario(family: str, seed: int) -> Scenario:
     requests = []
     it = 0
     for i in range(n):
-        it += rng.choice([0, 0, 0, 1, 2, 5])
-        prompt = _tokens(rng, rng.randint(1, 500 if family != "pressure" else 60))
+        it += rng.choice([0, 0, 0, 1, 2, 5]) if family != "deepqueue" else 0
+        longest = 60 if family in ("pressure", "deepqueue", "priopressure") else 500
+        prompt = _tokens(rng, rng.randint(1, longest))
         if prefixes and rng.random() < 0.7:
             prompt = rng.choice(prefixes) + prompt[: rng.randint(1, 100)]
         if len(prompt) >= pool // 2:
             prompt = prompt[: pool // 4]
-        out = rng.randint(1, 40) if family != "pressure" else rng.randint(30, 100)
+        out = rng.randint(30, 100) if "pressure" in family else rng.randint(1, 40)
+        if family == "deepqueue":
+            out = rng.randint(1, 8)
         requests.append(
             OracleRequest(
                 rid=f"r{i}",
