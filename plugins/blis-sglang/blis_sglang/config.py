@@ -97,7 +97,7 @@ _SPECIAL = (
 #: mode or component, with this port's status
 CACHE_KINDS: Mapping[str, str] = {
     "UnifiedRadixCache": "modelled",  # the FULL component with LRU eviction
-    "UnifiedRadixCache+disabled": "refused",  # --disable-radix-cache (add_one_req_ignore_eos)
+    "UnifiedRadixCache+disabled": "modelled",  # --disable-radix-cache
     "UnifiedRadixCache+hicache": "refused",  # the host tier (HiRadixCache)
     "UnifiedRadixCache+swa": "refused",  # sliding-window component
     "UnifiedRadixCache+mamba": "refused",  # state-space component
@@ -183,6 +183,7 @@ class SglangSettings:
     abort_on_priority_when_disabled: bool = False
     default_priority_value: int | None = None
     retraction_policy: str = "length"
+    disable_radix_cache: bool = False
 
 
 def decode_capture_sizes(max_bs: int, *, no_padding: bool = False) -> tuple[int, ...]:
@@ -369,6 +370,7 @@ def resolve_settings(
             "schedule_low_priority_values_first",
             "disable_priority_preemption",
             "abort_on_priority_when_disabled",
+            "disable_radix_cache",
         )
     }
     retraction = _typed(args, "retraction_policy", str, errors) or "length"
@@ -409,6 +411,15 @@ def resolve_settings(
                 'SGLang 0.5.23 crashes at start-up: ValueError("Unknown schedule_policy: '
                 "policy='priority'\") (schedule_policy.py:324); use fcfs or lof with "
                 "enable_priority_scheduling",
+            )
+        )
+    if flags["disable_radix_cache"] and policy == "shortest-prefill-first":
+        errors.append(
+            FieldError(
+                _path("schedule_policy"),
+                policy,
+                "Experimental shortest-prefill-first requires prefix caching "
+                "(SGLang 0.5.23 refuses it at start-up with disable_radix_cache)",
             )
         )
     if retraction not in ("length", "priority"):

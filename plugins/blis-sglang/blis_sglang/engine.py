@@ -92,6 +92,7 @@ class SglangEngine:
             disable_priority_preemption=settings.disable_priority_preemption,
             abort_on_priority_when_disabled=settings.abort_on_priority_when_disabled,
             retraction_policy=settings.retraction_policy,
+            disable_radix_cache=settings.disable_radix_cache,
         )
         self.metrics = SglangMetrics(
             self.scheduler,
@@ -345,6 +346,7 @@ class SglangEngineFactory:
             "disable_overlap_schedule": not s.enable_overlap,
             "enable_mixed_chunk": s.enable_mixed_chunk,
             "enable_priority_scheduling": s.enable_priority_scheduling,
+            "disable_radix_cache": s.disable_radix_cache,
             "max_queued_requests": s.max_queued_requests,
             "cuda_graph_bs_decode": list(s.decode_graph_sizes),
             "cuda_graph_bs_prefill": list(s.prefill_graph_sizes),

@@ -48,6 +48,7 @@ IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32
 IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32
 WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 WAITING_PREFIX_REFRESH_INTERVAL = 32
+IGNORE_EOS_RESERVE_TOKENS = 1
 
 
 class AddReqResult(enum.Enum):
@@ -123,7 +124,8 @@ class SchedulePolicy:
         enable_priority_scheduling: bool = False,
         schedule_low_priority_values_first: bool = False,
     ) -> None:
-        self.policy = policy
+        # _validate_and_adjust_policy (:318): without the tree, cache-aware is FCFS
+        self.policy = "fcfs" if tree.disable and policy in CACHE_AWARE_POLICIES else policy
         self.tree = tree
         self.rng = rng
         self.enable_priority_scheduling = enable_priority_scheduling
@@ -284,6 +286,8 @@ class PrefillAdder:
         self.preemption_threshold = priority_scheduling_preemption_threshold
         self.priority_sign = 1 if schedule_low_priority_values_first else -1
         self.preempt_list: list[Req] = []
+        self.req_states: list[tuple[float, int]] | None = None
+        """``add_one_req_ignore_eos``'s (tokens left, tokens held) per request, sorted."""
         self.chunked_req_limit: int | None = None
         """Set by the scheduler for shortest-prefill-first (``shortest_prefill_chunk_limit``)."""
         self.tree = tree
@@ -382,6 +386,8 @@ class PrefillAdder:
 
     def add_one_req(self, req: Req) -> AddReqResult:
         """``add_one_req`` (``:1395``) without host or storage tiers."""
+        if req.ignore_eos and self.tree.disable:
+            return self.add_one_req_ignore_eos(req)
         max_new = min(max(req.max_new_tokens - len(req.output_ids), 0), CLIP_MAX_NEW_TOKENS)
         cand = req.fill_len() - req.prefix_len
         total_tokens = cand + max_new + self.page_size
@@ -397,6 +403,66 @@ class PrefillAdder:
         finally:
             self.tree.dec_lock_ref(req.last_node)
         return self.budget_state()
+
+    def add_one_req_ignore_eos(self, req: Req) -> AddReqResult:
+        """``add_one_req_ignore_eos`` (``:1241``): with the tree disabled, an ``ignore_eos``
+        request is admitted if, for the running and admitted requests sorted by the
+        tokens they have left (``max_new x ratio - out``; 1.0 for ``ignore_eos``), memory
+        freed by the earlier ones finishing always keeps more than one token per request
+        still running (``IGNORE_EOS_RESERVE_TOKENS``); chunked from the start if long."""
+        cand = req.filled_len - req.prefix_len
+        paged_input = _ceil_page(cand, self.page_size) + self.page_size
+        if not paged_input <= min(self.cur_rem_tokens, self.rem_total_tokens):
+            return AddReqResult.NO_TOKEN
+        if self.req_states is None:
+            self.req_states = []
+            self._add_req_state(req)
+            for r in self.running:
+                self._add_req_state(r)
+            for r in self.can_run_list:
+                self._add_req_state(r)
+            self.req_states.sort(key=lambda st: st[0])
+        else:
+            self._add_req_state(req, insert_sort=True)
+        cur_rem = self.cur_rem_tokens - paged_input
+        freed = 0
+        for i, (left, occupied) in enumerate(self.req_states):
+            bs = len(self.req_states) - i
+            if cur_rem + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
+                return AddReqResult.NO_TOKEN
+            freed += occupied
+        limit = self.rem_chunk_tokens
+        if limit is None or cand <= limit:
+            req.extend_end = req.filled_len
+            self.can_run_list.append(req)
+            self._update_prefill_budget(
+                0, req.extend_len, min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS), req.retracted_stain
+            )
+        else:
+            if limit <= 0:
+                return AddReqResult.OTHER
+            assert req.prefix_len == 0
+            req.extend_end = limit
+            self.can_run_list.append(req)
+            self.new_chunked_req = req
+            self._update_prefill_budget(0, limit, 0, req.retracted_stain)
+        return self.budget_state()
+
+    def _add_req_state(self, r: Req, insert_sort: bool = False) -> None:
+        assert self.req_states is not None
+        ratio = 1.0 if r.ignore_eos else self.new_token_ratio
+        left = r.max_new_tokens * ratio - len(r.output_ids)
+        if left <= 0:
+            return
+        state = (left, len(r.origin_input_ids) + len(r.output_ids))
+        if not insert_sort:
+            self.req_states.append(state)
+            return
+        i = 0
+        for i in range(len(self.req_states)):
+            if left <= self.req_states[i][0]:
+                break
+        self.req_states.insert(i, state)
 
     def _select_prefill_admission(self, req: Req, total_tokens: int) -> _Admission | AddReqResult:
         prefix_len = req.prefix_len

@@ -178,6 +178,7 @@ class Scheduler:
         disable_priority_preemption: bool = False,
         abort_on_priority_when_disabled: bool = False,
         retraction_policy: str = "length",
+        disable_radix_cache: bool = False,
     ) -> None:
         self.page_size = page_size
         self.max_running_requests = max_running_requests
@@ -187,7 +188,9 @@ class Scheduler:
         self.enable_overlap = enable_overlap
         self.is_mixed_chunk = chunked_prefill_size is not None and enable_mixed_chunk
         self.pool = KVPool(max_total_num_tokens, page_size)
-        self.tree = RadixCache(page_size, record_events=record_kv_events)
+        self.tree = RadixCache(
+            page_size, record_events=record_kv_events, disable=disable_radix_cache
+        )
         self.rng = random.Random(random_seed)
         self.max_queued_requests = max_queued_requests
         self.enable_priority_scheduling = enable_priority_scheduling
@@ -362,6 +365,8 @@ class Scheduler:
     def _checkpoint(self, req: Req, up_to: int) -> None:
         """``tree_cache.checkpoint(req, up_to)``: the tree takes the page-aligned KV
         up to ``up_to``; slots it already held are freed; the lock moves down."""
+        if self.tree.disable:
+            return  # checkpoint_into_tree keeps nothing
         before_tree = self.tree.total_size()
         owned_before = self._owned_pages_tokens(req)
         assert req.lock is not None

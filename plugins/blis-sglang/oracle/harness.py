@@ -87,6 +87,7 @@ class Scenario:
     abort_on_priority_when_disabled: bool = False
     retraction_policy: str = "length"
     max_queued_requests: int | None = None
+    disable_radix_cache: bool = False
 
     def describe(self) -> str:
         """Every parameter, for a failure message."""
@@ -266,6 +267,7 @@ def build_real(sc: Scenario) -> Any:
         abort_on_priority_when_disabled=sc.abort_on_priority_when_disabled,
         retraction_policy=sc.retraction_policy,
         max_queued_requests=sc.max_queued_requests,
+        disable_radix_cache=sc.disable_radix_cache,
         # KV events recorded by the tree; published by nobody (the harness takes them)
         kv_events_config='{"publisher": "null"}',
     )
@@ -327,6 +329,7 @@ def build_port(sc: Scenario, real: Any) -> Scheduler:
         disable_priority_preemption=sc.disable_priority_preemption,
         abort_on_priority_when_disabled=sc.abort_on_priority_when_disabled,
         retraction_policy=sc.retraction_policy,
+        disable_radix_cache=sc.disable_radix_cache,
     )
 
 

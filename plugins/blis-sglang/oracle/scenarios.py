@@ -25,6 +25,7 @@ FAMILIES = {
     "queue": 20,
     "deepqueue": 4,
     "priopressure": 10,
+    "noradix": 30,
 }
 
 
@@ -122,6 +123,15 @@ def make_scenario(family: str, seed: int) -> Scenario:
             "schedule_low_priority_values_first": rng.random() < 0.5,
             "retraction_policy": "priority",
         }
+    elif family == "noradix":
+        # --disable-radix-cache: ignore_eos requests go through add_one_req_ignore_eos
+        policy = rng.choice(["fcfs", "lof", "lpm"])
+        ignore_eos_p = rng.choice([1.0, 0.7, 0.3])
+        prefixes = [_tokens(rng, rng.randint(16, 200))]
+        mixed = rng.random() < 0.3
+        extra = {"disable_radix_cache": True}
+        if rng.random() < 0.4:
+            pool = rng.choice([300, 600, 900])
     elif family == "queue":
         running = rng.choice([2, 4])
         priorities = [None, None, 3]

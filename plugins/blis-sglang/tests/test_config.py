@@ -170,3 +170,9 @@ def test_surface_lists_policies_backends_and_cache_kinds() -> None:
     assert surface["attention_backends"]["aiter"] == "out_of_scope:hardware"
     assert surface["cache_kinds"]["UnifiedRadixCache"] == "modelled"
     assert surface["cache_kinds"]["UnifiedRadixCache+hicache"] == "refused"
+
+
+def test_shortest_prefill_first_needs_the_tree(env: Environment) -> None:
+    assert _resolve(env, disable_radix_cache=True).disable_radix_cache
+    with pytest.raises(InputRefused, match="shortest-prefill-first requires prefix caching"):
+        _resolve(env, disable_radix_cache=True, schedule_policy="shortest-prefill-first")

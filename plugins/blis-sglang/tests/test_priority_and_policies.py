@@ -313,3 +313,33 @@ def test_engine_reads_the_routing_key_header_case_insensitively(
     engine = _engine(blis_environment("prio-2"), schedule_policy="routing-key")
     engine.add_request(_request("a", headers=(("X-SMG-Routing-Key", "tenant-1"),)), 0)
     assert engine.scheduler.waiting_queue[0].routing_key == "tenant-1"
+
+
+# -- without the tree (--disable-radix-cache) -------------------------------------------
+
+
+def test_without_the_tree_ignore_eos_admission_reserves_for_every_finish() -> None:
+    from blis_sglang.schedule_policy import AddReqResult, KVPool, PrefillAdder
+
+    tree = RadixCache(page_size=1, disable=True)
+    adder = PrefillAdder(1, tree, KVPool(400, 1), [], 0.7, 16384, None)
+    a, b = _req("a", 100, out=100), _req("b", 100, out=100)
+    for r in (a, b):
+        r.refresh_fill_ids()
+        r.prefix_len, r.last_node = tree.match_prefix(r.fill_ids())
+    assert adder.add_one_req(a) is AddReqResult.CONTINUE
+    # 400 - 101 - 101 = 198 tokens left, but two requests each still to write 100
+    assert adder.add_one_req(b) is AddReqResult.NO_TOKEN
+    assert adder.req_states == [(100.0, 100), (100.0, 100)]
+    assert adder.can_run_list == [a] and a.extend_end == 100 and a.lock is None
+
+
+def test_without_the_tree_requests_run_to_the_end_and_nothing_is_cached() -> None:
+    s = _sched(policy="lpm", tokens=1500, chunk=64, disable_radix_cache=True)
+    assert s.schedule_policy.policy == "fcfs"  # cache-aware policies need the tree
+    for i in range(10):
+        s.add_request(_req(f"r{i}", 90, out=20, shared="sys", shared_len=100))
+    while _step(s) is not None:
+        assert s.tree.total_size() == 0
+    assert all(not r.holds_row for r in s.waiting_queue) and not s.waiting_queue
+    assert s.pool.available == s.pool.size
