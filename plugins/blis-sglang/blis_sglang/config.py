@@ -184,6 +184,9 @@ class SglangSettings:
     default_priority_value: int | None = None
     retraction_policy: str = "length"
     disable_radix_cache: bool = False
+    kv_events: bool = False
+    """``kv_events_config`` is set: the tree records KV events (``kv_cache_builder``'s
+    ``enable_kv_cache_events``) and the reporter publishes them."""
 
 
 def decode_capture_sizes(max_bs: int, *, no_padding: bool = False) -> tuple[int, ...]:
@@ -374,6 +377,7 @@ def resolve_settings(
         )
     }
     retraction = _typed(args, "retraction_policy", str, errors) or "length"
+    kv_events_config = _typed(args, "kv_events_config", (str, dict), errors)
     frac = _typed(args, "mem_fraction_static", (int, float), errors)
     conservativeness = _typed(args, "schedule_conservativeness", (int, float), errors)
     policy = _typed(args, "schedule_policy", str, errors) or "fcfs"
@@ -582,5 +586,6 @@ def resolve_settings(
         ),
         default_priority_value=default_priority,
         retraction_policy=retraction,
+        kv_events=bool(kv_events_config),
         **flags,
     )

@@ -93,6 +93,7 @@ class SglangEngine:
             abort_on_priority_when_disabled=settings.abort_on_priority_when_disabled,
             retraction_policy=settings.retraction_policy,
             disable_radix_cache=settings.disable_radix_cache,
+            record_kv_events=settings.kv_events,
         )
         self.metrics = SglangMetrics(
             self.scheduler,

@@ -488,6 +488,12 @@ class RadixCache:
         """Cached tokens pinned by at least one lock (``unified_tree_core.py:3340``)."""
         return self._protected_tokens
 
+    def cached_tokens(self) -> int:
+        """Tokens in the tree, in O(1): every node's tokens are either evictable or
+        protected, so this equals :meth:`total_size` (which walks the tree as upstream's
+        does)."""
+        return self._evictable_tokens + self._protected_tokens
+
     def total_size(self) -> int:
         """All cached tokens, counted by walking the tree (``unified_tree_core.py:3368``,
         the FULL part of its pair)."""

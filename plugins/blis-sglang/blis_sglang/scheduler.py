@@ -367,7 +367,7 @@ class Scheduler:
         up to ``up_to``; slots it already held are freed; the lock moves down."""
         if self.tree.disable:
             return  # checkpoint_into_tree keeps nothing
-        before_tree = self.tree.total_size()
+        before_tree = self.tree.cached_tokens()
         owned_before = self._owned_pages_tokens(req)
         assert req.lock is not None
         # the key is the fill snapshot cut at up_to (``checkpoint_into_tree``)
@@ -383,7 +383,7 @@ class Scheduler:
         req.cache_inserted_len = result.new_cache_inserted_len
         req.lock = result.new_last_node
         req.last_node = result.new_last_node
-        taken = self.tree.total_size() - before_tree
+        taken = self.tree.cached_tokens() - before_tree
         freed = owned_before - self._owned_pages_tokens(req) - taken
         if freed:
             self.pool.free(freed)

@@ -427,7 +427,7 @@ def _check_invariants(tree: RadixCache) -> None:
         assert (node in tree._evictable_leaves) == is_leaf
         stack.extend(node.children.values())
     assert (tree.evictable_size(), tree.protected_size()) == (evictable, protected)
-    assert tree.total_size() == evictable + protected
+    assert tree.total_size() == evictable + protected == tree.cached_tokens()
 
 
 @settings(max_examples=60, deadline=None)

@@ -25,7 +25,6 @@ _INERT_VALUES = {
     "trust_remote_code": True,
     "load_format": "dummy",
     "enable_metrics": True,
-    "kv_events_config": '{"publisher": "zmq"}',
 }
 
 
@@ -76,3 +75,15 @@ def test_modelled_fields_change_decisions(blis_environment: Callable[[str], Envi
 @pytest.mark.parametrize("status", ["modelled", "proven_inert", "refused"])
 def test_statuses_are_known(status: str) -> None:
     assert any(e["status"] == status for e in field_list().values())
+
+
+def test_kv_events_are_published_only_with_kv_events_config(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("surface-1")
+    plain = _trace(env, {})
+    published = _trace(env, {"kv_events_config": '{"publisher": "zmq"}'})
+    events = [e for row in published if len(row) == 4 for e in row[3]]
+    assert events and not [e for row in plain if len(row) == 4 for e in row[3]]
+    # the schedule itself is the same
+    assert [r for r in plain if len(r) == 3] == [r for r in published if len(r) == 3]
