@@ -52,3 +52,5 @@ def test_coverage() -> None:
     if SCALE >= 1.0:
         assert batches["mixed"] >= 50 and batches["extend"] >= 1000 and batches["decode"] >= 5000
         assert total["retractions"] >= 30
+        assert total["preemptions"] >= 20 and total["queue_aborts"] >= 100
+        assert total["kv_events"] >= 10000
