@@ -232,6 +232,23 @@ def _skip_decoder_layers() -> None:
     llama.LlamaModel.forward = forward
 
 
+_SHARED_ARGS = (
+    "enable_priority_scheduling",
+    "schedule_low_priority_values_first",
+    "priority_scheduling_preemption_threshold",
+    "disable_priority_preemption",
+    "abort_on_priority_when_disabled",
+    "retraction_policy",
+    "max_queued_requests",
+    "disable_radix_cache",
+)
+
+
+def _shared_args(sc: Scenario) -> dict[str, Any]:
+    """The arguments ServerArgs and the port's Scheduler both take by the same name."""
+    return {name: getattr(sc, name) for name in _SHARED_ARGS}
+
+
 def build_real(sc: Scenario) -> Any:
     """SGLang 0.5.23's Scheduler for ``sc`` (one per scenario, in this process)."""
     global _BUILT
@@ -260,14 +277,7 @@ def build_real(sc: Scenario) -> Any:
         tp_size=1,
         disable_cuda_graph=True,
         disable_overlap_schedule=not sc.overlap,
-        enable_priority_scheduling=sc.enable_priority_scheduling,
-        schedule_low_priority_values_first=sc.schedule_low_priority_values_first,
-        priority_scheduling_preemption_threshold=sc.priority_scheduling_preemption_threshold,
-        disable_priority_preemption=sc.disable_priority_preemption,
-        abort_on_priority_when_disabled=sc.abort_on_priority_when_disabled,
-        retraction_policy=sc.retraction_policy,
-        max_queued_requests=sc.max_queued_requests,
-        disable_radix_cache=sc.disable_radix_cache,
+        **_shared_args(sc),
         # KV events recorded by the tree; published by nobody (the harness takes them)
         kv_events_config='{"publisher": "null"}',
     )
@@ -322,14 +332,7 @@ def build_port(sc: Scenario, real: Any) -> Scheduler:
         enable_overlap=sc.overlap,
         enable_mixed_chunk=sc.mixed_chunk,
         random_seed=sc.seed,
-        max_queued_requests=sc.max_queued_requests,
-        enable_priority_scheduling=sc.enable_priority_scheduling,
-        schedule_low_priority_values_first=sc.schedule_low_priority_values_first,
-        priority_scheduling_preemption_threshold=sc.priority_scheduling_preemption_threshold,
-        disable_priority_preemption=sc.disable_priority_preemption,
-        abort_on_priority_when_disabled=sc.abort_on_priority_when_disabled,
-        retraction_policy=sc.retraction_policy,
-        disable_radix_cache=sc.disable_radix_cache,
+        **_shared_args(sc),
     )
 
 
