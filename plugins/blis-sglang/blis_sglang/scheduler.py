@@ -29,6 +29,12 @@ What this module ports, at 0.5.23:
   chunk at the next schedule (``stash_chunked_request``) and at finish
   (``release_kv_cache(checkpoint=True)``), never for a retracted request.
 
+* the queue's door (``_add_request_to_queue``, ``:3479``): priorities set or refused
+  (``_set_or_validate_priority``), the queue limit (``_abort_on_queued_limit``, a worse
+  queued request aborted instead under priority scheduling), the entry order and HRRN's
+  clock stamped; priority preemption of running requests (``preempt_to_schedule``) when
+  the batch is full by count; ``retraction_policy="priority"``; ``--disable-radix-cache``.
+
 Requests stop by length only (``ignore_eos`` traces: ``update_finish_state``'s length
 test at ``max_new_tokens``), or by an abort.
 """
