@@ -1,5 +1,5 @@
 """``blis search --backend ray`` against a Ray cluster the test starts: the ranking a
-local search gives (needs ray, which the conformance environment installs)."""
+local search gives (needs ray, which the integration environment installs)."""
 
 from __future__ import annotations
 
