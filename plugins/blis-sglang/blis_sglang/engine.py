@@ -363,7 +363,9 @@ class SglangEngineFactory:
         fields = {name: str(entry["status"]) for name, entry in field_list().items()}
         policies = {p: "modelled" if p in POLICIES else "refused" for p in UPSTREAM_POLICIES}
         backends = {
-            name: "out_of_scope:hardware" if status.startswith("out_of_scope") else status[:8]
+            name: "out_of_scope:hardware"
+            if status.startswith("out_of_scope")
+            else status.split(":")[0]
             for name, status in ATTENTION_BACKENDS.items()
         }
         return {

@@ -168,6 +168,7 @@ def test_surface_lists_policies_backends_and_cache_kinds() -> None:
     assert len(surface["attention_backends"]) == 25
     assert surface["attention_backends"]["fa3"] == "modelled"
     assert surface["attention_backends"]["aiter"] == "out_of_scope:hardware"
+    assert surface["attention_backends"]["flashmla"] == "refused"
     assert surface["cache_kinds"]["UnifiedRadixCache"] == "modelled"
     assert surface["cache_kinds"]["UnifiedRadixCache+hicache"] == "refused"
 
