@@ -87,7 +87,7 @@ UPSTREAM_POLICIES = (
 _KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8_e4m3")
 _GENERAL = (
     "modelled: scheduling does not depend on the backend; its name is the attention "
-    "kernel the cost registry prices"
+    "kernel's impl, priced by a cost entry for it or else by the generic attention entry"
 )
 _NOT_NVIDIA = "out_of_scope:hardware"
 _SPECIAL = (
