@@ -25,11 +25,13 @@ values.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import json
 import logging
 import os
+import shutil
 import tempfile
 from array import array
 from collections import Counter
@@ -135,6 +137,7 @@ def _model_dir() -> str:
     global _MODEL_DIR
     if _MODEL_DIR is None:
         d = tempfile.mkdtemp(prefix="blis-sglang-oracle-model-")
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(
                 {
