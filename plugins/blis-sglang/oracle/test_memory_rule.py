@@ -102,11 +102,10 @@ def _sglang_rule(
 ) -> dict[str, Any]:
     if not _SG:
         _SG.update(_import_sglang())
-    import torch
     from sglang.srt.arg_groups import memory_hook
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.mem_cache import kv_cache_configurator as kcc
-    from sglang.srt.runtime_context import get_parallel, get_schedule
+    from sglang.srt.runtime_context import get_exec, get_parallel, get_schedule
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     monkeypatch.setattr(memory_hook, "get_device_memory_capacity", lambda device=None: device_mib)
@@ -166,9 +165,6 @@ def _sglang_rule(
     budget = kvc._profile_available_bytes(pre_load_gib)
     tokens = kvc.config_from_budget(budget).max_total_num_tokens
     s = get_schedule()
-    from sglang.srt.runtime_context import get_exec
-
-    assert torch.tensor(0).dtype  # torch imported by sglang's own modules
     return {
         "mem_fraction_static": s.mem_fraction_static,
         "chunked_prefill_size": s.chunked_prefill_size,
