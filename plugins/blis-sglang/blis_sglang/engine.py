@@ -53,7 +53,7 @@ from blis_sglang.config import (
 from blis_sglang.metrics import SglangMetrics
 from blis_sglang.planning import PoolSizes, build_plan
 from blis_sglang.req import Req
-from blis_sglang.scheduler import Batch, Scheduler
+from blis_sglang.scheduler import PRIORITY_REFUSED, Batch, Scheduler
 from blis_sglang.version import ENGINE, ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
 
 __all__ = ["ROUTING_KEY_HEADER", "SglangEngine", "SglangEngineFactory"]
@@ -154,7 +154,7 @@ class SglangEngine:
             # client gets SGLang's 503 abort at once
             s.aborted.remove(req)
             message = s.abort_messages.pop(req.rid)
-            if message.startswith("Using priority"):
+            if message == PRIORITY_REFUSED:
                 raise InputRefused.one("request.priority", req.priority, message, ENGINE)
             raise InputRefused.one("max_queued_requests", s.max_queued_requests, message, ENGINE)
         self._unfinished[request.request_id] = req

@@ -56,7 +56,23 @@ from blis_sglang.schedule_policy import (
     SchedulePolicy,
 )
 
-__all__ = ["Batch", "BatchResult", "NewTokenRatio", "PrefillReport", "Scheduler"]
+__all__ = [
+    "PRIORITY_REFUSED",
+    "QUEUED_ABORTED_BY_PRIORITY",
+    "QUEUE_FULL",
+    "Batch",
+    "BatchResult",
+    "NewTokenRatio",
+    "PrefillReport",
+    "Scheduler",
+]
+
+#: SGLang's 503 abort messages (``scheduler.py:3537``, ``:3562``, ``:3582``)
+PRIORITY_REFUSED = (
+    "Using priority is disabled for this server. Please send a new request without a priority."
+)
+QUEUE_FULL = "The request queue is full."
+QUEUED_ABORTED_BY_PRIORITY = "The request is aborted by a higher priority request."
 
 #: ``SGLANG_RETRACT_DECODE_STEPS`` (``environ.py:649``)
 RETRACT_DECODE_STEPS = 20
@@ -271,11 +287,7 @@ class Scheduler:
             and req.priority is not None
             and self.abort_on_priority_when_disabled
         ):
-            self._abort_queued(
-                req,
-                "Using priority is disabled for this server. Please send a new request "
-                "without a priority.",
-            )
+            self._abort_queued(req, PRIORITY_REFUSED)
             return False
         return True
 
@@ -285,7 +297,7 @@ class Scheduler:
         if limit is None or len(self.waiting_queue) + 1 <= limit:
             return False
         victim = req
-        message = "The request queue is full."
+        message = QUEUE_FULL
         if self.enable_priority_scheduling:
             direction = 1 if self.schedule_low_priority_values_first else -1
             idx, candidate = max(
@@ -298,7 +310,7 @@ class Scheduler:
             if direction * (req.priority or 0) < direction * (candidate.priority or 0):
                 self.waiting_queue.pop(idx)
                 victim = candidate
-                message = "The request is aborted by a higher priority request."
+                message = QUEUED_ABORTED_BY_PRIORITY
         self._abort_queued(victim, message)
         return victim is req
 
