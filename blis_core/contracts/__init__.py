@@ -139,6 +139,14 @@ from blis_core.contracts.scoring import (
     relative_error,
     simulated_latency,
 )
+from blis_core.contracts.scrape import (
+    Histogram,
+    bucket_key,
+    count_key,
+    counter_key,
+    format_le,
+    sum_key,
+)
 from blis_core.contracts.shape import (
     STEP_SHAPE_ADAPTER,
     TRANSFER_ADAPTER,
@@ -223,6 +231,7 @@ __all__ = [
     "GraphPolicy",
     "GroundTruthAdapter",
     "HardwareSpec",
+    "Histogram",
     "InferenceRequest",
     "InputRefused",
     "InstanceTimeline",
@@ -294,7 +303,11 @@ __all__ = [
     "Validity",
     "WarmupFound",
     "WorkloadSpec",
+    "bucket_key",
+    "count_key",
+    "counter_key",
     "fast_forward_enabled",
+    "format_le",
     "grade_point",
     "host_work_problem",
     "impl_problem",
@@ -311,5 +324,6 @@ __all__ = [
     "segment_token_id",
     "segment_token_ids",
     "simulated_latency",
+    "sum_key",
     "us_to_seconds",
 ]

@@ -327,6 +327,7 @@ class EngineInstance(Protocol):
         distinguishing label value is appended as ``:<label value>`` (e.g.
         ``vllm:request_success_total:stop``); an info metric's numeric labels are
         given as ``<metric name>:<label>`` (e.g. ``vllm:cache_config_info:block_size``).
+        :mod:`blis_core.contracts.scrape` writes these keys and keeps a histogram's.
         Values are as of the last completed step; the router scrapes often, so keep
         counts cumulative as they change rather than recomputing them per scrape.
         """

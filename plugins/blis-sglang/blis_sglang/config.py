@@ -34,7 +34,7 @@ field is accepted only at its plain upstream default and refused by name otherwi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -44,6 +44,14 @@ from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchit
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
+from blis_sglang.buckets import (
+    DEFAULT_E2E_REQUEST_LATENCY,
+    DEFAULT_INTER_TOKEN_LATENCY,
+    DEFAULT_TIME_TO_FIRST_TOKEN,
+    MetricBuckets,
+    latency_bounds,
+    token_count_bounds,
+)
 from blis_sglang.version import ENGINE, UPSTREAM_RELEASE
 
 __all__ = [
@@ -184,6 +192,8 @@ class SglangSettings:
     default_priority_value: int | None = None
     retraction_policy: str = "length"
     disable_radix_cache: bool = False
+    metric_buckets: MetricBuckets = field(default_factory=MetricBuckets)
+    """The histograms' bucket bounds (``bucket_*``, ``*_tokens_buckets``)."""
     kv_events: bool = False
     """``kv_events_config`` is set: the tree records KV events (``kv_cache_builder``'s
     ``enable_kv_cache_events``) and the reporter publishes them."""
@@ -250,6 +260,30 @@ def default_attention_backend(model: ModelArchitecture, hw: HardwareSpec) -> str
     if major == 10:
         return "trtllm_mha"
     return "triton" if model.attention_sinks else "flashinfer"
+
+
+def _metric_buckets(args: Mapping[str, Any], errors: list[FieldError]) -> MetricBuckets:
+    """The histograms' bounds from ``bucket_*`` and ``*_tokens_buckets``; a bad one is
+    an error and keeps its default."""
+    bounds: dict[str, tuple[float, ...]] = {}
+    for field_name, name, default in (
+        ("time_to_first_token", "bucket_time_to_first_token", DEFAULT_TIME_TO_FIRST_TOKEN),
+        ("inter_token_latency", "bucket_inter_token_latency", DEFAULT_INTER_TOKEN_LATENCY),
+        ("e2e_request_latency", "bucket_e2e_request_latency", DEFAULT_E2E_REQUEST_LATENCY),
+    ):
+        try:
+            bounds[field_name] = latency_bounds(args.get(name), default)
+        except ValueError as err:
+            errors.append(FieldError(_path(name), args.get(name), str(err)))
+    for field_name, name, flag in (
+        ("prompt_tokens", "prompt_tokens_buckets", "--prompt-tokens-buckets"),
+        ("generation_tokens", "generation_tokens_buckets", "--generation-tokens-buckets"),
+    ):
+        try:
+            bounds[field_name] = token_count_bounds(args.get(name), flag)
+        except ValueError as err:
+            errors.append(FieldError(_path(name), args.get(name), str(err)))
+    return MetricBuckets(**bounds)
 
 
 def _path(name: str) -> str:
@@ -389,6 +423,7 @@ def resolve_settings(
     backend = _typed(args, "attention_backend", str, errors)
     eviction = _typed(args, "radix_eviction_policy", str, errors) or "lru"
     bs_list = args.get("cuda_graph_bs_decode")
+    buckets = _metric_buckets(args, errors)
 
     if policy not in UPSTREAM_POLICIES:
         errors.append(
@@ -586,6 +621,7 @@ def resolve_settings(
         ),
         default_priority_value=default_priority,
         retraction_policy=retraction,
+        metric_buckets=buckets,
         kv_events=bool(kv_events_config),
         **flags,
     )

@@ -99,6 +99,7 @@ class SglangEngine:
             self.scheduler,
             context_len=settings.context_len,
             decode_log_interval=settings.decode_log_interval,
+            buckets=settings.metric_buckets,
         )
         self._in_flight: deque[StepShape] = deque()
         self._step_id = 0
@@ -158,6 +159,7 @@ class SglangEngine:
                 raise InputRefused.one("request.priority", req.priority, message, ENGINE)
             raise InputRefused.one("max_queued_requests", s.max_queued_requests, message, ENGINE)
         self._unfinished[request.request_id] = req
+        self.metrics.requests.added(req.rid, now_us)
 
     def _priority(self, request: InferenceRequest) -> int | None:
         """The body's ``priority``: BLIS's default 0 is a request that sends none; the
@@ -181,24 +183,20 @@ class SglangEngine:
         """``abort_request``: unknown or finished ids are ignored."""
         if request_id not in self._unfinished:
             return
+        self.metrics.client_aborted()
         self.scheduler.abort(request_id)
         self._drain_aborted()
 
     def _drain_aborted(self) -> None:
+        """Requests the scheduler aborted outside a batch result (``send_abort_output``):
+        they end with no finishing output."""
         for req in self.scheduler.aborted:
             self.scheduler.abort_messages.pop(req.rid, None)
             self._aborted.append(FinishedRequest(req.rid, "abort", len(req.output_ids)))
-            self._end(req)
+            self._unfinished.pop(req.rid, None)
+            self._cached.pop(req.rid, None)
+            self.metrics.requests.dropped(req.rid)
         self.scheduler.aborted.clear()
-
-    def _end(self, req: Req) -> None:
-        self._unfinished.pop(req.rid, None)
-        self.metrics.request_finished(
-            len(req.origin_input_ids),
-            len(req.output_ids),
-            self._cached.pop(req.rid, 0),
-            req.finished_reason == "abort",
-        )
 
     def schedule(self, now_us: int) -> StepShape | None:
         """Form and launch the next batch, or ``None``."""
@@ -222,6 +220,11 @@ class SglangEngine:
             if s.idle_reported:
                 self.metrics.idle(now_us / 1e6)
             return None
+        if batch.is_extend():
+            decoding = set(map(id, batch.decoding_reqs or ()))
+            self.metrics.requests.forward_entered(
+                (r.rid for r in batch.reqs if id(r) not in decoding), now_us
+            )
         shape = self._shape(batch)
         self._in_flight.append(shape)
         return shape
@@ -268,16 +271,26 @@ class SglangEngine:
             self.metrics.prefill_reported(batch.prefill_report, now_s)
         else:
             self.metrics.decode_reported(batch, now_s)
-        finished = []
-        for req in result.finished:
-            finished.append(
-                FinishedRequest(req.rid, req.finished_reason or "length", len(req.output_ids))
-            )
-            self._end(req)
         hits = []
         for rid, cached in result.first_scheduled:
             self._cached[rid] = cached
             hits.append(PrefixHit(rid, cached))
+        unfinished = self._unfinished
+        self.metrics.requests.outputs(result.emitted, unfinished, now_us)
+        finished = []
+        for req in result.finished:
+            reason = req.finished_reason or "length"
+            generated = len(req.output_ids)
+            finished.append(FinishedRequest(req.rid, reason, generated))
+            unfinished.pop(req.rid, None)
+            self.metrics.request_finished(
+                req.rid,
+                prompt=len(req.origin_input_ids),
+                generated=generated,
+                cached=self._cached.pop(req.rid, 0),
+                reason=reason,
+                now_us=now_us,
+            )
         finished.extend(self._aborted)
         self._aborted.clear()
         preempted = tuple(self._preempted)

@@ -40,13 +40,20 @@ event, as upstream does.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import MappingProxyType
 from typing import TYPE_CHECKING
+
+from blis_core.contracts.scrape import (
+    Histogram,
+    bucket_key,
+    count_key,
+    counter_key,
+    format_le,
+    sum_key,
+)
 
 if TYPE_CHECKING:
     from blis_vllm.request import Request
@@ -317,121 +324,6 @@ def histogram_buckets(family: str, max_model_len: int) -> tuple[float, ...]:
     if family == "request_tokens":
         return request_tokens_buckets(max_model_len)
     return _STATIC_FAMILIES[family]
-
-
-# -- sample names (Prometheus text exposition, flattened) --------------------------------
-
-
-def format_le(bound: float) -> str:
-    """The ``le`` label of a bucket bound as the Prometheus Python client writes it.
-
-    Go's shortest float format: ``+Inf``; Python's ``repr`` of the float (``1.0``,
-    ``0.25``), except that from a seven-digit integer part on the value is written with
-    an exponent (``1e+06``, ``1.5e+07``).
-    """
-    if bound == math.inf:
-        return "+Inf"
-    text = repr(float(bound))
-    whole, _, frac = text.partition(".")
-    if "e" in text or bound <= 0 or len(whole) <= 6:
-        return text
-    digits = (whole + frac).rstrip("0")
-    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    return f"{mantissa}e+{len(whole) - 1:02d}"
-
-
-def counter_key(name: str, label: str | None = None) -> str:
-    """A counter's sample: ``<name>_total``, or ``<name>_total:<label value>``."""
-    return f"{name}_total" if label is None else f"{name}_total:{label}"
-
-
-def bucket_key(name: str, bound: float) -> str:
-    """A histogram's cumulative bucket sample: ``<name>_bucket:<le>``."""
-    return f"{name}_bucket:{format_le(bound)}"
-
-
-def sum_key(name: str) -> str:
-    """A histogram's ``<name>_sum`` sample."""
-    return f"{name}_sum"
-
-
-def count_key(name: str) -> str:
-    """A histogram's ``<name>_count`` sample."""
-    return f"{name}_count"
-
-
-class Histogram:
-    """A Prometheus histogram: per-bucket counts, a sum and a count, updated per observation.
-
-    An observation ``raw`` lands in the first bucket whose bound is ``>= raw / scale``
-    (Prometheus' ``le``), or in ``+Inf``. ``scale`` turns integer microseconds into
-    seconds; sums stay in raw units until written, so integer observations sum exactly.
-    """
-
-    __slots__ = (
-        "_bucket_keys",
-        "_count_key",
-        "_counts",
-        "_raw_sum",
-        "_scale",
-        "_sum_key",
-        "_written",
-        "bounds",
-    )
-    bounds: tuple[float, ...]
-
-    def __init__(self, name: str, bounds: Sequence[float], scale: float = 1.0) -> None:
-        self.bounds = tuple(float(b) for b in bounds)
-        if any(b >= c for b, c in pairwise(self.bounds)):
-            raise ValueError(f"{name}: bucket bounds must increase strictly: {self.bounds}")
-        self._counts = [0] * (len(self.bounds) + 1)
-        self._raw_sum: float = 0
-        self._scale = scale
-        self._bucket_keys = tuple(bucket_key(name, b) for b in (*self.bounds, math.inf))
-        self._sum_key = sum_key(name)
-        self._count_key = count_key(name)
-        # The samples as last written, until the next observation (a scrape rewrites
-        # only the histograms that moved).
-        self._written: dict[str, float] | None = None
-
-    def observe(self, raw: float) -> None:
-        """Add one observation (in raw units)."""
-        value = raw / self._scale if self._scale != 1.0 else raw
-        self._counts[bisect_left(self.bounds, value)] += 1
-        self._raw_sum += raw
-        self._written = None
-
-    def observe_many(self, raw: int, times: int) -> None:
-        """Add the integer observation ``raw`` ``times`` times (as many ``observe``
-        calls: integer sums are exact in any order)."""
-        value = raw / self._scale if self._scale != 1.0 else raw
-        self._counts[bisect_left(self.bounds, value)] += times
-        self._raw_sum += raw * times
-        self._written = None
-
-    @property
-    def count(self) -> int:
-        """Observations so far."""
-        return sum(self._counts)
-
-    @property
-    def sum(self) -> float:
-        """Sum of the observations in exposed units."""
-        return self._raw_sum / self._scale
-
-    def write(self, out: dict[str, float]) -> None:
-        """Add the cumulative ``_bucket`` samples (``+Inf`` last), ``_sum`` and ``_count``."""
-        written = self._written
-        if written is None:
-            written = {}
-            total = 0
-            for key, n in zip(self._bucket_keys, self._counts, strict=True):
-                total += n
-                written[key] = float(total)
-            written[self._sum_key] = self._raw_sum / self._scale
-            written[self._count_key] = float(total)
-            self._written = written
-        out.update(written)
 
 
 @dataclass(frozen=True, slots=True)

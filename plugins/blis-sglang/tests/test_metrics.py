@@ -1,0 +1,209 @@
+"""SGLang 0.5.23's request histograms and counters (``blis_sglang.metrics``,
+``blis_sglang.buckets``)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.scrape import bucket_key, count_key, sum_key
+from blis_core.contracts.shape import StepShape
+
+from blis_sglang import SglangEngine, SglangEngineFactory
+from blis_sglang.buckets import (
+    DEFAULT_TOKEN_COUNTS,
+    MetricBuckets,
+    latency_bounds,
+    token_count_bounds,
+)
+from blis_sglang.metrics import (
+    E2E_REQUEST_LATENCY,
+    GENERATION_TOKENS_HISTOGRAM,
+    INTER_TOKEN_LATENCY,
+    QUEUE_TIME_SECONDS,
+    REQUEST_TIME_PER_OUTPUT_TOKEN,
+    TIME_TO_FIRST_TOKEN,
+    UNCACHED_PROMPT_TOKENS_HISTOGRAM,
+    RequestHistograms,
+)
+
+
+class _Req:
+    """What the histograms read of a request: its output so far."""
+
+    def __init__(self, tokens: int) -> None:
+        self.output_ids = [0] * tokens
+
+
+def _samples(h: RequestHistograms) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for histogram in h.all():
+        histogram.write(out)
+    return out
+
+
+# -- bucket rules ------------------------------------------------------------------------
+
+
+def test_token_count_rules_follow_generate_buckets() -> None:
+    # the example of SGLang's own --prompt-tokens-buckets help text
+    assert token_count_bounds(["tse", "1000", "2", "8"], "--x") == (
+        984.0,
+        992.0,
+        996.0,
+        998.0,
+        1000.0,
+        1002.0,
+        1004.0,
+        1008.0,
+        1016.0,
+    )
+    assert token_count_bounds(["custom", "500", "10", "50"], "--x") == (10.0, 50.0, 500.0)
+    assert token_count_bounds(None, "--x") == DEFAULT_TOKEN_COUNTS
+    assert token_count_bounds(["default"], "--x") == DEFAULT_TOKEN_COUNTS
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        (["exp"], "Unsupported --x rule type: 'exp'"),
+        (["tse", "1000", "1", "8"], "TSE base must be larger than 1"),
+        (["tse", "1000", "2"], "TSE rule requires exactly 4 parameters"),
+        (["custom"], "custom rule requires at least one bucket value"),
+        (["custom", "5", "5"], "should not contain duplicates"),
+        (["custom", "-1"], "should be non-negative"),
+        (["default", "3"], "default rule should only have one parameter"),
+    ],
+)
+def test_bad_token_count_rules_are_refused_with_sglangs_message(
+    rule: list[str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        token_count_bounds(rule, "--x")
+
+
+def test_latency_bounds_are_checked_as_the_prometheus_client_checks_them() -> None:
+    assert latency_bounds([0.5, 1, float("inf")], (9.0,)) == (0.5, 1.0)
+    assert latency_bounds(None, (9.0,)) == (9.0,)
+    with pytest.raises(ValueError, match="Buckets not in sorted order"):
+        latency_bounds([2, 1], (9.0,))
+    with pytest.raises(ValueError, match="Must have at least two buckets"):
+        latency_bounds([], (9.0,))
+
+
+# -- one request's samples ---------------------------------------------------------------
+
+
+def test_one_request_gives_each_histogram_what_sglang_observes() -> None:
+    h = RequestHistograms(MetricBuckets())
+    h.added("a", 0)
+    h.added("late", 600)
+    h.forward_entered(["a", "late"], 1_000)
+    h.forward_entered(["a"], 3_000)  # a later chunk: the first entry only
+    reqs = {"a": _Req(1)}
+    h.outputs(["a"], reqs, 5_000)
+    reqs["a"] = _Req(2)
+    h.outputs(["a"], reqs, 7_000)
+    reqs["a"] = _Req(5)  # three tokens in one output: spread over them
+    h.outputs(["a"], reqs, 13_000)
+    h.finished("a", prompt=700, generated=5, cached=200, reason="length", now_us=13_000)
+    s = _samples(h)
+    assert s[sum_key(QUEUE_TIME_SECONDS)] == pytest.approx(0.001 + 0.0004)
+    assert s[count_key(QUEUE_TIME_SECONDS)] == 2
+    assert s[sum_key(TIME_TO_FIRST_TOKEN)] == pytest.approx(0.005)
+    assert s[bucket_key(TIME_TO_FIRST_TOKEN, 0.1)] == 1
+    # 2 ms for one token, then 6 ms for three: four observations of 2 ms, summing 8 ms
+    assert s[count_key(INTER_TOKEN_LATENCY)] == 4
+    assert s[sum_key(INTER_TOKEN_LATENCY)] == pytest.approx(0.008)
+    assert s[bucket_key(INTER_TOKEN_LATENCY, 0.002)] == 4
+    assert s[sum_key(E2E_REQUEST_LATENCY)] == pytest.approx(0.013)
+    assert s[sum_key(REQUEST_TIME_PER_OUTPUT_TOKEN)] == pytest.approx(0.008 / 4)
+    assert s[sum_key(UNCACHED_PROMPT_TOKENS_HISTOGRAM)] == 500
+    assert s[bucket_key(GENERATION_TOKENS_HISTOGRAM, 100)] == 1
+
+
+def test_an_abort_has_no_first_token_and_no_time_per_output_token() -> None:
+    h = RequestHistograms(MetricBuckets())
+    h.added("a", 0)
+    h.finished("a", prompt=10, generated=1, cached=0, reason="abort", now_us=4_000)
+    h.added("b", 0)
+    h.dropped("b")  # aborted by the scheduler from its queue: no output at all
+    s = _samples(h)
+    assert s[count_key(TIME_TO_FIRST_TOKEN)] == 0
+    assert s[count_key(REQUEST_TIME_PER_OUTPUT_TOKEN)] == 0
+    assert s[count_key(E2E_REQUEST_LATENCY)] == 1
+
+
+# -- the engine --------------------------------------------------------------------------
+
+
+def _engine(env: Environment, **args: object) -> SglangEngine:
+    spec = EnginePoolSpec(
+        pool="p",
+        model="meta-llama/Llama-2-7b-hf",
+        hardware="H100-SXM",
+        layout=ParallelLayout(tp=1),
+        args={"max_total_tokens": 4000, **args},
+    )
+    return SglangEngineFactory().build(spec, env, "p-0")
+
+
+def test_engine_histograms_agree_with_what_its_requests_saw(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    engine = _engine(blis_environment("metrics-0"))
+    outputs = {"a": 6, "b": 3, "c": 1}
+    for i, (rid, n) in enumerate(outputs.items()):
+        engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 40 + i),), n), 1_000)
+    engine.add_request(InferenceRequest("gone", 0, (PromptSegment("gone", 30),), 5), 1_000)
+    engine.abort_request("gone", 1_000)  # still queued: the scheduler aborts it
+    now = 1_000
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    ended: dict[str, int] = {}
+    launched: deque[StepShape] = deque()
+    while engine.num_unfinished():
+        while (shape := engine.schedule(now)) is not None:
+            launched.append(shape)
+        now += 10_000
+        outcome = engine.complete(launched.popleft(), now)
+        for e in outcome.emitted:
+            first.setdefault(e.request_id, now)
+            last[e.request_id] = now
+        for f in outcome.finished:
+            ended[f.request_id] = now
+    s = engine.scrape()
+    assert s[count_key(E2E_REQUEST_LATENCY)] == 3  # the queued abort has no output
+    assert s[sum_key(E2E_REQUEST_LATENCY)] == pytest.approx(
+        sum(ended[r] - 1_000 for r in outputs) / 1e6
+    )
+    assert s[sum_key(TIME_TO_FIRST_TOKEN)] == pytest.approx(
+        sum(first[r] - 1_000 for r in outputs) / 1e6
+    )
+    assert s[count_key(INTER_TOKEN_LATENCY)] == sum(n - 1 for n in outputs.values())
+    assert s[sum_key(INTER_TOKEN_LATENCY)] == pytest.approx(
+        sum(last[r] - first[r] for r in outputs) / 1e6
+    )
+    assert s[count_key(REQUEST_TIME_PER_OUTPUT_TOKEN)] == 2  # "c" made one token
+    assert s[count_key(QUEUE_TIME_SECONDS)] == 3
+    assert s[sum_key(QUEUE_TIME_SECONDS)] == 0  # all taken by the first batch, on arrival
+    assert s["sglang:num_requests_total"] == 3
+    assert s["sglang:num_aborted_requests_total"] == 1
+    assert s["sglang:generation_tokens_total"] == sum(outputs.values())
+
+
+def test_engine_refuses_bad_bucket_arguments_by_name(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("metrics-1")
+    with pytest.raises(InputRefused, match=r"bucket_time_to_first_token.*not in sorted order"):
+        _engine(env, bucket_time_to_first_token=[1.0, 0.5])
+    with pytest.raises(InputRefused, match=r"generation_tokens_buckets.*TSE count"):
+        _engine(env, generation_tokens_buckets=["tse", "100", "2", "0"])
+    custom = _engine(env, bucket_e2e_request_latency=[0.5, 100.0])
+    assert bucket_key(E2E_REQUEST_LATENCY, 100.0) in custom.scrape()
