@@ -204,27 +204,14 @@ class SglangEngine:
             return None
         s = self.scheduler
         batch = s.schedule_step()
-        if s.retracted:
-            moved = s.retracted
-            self.metrics.retracted(
-                len(moved),
-                sum(len(r.origin_input_ids) for r in moved),
-                sum(len(r.output_ids) for r in moved),
-            )
+        self.metrics.scheduled(batch, now_us)
         self._preempted.extend(r.rid for r in s.retracted)
         self._preempted.extend(r.rid for r in s.preempted)
         s.retracted.clear()
         s.preempted.clear()
         self._drain_aborted()
         if batch is None:
-            if s.idle_reported:
-                self.metrics.idle(now_us / 1e6)
             return None
-        if batch.is_extend():
-            decoding = set(map(id, batch.decoding_reqs or ()))
-            self.metrics.requests.forward_entered(
-                (r.rid for r in batch.reqs if id(r) not in decoding), now_us
-            )
         shape = self._shape(batch)
         self._in_flight.append(shape)
         return shape
@@ -266,11 +253,7 @@ class SglangEngine:
             raise AssertionError(f"step {shape.step_id} completed out of order")
         s = self.scheduler
         batch, result = s.process_result()
-        now_s = now_us / 1e6
-        if batch.is_extend() and batch.prefill_report is not None:
-            self.metrics.prefill_reported(batch.prefill_report, now_s)
-        else:
-            self.metrics.decode_reported(batch, now_s)
+        self.metrics.result_processed(batch, now_us)
         hits = []
         for rid, cached in result.first_scheduled:
             self._cached[rid] = cached

@@ -10,10 +10,21 @@ When they change is what a router sees, so it follows
 * ``report_decode_stats`` every ``decode_log_interval`` decode batches:
   ``num_running_reqs`` (that batch), ``num_queue_reqs``, ``gen_throughput`` (tokens
   generated since the last such report over the time since it, in simulated seconds),
-  ``decode_sum_seq_lens``, the pool gauges;
+  ``decode_sum_seq_lens``, ``num_retracted_reqs`` (then reset), the pool gauges;
 * ``_maybe_log_idle_metrics`` when the scheduler is fully idle and the running gauge is
-  stale or 30 s have passed: ``num_running_reqs``, ``num_queue_reqs``, ``gen_throughput``
-  0, the pool gauges.
+  stale or 30 s have passed since the last log (or start-up): ``num_running_reqs``,
+  ``num_queue_reqs``, ``gen_throughput`` 0, the pool gauges.
+
+Under priority scheduling the running and waiting gauges also give their count per
+priority, as ``sglang:num_running_reqs:<priority>`` (upstream's ``priority`` label),
+for every priority either gauge has shown since start-up (``_log_gauge_queue_count``).
+
+Each report ends in ``log_stats``, which sets every gauge from ``SchedulerStats`` (its
+defaults, 0, for what no report has set yet). Until the first one SGLang exports no
+gauge at all (they are labelled, and a labelled gauge appears when first set); here they
+read 0 from the start, which is what a router reads for a missing gauge (the llm-d
+extractor leaves the field at its zero value). Checked against SGLang's own collector,
+step by step, in the oracle (``oracle/harness.py``, ``COMPARED_METRICS``).
 
 Pool gauges (``pool_stats_observer.py:151``): ``token_usage`` =
 ``round((total - available - evictable) / total, 2)``, ``full_token_usage`` unrounded,
@@ -52,6 +63,7 @@ so each output carries one token; the constant labels (``model_name``,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -85,8 +97,28 @@ GENERATION_TOKENS_HISTOGRAM = "sglang:generation_tokens_histogram"
 
 _US = 1e6
 
-#: ``GEN_THROUGHPUT_STALENESS_SECONDS``
+#: ``GEN_THROUGHPUT_STALENESS_SECONDS``, also the idle report's period
 _STALE_S = 30.0
+
+RUNNING = "sglang:num_running_reqs"
+QUEUED = "sglang:num_queue_reqs"
+
+#: The gauges ``log_stats`` sets from ``SchedulerStats`` (those blis-sglang models).
+_LOGGED = (
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:gen_throughput",
+    "sglang:cache_hit_rate",
+    "sglang:decode_sum_seq_lens",
+    "sglang:token_usage",
+    "sglang:full_token_usage",
+    "sglang:num_used_tokens",
+    "sglang:kv_available_tokens",
+    "sglang:kv_evictable_tokens",
+    "sglang:kv_used_tokens",
+    "sglang:num_retracted_reqs",
+    "sglang:new_token_ratio",
+)
 
 
 @dataclass(slots=True)
@@ -221,28 +253,19 @@ class SglangMetrics:
         self.requests = RequestHistograms(buckets or MetricBuckets())
         self._interval = decode_log_interval
         total = scheduler.pool.size
+        # emit_metrics_constants: set at start-up
         self.values: dict[str, float] = {
             "sglang:max_total_num_tokens": float(total),
             "sglang:page_size": float(scheduler.page_size),
             "sglang:num_pages": float(total // scheduler.page_size),
             "sglang:context_len": float(context_len),
-            "sglang:num_running_reqs": 0.0,
-            "sglang:num_queue_reqs": 0.0,
-            "sglang:cache_hit_rate": 0.0,
-            "sglang:gen_throughput": 0.0,
-            "sglang:new_token_ratio": scheduler.ratio.current,
-            "sglang:num_retracted_reqs": 0.0,
-            "sglang:decode_sum_seq_lens": 0.0,
-            "sglang:prompt_tokens_total": 0.0,
-            "sglang:generation_tokens_total": 0.0,
-            "sglang:cached_tokens_total": 0.0,
-            "sglang:num_requests_total": 0.0,
-            "sglang:num_aborted_requests_total": 0.0,
-            "sglang:num_retracted_requests_total": 0.0,
-            "sglang:num_retracted_input_tokens_total": 0.0,
-            "sglang:num_retracted_output_tokens_total": 0.0,
         }
-        self._pool()
+        # SchedulerStats with its defaults; log_stats exports all of it at once
+        self._stats: dict[str, float] = dict.fromkeys(_LOGGED, 0.0)
+        self.values.update(self._stats)
+        # QueueCount.by_priority of the running and waiting gauges (priority scheduling)
+        self._by_priority: dict[str, Counter[int | None]] = {}
+        self._known_priorities: set[int | None] = set()
         self._generated = 0
         self._last_decode_tic = 0.0
         self._last_decode_report = -1.0
@@ -250,48 +273,109 @@ class SglangMetrics:
         self._pending_retracted = 0
 
     def _pool(self) -> None:
+        """``update_scheduler_stats``: the pool gauges."""
         s = self._s
         total = s.pool.size
         available = s.pool.available
         evictable = s.tree.evictable_size()
         used = total - available - evictable
         usage = used / total
+        st = self._stats
+        st["sglang:token_usage"] = round(usage, 2)
+        st["sglang:full_token_usage"] = usage
+        st["sglang:num_used_tokens"] = float(used)
+        st["sglang:kv_used_tokens"] = float(used)
+        st["sglang:kv_available_tokens"] = float(available)
+        st["sglang:kv_evictable_tokens"] = float(evictable)
+
+    def _queue_count(self, name: str, priorities: Iterable[int | None], total: int) -> None:
+        """``QueueCount.from_reqs``: the total, and under priority scheduling the count
+        per priority."""
+        self._stats[name] = float(total)
+        if self._s.enable_priority_scheduling:
+            self._by_priority[name] = Counter(priorities)
+
+    def _queue_waiting(self) -> None:
+        waiting = self._s.waiting_queue
+        self._queue_count(QUEUED, (r.priority for r in waiting), len(waiting))
+
+    def _log_stats(self, now_s: float) -> None:
+        """``log_stats``: every gauge takes its stats value. The running and waiting
+        gauges also set ``<name>:<priority>`` for every priority either has shown so far
+        (``_log_gauge_queue_count``: the running gauge before the waiting one adds its
+        own)."""
         v = self.values
-        v["sglang:token_usage"] = round(usage, 2)
-        v["sglang:full_token_usage"] = usage
-        v["sglang:num_used_tokens"] = float(used)
-        v["sglang:kv_used_tokens"] = float(used)
-        v["sglang:kv_available_tokens"] = float(available)
-        v["sglang:kv_evictable_tokens"] = float(evictable)
+        v.update(self._stats)
+        known = self._known_priorities
+        for name in (RUNNING, QUEUED):
+            counts = self._by_priority.get(name)
+            if counts is not None:
+                known.update(counts)
+                for priority in known:
+                    v[f"{name}:{priority}"] = float(counts.get(priority, 0))
+        self._last_log = now_s
+
+    def _count(self, name: str, value: float) -> None:
+        """A counter grows (it first appears in a scrape at its first increment)."""
+        v = self.values
+        v[name] = v.get(name, 0.0) + value
+
+    def scheduled(self, batch: Batch | None, now_us: int) -> None:
+        """The scheduler's ``schedule_step`` at ``now_us`` formed ``batch`` (or none):
+        its retractions, its idle report, the prefill batch's first forward entries.
+        Call before the scheduler's ``retracted`` list is cleared."""
+        s = self._s
+        if s.retracted:
+            moved = s.retracted
+            self.retracted(
+                len(moved),
+                sum(len(r.origin_input_ids) for r in moved),
+                sum(len(r.output_ids) for r in moved),
+            )
+        if batch is None:
+            if s.idle_reported:
+                self.idle(now_us / 1e6)
+        elif batch.is_extend():
+            decoding = set(map(id, batch.decoding_reqs or ()))
+            self.requests.forward_entered(
+                (r.rid for r in batch.reqs if id(r) not in decoding), now_us
+            )
+
+    def result_processed(self, batch: Batch, now_us: int) -> None:
+        """``process_batch_result`` of ``batch`` at ``now_us``: its stats report."""
+        now_s = now_us / 1e6
+        if batch.is_extend() and batch.prefill_report is not None:
+            self.prefill_reported(batch.prefill_report, now_s)
+        else:
+            self.decode_reported(batch, now_s)
 
     def retracted(self, num: int, input_tokens: int, output_tokens: int) -> None:
         """``update_running_batch`` retracted ``num`` requests."""
         self._pending_retracted = num
-        v = self.values
-        v["sglang:num_retracted_requests_total"] += num
-        v["sglang:num_retracted_input_tokens_total"] += input_tokens
-        v["sglang:num_retracted_output_tokens_total"] += output_tokens
+        self._count("sglang:num_retracted_requests_total", num)
+        self._count("sglang:num_retracted_input_tokens_total", input_tokens)
+        self._count("sglang:num_retracted_output_tokens_total", output_tokens)
 
     def prefill_reported(self, report: PrefillReport, now_s: float) -> None:
         """``report_prefill_stats`` after a prefill batch's result."""
-        v = self.values
+        st = self._stats
         inputs = report.log_input_tokens - report.reprocessed_log_input_tokens
         hits = report.log_hit_tokens - report.reprocessed_log_hit_tokens
         total = inputs + hits
-        v["sglang:cache_hit_rate"] = hits / total if total > 0 else 0.0
-        v["sglang:num_running_reqs"] = float(report.num_running_reqs)
-        v["sglang:num_queue_reqs"] = float(len(self._s.waiting_queue))
-        v["sglang:new_token_ratio"] = report.new_token_ratio
-        v["sglang:gen_throughput"] = self._current_gen_throughput(now_s)
+        st["sglang:new_token_ratio"] = report.new_token_ratio
+        self._queue_count(RUNNING, report.running_priorities, report.num_running_reqs)
+        self._queue_waiting()
+        st["sglang:cache_hit_rate"] = hits / total if total > 0 else 0.0
+        st["sglang:gen_throughput"] = self._current_gen_throughput(now_s)
         self._pool()
-        v["sglang:num_retracted_reqs"] = float(self._pending_retracted)
+        st["sglang:num_retracted_reqs"] = float(self._pending_retracted)
         self._pending_retracted = 0
-        self._last_log = now_s
+        self._log_stats(now_s)
 
     def _current_gen_throughput(self, now_s: float) -> float:
         if self._last_decode_report >= 0 and now_s - self._last_decode_report > _STALE_S:
-            self.values["sglang:gen_throughput"] = 0.0
-        return self.values["sglang:gen_throughput"]
+            self._stats["sglang:gen_throughput"] = 0.0
+        return self._stats["sglang:gen_throughput"]
 
     def decode_reported(self, batch: Batch, now_s: float) -> None:
         """``report_decode_stats`` after each decode batch (gauges every interval)."""
@@ -300,38 +384,41 @@ class SglangMetrics:
             return
         gap = now_s - self._last_decode_tic
         self._last_decode_tic = now_s
-        v = self.values
-        v["sglang:gen_throughput"] = self._generated / gap if gap > 0 else 0.0
+        st = self._stats
+        st["sglang:gen_throughput"] = self._generated / gap if gap > 0 else 0.0
         self._generated = 0
         self._last_decode_report = now_s
-        v["sglang:num_running_reqs"] = float(len(batch.reqs))
-        v["sglang:num_queue_reqs"] = float(len(self._s.waiting_queue))
-        v["sglang:decode_sum_seq_lens"] = float(sum(c + 1 for c in batch.decode_contexts))
+        self._queue_count(RUNNING, (r.priority for r in batch.reqs), len(batch.reqs))
+        self._queue_waiting()
+        st["sglang:decode_sum_seq_lens"] = float(sum(c + 1 for c in batch.decode_contexts))
         self._pool()
-        self._last_log = now_s
+        st["sglang:num_retracted_reqs"] = float(self._pending_retracted)
+        self._pending_retracted = 0
+        self._log_stats(now_s)
 
     def idle(self, now_s: float) -> None:
         """``_maybe_log_idle_metrics`` when the scheduler is fully idle."""
-        v = self.values
-        stale = v["sglang:num_running_reqs"] != len(self._s.running_batch.reqs)
-        if not stale and now_s <= self._last_log + 30:
+        st = self._stats
+        stale = st["sglang:num_running_reqs"] != len(self._s.running_batch.reqs)
+        if not stale and now_s <= self._last_log + _STALE_S:
             return
         self._pool()
-        v["sglang:num_running_reqs"] = float(len(self._s.running_batch.reqs))
-        v["sglang:gen_throughput"] = 0.0
-        v["sglang:num_queue_reqs"] = float(len(self._s.waiting_queue))
-        self._last_log = now_s
+        running = self._s.running_batch.reqs
+        self._queue_count(RUNNING, (r.priority for r in running), len(running))
+        st["sglang:gen_throughput"] = 0.0
+        self._queue_waiting()
+        self._log_stats(now_s)
 
     def request_finished(
         self, rid: str, *, prompt: int, generated: int, cached: int, reason: str, now_us: int
     ) -> None:
         """A request's finishing output reached the tokenizer at ``now_us``
         (``observe_one_finished_request``)."""
-        v = self.values
-        v["sglang:num_requests_total"] += 1
-        v["sglang:prompt_tokens_total"] += prompt
-        v["sglang:generation_tokens_total"] += generated
-        v["sglang:cached_tokens_total"] += cached
+        self._count("sglang:prompt_tokens_total", prompt)
+        self._count("sglang:generation_tokens_total", generated)
+        if cached > 0:
+            self._count("sglang:cached_tokens_total", cached)
+        self._count("sglang:num_requests_total", 1)
         self.requests.finished(
             rid, prompt=prompt, generated=generated, cached=cached, reason=reason, now_us=now_us
         )
@@ -339,11 +426,12 @@ class SglangMetrics:
     def client_aborted(self) -> None:
         """The tokenizer forwarded a client's abort of an unfinished request
         (``observe_one_aborted_request``)."""
-        self.values["sglang:num_aborted_requests_total"] += 1
+        self._count("sglang:num_aborted_requests_total", 1)
 
     def snapshot(self) -> Mapping[str, float]:
         """A copy of every sample."""
         out = dict(self.values)
         for histogram in self.requests.all():
-            histogram.write(out)
+            if histogram.count:  # a labelled histogram appears at its first observation
+                histogram.write(out)
         return out

@@ -165,6 +165,9 @@ class PrefillReport:
     reprocessed_log_input_tokens: int
     reprocessed_log_hit_tokens: int
     new_token_ratio: float
+    running_priorities: tuple[int | None, ...] = ()
+    """The running requests' priorities under priority scheduling (``QueueCount``'s
+    breakdown), else empty."""
 
 
 @dataclass(slots=True)
@@ -565,6 +568,9 @@ class Scheduler:
             reprocessed_log_input_tokens=adder.reprocessed_log_input_tokens,
             reprocessed_log_hit_tokens=adder.reprocessed_log_hit_tokens,
             new_token_ratio=self.ratio.current,
+            running_priorities=(
+                tuple(r.priority for r in running.reqs) if self.enable_priority_scheduling else ()
+            ),
         )
         if self.is_mixed_chunk and not running.is_empty():
             finishing = self._reqs_finishing_inflight(running)

@@ -42,11 +42,13 @@ from typing import Any
 from blis_core.contracts.engine import BlockRemoved, BlockStored
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 
+from blis_sglang.metrics import SglangMetrics
 from blis_sglang.req import Req
 from blis_sglang.scheduler import Batch, Scheduler
 
 VOCAB = 512
 CONTEXT = 4096
+DECODE_LOG_INTERVAL = 40  # ServerArgs' default
 
 
 class Divergence(AssertionError):
@@ -203,6 +205,11 @@ def _import_sglang() -> dict[str, Any]:
             PUBLISHED.extend(events.events)
 
     kv_events.EventPublisherFactory._registry["null"] = lambda **kw: Recorder()
+    # metrics: the scheduler's collector writes through stand-ins (its own DI hook)
+    from sglang.srt.observability.metrics_collector import SchedulerMetricsCollector
+
+    for hook in ("_counter_cls", "_gauge_cls", "_histogram_cls", "_summary_cls"):
+        setattr(SchedulerMetricsCollector, hook, _Metric)
     _skip_decoder_layers()
     return {
         "Scheduler": RealScheduler,
@@ -216,6 +223,77 @@ def _import_sglang() -> dict[str, Any]:
 
 
 _SG: dict[str, Any] = {}
+
+SAMPLES: dict[str, float] = {}
+"""What SGLang's scheduler metrics collector exported, by metric name under its own
+labels, ``<name>:<priority>`` for a per-priority child; a histogram as its ``_count``."""
+
+
+class _Metric:
+    """A ``prometheus_client`` metric stand-in that writes into :data:`SAMPLES`."""
+
+    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self._name = name
+        self._sink: dict[str, float] = SAMPLES
+
+    def labels(self, *args: Any, **labels: str) -> _Metric:
+        if labels.get("priority"):
+            return _Metric(f"{self._name}:{labels['priority']}")
+        return self
+
+    def set(self, value: float) -> None:
+        self._sink[self._name] = float(value)
+
+    def inc(self, value: float = 1.0) -> None:
+        self._sink[self._name] = self._sink.get(self._name, 0.0) + value
+
+    def dec(self, value: float = 1.0) -> None:
+        self.inc(-value)
+
+    def observe(self, value: float) -> None:
+        key = self._name + "_count"
+        self._sink[key] = self._sink.get(key, 0.0) + 1
+
+
+#: the collector's samples compared with the port's (``gen_throughput`` and the other
+#: time-based ones read wall clocks, which the two sides do not share)
+COMPARED_METRICS = (
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:cache_hit_rate",
+    "sglang:new_token_ratio",
+    "sglang:num_retracted_reqs",
+    "sglang:decode_sum_seq_lens",
+    "sglang:token_usage",
+    "sglang:full_token_usage",
+    "sglang:num_used_tokens",
+    "sglang:kv_used_tokens",
+    "sglang:kv_available_tokens",
+    "sglang:kv_evictable_tokens",
+    "sglang:num_retracted_requests_total",
+    "sglang:num_retracted_input_tokens_total",
+    "sglang:num_retracted_output_tokens_total",
+    "sglang:queue_time_seconds_count",
+)
+
+
+_PER_PRIORITY = ("sglang:num_running_reqs:", "sglang:num_queue_reqs:")
+
+
+def _compared(samples: dict[str, float] | Any) -> dict[str, float]:
+    """The compared samples (a metric not written yet reads 0, as a router reads it),
+    with every per-priority child."""
+    out = {name: samples.get(name, 0.0) for name in COMPARED_METRICS}
+    out.update({k: v for k, v in samples.items() if k.startswith(_PER_PRIORITY)})
+    return out
+
+
+def _metrics_real() -> dict[str, float]:
+    return _compared(SAMPLES)
+
+
+def _metrics_port(m: SglangMetrics) -> dict[str, float]:
+    return _compared(m.snapshot())
 
 
 def _skip_decoder_layers() -> None:
@@ -280,11 +358,18 @@ def build_real(sc: Scenario) -> Any:
         tp_size=1,
         disable_cuda_graph=True,
         disable_overlap_schedule=not sc.overlap,
+        enable_metrics=True,
         **_shared_args(sc),
         # KV events recorded by the tree; published by nobody (the harness takes them)
         kv_events_config='{"publisher": "null"}',
     )
     sa.resolve_once()
+    # metrics made directly with prometheus_client (GaugeHistogram) register once per
+    # process; a new Scheduler registers them again
+    from prometheus_client import REGISTRY
+
+    for collector in list(REGISTRY._collector_to_names):
+        REGISTRY.unregister(collector)
     _SG["publish"](
         sa, role="scheduler", ranks=_SG["SpawnRanks"](world_rank=0, dp_rank=None, gpu_id=0)
     )
@@ -460,7 +545,9 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
     """Run ``sc`` on both sides; raise :class:`Divergence` at the first difference."""
     PUBLISHED.clear()  # a scenario that diverged leaves its last events behind
     real = build_real(sc)
+    SAMPLES.clear()  # the start-up constants are not compared
     port = build_port(sc, real)
+    metrics = SglangMetrics(port, context_len=CONTEXT, decode_log_interval=DECODE_LOG_INTERVAL)
     real_reqs: dict[str, Any] = {}
     port_reqs: dict[str, Req] = {}
 
@@ -492,6 +579,7 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
                 or aborted[r.rid]
             )
             port_reqs[r.rid] = _port_request(r, real)
+            metrics.requests.added(r.rid, 0)
             port.add_request(port_reqs[r.rid])
         # -- the real loop body
         plan = real.get_next_batch_to_run(
@@ -500,6 +588,8 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         real.running_batch = plan.running_batch
         batch = plan.batch_to_run
         port_batch = port.schedule_step()
+        metrics.scheduled(port_batch, 0)
+        port.retracted.clear()
         _compare(sc, it, "batch", _batch_view_real(batch), _batch_view_port(port_batch), stats)
         if sc.overlap:
             if batch is not None:
@@ -510,7 +600,7 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
             if real.last_batch is not None:
                 tmp_batch, tmp_result = real.result_queue.popleft()
                 real.process_batch_result(tmp_batch, tmp_result)
-                port.process_result()
+                metrics.result_processed(port.process_result()[0], 0)
             elif batch is None:
                 real.on_idle()
             real.launch_batch_sample_if_needed(result, batch)
@@ -518,7 +608,7 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         else:
             if batch is not None:
                 real.process_batch_result(batch, real.run_batch(batch))
-                port.process_result()
+                metrics.result_processed(port.process_result()[0], 0)
             else:
                 real.on_idle()
             real.last_batch = batch
@@ -527,6 +617,7 @@ def run_scenario(sc: Scenario, max_iters: int = 5000) -> RunStats:
         if batch is not None:
             stats.batches[_batch_view_real(batch)[0]] += 1  # type: ignore[index]
         _compare(sc, it, "state", _state_real(real), _state_port(port), stats)
+        _compare(sc, it, "metrics", _metrics_real(), _metrics_port(metrics), stats)
         events = _real_events(real)
         stats.kv_events += len(events)
         _compare(sc, it, "kv events", events, _events_port(port.tree.take_events()), stats)

@@ -206,4 +206,55 @@ def test_engine_refuses_bad_bucket_arguments_by_name(
     with pytest.raises(InputRefused, match=r"generation_tokens_buckets.*TSE count"):
         _engine(env, generation_tokens_buckets=["tse", "100", "2", "0"])
     custom = _engine(env, bucket_e2e_request_latency=[0.5, 100.0])
-    assert bucket_key(E2E_REQUEST_LATENCY, 100.0) in custom.scrape()
+    assert custom.metrics.requests.e2e.bounds == (0.5, 100.0)
+
+
+def test_gauges_take_their_values_at_the_first_report_and_counters_appear_when_counted(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    engine = _engine(blis_environment("metrics-2"))
+    start = engine.scrape()
+    assert start["sglang:max_total_num_tokens"] == 4000  # a start-up constant
+    # SchedulerStats' defaults until the first log_stats (what a router reads for the
+    # gauges SGLang has not exported yet), not the pool's state
+    assert start["sglang:kv_available_tokens"] == 0
+    assert start["sglang:new_token_ratio"] == 0
+    assert "sglang:num_requests_total" not in start
+    assert count_key(TIME_TO_FIRST_TOKEN) not in start
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 40),), 2), 0)
+    shape = engine.schedule(0)
+    assert shape is not None
+    engine.complete(shape, 5_000)  # the prefill batch's report
+    after = engine.scrape()
+    assert after["sglang:kv_available_tokens"] > 0
+    assert after["sglang:new_token_ratio"] == pytest.approx(engine.scheduler.ratio.current)
+    assert after[count_key(TIME_TO_FIRST_TOKEN)] == 1
+
+
+def test_priority_scheduling_breaks_the_running_and_waiting_gauges_down_by_priority(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    engine = _engine(
+        blis_environment("metrics-3"), enable_priority_scheduling=True, max_running_requests=1
+    )
+    for rid, priority in (("a", 5), ("b", 7), ("c", 7)):
+        engine.add_request(
+            InferenceRequest(rid, 0, (PromptSegment(rid, 40),), 3, priority=priority), 0
+        )
+    shape = engine.schedule(0)
+    assert shape is not None
+    engine.complete(shape, 5_000)  # prefill report: "b" (higher first) admitted
+    s = engine.scrape()
+    assert s["sglang:num_queue_reqs"] == 2
+    assert s["sglang:num_queue_reqs:5"] == 1
+    assert s["sglang:num_queue_reqs:7"] == 1
+    # the running gauge is the running batch when "b" was admitted (empty): logged
+    # before the waiting gauge makes 5 and 7 known, it has no child yet
+    assert s["sglang:num_running_reqs"] == 0
+    assert not any(k.startswith("sglang:num_running_reqs:") for k in s)
+    plain = _engine(blis_environment("metrics-4"))
+    plain.add_request(InferenceRequest("a", 0, (PromptSegment("a", 40),), 3, priority=5), 0)
+    shape = plain.schedule(0)
+    assert shape is not None
+    plain.complete(shape, 5_000)
+    assert not any(k.startswith("sglang:num_queue_reqs:") for k in plain.scrape())
