@@ -1,0 +1,45 @@
+"""blis-jitllm (in progress): a model of jitllm, an engine that places a model's blocks
+across GPUs and the host and pages weights and KV (``docs/upstream/jitllm.md``).
+
+Built so far: the memory budgets, the automatic block placement, the cyclic weight
+pager, the device KV pool's rules, the server's admission, its online prompt budget
+and its joint-or-separate probe. The engine is not registered yet: ``blis run`` cannot select it.
+"""
+
+from __future__ import annotations
+
+from blis_jitllm.admission import ADMIT_LOOKAHEAD, Admission, Waiting, admit, row_pages
+from blis_jitllm.budgets import DeviceBudget, device_budget, host_budget, unified_device_cap
+from blis_jitllm.joint_choice import JointChoice, row_bucket
+from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
+from blis_jitllm.paging import CyclicPager, cyclic_victim, next_use
+from blis_jitllm.placement import Device, Placement, place_blocks, plan_shares, rank_devices
+from blis_jitllm.step_budget import StepBudget
+
+__all__ = [
+    "ADMIT_LOOKAHEAD",
+    "Admission",
+    "CyclicPager",
+    "Device",
+    "DeviceBudget",
+    "DeviceKVRoom",
+    "JointChoice",
+    "Placement",
+    "StepBudget",
+    "Waiting",
+    "admit",
+    "cyclic_victim",
+    "device_budget",
+    "grown_layer_pages",
+    "host_budget",
+    "kv_room",
+    "next_use",
+    "page_bytes",
+    "page_positions",
+    "place_blocks",
+    "plan_shares",
+    "rank_devices",
+    "row_bucket",
+    "row_pages",
+    "unified_device_cap",
+]

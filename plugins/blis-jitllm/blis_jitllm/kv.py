@@ -1,0 +1,100 @@
+"""jitllm's device KV pool: the page, a layer's growth, and the room admission counts.
+
+From ``docs/design/device-kv-paging.md`` ("The page", "The pool") and
+``jit/gpu/tier/kvpool.go`` / ``kvroom.go`` (``docs/upstream/jitllm.md`` §3):
+
+* a page is ``P`` positions of one layer's history for one sequence; ``P`` is the
+  configured page, or the smallest power of two from 64 that covers the context, at
+  most 256;
+* a page holds K as float32 (``kvRow`` floats a position, ``kvRow = NKVHead *
+  HeadDim``, MLA: ``KVLoraRank + NRot``) and V beside it as float32, or float16 packed
+  two to a word, or nothing under MLA (V is K's prefix);
+* each attention layer's pool has its own page ids (id 0 a dummy page); a layer that
+  needs ``want`` pages grows to twice its size (at least ``want``, at least 2, at most
+  the backend's limit) when the device has room for the new pages, else to exactly
+  ``want``; released pages stay in the pool;
+* the room admission counts (``KVRoom``): the fewest free pages of any layer, less the
+  one page eviction keeps to stream through, plus the pages the device's budget still
+  lets every layer grow by together, in positions; the fewest over devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "MAX_PAGE",
+    "MIN_PAGE",
+    "DeviceKVRoom",
+    "grown_layer_pages",
+    "kv_room",
+    "page_bytes",
+    "page_positions",
+]
+
+MIN_PAGE = 64
+MAX_PAGE = 256
+
+
+def page_positions(context: int, configured: int | None = None) -> int:
+    """``P``: the configured page, else the smallest power of two from 64 covering
+    ``context``, at most 256."""
+    if configured is not None and configured > 0:
+        return configured
+    p = MIN_PAGE
+    while p < context and p < MAX_PAGE:
+        p *= 2
+    return p
+
+
+def page_bytes(kv_row: int, p: int, *, v_f16: bool = False, mla: bool = False) -> int:
+    """One page of one layer: K as float32, V as float32, packed float16 or none."""
+    k_words = p * kv_row
+    if mla:
+        v_words = 0
+    elif v_f16:
+        v_words = p * kv_row // 2
+    else:
+        v_words = p * kv_row
+    return (k_words + v_words) * 4
+
+
+def grown_layer_pages(pages: int, want: int, room_bytes: int, page: int, limit: int) -> int | None:
+    """``growKVLayer``: the pages a layer of ``pages`` pages holds after growing to at
+    least ``want``, given ``room_bytes`` free in the device's budget for one page of
+    ``page`` bytes, or ``None`` when it cannot grow (``ErrKVCapacity``). A doubling that
+    fits is taken (copied on the device when both buffers fit, else through the host),
+    else exactly ``want``."""
+    if want > limit:
+        return None
+    for n in (min(max(pages * 2, want, 2), limit), want):
+        if n >= want and page * (n - pages) <= room_bytes:
+            return n
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceKVRoom:
+    """One device's pool as ``KVRoom`` reads it."""
+
+    free_pages: Sequence[int]
+    """Free (or fenced) pages of each attention layer the device holds."""
+    page_bytes: Sequence[int]
+    """One page of each of those layers."""
+    grow_bytes: int
+    """What the device's budget (and its memory pool) still allows it to charge."""
+
+
+def kv_room(devices: Sequence[DeviceKVRoom], p: int) -> int:
+    """``KVRoom``: positions every device can still take in every layer at once, the
+    fewest over the devices that hold attention layers (0 when none does)."""
+    room: int | None = None
+    for d in devices:
+        if not d.free_pages:
+            continue
+        per = sum(d.page_bytes)
+        pages = max(min(d.free_pages) - 1, 0) + d.grow_bytes // max(per, 1)
+        positions = pages * p
+        room = positions if room is None else min(room, positions)
+    return max(room or 0, 0)

@@ -1,0 +1,83 @@
+"""Weight paging over jitllm's cyclic scan: which resident block to give up.
+
+A transformer visits blocks ``lo .. hi-1`` and then ``lo`` again, every token, so the
+distance to a block's next use is ``(li - cur) mod (hi - lo)`` and the optimal policy
+(Bélády's) can be computed: give up the block used furthest in the future, which is the
+one just behind the cursor, the most recently used. Least recently used would give up
+the block needed next and, once the scan is longer than the budget, hit nothing at all;
+most recently used pins a prefix and hits ``held - 1`` blocks a pass.
+
+Port of ``NextUse`` and ``CyclicVictim`` (``engine/sched/cyclic.go``; the device tier's
+``victim`` in ``jit/gpu/tier/page.go`` and the host pager use them; see
+``docs/upstream/jitllm.md`` §2). :class:`CyclicPager` replays a scan through a fixed
+number of slots and counts what it reads: once warm, a pass of ``blocks`` blocks through
+``slots < blocks`` slots pages in ``blocks - slots`` or ``blocks - slots + 1`` of them
+(the pattern repeats with a period of a few passes), so one slot short of fitting costs
+about one page-in a token, as jitllm's design notes say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["NEVER", "CyclicPager", "cyclic_victim", "next_use"]
+
+#: the distance of a block the scan will not reach again (outside ``[lo, hi)``)
+NEVER = 1 << 30
+
+
+def next_use(li: int, cur: int, lo: int, hi: int) -> int:
+    """How many blocks a scan over ``[lo, hi)`` visits from ``cur`` before ``li``."""
+    n = hi - lo
+    if n <= 0 or li < lo or li >= hi:
+        return NEVER
+    return (li - cur) % n
+
+
+def cyclic_victim(cur: int, lo: int, hi: int, held: Callable[[int], bool]) -> int:
+    """The resident block of ``[lo, hi)`` to give up with the scan at ``cur`` (never
+    ``cur`` itself), or ``-1`` when none is resident; ties go to the lowest index."""
+    best, best_d = -1, -1
+    for li in range(lo, hi):
+        if li == cur or not held(li):
+            continue
+        d = next_use(li, cur, lo, hi)
+        if d > best_d:
+            best, best_d = li, d
+    return best
+
+
+@dataclass(slots=True)
+class CyclicPager:
+    """``slots`` resident blocks of a scan over ``blocks`` blocks (``lo = 0``)."""
+
+    slots: int
+    blocks: int
+    resident: set[int] = field(default_factory=set)
+    page_ins: int = 0
+    page_outs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.slots <= 0:
+            raise ValueError(f"slots must be positive, got {self.slots}")
+
+    def touch(self, li: int) -> bool:
+        """The scan reaches block ``li``: a hit, or a page-in that first gives up the
+        victim when every slot is taken."""
+        if li in self.resident:
+            return True
+        if len(self.resident) >= self.slots:
+            victim = cyclic_victim(li, 0, self.blocks, self.resident.__contains__)
+            self.resident.discard(victim)
+            self.page_outs += 1
+        self.resident.add(li)
+        self.page_ins += 1
+        return False
+
+    def run_pass(self) -> int:
+        """One token's pass over every block; returns its page-ins."""
+        before = self.page_ins
+        for li in range(self.blocks):
+            self.touch(li)
+        return self.page_ins - before

@@ -1,0 +1,61 @@
+"""Weight paging over the cyclic scan (``blis_jitllm.paging``, jitllm's ``cyclic.go``)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blis_jitllm.paging import NEVER, CyclicPager, cyclic_victim, next_use
+
+
+def test_next_use_is_the_distance_along_the_cycle() -> None:
+    assert next_use(5, 3, 0, 10) == 2
+    assert next_use(2, 3, 0, 10) == 9  # just behind the cursor: furthest away
+    assert next_use(3, 3, 0, 10) == 0
+    assert next_use(12, 3, 0, 10) == NEVER
+    assert next_use(0, 0, 4, 4) == NEVER
+
+
+def test_the_victim_is_the_most_recently_used_block_never_the_current_one() -> None:
+    held = {0, 1, 2, 7}
+    assert cyclic_victim(3, 0, 10, held.__contains__) == 2
+    assert cyclic_victim(0, 0, 10, {0}.__contains__) == -1
+
+
+def test_one_slot_short_costs_about_one_page_in_a_token() -> None:
+    pager = CyclicPager(slots=21, blocks=22)
+    assert pager.run_pass() == 22  # cold
+    passes = [pager.run_pass() for _ in range(40)]
+    assert set(passes) == {1, 2}
+    assert sum(passes) / len(passes) < 1.1
+    whole = CyclicPager(slots=22, blocks=22)
+    whole.run_pass()
+    assert whole.run_pass() == 0  # a budget that holds the model never evicts
+
+
+def test_least_recently_used_would_hit_nothing_where_this_keeps_the_slots() -> None:
+    pager = CyclicPager(slots=3, blocks=80)
+    pager.run_pass()
+    assert all(pager.run_pass() <= 80 - 3 + 1 for _ in range(10))
+
+
+@given(st.integers(1, 40), st.integers(1, 60), st.integers(2, 8))
+def test_a_warm_pass_pages_in_all_but_the_slots_or_one_more(
+    slots: int, blocks: int, passes: int
+) -> None:
+    pager = CyclicPager(slots=slots, blocks=blocks)
+    pager.run_pass()
+    for _ in range(passes):
+        misses = pager.run_pass()
+        if slots >= blocks:
+            assert misses == 0
+        else:
+            assert blocks - slots <= misses <= blocks - slots + 1
+    assert len(pager.resident) == min(slots, blocks)
+    assert pager.page_ins - pager.page_outs == len(pager.resident)
+
+
+def test_slots_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        CyclicPager(slots=0, blocks=4)
