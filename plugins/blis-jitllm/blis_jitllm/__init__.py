@@ -2,8 +2,9 @@
 across GPUs and the host and pages weights and KV (``docs/upstream/jitllm.md``).
 
 Built so far: the memory budgets, the automatic block placement, the cyclic weight
-pager, the device KV pool's rules, the server's admission, its online prompt budget
-and its joint-or-separate probe. The engine is not registered yet: ``blis run`` cannot select it.
+pager, the device KV pool's rules, and the server's step loop for a model on one
+device (admission, the online prompt budget, the joint-or-separate probe). The engine
+is not registered yet: ``blis run`` cannot select it.
 """
 
 from __future__ import annotations
@@ -15,17 +16,23 @@ from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes,
 from blis_jitllm.paging import CyclicPager, cyclic_victim, next_use
 from blis_jitllm.placement import Device, Placement, place_blocks, plan_shares, rank_devices
 from blis_jitllm.step_budget import StepBudget
+from blis_jitllm.step_loop import MAX_STEP_ROWS, Iteration, Row, StepLoop, Unit
 
 __all__ = [
     "ADMIT_LOOKAHEAD",
+    "MAX_STEP_ROWS",
     "Admission",
     "CyclicPager",
     "Device",
     "DeviceBudget",
     "DeviceKVRoom",
+    "Iteration",
     "JointChoice",
     "Placement",
+    "Row",
     "StepBudget",
+    "StepLoop",
+    "Unit",
     "Waiting",
     "admit",
     "cyclic_victim",
