@@ -75,12 +75,12 @@ class Iteration:
 
     ``passes`` are the forward passes it runs, in order: one joint pass of every unit,
     or one pass a unit when the rows run separately. ``emitted`` are the rows that
-    sampled a token (the client has it now), ``finished`` (request id, reason) the rows
-    retired, ``admitted`` the requests that became rows."""
+    sampled a token (the client has it now), ``finished`` (request id, reason, tokens
+    generated) the rows retired, ``admitted`` the requests that became rows."""
 
     passes: list[list[Unit]] = field(default_factory=list)
     emitted: list[str] = field(default_factory=list)
-    finished: list[tuple[str, str]] = field(default_factory=list)
+    finished: list[tuple[str, str, int]] = field(default_factory=list)
     admitted: tuple[str, ...] = ()
     decoding: int = 0
     prompt_tokens: int = 0
@@ -229,4 +229,4 @@ class StepLoop:
 
     def _finish(self, r: Row, reason: str, it: Iteration) -> None:
         self.rows.remove(r)
-        it.finished.append((r.request_id, reason))
+        it.finished.append((r.request_id, reason, r.n))

@@ -12,7 +12,7 @@ def _drain(loop: StepLoop, step_ns: int = 10_000_000) -> list[tuple[list[str], l
     """Run to the end; per iteration, the requests that got a token and that finished."""
     out = []
     while (it := loop.iterate()) is not None:
-        out.append((it.emitted, [rid for rid, _ in it.finished]))
+        out.append((it.emitted, [rid for rid, _, _ in it.finished]))
         if it.passes:
             loop.ran(step_ns * len(it.passes))
     return out
@@ -99,7 +99,7 @@ def test_a_cancel_withdraws_a_waiting_request_and_retires_a_row_next_iteration()
     assert loop.cancel("b") is True
     assert loop.cancel("a") is False
     it = loop.iterate()
-    assert it is not None and it.finished == [("a", "cancelled")] and it.emitted == []
+    assert it is not None and it.finished == [("a", "cancelled", 0)] and it.emitted == []
     assert loop.idle()
 
 

@@ -1,0 +1,480 @@
+"""The jitllm engine instance and factory (the BLIS engine contract), for a model whose
+blocks and output head all fit one CUDA device.
+
+Plan (``docs/upstream/jitllm.md`` §1, §3): the device's budget is its free memory (the
+runtime's total less the CUDA context) less jitllm's headroom, or ``-devices
+cuda:0=BYTES``; the batched step's scratch is reserved first (taken as the
+Environment's activation peak of a 512-row step: an assumption, jitllm measures it);
+the blocks are placed by :func:`~blis_jitllm.placement.place_blocks` with the history
+of one full context and the head as the plan's extra; the embedding stays on the host.
+A placement that leaves a block, or the head, off the device is refused: blocks on the
+host need the machine contract (§8). What the device has left holds the KV pool: pages
+of ``P`` positions of every attention layer, float32 K and V.
+
+Steps (``server/batch.go``; :class:`~blis_jitllm.step_loop.StepLoop`): one iteration of
+the step loop runs as one step shape when its units run jointly, or as one shape per
+unit, one after another, when the measured choice runs them separately. A token
+sampled at the start of an iteration is the client's at the end of the step before it,
+so a step's outcome carries the tokens the next iteration samples and the rows it
+retires; the rows stay in the loop, counted by admission, until that iteration starts.
+A row's KV pages are taken as it writes positions; the pool grows by doubling (else
+exactly) and keeps released pages. A row the pool cannot grow for would send its
+oldest pages home and stream them back (``kvevict.go``): not modelled yet, and the run
+stops with that reason.
+
+Kernels: every layer is priced as ``jitllm:generated`` (no cost method has measured
+jitllm's generated kernels, so the floor prices them and the Result says so); host
+work is keyed ``jitllm-2026.12.3``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from blis_core.contracts.catalog import AttentionKind, ModelArchitecture
+from blis_core.contracts.engine import (
+    EnginePoolSpec,
+    Environment,
+    FinishedRequest,
+    StepOutcome,
+    TokenEmission,
+)
+from blis_core.contracts.errors import InputRefused, SimulationError
+from blis_core.contracts.lowering import LoweringRequest
+from blis_core.contracts.plan import KVBudget, LayerKind, ParallelLayout, PoolPlan
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+
+from blis_jitllm.budgets import device_budget
+from blis_jitllm.kv import grown_layer_pages, page_bytes, page_positions
+from blis_jitllm.placement import Device, place_blocks
+from blis_jitllm.settings import FLAGS, JitllmSettings, resolve_settings
+from blis_jitllm.step_loop import MAX_STEP_ROWS, Row, StepLoop, Unit
+from blis_jitllm.version import ENGINE, ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
+
+__all__ = ["METRIC_NAMES", "JitllmEngine", "JitllmEngineFactory", "PoolFacts"]
+
+#: the ``/metrics`` samples (``server/metrics.go``) a scrape gives, without the model label
+METRIC_NAMES = (
+    "jitllm_models_loaded",
+    "jitllm_sessions",
+    "jitllm_generates_total",
+    "jitllm_tokens_generated_total",
+    "jitllm_tokens_prefilled_total",
+    "jitllm_prefill_seconds_sum",
+    "jitllm_prefill_seconds_count",
+    "jitllm_decode_seconds_sum",
+    "jitllm_decode_seconds_count",
+)
+_KERNEL = "jitllm:generated"
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolFacts:
+    """What the plan phase decided that the running engine needs."""
+
+    layers: int
+    page: int
+    """``P``: positions a KV page holds."""
+    layer_page_bytes: int
+    kv_limit_bytes: int
+    """Bytes the device has for the KV pool after blocks, head and scratch."""
+    device_blocks: int
+
+
+def _refuse(path: str, value: object, cause: str) -> InputRefused:
+    return InputRefused.one(path, value, cause, ENGINE)
+
+
+def _check_model(model: ModelArchitecture) -> None:
+    why = None
+    if model.moe is not None:
+        why = "mixture-of-experts blocks (expert paging and auto-streaming)"
+    elif model.attention not in (AttentionKind.MHA, AttentionKind.GQA) or model.layer_types:
+        why = f"{model.attention.value} attention"
+    elif model.dtype not in _DTYPE_BYTES:
+        why = f"{model.dtype} weights (a .jlm converted from a 16-bit checkpoint only)"
+    if why is not None:
+        raise _refuse(
+            "deployment.pools.model", model.hf_id, f"not modelled by blis-jitllm yet: {why}"
+        )
+
+
+def _plan(
+    spec: EnginePoolSpec, env: Environment
+) -> tuple[PoolPlan, PoolFacts, JitllmSettings, ModelArchitecture]:
+    if spec.layout != ParallelLayout():
+        raise _refuse(
+            "deployment.layout",
+            spec.layout.model_dump(),
+            "jitllm splits a model by blocks across devices, not by tensor, pipeline, data "
+            "or expert parallelism; several devices are not modelled by blis-jitllm yet",
+        )
+    model = env.model(spec.model)
+    hw = env.hardware(spec.hardware)
+    _check_model(model)
+    settings = resolve_settings(spec.args, model.max_position_embeddings)
+    p = page_positions(settings.max_seq)
+    partial = env.lower(
+        LoweringRequest(
+            engine=ENGINE,
+            model=model.hf_id,
+            hardware=hw.id,
+            layout=spec.layout,
+            kv_cache_dtype="float32",
+            block_size=p,
+            max_num_batched_tokens=MAX_STEP_ROWS,
+            max_num_seqs=settings.width or MAX_STEP_ROWS,
+            max_model_len=settings.max_seq,
+            impls=dict.fromkeys(LayerKind, _KERNEL),
+            host_work=f"{ENGINE_KIND}-{UPSTREAM_RELEASE}",
+            steps_in_flight=1,
+        )
+    )
+    layers = model.num_layers
+    elem = _DTYPE_BYTES[model.dtype]
+    embedding = model.vocab_size * model.hidden_size * elem
+    head = model.vocab_size * model.hidden_size * elem
+    weights = env.weight_bytes_per_rank(partial)
+    untied_head = 0 if model.tie_word_embeddings else head
+    block = (weights - embedding - untied_head) // layers
+    free = env.device_memory_bytes(hw.id) - env.non_torch_bytes(partial)
+    budget = device_budget(free, settings.device_budget)
+    scratch = env.activation_peak_bytes(partial, MAX_STEP_ROWS)
+    kv_row = model.num_kv_heads * model.head_dim
+    history = layers * page_bytes(kv_row, 1) * settings.max_seq
+    placement = place_blocks(
+        [block] * layers,
+        [Device(hw.id, budget.limit, 1.0, used=scratch)],
+        extra=history + head,
+    )
+    source = f"{ENGINE} pool for {model.hf_id} on {hw.id}"
+    if placement.host_blocks:
+        raise InputRefused.one(
+            "deployment.pools.model",
+            model.hf_id,
+            f"{placement.host_blocks} of {layers} blocks do not fit the device's "
+            f"{budget.limit / 2**30:.2f} GiB ({budget.why}): jitllm runs them on the host, "
+            "which is not modelled by blis-jitllm yet",
+            source,
+        )
+    used = placement.used[0]
+    if used + head > budget.limit:
+        raise InputRefused.one(
+            "deployment.pools.model",
+            model.hf_id,
+            "the output head does not fit the device beside the blocks: jitllm runs it on "
+            "the host, which is not modelled by blis-jitllm yet",
+            source,
+        )
+    kv_limit = budget.limit - used - head
+    layer_page = page_bytes(kv_row, p)
+    pages = kv_limit // (layer_page * layers) - 1  # the dummy page of every layer
+    if pages < 1:
+        raise InputRefused.one(
+            "deployment.pools.model",
+            model.hf_id,
+            "no room for a page of KV history beside the weights",
+            source,
+        )
+    plan = partial.model_copy(
+        update={
+            "max_num_seqs": settings.width or MAX_STEP_ROWS,
+            "resident_weight_bytes": weights - embedding,
+            "activation_peak_bytes": scratch,
+            "kv_budget": KVBudget(
+                num_gpu_blocks=pages,
+                block_size_tokens=p,
+                kv_bytes=pages * layer_page * layers,
+                available_bytes=kv_limit,
+            ),
+        }
+    )
+    facts = PoolFacts(layers, p, layer_page, kv_limit, layers)
+    return plan, facts, settings, model
+
+
+@dataclass(slots=True)
+class _Times:
+    """What ``/metrics`` needs of one generate (simulated microseconds)."""
+
+    prompt_start: int | None = None
+    prompt_done: int | None = None
+
+
+class JitllmEngine:
+    """One ``jitllmd`` serving one model wholly on one device."""
+
+    def __init__(self, plan: PoolPlan, facts: PoolFacts, settings: JitllmSettings) -> None:
+        self._plan = plan
+        self._facts = facts
+        self._settings = settings
+        self.loop = StepLoop(
+            width=settings.width,
+            prompt_chunk=settings.prompt_chunk,
+            step_prompt_tokens=settings.step_prompt_tokens,
+            step_cost=settings.step_cost,
+            joint_steps=settings.joint_steps,
+            kv_room=self._kv_room,
+            max_seq=settings.max_seq,
+        )
+        self._pool_pages = 1  # per layer, the dummy included
+        self._held: dict[str, int] = {}
+        self._requests: dict[str, InferenceRequest] = {}
+        self._times: dict[str, _Times] = {}
+        self._reported: set[str] = set()
+        self._aborted: list[FinishedRequest] = []
+        self._passes: list[list[Unit]] = []
+        self._in_flight: tuple[StepShape, list[Unit]] | None = None
+        self._iteration_start_us = 0
+        self._step_id = 0
+        self._metrics: dict[str, float] = dict.fromkeys(METRIC_NAMES, 0.0)
+        self._metrics["jitllm_models_loaded"] = 1.0
+
+    @property
+    def plan(self) -> PoolPlan:
+        """The run-phase plan."""
+        return self._plan
+
+    @property
+    def input_boundary(self) -> Mapping[str, str]:
+        """Requests and cancels are read when the loop next admits and samples."""
+        return {"arrival": "next_schedule", "abort": "next_schedule"}
+
+    # -- KV ----------------------------------------------------------------------------
+
+    def _per_page(self) -> int:
+        return self._facts.layer_page_bytes * self._facts.layers
+
+    def _kv_room(self) -> tuple[int, int]:
+        """``KVRoom`` of the one device: its free pages less one, plus what its budget
+        lets every layer grow by, in positions."""
+        free = self._pool_pages - 1 - sum(self._held.values())
+        grow = self._facts.kv_limit_bytes - self._pool_pages * self._per_page()
+        pages = max(free - 1, 0) + max(grow, 0) // self._per_page()
+        return pages * self._facts.page, self._facts.page
+
+    def _take_pages(self, units: list[Unit]) -> None:
+        """Give each unit's row the pages of the positions it writes, growing the pool."""
+        p = self._facts.page
+        need = dict(self._held)
+        for u in units:
+            end = u.start + u.tokens
+            need[u.row.request_id] = max(need.get(u.row.request_id, 0), -(-end // p))
+        want = sum(need.values()) + 1
+        if want > self._pool_pages:
+            room = self._facts.kv_limit_bytes - self._pool_pages * self._per_page()
+            grown = grown_layer_pages(
+                self._pool_pages,
+                want,
+                room_bytes=room // self._facts.layers,
+                page=self._facts.layer_page_bytes,
+                limit=self._facts.kv_limit_bytes // self._facts.layer_page_bytes,
+            )
+            if grown is None:
+                raise SimulationError(
+                    f"{ENGINE}: the device's KV pool cannot grow to {want} pages a layer "
+                    f"(it holds {self._pool_pages}); jitllm would send the oldest pages home "
+                    "and stream them back every token (kvevict.go), which is not modelled "
+                    "by blis-jitllm yet"
+                )
+            self._pool_pages = grown
+        self._held = need
+
+    # -- requests ------------------------------------------------------------------------
+
+    def add_request(self, request: InferenceRequest, now_us: int) -> None:
+        """A generate: queued for a row, or refused."""
+        n = request.input_tokens
+        max_seq = self._settings.max_seq
+        if n == 0:
+            raise _refuse("request.prompt", 0, "the prompt is empty")
+        if n >= max_seq:
+            raise _refuse(
+                "request.prompt",
+                n,
+                f"a prompt of {n} tokens leaves no room to generate in a context of {max_seq}",
+            )
+        limit = self._settings.max_queue
+        if limit is not None and len(self._requests) >= limit:
+            raise _refuse(
+                "engine.args.max-queue",
+                limit,
+                f"HTTP 429: {limit} requests are running or waiting for this model",
+            )
+        max_tokens = min(request.max_output_tokens, max_seq - n)
+        self._requests[request.request_id] = request
+        self._times[request.request_id] = _Times()
+        self.loop.submit(request.request_id, n, max_tokens)
+        self._metrics["jitllm_sessions"] = float(len(self._requests))
+
+    def abort_request(self, request_id: str, now_us: int) -> None:
+        """A client left: a waiting request is withdrawn, a row is retired at the next
+        iteration."""
+        if request_id not in self._requests or request_id in self._reported:
+            return
+        if self.loop.cancel(request_id):
+            self._aborted.append(FinishedRequest(request_id, "abort", 0))
+            self._forget(request_id)
+
+    def _forget(self, request_id: str) -> None:
+        self._requests.pop(request_id, None)
+        self._times.pop(request_id, None)
+        self._reported.discard(request_id)
+        self._metrics["jitllm_sessions"] = float(len(self._requests))
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def schedule(self, now_us: int) -> StepShape | None:
+        """The next pass of the current iteration, or a new iteration's first."""
+        if self._in_flight is not None:
+            return None
+        if not self._passes:
+            it = self.loop.iterate()
+            if it is None:
+                return None
+            for rid, reason, n in it.finished:
+                self._held.pop(rid, None)
+                if reason == "cancelled" and rid not in self._reported:
+                    self._retire(rid, now_us, n)
+                    self._aborted.append(FinishedRequest(rid, "abort", n))
+                self._forget(rid)
+            if not it.passes:
+                return None
+            self._passes = list(it.passes)
+            self._iteration_start_us = now_us
+            for units in self._passes:
+                self._take_pages(units)
+                for u in units:
+                    t = self._times.get(u.row.request_id)
+                    if t is not None and u.prompt and t.prompt_start is None:
+                        t.prompt_start = now_us
+        units = self._passes.pop(0)
+        shape = self._shape(units)
+        self._in_flight = (shape, units)
+        return shape
+
+    def _shape(self, units: list[Unit]) -> StepShape:
+        self._step_id += 1
+        seqs = tuple(SeqChunk(u.tokens, u.start) for u in units)
+        prompt = any(u.prompt for u in units)
+        decode = any(not u.prompt for u in units)
+        mode = (
+            StepMode.MIXED
+            if prompt and decode
+            else StepMode.EXTEND_ONLY
+            if prompt
+            else StepMode.DECODE_ONLY
+        )
+        tokens = sum(u.tokens for u in units)
+        return StepShape(step_id=self._step_id, mode=mode, seqs=seqs, padded_tokens=tokens)
+
+    def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
+        """A pass ended; after the iteration's last, the rows move on and the next
+        iteration's samples and retirements are the client's."""
+        if self._in_flight is None or self._in_flight[0].step_id != shape.step_id:
+            raise AssertionError(f"step {shape.step_id} completed out of order")
+        _, units = self._in_flight
+        self._in_flight = None
+        first = tuple(u.row.request_id for u in units if u.prompt and u.start == 0)
+        if self._passes:
+            return StepOutcome(step_id=shape.step_id, first_scheduled=first)
+        self.loop.ran((now_us - self._iteration_start_us) * 1000)
+        emitted: list[TokenEmission] = []
+        finished: list[FinishedRequest] = list(self._aborted)
+        self._aborted.clear()
+        for r in self.loop.rows:
+            self._after_step(r, now_us, emitted, finished)
+        return StepOutcome(
+            step_id=shape.step_id,
+            first_scheduled=first,
+            emitted=tuple(emitted),
+            finished=tuple(finished),
+        )
+
+    def _after_step(
+        self,
+        r: Row,
+        now_us: int,
+        emitted: list[TokenEmission],
+        finished: list[FinishedRequest],
+    ) -> None:
+        """What the next iteration's ``decodeUnits`` does for ``r`` at ``now_us``."""
+        rid = r.request_id
+        if r.prompting() or rid in self._reported:
+            return
+        t = self._times[rid]
+        if t.prompt_done is None:
+            t.prompt_done = now_us
+            self._metrics["jitllm_tokens_prefilled_total"] += r.prompt_tokens
+        if r.cancelled:
+            return  # retired as cancelled by the next iteration
+        if r.n >= r.max_tokens:
+            self._reported.add(rid)
+            self._retire(rid, now_us, r.n)
+            finished.append(FinishedRequest(rid, "length", r.n))
+            self._requests.pop(rid, None)
+            self._metrics["jitllm_sessions"] = float(len(self._requests))
+            return
+        emitted.append(TokenEmission(rid, 1))
+
+    def _retire(self, rid: str, now_us: int, n: int) -> None:
+        """``LoadedModel.finished``: the generate's tokens, prefill and decode times."""
+        t = self._times.get(rid)
+        m = self._metrics
+        m["jitllm_generates_total"] += 1
+        m["jitllm_tokens_generated_total"] += n
+        m["jitllm_prefill_seconds_count"] += 1
+        m["jitllm_decode_seconds_count"] += 1
+        if t is not None and t.prompt_start is not None and t.prompt_done is not None:
+            m["jitllm_prefill_seconds_sum"] += (t.prompt_done - t.prompt_start) / 1e6
+            m["jitllm_decode_seconds_sum"] += (now_us - t.prompt_done) / 1e6
+
+    def scrape(self) -> Mapping[str, float]:
+        """``/metrics`` for the one model, its ``model`` label left out."""
+        return dict(self._metrics)
+
+    def num_unfinished(self) -> int:
+        """Requests queued or in rows, not yet reported finished."""
+        return len(self._requests)
+
+
+class JitllmEngineFactory:
+    """EngineFactory for the jitllm snapshot of 2026-12-03."""
+
+    kind = ENGINE_KIND
+    upstream_release = UPSTREAM_RELEASE
+    plugin_version = PLUGIN_VERSION
+
+    def plan(self, spec: EnginePoolSpec, env: Environment) -> PoolPlan:
+        """The run-phase plan: placement, device budget and KV pool (``blis plan``)."""
+        return _plan(spec, env)[0]
+
+    def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> JitllmEngine:
+        """A running engine named ``instance``."""
+        plan, facts, settings, _ = _plan(spec, env)
+        return JitllmEngine(plan, facts, settings)
+
+    def resolved_args(self, spec: EnginePoolSpec, env: Environment) -> Mapping[str, object]:
+        """The flags ``jitllmd serve`` would run this pool with, and what placement and the
+        KV pool came to (``blis plan``)."""
+        plan, facts, s, _ = _plan(spec, env)
+        budget = plan.kv_budget
+        return {
+            "max-batch": s.width or MAX_STEP_ROWS,
+            "prompt-chunk": s.prompt_chunk,
+            "step-prompt-tokens": s.step_prompt_tokens or "measured",
+            "step-cost": s.step_cost or 4.0,
+            "joint-steps": "auto" if s.joint_steps == "measured" else s.joint_steps,
+            "max-seq": s.max_seq,
+            "max-queue": s.max_queue if s.max_queue is not None else -1,
+            "device blocks": facts.device_blocks,
+            "kv page positions": facts.page,
+            "kv pages a layer": budget.num_gpu_blocks if budget is not None else 0,
+        }
+
+    def surface(self) -> Mapping[str, Mapping[str, str]]:
+        """``blis surface jitllm``: every ``jitllmd serve`` flag with its status."""
+        return {"flags": {name: status for name, (status, _) in FLAGS.items()}}

@@ -1,0 +1,207 @@
+"""The ``jitllmd serve`` flags a pool runs with, each with what blis-jitllm does with it.
+
+Flags are named as ``jitllmd serve`` names them, without the dash (``max-batch``), with
+their defaults from ``server/cmd/jitllmd/main.go`` (``docs/upstream/jitllm.md`` §1.9).
+BLIS's three common engine arguments (the ones ``blis run --engine`` carries between
+engine kinds) are read by meaning: ``max_num_seqs`` as ``max-batch``, ``max_model_len`` as
+``max-seq``; ``max_num_batched_tokens`` has no jitllm flag (a step carries at most 512
+rows and its prompt budget is measured), so a value of 512 or more changes nothing and a
+smaller one is refused. Giving both names of one pair is refused.
+A flag is *modelled* (it changes what the simulation does), *proven inert* (it cannot
+change a simulated step: a listen address, an id) or *refused* with the reason, and any
+name ``jitllmd serve`` does not have is refused as unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from blis_core.contracts.errors import FieldError, InputRefused
+
+from blis_jitllm.version import ENGINE
+
+__all__ = ["COMMON_ARGS", "FLAGS", "JitllmSettings", "resolve_settings"]
+
+_REFUSED_HOST = "not modelled by blis-jitllm yet: blocks, KV or sessions on the host"
+
+
+#: Every ``jitllmd serve`` flag: (status, why).
+FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "addr": ("proven_inert", "the listen address changes no step"),
+        "id": ("proven_inert", "the model id names it, nothing else"),
+        "models": ("proven_inert", "the model directory is the pool's model"),
+        "load": ("proven_inert", "the pool loads its one model"),
+        "warm": ("proven_inert", "a warm-up before serving is outside the simulated run"),
+        "retry-after": ("proven_inert", "the Retry-After header of a 429 changes no step"),
+        "version": ("proven_inert", "the version string"),
+        "devices": (
+            "modelled",
+            "one CUDA device, optionally with its budget (cuda, cuda:0, cuda:0=BYTES); "
+            "several devices or the host: " + _REFUSED_HOST,
+        ),
+        "max-batch": ("modelled", "rows of one step (0: 512)"),
+        "prompt-chunk": ("modelled", "prompt tokens a step feeds when nothing decodes"),
+        "step-prompt-tokens": ("modelled", "a fixed prompt budget beside decoding rows"),
+        "step-cost": ("modelled", "decode steps' time a step with prompt tokens may take"),
+        "joint-steps": ("modelled", "auto (measured), always or never"),
+        "max-seq": ("modelled", "the context (0: the model's)"),
+        "max-queue": (
+            "modelled",
+            "requests per model, running and waiting, before a 429 (0: 64, -1: unbounded); "
+            "from the flag's help text, the enforcing code was not read",
+        ),
+        "gpu-layers": ("refused", _REFUSED_HOST),
+        "maxmem": ("refused", _REFUSED_HOST),
+        "host-mem": ("refused", _REFUSED_HOST),
+        "sessions": ("refused", "not modelled by blis-jitllm yet: session reuse and parking"),
+        "session-pool": ("refused", "not modelled by blis-jitllm yet: session reuse"),
+        "no-mem-cache": ("refused", "not modelled by blis-jitllm yet: the memory prefix cache"),
+        "mem-cache-max": ("refused", "not modelled by blis-jitllm yet: the memory prefix cache"),
+        "kv-f16": (
+            "refused",
+            "not modelled by blis-jitllm yet: float16 V beside float32 K is no KV dtype the "
+            "cost model prices; the device pool is taken as float32",
+        ),
+        "kv-cache": ("refused", "not modelled by blis-jitllm yet: KV pages on disk"),
+        "kv-cache-max": ("refused", "not modelled by blis-jitllm yet: KV pages on disk"),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JitllmSettings:
+    """The resolved flags one pool runs with."""
+
+    device_budget: int | None
+    """``cuda:0=BYTES``: the device's budget as given; ``None``: derived from free memory."""
+    width: int
+    prompt_chunk: int
+    step_prompt_tokens: int
+    step_cost: float
+    joint_steps: str
+    max_seq: int
+    max_queue: int | None
+    """``None``: unbounded."""
+
+
+def _int(args: Mapping[str, Any], name: str, default: int, errors: list[FieldError]) -> int:
+    value = args.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors.append(FieldError(f"engine.args.{name}", value, "must be an integer"))
+        return default
+    return value
+
+
+def _device(spec: object, errors: list[FieldError]) -> int | None:
+    """The one CUDA device's budget from ``-devices``, or ``None`` (derived)."""
+    if spec is None or spec == "":
+        return None
+    path = "engine.args.devices"
+    if not isinstance(spec, str) or "," in spec:
+        errors.append(FieldError(path, spec, "one CUDA device only: " + _REFUSED_HOST))
+        return None
+    name, _, size = spec.partition("=")
+    if name not in ("cuda", "cuda:0", "gpu", "gpu:0"):
+        errors.append(
+            FieldError(path, spec, "one CUDA device (cuda, cuda:0) only: " + _REFUSED_HOST)
+        )
+        return None
+    if not size:
+        return None
+    try:
+        return _bytes(size)
+    except ValueError as err:
+        errors.append(FieldError(path, spec, str(err)))
+        return None
+
+
+def _bytes(text: str) -> int:
+    """``ParseBytes``: a number with an optional K, M, G or T suffix in powers of 1024."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = 1
+    for suffix, power in (("K", 1), ("M", 2), ("G", 3), ("T", 4)):
+        if t.endswith(suffix):
+            t, scale = t[:-1], 1024**power
+            break
+    try:
+        value = float(t)
+    except ValueError:
+        raise ValueError(f"not a byte count: {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"a device budget must be positive, got {text!r}")
+    return int(value * scale)
+
+
+#: BLIS common engine argument -> the ``jitllmd serve`` flag of the same meaning
+COMMON_ARGS: Mapping[str, str] = MappingProxyType(
+    {"max_num_seqs": "max-batch", "max_model_len": "max-seq"}
+)
+_STEP_ROWS = 512
+
+
+def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSettings:
+    """The pool's settings from its ``jitllmd serve`` flags; refuses a flag it does not
+    model, an unknown one and a bad value, every one named."""
+    errors: list[FieldError] = []
+    args = dict(args)
+    for common, own in COMMON_ARGS.items():
+        if common in args:
+            if own in args:
+                errors.append(
+                    FieldError(
+                        f"engine.args.{common}",
+                        args[common],
+                        f"names the same setting as {own!r}, which is also given",
+                    )
+                )
+            args[own] = args.pop(common)
+    if "max_num_batched_tokens" in args:
+        tokens = args.pop("max_num_batched_tokens")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < _STEP_ROWS:
+            errors.append(
+                FieldError(
+                    "engine.args.max_num_batched_tokens",
+                    tokens,
+                    f"jitllm has no per-step token cap below its {_STEP_ROWS} rows a step; "
+                    "its prompt budget is measured (fix it with step-prompt-tokens)",
+                )
+            )
+    for name, value in args.items():
+        entry = FLAGS.get(name)
+        if entry is None:
+            errors.append(FieldError(f"engine.args.{name}", value, "not a flag of jitllmd serve"))
+        elif entry[0] == "refused":
+            errors.append(FieldError(f"engine.args.{name}", value, entry[1]))
+    budget = _device(args.get("devices"), errors)
+    width = _int(args, "max-batch", 0, errors)
+    chunk = _int(args, "prompt-chunk", 0, errors)
+    fixed = _int(args, "step-prompt-tokens", 0, errors)
+    max_seq = _int(args, "max-seq", 0, errors)
+    max_queue = _int(args, "max-queue", 0, errors)
+    cost = args.get("step-cost", 0.0)
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
+        errors.append(FieldError("engine.args.step-cost", cost, "must be a number >= 0"))
+        cost = 0.0
+    joint = args.get("joint-steps", "auto")
+    if joint not in ("auto", "always", "never"):
+        errors.append(FieldError("engine.args.joint-steps", joint, "must be auto, always or never"))
+        joint = "auto"
+    for name, value in (("max-batch", width), ("prompt-chunk", chunk), ("max-seq", max_seq)):
+        if value < 0:
+            errors.append(FieldError(f"engine.args.{name}", value, "must be >= 0"))
+    if errors:
+        raise InputRefused(errors, ENGINE)
+    return JitllmSettings(
+        device_budget=budget,
+        width=width,
+        prompt_chunk=chunk if chunk > 0 else 512,
+        step_prompt_tokens=max(fixed, 0),
+        step_cost=float(cost),
+        joint_steps="measured" if joint == "auto" else str(joint),
+        max_seq=max_seq if max_seq > 0 else model_context,
+        max_queue=None if max_queue < 0 else (max_queue or 64),
+    )

@@ -1,0 +1,150 @@
+"""The jitllm engine: what it refuses, and how it runs (``blis_jitllm.engine``)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment, StepOutcome
+from blis_core.contracts.errors import InputRefused, SimulationError
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import StepMode, StepShape
+
+from blis_jitllm import JitllmEngine, JitllmEngineFactory
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def _spec(
+    model: str = MODEL, layout: ParallelLayout | None = None, **args: object
+) -> EnginePoolSpec:
+    return EnginePoolSpec(
+        pool="p", model=model, hardware="H100-SXM", layout=layout or ParallelLayout(), args=args
+    )
+
+
+def _engine(env: Environment, **args: object) -> JitllmEngine:
+    return JitllmEngineFactory().build(_spec(**args), env, "p-0")
+
+
+def _request(rid: str, prompt: int, out: int) -> InferenceRequest:
+    return InferenceRequest(rid, 0, (PromptSegment(rid, prompt),), out)
+
+
+def _run(engine: JitllmEngine, step_us: int = 10_000) -> list[tuple[StepShape, StepOutcome]]:
+    now, out = 0, []
+    launched: deque[StepShape] = deque()
+    while engine.num_unfinished():
+        while (shape := engine.schedule(now)) is not None:
+            launched.append(shape)
+        assert launched, "the engine stalled with requests unfinished"
+        now += step_us
+        shape = launched.popleft()
+        out.append((shape, engine.complete(shape, now)))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        (_spec("meta-llama/Llama-2-70b-hf"), "32 of 80 blocks do not fit"),
+        (_spec("mistralai/Mixtral-8x7B-v0.1"), "mixture-of-experts"),
+        (_spec(layout=ParallelLayout(tp=2)), "not by tensor"),
+        (_spec(**{"kv-cache": "/tmp/kv"}), "KV pages on disk"),
+        (_spec(**{"max-batches": 4}), "not a flag of jitllmd serve"),
+        (_spec(**{"devices": "cuda:0,cuda:1"}), "one CUDA device only"),
+        (_spec(**{"joint-steps": "sometimes"}), "auto, always or never"),
+        (_spec(max_num_batched_tokens=256), "no per-step token cap"),
+        (_spec(**{"max-batch": 8, "max_num_seqs": 16}), "names the same setting"),
+    ],
+)
+def test_what_is_not_modelled_is_refused_by_name(
+    blis_environment: Callable[[str], Environment], spec: EnginePoolSpec, match: str
+) -> None:
+    with pytest.raises(InputRefused, match=match):
+        JitllmEngineFactory().plan(spec, blis_environment("jitllm-0"))
+
+
+def test_common_arguments_are_read_by_meaning(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("jitllm-1")
+    f = JitllmEngineFactory()
+    spec = _spec(max_num_seqs=64, max_model_len=4096, max_num_batched_tokens=2048)
+    resolved = f.resolved_args(spec, env)
+    assert resolved["max-batch"] == 64 and resolved["max-seq"] == 4096
+    plan = f.plan(spec, env)
+    assert plan.max_num_seqs == 64 and plan.max_num_batched_tokens == 512
+
+
+def test_a_device_budget_given_shrinks_the_kv_pool(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("jitllm-2")
+    f = JitllmEngineFactory()
+    roomy = f.plan(_spec(**{"max-seq": 8192}), env).kv_budget
+    tight = f.plan(_spec(**{"max-seq": 8192, "devices": "cuda:0=24G"}), env).kv_budget
+    assert roomy is not None and tight is not None
+    assert tight.num_gpu_blocks < roomy.num_gpu_blocks
+    assert tight.block_size_tokens == 256  # the page covering an 8,192-token context
+
+
+def test_tokens_reach_the_client_as_the_next_iteration_samples_them(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    engine = _engine(blis_environment("jitllm-3"), **{"max-seq": 8192})
+    engine.add_request(_request("a", 700, 3), 0)
+    steps = _run(engine)
+    shapes = [s for s, _ in steps]
+    # the 700-token prompt in a chunk of 512 and one of 188, then one step per token fed
+    assert [s.scheduled_tokens for s in shapes] == [512, 188, 1, 1, 1]
+    assert [s.mode for s in shapes[:2]] == [StepMode.EXTEND_ONLY] * 2
+    emitted = [sum(e.num_tokens for e in o.emitted) for _, o in steps]
+    assert emitted == [0, 1, 1, 1, 0]  # the first after the prompt, the last fed, not sampled
+    assert steps[-1][1].finished[0].output_tokens == 3
+    assert steps[0][1].first_scheduled == ("a",)
+    m = engine.scrape()
+    assert m["jitllm_generates_total"] == 1 and m["jitllm_tokens_generated_total"] == 3
+    assert m["jitllm_tokens_prefilled_total"] == 700
+    assert m["jitllm_prefill_seconds_sum"] == pytest.approx(0.02)  # two 10 ms chunks
+    assert m["jitllm_sessions"] == 0
+
+
+def test_the_queue_limit_answers_429(blis_environment: Callable[[str], Environment]) -> None:
+    engine = _engine(blis_environment("jitllm-4"), **{"max-queue": 2, "max-seq": 8192})
+    engine.add_request(_request("a", 10, 5), 0)
+    engine.add_request(_request("b", 10, 5), 0)
+    with pytest.raises(InputRefused, match="HTTP 429"):
+        engine.add_request(_request("c", 10, 5), 0)
+    assert engine.num_unfinished() == 2
+
+
+def test_an_abort_retires_a_row_at_the_next_iteration(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    engine = _engine(blis_environment("jitllm-5"), **{"max-seq": 8192})
+    engine.add_request(_request("a", 10, 50), 0)
+    first = engine.schedule(0)
+    assert first is not None
+    engine.complete(first, 1_000)
+    engine.abort_request("a", 1_000)
+    assert engine.schedule(1_000) is None  # the row is retired, nothing left to run
+    engine.add_request(_request("b", 10, 1), 1_000)
+    shape = engine.schedule(1_000)
+    assert shape is not None
+    outcome = engine.complete(shape, 2_000)  # the next outcome reports the abort
+    assert [(f.request_id, f.reason) for f in outcome.finished] == [("a", "abort")]
+    assert engine.num_unfinished() == 1
+
+
+def test_a_history_the_pool_cannot_hold_stops_the_run_with_the_reason(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    # 17 GiB leaves under 1 GiB for history: outputs past the 512-token lookahead outgrow it
+    engine = _engine(blis_environment("jitllm-6"), **{"max-seq": 8192, "devices": "cuda:0=17G"})
+    for i in range(8):
+        engine.add_request(_request(f"r{i}", 100, 4000), 0)
+    with pytest.raises(SimulationError, match="send the oldest pages home"):
+        _run(engine)
