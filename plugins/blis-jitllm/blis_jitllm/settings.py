@@ -1,6 +1,7 @@
 """The ``jitllmd serve`` flags a pool runs with, each with what blis-jitllm does with it.
 
-Flags are named as ``jitllmd serve`` names them, without the dash (``max-batch``), with
+Flags are named as ``jitllmd serve`` names them, without the leading dash
+(``max-batch``; ``max_batch`` is read as the same flag), with
 their defaults from ``server/cmd/jitllmd/main.go`` (``docs/upstream/jitllm.md`` §1.9).
 BLIS's three common engine arguments (the ones ``blis run --engine`` carries between
 engine kinds) are read by meaning: ``max_num_seqs`` as ``max-batch``, ``max_model_len`` as
@@ -143,11 +144,24 @@ COMMON_ARGS: Mapping[str, str] = MappingProxyType(
 _STEP_ROWS = 512
 
 
+def _dashed(args: Mapping[str, Any], errors: list[FieldError]) -> dict[str, Any]:
+    """Flags as ``jitllmd`` spells them: ``max_batch`` (``blis run --engine-arg``'s
+    spelling) is ``max-batch``; giving both spellings is refused."""
+    out: dict[str, Any] = {}
+    for name, value in args.items():
+        flag = name.replace("_", "-")
+        key = flag if flag in FLAGS else name
+        if key in out:
+            errors.append(FieldError(f"engine.args.{name}", value, f"names the flag {key!r} twice"))
+        out[key] = value
+    return out
+
+
 def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSettings:
     """The pool's settings from its ``jitllmd serve`` flags; refuses a flag it does not
     model, an unknown one and a bad value, every one named."""
     errors: list[FieldError] = []
-    args = dict(args)
+    args = _dashed(args, errors)
     for common, own in COMMON_ARGS.items():
         if common in args:
             if own in args:

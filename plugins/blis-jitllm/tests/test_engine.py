@@ -58,6 +58,7 @@ def _run(engine: JitllmEngine, step_us: int = 10_000) -> list[tuple[StepShape, S
         (_spec(**{"joint-steps": "sometimes"}), "auto, always or never"),
         (_spec(max_num_batched_tokens=256), "no per-step token cap"),
         (_spec(**{"max-batch": 8, "max_num_seqs": 16}), "names the same setting"),
+        (_spec(**{"max-batch": 8, "max_batch": 16}), "names the flag 'max-batch' twice"),
     ],
 )
 def test_what_is_not_modelled_is_refused_by_name(
@@ -75,6 +76,7 @@ def test_common_arguments_are_read_by_meaning(
     spec = _spec(max_num_seqs=64, max_model_len=4096, max_num_batched_tokens=2048)
     resolved = f.resolved_args(spec, env)
     assert resolved["max-batch"] == 64 and resolved["max-seq"] == 4096
+    assert f.resolved_args(_spec(max_queue=-1), env)["max-queue"] == -1
     plan = f.plan(spec, env)
     assert plan.max_num_seqs == 64 and plan.max_num_batched_tokens == 512
 
