@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from blis_core import __version__
+from blis_core.contracts.engine import COMMON_ENGINE_ARGS
 from blis_core.contracts.errors import BlisError, FieldError, InputRefused, RunInterrupted
 from blis_core.contracts.scenario import parse_kind_at_version
 
@@ -358,16 +359,12 @@ def _partial_result(args: argparse.Namespace) -> Any:
     return partial
 
 
-#: engine arguments ``--engine`` carries to an engine of another kind (their meaning is
-#: the same for every engine BLIS models: vLLM's and SGLang's scheduler budgets)
-COMMON_ENGINE_ARGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
-
-
 def _apply_engine(args: argparse.Namespace, data: dict[str, Any]) -> None:
     """``--engine KIND@VER`` replaces every pool's engine; ``--engine-arg K=V`` sets an
     argument on every pool.
 
-    A pool whose engine changes kind keeps only :data:`COMMON_ENGINE_ARGS`; every other
+    A pool whose engine changes kind keeps only
+    :data:`~blis_core.contracts.engine.COMMON_ENGINE_ARGS`; every other
     argument of its old engine is refused by name, with the two ways on: give the new
     engine's own arguments with ``--engine-arg``, or leave the old ones behind with
     ``--drop-engine-args``. Never are they passed blindly.

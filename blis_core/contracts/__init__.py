@@ -28,6 +28,7 @@ from blis_core.contracts.cost import (
     packaged_coefficient_documents,
 )
 from blis_core.contracts.engine import (
+    COMMON_ENGINE_ARGS,
     FAST_FORWARD_ENV,
     AllBlocksCleared,
     BlockRemoved,
@@ -46,6 +47,7 @@ from blis_core.contracts.engine import (
     StepOutcome,
     TokenEmission,
     fast_forward_enabled,
+    rename_common_args,
 )
 from blis_core.contracts.errors import (
     BlisError,
@@ -183,6 +185,7 @@ from blis_core.contracts.workload import (
 )
 
 __all__ = [
+    "COMMON_ENGINE_ARGS",
     "DEFAULT_IMPLS",
     "FAST_FORWARD_ENV",
     "GENERIC_HOST_WORK",
@@ -320,6 +323,7 @@ __all__ = [
     "parse_workload_spec",
     "prompt_token_ids",
     "relative_error",
+    "rename_common_args",
     "seconds_to_us",
     "segment_token_id",
     "segment_token_ids",

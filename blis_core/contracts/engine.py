@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitecture
 from blis_core.contracts.cost import StepPrice
+from blis_core.contracts.errors import FieldError
 from blis_core.contracts.lowering import LoweringRequest
 from blis_core.contracts.plan import KVBudget, ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "COMMON_ENGINE_ARGS",
     "FAST_FORWARD_ENV",
     "AllBlocksCleared",
     "ArgumentResolving",
@@ -66,7 +68,37 @@ __all__ = [
     "SurfaceReporting",
     "TokenEmission",
     "fast_forward_enabled",
+    "rename_common_args",
 ]
+
+#: Engine arguments whose meaning every engine BLIS models shares (the scheduler's
+#: budgets, under vLLM's names): ``blis run --engine`` carries them to an engine of
+#: another kind, which reads each as its own argument of that meaning
+#: (:func:`rename_common_args`) or refuses it by name.
+COMMON_ENGINE_ARGS: tuple[str, ...] = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
+
+
+def rename_common_args(
+    args: Mapping[str, Any], names: Mapping[str, str], path: str = "engine.args"
+) -> tuple[dict[str, Any], list[FieldError]]:
+    """``args`` with each common argument named in ``names`` renamed to the engine's own
+    argument of the same meaning, and the errors: a setting given under both names."""
+    out = dict(args)
+    errors: list[FieldError] = []
+    for common, own in names.items():
+        if common not in out:
+            continue
+        if own in out:
+            errors.append(
+                FieldError(
+                    f"{path}.{common}",
+                    out[common],
+                    f"names the same setting as {own!r}, which is also given",
+                )
+            )
+        out[own] = out.pop(common)
+    return out, errors
+
 
 FAST_FORWARD_ENV = "BLIS_FAST_FORWARD"
 """Set to ``0`` to make every engine take its step-by-step reference path."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from blis_core.contracts.engine import rename_common_args
 from blis_core.contracts.errors import FieldError, InputRefused
 
 from blis_jitllm.version import ENGINE
@@ -161,18 +162,8 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
     """The pool's settings from its ``jitllmd serve`` flags; refuses a flag it does not
     model, an unknown one and a bad value, every one named."""
     errors: list[FieldError] = []
-    args = _dashed(args, errors)
-    for common, own in COMMON_ARGS.items():
-        if common in args:
-            if own in args:
-                errors.append(
-                    FieldError(
-                        f"engine.args.{common}",
-                        args[common],
-                        f"names the same setting as {own!r}, which is also given",
-                    )
-                )
-            args[own] = args.pop(common)
+    args, renamed = rename_common_args(_dashed(args, errors), COMMON_ARGS)
+    errors.extend(renamed)
     if "max_num_batched_tokens" in args:
         tokens = args.pop("max_num_batched_tokens")
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < _STEP_ROWS:

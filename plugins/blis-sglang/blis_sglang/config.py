@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchitecture
+from blis_core.contracts.engine import rename_common_args
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
@@ -354,19 +355,7 @@ def resolve_settings(
     Every problem found is reported together, each naming the argument and its value,
     with SGLang's own message where SGLang refuses it.
     """
-    errors: list[FieldError] = []
-    args = dict(args)
-    for common, own in COMMON_ARGS.items():
-        if common in args:
-            if own in args:
-                errors.append(
-                    FieldError(
-                        _path(common),
-                        args[common],
-                        f"names the same setting as {own!r}, which is also given",
-                    )
-                )
-            args[own] = args.pop(common)
+    args, errors = rename_common_args(args, COMMON_ARGS)
     errors.extend(_field_errors(args, model))
     if "tp_size" in args and args["tp_size"] != layout.tp:
         errors.append(
