@@ -224,6 +224,7 @@ class JitllmEngine:
         self._held: dict[str, int] = {}
         self._requests: dict[str, InferenceRequest] = {}
         self._times: dict[str, _Times] = {}
+        self._sent: dict[str, int] = {}
         self._reported: set[str] = set()
         self._aborted: list[FinishedRequest] = []
         self._passes: list[list[Unit]] = []
@@ -322,6 +323,7 @@ class JitllmEngine:
     def _forget(self, request_id: str) -> None:
         self._requests.pop(request_id, None)
         self._times.pop(request_id, None)
+        self._sent.pop(request_id, None)
         self._reported.discard(request_id)
         self._metrics["jitllm_sessions"] = float(len(self._requests))
 
@@ -332,17 +334,15 @@ class JitllmEngine:
         if self._in_flight is not None:
             return None
         if not self._passes:
-            it = self.loop.iterate()
-            if it is None:
-                return None
-            for rid, reason, n in it.finished:
-                self._held.pop(rid, None)
-                if reason == "cancelled" and rid not in self._reported:
-                    self._retire(rid, now_us, n)
-                    self._aborted.append(FinishedRequest(rid, "abort", n))
-                self._forget(rid)
-            if not it.passes:
-                return None
+            # ``serve``: admit and iterate until a step runs or no row is left (an
+            # iteration that only retired rows frees room for the next admission)
+            while True:
+                it = self.loop.iterate()
+                if it is None:
+                    return None
+                self._retired(it.finished, now_us)
+                if it.passes:
+                    break
             self._passes = list(it.passes)
             self._iteration_start_us = now_us
             for units in self._passes:
@@ -355,6 +355,18 @@ class JitllmEngine:
         shape = self._shape(units)
         self._in_flight = (shape, units)
         return shape
+
+    def _retired(self, finished: list[tuple[str, str, int]], now_us: int) -> None:
+        """Rows the iteration retired: their pages return to the pool; a cancelled one
+        is reported as an abort at the next outcome."""
+        for rid, reason, n in finished:
+            self._held.pop(rid, None)
+            if reason == "cancelled" and rid not in self._reported:
+                self._retire(rid, now_us, n)
+                # the client has the tokens it was sent, one more than were fed when the
+                # cancel came at the instant a token was sampled (see the module doc)
+                self._aborted.append(FinishedRequest(rid, "abort", self._sent.get(rid, 0)))
+            self._forget(rid)
 
     def _shape(self, units: list[Unit]) -> StepShape:
         self._step_id += 1
@@ -419,6 +431,7 @@ class JitllmEngine:
             self._metrics["jitllm_sessions"] = float(len(self._requests))
             return
         emitted.append(TokenEmission(rid, 1))
+        self._sent[rid] = self._sent.get(rid, 0) + 1
 
     def _retire(self, rid: str, now_us: int, n: int) -> None:
         """``LoadedModel.finished``: the generate's tokens, prefill and decode times."""

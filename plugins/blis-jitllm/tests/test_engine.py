@@ -11,6 +11,8 @@ from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepMode, StepShape
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 
@@ -150,3 +152,66 @@ def test_a_history_the_pool_cannot_hold_stops_the_run_with_the_reason(
         engine.add_request(_request(f"r{i}", 100, 4000), 0)
     with pytest.raises(SimulationError, match="send the oldest pages home"):
         _run(engine)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 900), st.integers(1, 40), st.integers(0, 30_000)),
+        min_size=1,
+        max_size=14,
+    ),
+    st.lists(st.integers(0, 13), max_size=4),
+    st.sampled_from(["auto", "always", "never"]),
+    st.integers(0, 6),
+)
+def test_any_workload_ends_with_every_request_answered_once(
+    blis_environment: Callable[[str], Environment],
+    requests: list[tuple[int, int, int]],
+    aborts: list[int],
+    joint: str,
+    width: int,
+) -> None:
+    env = blis_environment("jitllm-fuzz")
+    engine = _engine(env, **{"max-seq": 4096, "joint-steps": joint, "max-batch": width})
+    arrivals = sorted((t, f"r{i}", p, o) for i, (p, o, t) in enumerate(requests))
+    abort_at = {f"r{i}" for i in aborts if i < len(requests)}
+    plan = engine.plan
+    assert plan.kv_budget is not None
+    now, tokens, finished = 0, dict[str, int](), dict[str, str]()
+    launched: deque[StepShape] = deque()
+    pending = list(arrivals)
+    for _ in range(100_000):
+        while pending and pending[0][0] <= now:
+            _, rid, p, o = pending.pop(0)
+            engine.add_request(_request(rid, p, o), now)
+            if rid in abort_at and len(rid) % 2:
+                engine.abort_request(rid, now)  # some leave while queued
+        while (shape := engine.schedule(now)) is not None:
+            launched.append(shape)
+            assert shape.scheduled_tokens <= plan.max_num_batched_tokens
+            assert len(shape.seqs) <= plan.max_num_seqs
+        if not launched:
+            if not pending:
+                break
+            now = pending[0][0]
+            continue
+        now += 7_000
+        outcome = engine.complete(launched.popleft(), now)
+        for e in outcome.emitted:
+            tokens[e.request_id] = tokens.get(e.request_id, 0) + e.num_tokens
+            if e.request_id in abort_at:
+                engine.abort_request(e.request_id, now)  # others leave mid-generation
+        for f in outcome.finished:
+            assert f.request_id not in finished, "a request finished twice"
+            finished[f.request_id] = f.reason
+            assert f.output_tokens == tokens.get(f.request_id, 0)
+    assert engine.num_unfinished() == 0
+    for _, rid, _, out in arrivals:
+        if finished.get(rid) == "length":
+            assert tokens[rid] == out
+        else:
+            assert rid in abort_at
+    assert sum(engine._held.values()) == 0  # every page came back
