@@ -184,6 +184,9 @@ class SglangSettings:
     prefill_graph_sizes: tuple[int, ...]
     """Breakable prefill CUDA-graph token buckets (empty: prefill graphs off)."""
     decode_log_interval: int
+    stream_interval: int = 1
+    """Tokens a streaming request's client gets at once (the first at once, the rest at
+    finish); 1 or less: every token."""
     max_queued_requests: int | None = None
     enable_priority_scheduling: bool = False
     schedule_low_priority_values_first: bool = False
@@ -384,6 +387,7 @@ def resolve_settings(
         "random_seed",
         "cuda_graph_max_bs_decode",
         "decode_log_interval",
+        "stream_interval",
         "max_queued_requests",
         "priority_scheduling_preemption_threshold",
         "default_priority_value",
@@ -602,6 +606,7 @@ def resolve_settings(
         decode_graph_sizes=decode_sizes,
         prefill_graph_sizes=prefill_sizes,
         decode_log_interval=ints["decode_log_interval"] or 40,
+        stream_interval=max(ints["stream_interval"] or 1, 1),
         max_queued_requests=ints["max_queued_requests"],
         priority_scheduling_preemption_threshold=(
             ints["priority_scheduling_preemption_threshold"]

@@ -108,6 +108,9 @@ class SglangEngine:
         self._preempted: list[str] = []
         self._events: list[KVEvent] = list(self.scheduler.tree.take_events())
         self._cached: dict[str, int] = {}
+        self._sent: dict[str, int] = {}
+        """Tokens each request has sent to its client (``send_token_offset``), when
+        ``stream_interval`` is above 1."""
 
     @property
     def plan(self) -> PoolPlan:
@@ -195,6 +198,7 @@ class SglangEngine:
             self._aborted.append(FinishedRequest(req.rid, "abort", len(req.output_ids)))
             self._unfinished.pop(req.rid, None)
             self._cached.pop(req.rid, None)
+            self._sent.pop(req.rid, None)
             self.metrics.requests.dropped(req.rid)
         self.scheduler.aborted.clear()
 
@@ -259,13 +263,15 @@ class SglangEngine:
             self._cached[rid] = cached
             hits.append(PrefixHit(rid, cached))
         unfinished = self._unfinished
-        self.metrics.requests.outputs(result.emitted, unfinished, now_us)
+        emitted, outputs = self._stream(result.emitted)
+        self.metrics.requests.outputs(outputs, unfinished, now_us)
         finished = []
         for req in result.finished:
             reason = req.finished_reason or "length"
             generated = len(req.output_ids)
             finished.append(FinishedRequest(req.rid, reason, generated))
             unfinished.pop(req.rid, None)
+            self._sent.pop(req.rid, None)
             self.metrics.request_finished(
                 req.rid,
                 prompt=len(req.origin_input_ids),
@@ -283,12 +289,34 @@ class SglangEngine:
         return StepOutcome(
             step_id=shape.step_id,
             first_scheduled=tuple(rid for rid, _ in result.first_scheduled),
-            emitted=tuple(TokenEmission(rid, 1) for rid in result.emitted),
+            emitted=emitted,
             finished=tuple(finished),
             preempted=preempted,
             kv_events=events,
             prefix_hits=tuple(hits),
         )
+
+    def _stream(self, rids: list[str]) -> tuple[tuple[TokenEmission, ...], list[str]]:
+        """``OutputStreamer.accept`` for streaming requests (every BLIS client streams):
+        which requests that got a token send an output now, with the tokens unsent so
+        far. ``stream_interval`` 1 sends every token; above it, the first token at once,
+        then whenever that many are unsent, and the rest when the request finishes."""
+        interval = self._settings.stream_interval
+        if interval == 1:
+            return tuple(TokenEmission(rid, 1) for rid in rids), rids
+        sent = self._sent
+        emitted: list[TokenEmission] = []
+        outputs: list[str] = []
+        for rid in rids:
+            req = self._unfinished[rid]
+            total = len(req.output_ids)
+            done = sent.get(rid, 0)
+            unsent = total - done
+            if req.finished() or unsent >= interval or (done == 0 and unsent > 0):
+                emitted.append(TokenEmission(rid, unsent))
+                outputs.append(rid)
+                sent[rid] = total
+        return tuple(emitted), outputs
 
     def scrape(self) -> Mapping[str, float]:
         """SGLang's Prometheus samples as of the last report."""
@@ -345,6 +373,7 @@ class SglangEngineFactory:
             "enable_priority_scheduling": s.enable_priority_scheduling,
             "disable_radix_cache": s.disable_radix_cache,
             "max_queued_requests": s.max_queued_requests,
+            "stream_interval": s.stream_interval,
             "cuda_graph_bs_decode": list(s.decode_graph_sizes),
             "cuda_graph_bs_prefill": list(s.prefill_graph_sizes),
             "max_total_num_tokens": sizes.max_total_num_tokens,

@@ -56,9 +56,9 @@ counts (``TokenizerManager.collect_metrics``, ``TokenizerMetricsCollector``):
 Simulated clock: a request arrives at ``add_request``'s ``now_us`` (after the frontend
 delay, which upstream's ``created_time`` includes); an output is read at the ``now_us``
 of the ``complete`` that made it (upstream reads it in the tokenizer process, after the
-detokenizer hop). Every BLIS client streams with the default ``stream_interval`` of 1,
-so each output carries one token; the constant labels (``model_name``,
-``is_streaming="true"``) are left out of the keys.
+detokenizer hop). Every BLIS client streams; with ``stream_interval`` above 1 an output
+carries the tokens unsent so far (``OutputStreamer.accept``). The constant labels
+(``model_name``, ``is_streaming="true"``) are left out of the keys.
 """
 
 from __future__ import annotations

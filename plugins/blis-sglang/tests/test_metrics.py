@@ -258,3 +258,21 @@ def test_priority_scheduling_breaks_the_running_and_waiting_gauges_down_by_prior
     assert shape is not None
     plain.complete(shape, 5_000)
     assert not any(k.startswith("sglang:num_queue_reqs:") for k in plain.scrape())
+
+
+def test_a_stream_interval_sends_tokens_in_chunks(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    engine = _engine(blis_environment("metrics-5"), stream_interval=4)
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 40),), 10), 0)
+    now, chunks = 0, []
+    launched: deque[StepShape] = deque()
+    while engine.num_unfinished():
+        while (shape := engine.schedule(now)) is not None:
+            launched.append(shape)
+        now += 10_000
+        chunks += [e.num_tokens for e in engine.complete(launched.popleft(), now).emitted]
+    assert chunks == [1, 4, 4, 1]  # the first at once, then every four, the rest at finish
+    s = engine.scrape()
+    assert s[count_key(INTER_TOKEN_LATENCY)] == 9  # spread over the tokens each output brought
+    assert s[count_key(TIME_TO_FIRST_TOKEN)] == 1
