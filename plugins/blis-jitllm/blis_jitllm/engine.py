@@ -47,7 +47,7 @@ from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 from blis_jitllm.budgets import device_budget
-from blis_jitllm.kv import grown_layer_pages, page_bytes, page_positions
+from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
 from blis_jitllm.placement import Device, place_blocks
 from blis_jitllm.settings import FLAGS, JitllmSettings, resolve_settings
 from blis_jitllm.step_loop import MAX_STEP_ROWS, Row, StepLoop, Unit
@@ -81,7 +81,6 @@ class PoolFacts:
     layer_page_bytes: int
     kv_limit_bytes: int
     """Bytes the device has for the KV pool after blocks, head and scratch."""
-    device_blocks: int
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -192,7 +191,7 @@ def _plan(
             ),
         }
     )
-    facts = PoolFacts(layers, p, layer_page, kv_limit, layers)
+    facts = PoolFacts(layers, p, layer_page, kv_limit)
     return plan, facts, settings, model
 
 
@@ -252,10 +251,13 @@ class JitllmEngine:
     def _kv_room(self) -> tuple[int, int]:
         """``KVRoom`` of the one device: its free pages less one, plus what its budget
         lets every layer grow by, in positions."""
-        free = self._pool_pages - 1 - sum(self._held.values())
-        grow = self._facts.kv_limit_bytes - self._pool_pages * self._per_page()
-        pages = max(free - 1, 0) + max(grow, 0) // self._per_page()
-        return pages * self._facts.page, self._facts.page
+        per = self._per_page()
+        room = DeviceKVRoom(
+            free_pages=(self._pool_pages - 1 - sum(self._held.values()),),
+            page_bytes=(per,),  # every layer grows alike: one page of all of them
+            grow_bytes=max(self._facts.kv_limit_bytes - self._pool_pages * per, 0),
+        )
+        return kv_room([room], self._facts.page), self._facts.page
 
     def _take_pages(self, units: list[Unit]) -> None:
         """Give each unit's row the pages of the positions it writes, growing the pool."""
@@ -421,9 +423,10 @@ class JitllmEngine:
         if t.prompt_done is None:
             t.prompt_done = now_us
             self._metrics["jitllm_tokens_prefilled_total"] += r.prompt_tokens
-        if r.cancelled:
-            return  # retired as cancelled by the next iteration
-        if r.n >= r.max_tokens:
+        retirement = r.retirement()
+        if retirement == "cancelled":
+            return  # reported as an abort when the next iteration retires it
+        if retirement == "max_tokens":
             self._reported.add(rid)
             self._retire(rid, now_us, r.n)
             finished.append(FinishedRequest(rid, "length", r.n))
@@ -483,7 +486,7 @@ class JitllmEngineFactory:
             "joint-steps": "auto" if s.joint_steps == "measured" else s.joint_steps,
             "max-seq": s.max_seq,
             "max-queue": s.max_queue if s.max_queue is not None else -1,
-            "device blocks": facts.device_blocks,
+            "device blocks": facts.layers,  # every block: a placement leaving one is refused
             "kv page positions": facts.page,
             "kv pages a layer": budget.num_gpu_blocks if budget is not None else 0,
         }

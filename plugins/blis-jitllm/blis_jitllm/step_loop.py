@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from blis_jitllm.admission import Waiting, admit, row_pages
+from blis_jitllm.admission import Waiting, admit, promised_positions
 from blis_jitllm.joint_choice import JointChoice
 from blis_jitllm.step_budget import StepBudget
 
@@ -56,6 +56,15 @@ class Row:
     def prompting(self) -> bool:
         """Its prompt is not all in."""
         return self.fed < self.prompt_tokens
+
+    def retirement(self) -> str | None:
+        """Why ``decodeUnits`` retires this decoding row at the next iteration
+        (``cancelled``, ``max_tokens``), or ``None``: it samples a token."""
+        if self.cancelled:
+            return "cancelled"
+        if self.n >= self.max_tokens:
+            return "max_tokens"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +151,9 @@ class StepLoop:
 
     def _admit(self) -> tuple[str, ...]:
         room, page = self._kv_room()
-        promised = 0
-        if page > 0:
-            promised = sum(
-                row_pages(r.prompt_tokens, r.max_tokens, r.fed + r.n, page, self.max_seq) * page
-                for r in self.rows
-            )
+        promised = promised_positions(
+            [(r.prompt_tokens, r.max_tokens, r.fed + r.n) for r in self.rows], page, self.max_seq
+        )
         got = admit(
             [Waiting(r.request_id, r.prompt_tokens, r.max_tokens) for r in self.waiting],
             rows=len(self.rows),
@@ -176,11 +182,9 @@ class StepLoop:
         for r in list(self.rows):
             if r.prompting():
                 continue
-            if r.cancelled:
-                self._finish(r, "cancelled", it)
-                continue
-            if r.n >= r.max_tokens:
-                self._finish(r, "max_tokens", it)
+            retirement = r.retirement()
+            if retirement is not None:
+                self._finish(r, retirement, it)
                 continue
             it.emitted.append(r.request_id)
             units.append(Unit(r, 1, r.prompt_tokens + r.n, prompt=False))
