@@ -942,12 +942,15 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
     sources = DataSources.load(args.catalog, args.registry)
     sources.catalog.model(args.model)
     sources.catalog.chip(args.hardware)
+    if args.machine is not None:
+        sources.catalog.machine(args.machine)
     spec = EnginePoolSpec(
         pool="plan",
         model=args.model,
         hardware=args.hardware,
         layout=ParallelLayout(tp=args.tp, pp=args.pp, dp=args.dp),
         args=engine_args,
+        machine=args.machine,
     )
     env = make_environment(sources, "plan", RandomStreams(0))
     plan = factory.plan(spec, env)
@@ -974,6 +977,10 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"KV bytes / rank   {budget.kv_bytes}")
         for layer in plan.layers:
             print(f"layer             {layer.kind.value} x{layer.count} impl={layer.impl}")
+        for i, part in enumerate(plan.parts):
+            kinds = ", ".join(f"{x.kind.value} x{x.count}" for x in part.layers)
+            via = f" via {part.link}" if part.link else ""
+            print(f"part {i:<12} {part.hardware}{via}: {kinds}")
         for name, value in resolved.items():
             print(f"resolved          {name} = {value}")
     return 0
@@ -1323,6 +1330,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--pp", type=int, default=1)
     p.add_argument("--dp", type=int, default=1)
+    p.add_argument("--machine", help="catalog key of the box (for engines that use the host)")
     p.add_argument("--json", action="store_true")
     data_args(p)
     p.set_defaults(func=None, plan=True)

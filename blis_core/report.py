@@ -90,6 +90,12 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
                 name, units.get(name, ""), cell("mean"), cell("p50"), cell("p90"), cell("p99")
             )
     console.print(table)
+    if rep0.page_in_bytes:
+        paged = ", ".join(
+            f"{link} {b / 2**30:.2f} GiB ({b / max(rep0.steps, 1) / 2**20:.1f} MiB a step)"
+            for link, b in rep0.page_in_bytes.items()
+        )
+        console.print(f"weights paged in (replication 0, {rep0.steps} steps): {paged}")
     _print_coefficients(result, console)
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.rank_shares.items()))
     methods = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.method_shares.items()))

@@ -278,3 +278,34 @@ def test_tables_keep_their_full_content_when_piped(capsys: pytest.CaptureFixture
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     assert "blis.cost_methods" in out and "blis-cost-calibrated" in out and "…" not in out
+
+
+@pytest.mark.parametrize(
+    ("machine", "hardware", "needle"),
+    [
+        ("a-box", "H100-SXM", "deployment.pools.0.machine: 'a-box': unknown machine"),
+        (
+            "laptop-rtx3050ti-i9-12900hk",
+            "H100-SXM",
+            "deployment.pools.0.hardware: 'H100-SXM': machine laptop-rtx3050ti-i9-12900hk "
+            "holds ['RTX3050Ti-Laptop-4GB']",
+        ),
+        (None, "Core-i9-12900HK", "'Core-i9-12900HK': is a host CPU"),
+    ],
+)
+def test_a_pool_names_a_machine_that_holds_its_accelerator(
+    install_plugins: Callable[..., None],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    machine: str | None,
+    hardware: str,
+    needle: str,
+) -> None:
+    install_plugins(TOY)
+    doc = json.loads(json.dumps(SCENARIO))
+    pool = doc["deployment"]["pools"][0]
+    pool["hardware"] = hardware
+    if machine is not None:
+        pool["machine"] = machine
+    assert main(["validate", _write(tmp_path, doc)]) == 2
+    assert needle in capsys.readouterr().err

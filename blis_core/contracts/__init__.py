@@ -12,6 +12,8 @@ from blis_core.contracts.catalog import (
     AttentionKind,
     FabricSpec,
     HardwareSpec,
+    MachineAccelerators,
+    MachineSpec,
     MLASpec,
     ModelArchitecture,
     MoESpec,
@@ -47,6 +49,7 @@ from blis_core.contracts.engine import (
     StepOutcome,
     TokenEmission,
     fast_forward_enabled,
+    refuse_machine,
     rename_common_args,
 )
 from blis_core.contracts.errors import (
@@ -74,6 +77,7 @@ from blis_core.contracts.plan import (
     LayerKind,
     LoweredLayer,
     ParallelLayout,
+    PlanPart,
     PoolPlan,
 )
 from blis_core.contracts.registry import (
@@ -251,6 +255,8 @@ __all__ = [
     "LoweredLayer",
     "LoweringRequest",
     "MLASpec",
+    "MachineAccelerators",
+    "MachineSpec",
     "MeasuredPoint",
     "MeasuredRequest",
     "MetricDefinition",
@@ -260,6 +266,7 @@ __all__ = [
     "OperatingPoint",
     "PackagedCoefficientSet",
     "ParallelLayout",
+    "PlanPart",
     "PluginError",
     "PluginStamp",
     "PoissonArrival",
@@ -322,6 +329,7 @@ __all__ = [
     "parse_kind_at_version",
     "parse_workload_spec",
     "prompt_token_ids",
+    "refuse_machine",
     "relative_error",
     "rename_common_args",
     "seconds_to_us",

@@ -18,6 +18,8 @@ __all__ = [
     "FabricSpec",
     "HardwareSpec",
     "MLASpec",
+    "MachineAccelerators",
+    "MachineSpec",
     "MoESpec",
     "ModelArchitecture",
 ]
@@ -65,6 +67,12 @@ class HardwareSpec(Document):
     compute_capability: str | None = Field(
         default=None, description="e.g. 9.0 for Hopper; None on AMD"
     )
+    processor: str = Field(
+        default="accelerator",
+        pattern="^(accelerator|cpu)$",
+        description="accelerator, or cpu: a host processor (one socket) that a machine "
+        "names; its memory figures are DRAM's, its peaks the vector units'",
+    )
     source: str
 
     @model_validator(mode="after")
@@ -73,6 +81,33 @@ class HardwareSpec(Document):
         if bad or not self.peak_flops:
             raise ValueError(f"peak_flops must be non-empty and > 0, got {self.peak_flops}")
         return self
+
+
+class MachineAccelerators(Document):
+    """Accelerators of one kind in a machine and the link each hangs on."""
+
+    hardware: str = Field(description="HardwareSpec id of an accelerator")
+    count: int = Field(gt=0)
+    link: str = Field(description="FabricSpec id of the link between host and each device")
+
+
+class MachineSpec(Document):
+    """A box, not one chip: its host processors, memory, accelerators and storage.
+
+    Read by engines that run work on the host or page weights and KV between host,
+    devices and disk (jitllm); engines that price the accelerators alone refuse a pool
+    that names a machine.
+    """
+
+    id: str = Field(description="catalog key, e.g. v100-sxm2-8x-e5-2680v4")
+    host: str = Field(description="HardwareSpec id of the host CPU (processor: cpu)")
+    host_sockets: int = Field(default=1, gt=0)
+    host_memory_bytes: int = Field(gt=0, description="installed DRAM")
+    accelerators: tuple[MachineAccelerators, ...] = ()
+    storage: str | None = Field(
+        default=None, description="FabricSpec id of the local disk's link (kind storage)"
+    )
+    source: str
 
 
 class MoESpec(Document):

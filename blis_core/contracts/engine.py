@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitecture
+from blis_core.contracts.catalog import FabricSpec, HardwareSpec, MachineSpec, ModelArchitecture
 from blis_core.contracts.cost import StepPrice
-from blis_core.contracts.errors import FieldError
+from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.lowering import LoweringRequest
 from blis_core.contracts.plan import KVBudget, ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest
@@ -68,6 +68,7 @@ __all__ = [
     "SurfaceReporting",
     "TokenEmission",
     "fast_forward_enabled",
+    "refuse_machine",
     "rename_common_args",
 ]
 
@@ -226,6 +227,22 @@ class EnginePoolSpec:
     layout: ParallelLayout
     args: Mapping[str, Any] = field(default_factory=dict)
     acceptance: AcceptanceModel | None = None
+    machine: str | None = None
+    """catalog key of the box (:class:`~blis_core.contracts.catalog.MachineSpec`); an
+    engine that prices the accelerators alone refuses a pool that names one"""
+
+
+def refuse_machine(spec: EnginePoolSpec, engine: str) -> None:
+    """Refuse a pool that names a machine, for an engine that prices its accelerators
+    alone (the host, its DRAM and disks take no part in its steps)."""
+    if spec.machine is not None:
+        raise InputRefused.one(
+            f"deployment.pools.{spec.pool}.machine",
+            spec.machine,
+            f"{engine} runs every layer on the pool's accelerators; a machine's host CPU, "
+            "memory and storage take no part in its steps, so naming one would change nothing",
+            engine,
+        )
 
 
 @runtime_checkable
@@ -245,6 +262,11 @@ class Environment(Protocol):
 
     def fabric(self, fabric_id: str) -> FabricSpec:
         """The catalog's facts for a link kind."""
+        ...
+
+    def machine(self, machine_id: str) -> MachineSpec:
+        """The catalog's facts for a box (host CPU, DRAM, accelerators, storage);
+        refuses an unknown machine."""
         ...
 
     def device_memory_bytes(self, hardware_id: str) -> int:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from blis_core.contracts.base import Document
 from blis_core.contracts.plan import GraphPolicy, LayerKind, ParallelLayout
@@ -115,3 +115,24 @@ class LoweringRequest(Document):
     graph_policy: GraphPolicy = GraphPolicy()
     host_work: str = GENERIC_HOST_WORK
     steps_in_flight: int = Field(default=1, gt=0)
+    quantization: str | None = Field(
+        default=None,
+        description="the weights' quantization (e.g. fp8, gguf:Q4_K_M); None: the model's own",
+    )
+    layer_range: tuple[int, int] | None = Field(
+        default=None,
+        description="[start, end) of the decoder layers to lower, for one part of a split "
+        "plan (PlanPart); None: every layer of the first pipeline stage",
+    )
+    embedding: bool = Field(default=True, description="lower the token embedding")
+    head: bool = Field(default=True, description="lower the final norm, logits and sampler")
+
+    @model_validator(mode="after")
+    def _range(self) -> LoweringRequest:
+        if self.layer_range is not None:
+            start, end = self.layer_range
+            if not 0 <= start <= end:
+                raise ValueError(f"layer_range must be 0 <= start <= end, got {self.layer_range}")
+            if self.layout.pp != 1:
+                raise ValueError("layer_range lowers part of a split plan: pipeline degree 1 only")
+        return self

@@ -25,6 +25,7 @@ __all__ = [
     "LayerKind",
     "LoweredLayer",
     "ParallelLayout",
+    "PlanPart",
     "PoolPlan",
 ]
 
@@ -145,6 +146,34 @@ class DraftPolicy(Document):
     layers: tuple[LoweredLayer, ...] = ()
 
 
+class PlanPart(Document):
+    """Consecutive layers of a split plan that one processor runs (design §8 of
+    ``docs/upstream/jitllm.md``): an accelerator of the pool's machine, or its host CPU.
+
+    A plan with parts runs them one after another in every step, in order; each part's
+    ``layers`` are counted as in :attr:`PoolPlan.layers` (the embedding in the part that
+    looks tokens up, logits and sampler in the part that holds the output head) and
+    priced on ``hardware`` with the plan's KV groups and quantization. ``link`` names the
+    fabric between the host and an accelerator part: the step's hidden state crosses it
+    to the part and back (two crossings a step); a part on the host has none.
+    ``page_link`` names the link a pager reads the part's weights over; a step's
+    :attr:`~blis_core.contracts.shape.StepShape.page_in_bytes` are priced there, before
+    the part runs.
+    """
+
+    hardware: str = Field(description="catalog key of the processor: accelerator or host CPU")
+    layers: tuple[LoweredLayer, ...]
+    link: str | None = Field(
+        default=None, description="fabric id between host and this accelerator; None on the host"
+    )
+    page_link: str | None = Field(
+        default=None,
+        description="fabric id the part's weight pages come over when a pager brings them "
+        "in (e.g. the machine's disk); a step's page_in_bytes are read over it. At most one "
+        "part of a plan pages",
+    )
+
+
 class PoolPlan(Document):
     """Everything fixed for the life of one pool (design §6.2)."""
 
@@ -171,6 +200,11 @@ class PoolPlan(Document):
     activation_peak_bytes: int | None = None
     graph_bytes: int | None = None
     nonkv_buffer_bytes: int | None = None
+    parts: tuple[PlanPart, ...] = Field(
+        default=(),
+        description="a split plan's runs of layers, each on its own processor, priced in "
+        "place of ``layers`` (empty: every layer on ``hardware``)",
+    )
 
     def with_kv_budget(self, budget: KVBudget) -> PoolPlan:
         """The run-phase plan: this plan with its KV budget decided."""

@@ -175,12 +175,17 @@ class ReplicationResult(Document):
     batch_means: dict[str, BatchMeans] | None = Field(
         default=None, description="latency metric -> batch means (frame interval batch_means)"
     )
+    page_in_bytes: dict[str, int] | None = Field(
+        default=None,
+        description="link (fabric id) -> weight bytes paged in over it, over every instance "
+        "(engines that page weights, e.g. jitllm's host pager); None: nothing paged",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_unset_additions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # A replication of a frame without them dumps (and hashes) as it did before.
         doc: dict[str, Any] = handler(self)
-        for key in ("warmup", "batch_means"):
+        for key in ("warmup", "batch_means", "page_in_bytes"):
             if doc.get(key, "") is None:
                 del doc[key]
         return doc

@@ -103,6 +103,12 @@ class PoolSpec(Document):
     args: dict[str, Any] = Field(
         default_factory=dict, description="the engine's own arguments, by upstream name"
     )
+    machine: str | None = Field(
+        default=None,
+        description="catalog key of the box each instance runs on (host CPU, DRAM, "
+        "accelerators and their links, storage), for engines that use the host; "
+        "None: the accelerators alone",
+    )
     speculation_acceptance: AcceptanceModel | None = Field(
         default=None,
         description="acceptance of speculatively decoded draft tokens; required by an "

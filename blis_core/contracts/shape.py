@@ -65,6 +65,9 @@ class StepShape:
     (``plan.draft_policy.layers``) in this step: 0 for none; otherwise the first pass
     runs over the step's padded tokens and each further pass over one token per
     sequence (EAGLE/MTP drafting after the verify pass).
+    ``page_in_bytes`` are weight bytes the step must read into memory before it can run
+    them (a pager's misses), over the link of the plan's paging part
+    (:attr:`~blis_core.contracts.plan.PlanPart.page_link`); 0 for a plan that pages nothing.
     """
 
     step_id: int
@@ -77,6 +80,7 @@ class StepShape:
     num_stages: int = 1
     dp_rank_tokens: tuple[int, ...] = ()
     draft_passes: int = 0
+    page_in_bytes: int = 0
 
     @property
     def scheduled_tokens(self) -> int:

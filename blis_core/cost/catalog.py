@@ -23,7 +23,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from blis_core.contracts.catalog import (
     AttentionKind,
     FabricSpec,
     HardwareSpec,
+    MachineSpec,
     MLASpec,
     ModelArchitecture,
     MoESpec,
@@ -83,12 +84,14 @@ _FIELD_DIMS: dict[str, dict[str, str]] = {
     },
     "fabrics": {"bandwidth_bytes_per_s": "bytes_per_s", "latency_us": "us"},
     "models": {},
+    "machines": {"host_memory_bytes": "bytes"},
 }
-_INT_FIELDS = {"memory_bytes", "usable_memory_bytes"}
+_INT_FIELDS = {"memory_bytes", "usable_memory_bytes", "host_memory_bytes"}
 _KINDS: dict[str, tuple[type[BaseModel], str]] = {
     "hardware": (HardwareSpec, "id"),
     "fabrics": (FabricSpec, "id"),
     "models": (ModelArchitecture, "hf_id"),
+    "machines": (MachineSpec, "id"),
 }
 
 
@@ -175,6 +178,7 @@ class Catalog:
     models: Mapping[str, ModelArchitecture]
     content_hash: str
     origin: str
+    machines: Mapping[str, MachineSpec] = field(default_factory=dict)
 
     def model(self, hf_id: str) -> ModelArchitecture:
         """The architecture of ``hf_id``; refuses an unknown model, listing the known ones."""
@@ -201,6 +205,15 @@ class Catalog:
         except KeyError:
             raise InputRefused.one(
                 "fabric", fabric_id, f"unknown fabric; catalog has {sorted(self.fabrics)}"
+            ) from None
+
+    def machine(self, machine_id: str) -> MachineSpec:
+        """The facts of box ``machine_id``; refuses an unknown machine."""
+        try:
+            return self.machines[machine_id]
+        except KeyError:
+            raise InputRefused.one(
+                "machine", machine_id, f"unknown machine; catalog has {sorted(self.machines)}"
             ) from None
 
 
@@ -280,6 +293,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
     hardware = {k: v for k, v in tables["hardware"].items() if isinstance(v, HardwareSpec)}
     fabrics = {k: v for k, v in tables["fabrics"].items() if isinstance(v, FabricSpec)}
     models = {k: v for k, v in tables["models"].items() if isinstance(v, ModelArchitecture)}
+    machines = {k: v for k, v in tables["machines"].items() if isinstance(v, MachineSpec)}
     for hw in hardware.values():
         for fname in (hw.scale_up_fabric, hw.pcie_fabric):
             if fname is not None and fname not in fabrics:
@@ -289,18 +303,64 @@ def load_catalog(path: Path | None = None) -> Catalog:
                     "names a fabric the catalog lacks",
                     where[("hardware", hw.id)],
                 )
-    canonical = {
-        "hardware": {k: v.model_dump(mode="json") for k, v in sorted(hardware.items())},
+    for m in machines.values():
+        _check_machine(m, hardware, fabrics, where[("machines", m.id)])
+    canonical: dict[str, object] = {
+        "hardware": {k: _hardware_doc(v) for k, v in sorted(hardware.items())},
         "fabrics": {k: v.model_dump(mode="json") for k, v in sorted(fabrics.items())},
         "models": {k: _model_doc(v) for k, v in sorted(models.items())},
     }
+    if machines:
+        canonical["machines"] = {k: v.model_dump(mode="json") for k, v in sorted(machines.items())}
     return Catalog(
         hardware=hardware,
         fabrics=fabrics,
         models=models,
         content_hash=content_hash(canonical),
         origin="embedded" if path is None else str(path),
+        machines=machines,
     )
+
+
+def _check_machine(
+    m: MachineSpec,
+    hardware: Mapping[str, HardwareSpec],
+    fabrics: Mapping[str, FabricSpec],
+    label: str,
+) -> None:
+    """Refuse a machine naming a processor, accelerator or link the catalog lacks, or a
+    host that is not a CPU / an accelerator that is one."""
+    host = hardware.get(m.host)
+    if host is None or host.processor != "cpu":
+        why = "names no hardware entry" if host is None else "is not a host CPU (processor: cpu)"
+        raise InputRefused.one(f"machines.{m.id}.host", m.host, why, label)
+    for i, acc in enumerate(m.accelerators):
+        hw = hardware.get(acc.hardware)
+        if hw is None or hw.processor != "accelerator":
+            why = "names no hardware entry" if hw is None else "is a host CPU, not an accelerator"
+            raise InputRefused.one(
+                f"machines.{m.id}.accelerators.{i}.hardware", acc.hardware, why, label
+            )
+        if acc.link not in fabrics:
+            raise InputRefused.one(
+                f"machines.{m.id}.accelerators.{i}.link",
+                acc.link,
+                "names a fabric the catalog lacks",
+                label,
+            )
+    if m.storage is not None and m.storage not in fabrics:
+        raise InputRefused.one(
+            f"machines.{m.id}.storage", m.storage, "names a fabric the catalog lacks", label
+        )
+
+
+def _hardware_doc(hw: HardwareSpec) -> dict[str, object]:
+    """A chip's canonical document; ``processor`` is left out for an accelerator, so
+    a catalog without host CPUs keeps its hash."""
+    doc: dict[str, object] = hw.model_dump(mode="json")
+    if doc.get("processor") == "accelerator":
+        doc.pop("processor")
+    return doc
 
 
 # ---------------------------------------------------------------------------------------

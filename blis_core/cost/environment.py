@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from blis_core.contracts.catalog import FabricSpec, HardwareSpec, ModelArchitecture
+from blis_core.contracts.catalog import FabricSpec, HardwareSpec, MachineSpec, ModelArchitecture
 from blis_core.contracts.cost import CoefficientRank, CostMethod, PrimitivePrice, StepPrice
 from blis_core.contracts.engine import LinkLoad
 from blis_core.contracts.errors import InputRefused
@@ -82,6 +82,10 @@ class SimEnvironment:
     def fabric(self, fabric_id: str) -> FabricSpec:
         """The catalog's facts for a link kind; refuses an unknown fabric."""
         return self.catalog.fabric(fabric_id)
+
+    def machine(self, machine_id: str) -> MachineSpec:
+        """The catalog's facts for a box; refuses an unknown machine."""
+        return self.catalog.machine(machine_id)
 
     def device_memory_bytes(self, hardware_id: str) -> int:
         """Total memory the runtime reports on one device (usable, else datasheet)."""
@@ -209,6 +213,7 @@ class SimEnvironment:
         if not self.extra_methods:
             return seconds_to_us(cp.price_seconds(shape))
         ev, winners = self._with_extra(cp, cp.evaluate(shape), plan, shape)
+        cp.page_in_total += shape.page_in_bytes
         for j, (rank, seconds) in enumerate(
             zip(ev.ranks.tolist(), ev.seconds.tolist(), strict=True)
         ):
@@ -302,6 +307,15 @@ class SimEnvironment:
             for name, seconds in cp.method_seconds().items():
                 merged[name] = merged.get(name, 0.0) + seconds
         return merged
+
+    def page_in_bytes(self) -> dict[str, int]:
+        """Weight bytes paged in so far over each link (fabric id), over every step this
+        Environment priced; empty when no plan pages."""
+        out: dict[str, int] = {}
+        for cp in self._compiled.values():
+            if cp.page_link is not None and cp.page_in_total:
+                out[cp.page_link] = out.get(cp.page_link, 0) + cp.page_in_total
+        return out
 
     def rank_shares(self) -> dict[str, float]:
         """Which ranks priced the steps so far and each rank's share of priced time."""

@@ -21,6 +21,7 @@ import math
 from blis_core.contracts.catalog import AttentionKind, ModelArchitecture
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
+from blis_core.cost.gguf import GGML_TYPES, gguf_layout, gguf_problem, is_gguf
 
 __all__ = [
     "GIB",
@@ -29,12 +30,17 @@ __all__ = [
     "draft_weight_bytes_per_rank",
     "dtype_bytes",
     "dtype_key",
+    "gguf_head_bytes_per_weight",
+    "gguf_linear_bytes_per_weight",
     "graph_memory_bytes",
+    "is_gguf",
     "kv_bytes_per_token_per_layer",
     "kv_heads_per_rank",
     "non_torch_bytes",
     "pad_vocab",
     "pp_stage_layers",
+    "quantization_problem",
+    "range_weight_bytes",
     "weight_bytes_per_rank",
 ]
 
@@ -151,16 +157,11 @@ def weight_bytes_per_rank(
     padded to a multiple of 64 rows and split across TP; the LM head is absent when tied.
     """
     quant = quantization if quantization is not None else model.quantization
+    if quant is not None and is_gguf(quant):
+        return range_weight_bytes(model, layout, quant, (0, model.num_layers), True, True)
     wdtype = weights_dtype or model.dtype
     half = 2.0
-    lin_b = half
-    exp_b = half
-    if quant in ("fp8", "fbgemm_fp8", "modelopt") or wdtype.startswith("float8"):
-        lin_b = exp_b = 1.0 + 4.0 / (128 * 128)
-    elif quant in ("mxfp4",):
-        exp_b = dtype_bytes("mxfp4")
-    elif quant is not None and quant not in ("none",):
-        exp_b = lin_b = dtype_bytes(wdtype, "weights_dtype")
+    lin_b, exp_b = _linear_bytes(wdtype, quant)
     vocab_rows = pad_vocab(model.vocab_size) / layout.tp
     embed = vocab_rows * model.hidden_size * half
     lm_head = 0.0 if model.tie_word_embeddings else embed
@@ -178,6 +179,68 @@ def weight_bytes_per_rank(
             total += lm_head + model.hidden_size * half
         best = max(best, total)
     return int(best)
+
+
+def _linear_bytes(wdtype: str, quant: str | None) -> tuple[float, float]:
+    """Bytes per weight of dense linear layers and of experts."""
+    half = 2.0
+    if quant in ("fp8", "fbgemm_fp8", "modelopt") or wdtype.startswith("float8"):
+        return 1.0 + 4.0 / (128 * 128), 1.0 + 4.0 / (128 * 128)
+    if quant in ("mxfp4",):
+        return half, dtype_bytes("mxfp4")
+    if quant is not None and quant not in ("none",):
+        b = dtype_bytes(wdtype, "weights_dtype")
+        return b, b
+    return half, half
+
+
+def quantization_problem(model: ModelArchitecture, quantization: str | None) -> str | None:
+    """Why the memory arithmetic cannot size ``model`` as ``quantization``, or None."""
+    if quantization is None or not is_gguf(quantization):
+        return None
+    return gguf_problem(model, quantization)
+
+
+def range_weight_bytes(
+    model: ModelArchitecture,
+    layout: ParallelLayout,
+    quantization: str | None,
+    layer_range: tuple[int, int],
+    embedding: bool,
+    head: bool,
+) -> int:
+    """Weight bytes on one rank of the decoder layers ``[start, end)``, with the token
+    embedding and the output head (final norm and LM head) when asked: one part of a
+    split plan. GGUF file types take llama.cpp's tensor types (:mod:`blis_core.cost.gguf`)."""
+    quant = quantization if quantization is not None else model.quantization
+    start, end = layer_range
+    if quant is not None and is_gguf(quant):
+        g = gguf_layout(model, quant)
+        return sum(g.blocks[start:end]) + g.embedding * embedding + g.head * head
+    half = 2.0
+    lin_b, exp_b = _linear_bytes(model.dtype, quant)
+    total = 0.0
+    for i in range(start, end):
+        lin, exp, repl = _layer_split(model, layout, i)
+        total += lin * lin_b + exp * exp_b + repl * half
+    vocab_rows = pad_vocab(model.vocab_size) / layout.tp
+    embed = vocab_rows * model.hidden_size * half
+    if embedding:
+        total += embed
+    if head:
+        total += (0.0 if model.tie_word_embeddings else embed) + model.hidden_size * half
+    return int(total)
+
+
+def gguf_linear_bytes_per_weight(model: ModelArchitecture, quantization: str) -> float:
+    """Bytes per matrix weight of the decoder layers in a GGUF file of ``quantization``."""
+    return gguf_layout(model, quantization).linear_bytes_per_weight()
+
+
+def gguf_head_bytes_per_weight(model: ModelArchitecture, quantization: str) -> float:
+    """Bytes per weight of the output head's matrix in a GGUF file of ``quantization``."""
+    elems, size = GGML_TYPES[gguf_layout(model, quantization).head_type]
+    return size / elems
 
 
 def draft_weight_bytes_per_rank(

@@ -32,10 +32,15 @@ __all__ = ["default_plan", "kv_groups_for", "lowered_plan"]
 
 
 def kv_groups_for(
-    model: ModelArchitecture, layout: ParallelLayout, kv_cache_dtype: str, block_size: int
+    model: ModelArchitecture,
+    layout: ParallelLayout,
+    kv_cache_dtype: str,
+    block_size: int,
+    layer_range: tuple[int, int] | None = None,
 ) -> tuple[KVGroup, ...]:
-    """KV groups of ``model`` on one rank of the first pipeline stage."""
-    start, end = memory.pp_stage_layers(model.num_layers, layout.pp)[0]
+    """KV groups of ``model`` on one rank of the first pipeline stage (or of the layers
+    ``layer_range``: ``[start, end)``)."""
+    start, end = layer_range or memory.pp_stage_layers(model.num_layers, layout.pp)[0]
     if model.mla is not None:
         kinds = ["mla"] * (end - start)
     elif model.layer_types:
@@ -92,8 +97,18 @@ def lowered_plan(
         impls[kind] = impl
     layout = request.layout
     start, end = memory.pp_stage_layers(model.num_layers, layout.pp)[0]
+    if request.layer_range is not None:
+        start, end = request.layer_range
+        if end > model.num_layers:
+            raise InputRefused.one(
+                "layer_range", request.layer_range, f"the model has {model.num_layers} layers"
+            )
     n = end - start
-    groups = kv_groups_for(model, layout, request.kv_cache_dtype, request.block_size)
+    quant = request.quantization if request.quantization is not None else model.quantization
+    problem = memory.quantization_problem(model, quant)
+    if problem is not None:
+        raise InputRefused.one("quantization", quant, problem)
+    groups = kv_groups_for(model, layout, request.kv_cache_dtype, request.block_size, (start, end))
     moe = model.moe
     n_moe = 0 if moe is None else max(0, end - max(start, moe.first_dense_layers))
     n_dense = n - n_moe
@@ -101,19 +116,21 @@ def lowered_plan(
     def layer(kind: LayerKind, count: int, kv_group: str | None = None) -> LoweredLayer:
         return LoweredLayer(kind=kind, impl=impls[kind], count=count, kv_group=kv_group)
 
-    layers = [layer(LayerKind.EMBEDDING, 1), layer(LayerKind.NORM, 2 * n + 1)]
-    layers.append(layer(LayerKind.QKV_PROJ, n))
-    layers += [layer(LayerKind.ATTENTION, g.num_layers, g.name) for g in groups]
-    layers.append(layer(LayerKind.O_PROJ, n))
+    layers = [layer(LayerKind.EMBEDDING, 1)] if request.embedding else []
+    if 2 * n + request.head:
+        layers.append(layer(LayerKind.NORM, 2 * n + request.head))
+    if n:
+        layers.append(layer(LayerKind.QKV_PROJ, n))
+        layers += [layer(LayerKind.ATTENTION, g.num_layers, g.name) for g in groups]
+        layers.append(layer(LayerKind.O_PROJ, n))
     if n_dense:
         layers.append(layer(LayerKind.MLP, n_dense))
     if n_moe:
         layers.append(layer(LayerKind.MOE, n_moe))
-    layers += [
-        layer(LayerKind.ELEMENTWISE, n),
-        layer(LayerKind.LOGITS, 1),
-        layer(LayerKind.SAMPLER, 1),
-    ]
+    if n:
+        layers.append(layer(LayerKind.ELEMENTWISE, n))
+    if request.head:
+        layers += [layer(LayerKind.LOGITS, 1), layer(LayerKind.SAMPLER, 1)]
     gp = request.graph_policy
     plan = PoolPlan(
         engine=request.engine,
@@ -123,7 +140,7 @@ def lowered_plan(
         layout=layout,
         weights_dtype=model.dtype,
         kv_cache_dtype=request.kv_cache_dtype,
-        quantization=model.quantization,
+        quantization=quant,
         layers=tuple(layers),
         kv_groups=groups,
         graph_policy=gp,
@@ -135,7 +152,12 @@ def lowered_plan(
     )
     piecewise = GraphMode.PIECEWISE in (gp.decode_mode, gp.mixed_mode)
     captured = gp.decode_mode is not GraphMode.NONE or gp.mixed_mode is not GraphMode.NONE
-    weights = memory.weight_bytes_per_rank(model, layout, model.dtype, model.quantization)
+    if request.layer_range is None and request.embedding and request.head:
+        weights = memory.weight_bytes_per_rank(model, layout, model.dtype, quant)
+    else:
+        weights = memory.range_weight_bytes(
+            model, layout, quant, (start, end), request.embedding, request.head
+        )
     act = memory.activation_peak_bytes(
         model, layout, request.max_num_batched_tokens, request.max_num_seqs
     )

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 import numpy as np
@@ -40,7 +40,7 @@ from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.lowering import host_work_problem, impl_problem
-from blis_core.contracts.plan import GraphMode, LayerKind, LoweredLayer, PoolPlan
+from blis_core.contracts.plan import GraphMode, LayerKind, LoweredLayer, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import StepMode, StepShape
 from blis_core.cost import memory
 from blis_core.cost.catalog import Catalog
@@ -88,6 +88,10 @@ class Term:
     items: Linear = field(default_factory=dict)
     where: str = "all"
     ranks: int = 1
+    hardware: str | None = None
+    """the processor that runs it (a split plan's part); None: the plan's hardware"""
+    link: str | None = None
+    """the fabric its link bytes cross; None: the processor's scale-up, else PCIe"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +147,10 @@ class CompiledPlan:
                     mat[row, j, idx] = coef
         self.matrix = mat.reshape(4 * n, self.width)
         self.n = n
-        link_bw = link_bandwidth(catalog, hw)
+        # (hardware, link) -> the chip and its link bandwidth; one entry unless split
+        chips: dict[tuple[str | None, str | None], tuple[HardwareSpec, float]] = {
+            (None, None): (hw, link_bandwidth(catalog, hw))
+        }
         inv = np.zeros((3, n))
         over = np.zeros(n)
         per_item = np.zeros(n)
@@ -153,19 +160,35 @@ class CompiledPlan:
         out = np.zeros(n, dtype=np.int64)
         self.entries: list[CoefficientEntry] = []
         self.is_host = np.array([t.family.startswith("host") for t in self.terms])
+        # A pager's reads: a term whose link bytes are the step's page_in_bytes, not a
+        # linear function of the aggregates (-1: the plan pages nothing).
+        self.page_j = next((j for j, t in enumerate(self.terms) if t.family == "page_in"), -1)
+        self.page_link = self.terms[self.page_j].link if self.page_j >= 0 else None
+        self.page_in_total = 0
         kernel_launch_s = 0.0
         host_j = -1
         for j, term in enumerate(self.terms):
-            entry = registry.best(term.family, term.impl, hw.id, term.dtype, term.ranks)
+            where_key = (term.hardware, term.link)
+            found = chips.get(where_key)
+            if found is None:
+                thw = catalog.chip(term.hardware) if term.hardware is not None else hw
+                bw = (
+                    catalog.fabric(term.link).bandwidth_bytes_per_s
+                    if term.link is not None
+                    else link_bandwidth(catalog, thw)
+                )
+                found = chips[where_key] = (thw, bw)
+            thw, link_bw = found
+            entry = registry.best(term.family, term.impl, thw.id, term.dtype, term.ranks)
             if entry is None:
                 raise InputRefused.one(
                     "cost_methods",
-                    f"{term.family}/{term.impl}/{hw.id}/{term.dtype}",
+                    f"{term.family}/{term.impl}/{thw.id}/{term.dtype}",
                     "no selected cost method prices this kernel; install blis-cost-roofline "
                     "(the floor, cost method 'roofline') and select it",
                 )
             self.entries.append(entry)
-            c = entry_constants(entry, hw, term.dtype, link_bw)
+            c = entry_constants(entry, thw, term.dtype, link_bw)
             inv[:, j] = (c.s_per_flop, c.s_per_byte, c.s_per_link_byte)
             over[j] = c.overhead_s
             per_item[j] = c.per_item_s
@@ -195,7 +218,11 @@ class CompiledPlan:
         # graphs but launches attention eagerly; full graphs launch nothing per kernel.
         one_pass = self.terms[: n_base + draft_first_terms]
         kernels = float(
-            sum(t.count for t in one_pass if t.family not in ("host_step", "host_request"))
+            sum(
+                t.count
+                for t in one_pass
+                if t.family not in ("host_step", "host_request", "page_in")  # no launch
+            )
         )
         attn = float(sum(t.count for t in one_pass if t.family.startswith("attention")))
         # Draft single-token passes: replayed as FULL graphs when the decode mode is FULL
@@ -254,6 +281,12 @@ class CompiledPlan:
                 "shape.padded_tokens",
                 shape.padded_tokens,
                 f"below the {sched} scheduled tokens of shape.seqs",
+            )
+        if shape.page_in_bytes and (shape.page_in_bytes < 0 or self.page_j < 0):
+            raise InputRefused.one(
+                "shape.page_in_bytes",
+                shape.page_in_bytes,
+                "must be >= 0, and > 0 only for a plan with a paging part (PlanPart.page_link)",
             )
         if shape.num_stages != self.num_stages or not 0 <= shape.stage < shape.num_stages:
             raise InputRefused.one(
@@ -392,6 +425,9 @@ class CompiledPlan:
         a = np.array(self.aggregates(shape, check_seqs=False))
         w = self.matrix @ a
         w3 = w[: self.n3].reshape(3, self.n)
+        if self.page_j >= 0:
+            w3[2, self.page_j] = float(shape.page_in_bytes)
+            self.page_in_total += shape.page_in_bytes
         per = (w3 * self.inv).max(axis=0)
         per += w[self.n3 :] * self.per_item
         per += self._overhead(shape) * (w3.any(axis=0) | self.is_host)
@@ -409,7 +445,12 @@ class CompiledPlan:
         (:meth:`count_quote` counts a prefix of them); ``None`` for shapes it does not
         quote (an ``IDLE`` step or a draft model). The same figures to the bit: the
         elementwise work is batched, the matrix product and each step's sum are not."""
-        if not shapes or self.has_draft or any(s.mode is StepMode.IDLE for s in shapes):
+        if (
+            not shapes
+            or self.has_draft
+            or self.page_j >= 0
+            or any(s.mode is StepMode.IDLE for s in shapes)
+        ):
             return None
         n = self.n
         matrix = self.matrix
@@ -476,6 +517,8 @@ class CompiledPlan:
         a = np.array(self.aggregates(shape))
         n = self.n
         work = (self.matrix @ a).reshape(4, n)
+        if self.page_j >= 0:
+            work[2, self.page_j] = float(shape.page_in_bytes)
         roof = work[:3] * self.inv
         per_launch = roof.max(axis=0) + self._overhead(shape) + work[3] * self.per_item
         launched = work[:3].any(axis=0) | self.is_host
@@ -493,7 +536,7 @@ class CompiledPlan:
         return PrimitiveWork(
             family=t.family,
             impl=t.impl,
-            hardware=hardware,
+            hardware=t.hardware or hardware,
             dtype=t.dtype,
             flops=float(ev.work[0, j]),
             bytes_moved=float(ev.work[1, j]),
@@ -550,6 +593,60 @@ def _shift(term: Term, offset: int, prefix: str) -> Term:
     )
 
 
+def _split_terms(
+    plan: PoolPlan,
+    hidden: float,
+    lower: Callable[[Sequence[LoweredLayer]], list[Term]],
+) -> list[Term]:
+    """The terms of a split plan: each part's layers on its own processor, in order, and
+    for a part across a link the hidden state's two crossings a step (there and back, as
+    float32: an assumption, jitllm's host kernels keep activations in float32)."""
+    if plan.layout != ParallelLayout():
+        raise InputRefused.one(
+            "plan.parts", len(plan.parts), "a split plan runs on one rank of each processor"
+        )
+    terms: list[Term] = []
+    for i, part in enumerate(plan.parts):
+        tag = f"part{i}:{part.hardware}"
+        for t in lower(part.layers):
+            terms.append(replace(t, hardware=part.hardware, layer=f"{tag}/{t.layer}"))
+        if part.page_link is not None:
+            if any(t.family == "page_in" for t in terms):
+                raise InputRefused.one(
+                    "plan.parts", i, "at most one part of a plan pages (page_link)"
+                )
+            terms.append(
+                Term(
+                    "page_in",
+                    "pager",
+                    "bf16",
+                    f"{tag}/page_in",
+                    1,
+                    {},
+                    {},
+                    {},
+                    hardware=part.hardware,
+                    link=part.page_link,
+                )
+            )
+        if part.link is not None:
+            terms.append(
+                Term(
+                    "sendrecv",
+                    "host_crossing",
+                    "bf16",
+                    f"{tag}/crossing",
+                    2,
+                    {},
+                    {},
+                    {T: hidden * 4.0},
+                    hardware=part.hardware,
+                    link=part.link,
+                )
+            )
+    return terms
+
+
 def _check_names(plan: PoolPlan) -> None:
     problem = host_work_problem(plan.engine, plan.host_work)
     if problem is not None:
@@ -579,6 +676,15 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
     wb = memory.dtype_bytes("fp8") if wdt == "fp8" or quant == "fp8" else act
     exp_b = memory.dtype_bytes("mxfp4") if quant == "mxfp4" else wb
     cdt = "fp8" if wb == 1.0 else "bf16"
+    head_b = act
+    if quant is not None and memory.is_gguf(quant):
+        # llama.cpp's block formats: bytes per weight averaged over the blocks' matrices
+        # and the output head's own type; the products are integer dot products of the
+        # quantized weights with 8-bit-quantized activations (ggml's vec_dot with Q8
+        # activations), priced at the processor's int8 rate where it states one
+        wb = exp_b = memory.gguf_linear_bytes_per_weight(model, quant)
+        head_b = memory.gguf_head_bytes_per_weight(model, quant)
+        cdt = "int8"
     groups = {g.name: g for g in plan.kv_groups}
     h = float(model.hidden_size)
 
@@ -810,7 +916,16 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
             elif kind is LayerKind.LOGITS:
                 terms.append(
                     _gemm(
-                        "lm_head", impl, "bf16", cnt, vocab_local, h, act, act, rows=R, where="last"
+                        "lm_head",
+                        impl,
+                        "bf16",
+                        cnt,
+                        vocab_local,
+                        h,
+                        head_b,
+                        act,
+                        rows=R,
+                        where="last",
                     )
                 )
                 if tp > 1:
@@ -845,7 +960,12 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
                 terms.append(_gemm("draft_fc", impl, "bf16", cnt, h, fc_in * h, act, act))
         return terms
 
-    terms = lower(plan.layers, model, wb, exp_b, cdt, model.vocab_size)
+    if plan.parts:
+        terms = _split_terms(
+            plan, h, lambda layers: lower(layers, model, wb, exp_b, cdt, model.vocab_size)
+        )
+    else:
+        terms = lower(plan.layers, model, wb, exp_b, cdt, model.vocab_size)
     if lay.pp > 1:
         terms.append(
             Term(

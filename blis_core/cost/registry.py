@@ -78,6 +78,7 @@ FAMILIES: tuple[str, ...] = (
     "alltoall",
     "sendrecv",
     "kv_transfer",
+    "page_in",
     "host_step",
     "host_request",
 )

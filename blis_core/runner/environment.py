@@ -13,7 +13,12 @@ from blis_core.sim.rng import RandomStreams
 if TYPE_CHECKING:
     from blis_core.runner.run import DataSources
 
-__all__ = ["make_environment", "merge_method_shares", "merge_rank_shares"]
+__all__ = [
+    "make_environment",
+    "merge_method_shares",
+    "merge_page_in_bytes",
+    "merge_rank_shares",
+]
 
 
 def make_environment(
@@ -48,6 +53,15 @@ def merge_rank_shares(envs: Sequence[Environment]) -> dict[str, float]:
 def merge_method_shares(envs: Sequence[Environment]) -> dict[str, float]:
     """Each cost method's share of all time priced by ``envs`` together."""
     return _shares(item for env in _sim(envs) for item in env.method_seconds().items())
+
+
+def merge_page_in_bytes(envs: Sequence[Environment]) -> dict[str, int] | None:
+    """Weight bytes paged in over each link by ``envs`` together; None when none paged."""
+    totals: dict[str, int] = {}
+    for env in _sim(envs):
+        for link, num_bytes in env.page_in_bytes().items():
+            totals[link] = totals.get(link, 0) + num_bytes
+    return dict(sorted(totals.items())) or None
 
 
 def _sim(envs: Sequence[Environment]) -> list[SimEnvironment]:

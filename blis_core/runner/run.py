@@ -72,6 +72,7 @@ from blis_core.runner.engine_component import EngineComponent
 from blis_core.runner.environment import (
     make_environment,
     merge_method_shares,
+    merge_page_in_bytes,
     merge_rank_shares,
 )
 from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
@@ -214,6 +215,7 @@ def _pool_spec(pool: PoolSpec) -> EnginePoolSpec:
         layout=pool.layout,
         args=pool.args,
         acceptance=pool.speculation_acceptance,
+        machine=pool.machine,
     )
 
 
@@ -249,6 +251,34 @@ def check_pool(
                 f"unknown model; the catalog has {sorted(data.catalog.models)}",
             )
         )
+    if chip is not None and chip.processor != "accelerator":
+        errors.append(
+            FieldError(
+                f"{where}.hardware",
+                pool.hardware,
+                "is a host CPU: a pool runs on an accelerator, and a machine names its host",
+            )
+        )
+        chip = None
+    if pool.machine is not None:
+        box = data.catalog.machines.get(pool.machine)
+        if box is None:
+            errors.append(
+                FieldError(
+                    f"{where}.machine",
+                    pool.machine,
+                    f"unknown machine; the catalog has {sorted(data.catalog.machines)}",
+                )
+            )
+        elif pool.hardware not in {a.hardware for a in box.accelerators}:
+            errors.append(
+                FieldError(
+                    f"{where}.hardware",
+                    pool.hardware,
+                    f"machine {box.id} holds "
+                    f"{sorted({a.hardware for a in box.accelerators}) or 'no accelerator'}",
+                )
+            )
     if chip is not None and pool.layout.tp * pool.layout.pp > chip.max_gpus_per_node:
         errors.append(
             FieldError(
@@ -271,7 +301,9 @@ def check_pool(
                 FieldError(
                     where + "." + e.path[len(by_name) :]
                     if e.path.startswith(by_name)
-                    else _join(f"{where}.args", e.path.removeprefix("args.")),
+                    else _join(
+                        f"{where}.args", e.path.removeprefix("engine.").removeprefix("args.")
+                    ),
                     e.value,
                     e.cause,
                 )
@@ -655,6 +687,7 @@ def _replicate(
         events=cluster.sim.events,
         warmup=warmup,
         batch_means=batches,
+        page_in_bytes=merge_page_in_bytes(cluster.envs),
     )
 
 

@@ -1,0 +1,99 @@
+"""Pricing a split plan: each part on its own processor, crossings over their link."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.lowering import LoweringRequest
+from blis_core.contracts.plan import PlanPart, PoolPlan
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from blis_core.contracts.time import seconds_to_us
+from blis_core.cost import SimEnvironment
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+GPU = "RTX3050Ti-Laptop-4GB"
+CPU = "Core-i9-12900HK"
+DECODE = StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 700), SeqChunk(1, 300)), 2)
+MIXED = StepShape(2, StepMode.MIXED, (SeqChunk(200, 0), SeqChunk(1, 900)), 201)
+
+
+def _request(**update: object) -> LoweringRequest:
+    base = LoweringRequest(
+        engine="toy@1.0", model=MODEL, hardware=GPU, quantization="gguf:Q4_K_M", max_num_seqs=8
+    )
+    return base.model_copy(update=update)
+
+
+def _split(env: SimEnvironment, seam: int) -> PoolPlan:
+    """Embedding on the host, blocks [0, seam) on the GPU, the rest and the head on the host."""
+    whole = env.lower(_request())
+    runs = [
+        ((0, 0), CPU, True, False),
+        ((0, seam), GPU, False, False),
+        ((seam, 32), CPU, False, True),
+    ]
+    parts = tuple(
+        PlanPart(
+            hardware=hw,
+            layers=env.lower(_request(layer_range=r, embedding=e, head=h)).layers,
+            link="pcie4-x8" if hw == GPU else None,
+        )
+        for r, hw, e, h in runs
+    )
+    return whole.model_copy(update={"parts": parts})
+
+
+@pytest.mark.parametrize("shape", [DECODE, MIXED])
+def test_one_part_with_every_layer_prices_as_the_plain_plan(
+    env: SimEnvironment, shape: StepShape
+) -> None:
+    plain = env.lower(_request())
+    one = plain.model_copy(update={"parts": (PlanPart(hardware=GPU, layers=plain.layers),)})
+    assert env.price_step(one, shape) == env.price_step(plain, shape)
+
+
+def test_a_split_step_is_its_parts_priced_where_they_run(env: SimEnvironment) -> None:
+    split = _split(env, 16)
+    price = env.explain_step(split, DECODE)
+    assert price.duration_us == env.price_step(split, DECODE)
+    where = {p.impl.split("/")[0] for p in price.parts if p.impl.startswith("part")}
+    assert where == {f"part0:{CPU}", f"part1:{GPU}", f"part2:{CPU}"}
+    # the hidden state crosses to the GPU part and back, float32, over PCIe 4.0 x8
+    (cross,) = [p for p in price.parts if p.impl.endswith("crossing:host_crossing")]
+    fabric = env.fabric("pcie4-x8")
+    one = 6e-6 + DECODE.padded_tokens * 4096 * 4 / (0.8 * fabric.bandwidth_bytes_per_s)
+    assert cross.seconds == pytest.approx(2 * one)
+    # a GEMM on the host moves its weights at the host's DRAM bandwidth (roofline: 80 %)
+    cpu = env.hardware(CPU)
+    (gate,) = [p for p in price.parts if p.impl.startswith(f"part2:{CPU}/gate_up_proj")]
+    weights = 16 * 2 * 14336 * 4096 * 4.5 / 8  # 16 layers of Q4_K gate and up matrices
+    assert gate.bound == "memory"
+    assert gate.seconds > weights / (0.8 * cpu.memory_bandwidth_bytes_per_s)
+
+
+def test_more_blocks_on_the_device_make_decode_cheaper(env: SimEnvironment) -> None:
+    prices = [env.price_step(_split(env, seam), DECODE) for seam in (4, 16, 28)]
+    assert prices[0] > prices[1] > prices[2]
+    on_gpu = env.lower(_request())
+    assert env.price_step(on_gpu, DECODE) < prices[2]
+    assert prices[0] > seconds_to_us(0.02)  # ~3.5 GB of host reads at ~61 GB/s
+
+
+def test_a_pagers_reads_are_priced_over_its_link_and_counted(env: SimEnvironment) -> None:
+    split = _split(env, 16)
+    parts = list(split.parts)
+    parts[2] = parts[2].model_copy(update={"page_link": "nvme-gen4"})
+    paging = split.model_copy(update={"parts": tuple(parts)})
+    still = env.price_step(paging, DECODE)
+    assert still == env.price_step(split, DECODE)  # nothing paged: the same step
+    read = dataclasses.replace(DECODE, page_in_bytes=2_000_000_000)
+    extra = 80e-6 + 2e9 / (0.8 * env.fabric("nvme-gen4").bandwidth_bytes_per_s)
+    assert env.price_step(paging, read) - still == pytest.approx(seconds_to_us(extra), abs=1)
+    (page,) = [p for p in env.explain_step(paging, read).parts if p.family == "page_in"]
+    assert page.impl == f"part2:{CPU}/page_in:pager" and page.bound == "link"
+    assert env.page_in_bytes() == {"nvme-gen4": 2_000_000_000}
+    with pytest.raises(InputRefused, match="paging part"):
+        env.price_step(split, read)
