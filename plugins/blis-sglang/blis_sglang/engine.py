@@ -35,6 +35,7 @@ from blis_core.contracts.engine import (
     PrefixHit,
     StepOutcome,
     TokenEmission,
+    refuse_machine,
 )
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode, PoolPlan
@@ -337,6 +338,7 @@ class SglangEngineFactory:
     def _resolve_and_size(
         self, spec: EnginePoolSpec, env: Environment
     ) -> tuple[PoolPlan, PoolSizes, SglangSettings, ModelArchitecture]:
+        refuse_machine(spec, ENGINE)
         model = env.model(spec.model)
         hw = env.hardware(spec.hardware)
         settings = resolve_settings(

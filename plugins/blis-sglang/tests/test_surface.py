@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 from blis_conformance import drive_engine
 from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 
@@ -87,3 +88,18 @@ def test_kv_events_are_published_only_with_kv_events_config(
     assert events and not [e for row in plain if len(row) == 4 for e in row[3]]
     # the schedule itself is the same
     assert [r for r in plain if len(r) == 3] == [r for r in published if len(r) == 3]
+
+
+def test_a_machine_is_refused_by_name(blis_environment: Callable[[str], Environment]) -> None:
+    """SGLang's steps run on the accelerators alone: a machine would change nothing."""
+    spec = EnginePoolSpec(
+        pool="p",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        hardware="V100-SXM2-16GB",
+        layout=ParallelLayout(tp=1),
+        machine="v100-sxm2-8x-e5-2680v4",
+    )
+    with pytest.raises(InputRefused) as exc:
+        SglangEngineFactory().plan(spec, blis_environment("p-0"))
+    assert exc.value.errors[0].path == "deployment.pools.p.machine"
+    assert "would change nothing" in exc.value.errors[0].cause

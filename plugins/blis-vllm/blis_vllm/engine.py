@@ -69,6 +69,7 @@ from blis_core.contracts.engine import (
     StepOutcome,
     TokenEmission,
     fast_forward_enabled,
+    refuse_machine,
 )
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode, PoolPlan
@@ -699,6 +700,7 @@ class VllmEngineFactory:
 
     def plan(self, spec: EnginePoolSpec, env: Environment) -> PoolPlan:
         """Resolve, lower and size the KV cache (both construction phases)."""
+        refuse_machine(spec, f"{ENGINE_KIND}@{UPSTREAM_RELEASE}")
         model = env.model(spec.model)
         hw = env.hardware(spec.hardware)
         settings = resolve_settings(spec.args, model, hw, spec.layout)
@@ -707,6 +709,7 @@ class VllmEngineFactory:
 
     def build(self, spec: EnginePoolSpec, env: Environment, instance: str) -> VllmEngine:
         """A running engine; refuses what the run phase does not model yet."""
+        refuse_machine(spec, f"{ENGINE_KIND}@{UPSTREAM_RELEASE}")
         model = env.model(spec.model)
         hw = env.hardware(spec.hardware)
         settings = resolve_settings(spec.args, model, hw, spec.layout)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
 from blis_vllm import VllmEngineFactory
@@ -40,3 +41,24 @@ def test_block_count_within_3_percent(
     assert plan.kv_budget is not None
     blocks = plan.kv_budget.num_gpu_blocks
     assert abs(blocks - reported) / reported < 0.03, (blocks, reported)
+
+
+@pytest.mark.parametrize("phase", ["plan", "build"])
+def test_a_machine_is_refused_by_name(
+    phase: str, blis_environment: Callable[[str], Environment]
+) -> None:
+    """vLLM's steps run on the accelerators alone: naming the box would change nothing."""
+    spec = EnginePoolSpec(
+        "p",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "V100-SXM2-16GB",
+        ParallelLayout(),
+        ARGS,
+        machine="v100-sxm2-8x-e5-2680v4",
+    )
+    factory = VllmEngineFactory()
+    env = blis_environment("p-0")
+    with pytest.raises(InputRefused) as exc:
+        factory.plan(spec, env) if phase == "plan" else factory.build(spec, env, "p-0")
+    assert exc.value.errors[0].path == "deployment.pools.p.machine"
+    assert exc.value.errors[0].value == "v100-sxm2-8x-e5-2680v4"

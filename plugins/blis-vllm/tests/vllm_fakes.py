@@ -9,6 +9,7 @@ from blis_core.contracts.catalog import (
     AttentionKind,
     FabricSpec,
     HardwareSpec,
+    MachineSpec,
     ModelArchitecture,
 )
 from blis_core.contracts.cost import StepPrice
@@ -99,6 +100,9 @@ class FakeEnvironment:
 
     def fabric(self, fabric_id: str) -> FabricSpec:
         raise KeyError(fabric_id)
+
+    def machine(self, machine_id: str) -> MachineSpec:
+        raise KeyError(machine_id)
 
     def device_memory_bytes(self, hardware_id: str) -> int:
         return self._hw.memory_bytes
