@@ -1,15 +1,24 @@
-"""The jitllm engine instance and factory (the BLIS engine contract), for a model whose
-blocks and output head all fit one CUDA device.
+"""The jitllm engine instance and factory (the BLIS engine contract): a model on one CUDA
+device and, when the pool names its machine, on the host beside it.
 
-Plan (``docs/upstream/jitllm.md`` §1, §3): the device's budget is its free memory (the
+Plan (``docs/upstream/jitllm.md`` §1-§3): the device's budget is its free memory (the
 runtime's total less the CUDA context) less jitllm's headroom, or ``-devices
 cuda:0=BYTES``; the batched step's scratch is reserved first (taken as the
-Environment's activation peak of a 512-row step: an assumption, jitllm measures it);
-the blocks are placed by :func:`~blis_jitllm.placement.place_blocks` with the history
-of one full context and the head as the plan's extra; the embedding stays on the host.
-A placement that leaves a block, or the head, off the device is refused: blocks on the
-host need the machine contract (§8). What the device has left holds the KV pool: pages
-of ``P`` positions of every attention layer, float32 K and V.
+Environment's activation peak of a 512-row step: an assumption, jitllm measures it).
+Blocks are offered in order (at most ``-gpu-layers``) and placed by
+:func:`~blis_jitllm.placement.place_blocks` with the history of one full context and
+the head as the plan's extra; the head rule (:func:`~blis_jitllm.placement.place_head`)
+decides where the output head runs. Blocks the device does not take, and the head when
+it stays home, run on the machine's host CPU within the host's weight budget
+(``-maxmem``; else ``-host-mem``; else 8/10 of the machine's memory), the embedding
+always there. Such a plan has parts (:class:`~blis_core.contracts.plan.PlanPart`): runs
+of blocks on the device or the host, in order, each device part reached over the
+machine's link. What the device has left holds the KV pool: pages of ``P`` positions of
+every attention layer on the device, float32 K and V; the host's blocks keep their
+history in the host memory the weights leave.
+
+Weights: a ``-load`` file named like a llama.cpp GGUF takes llama.cpp's tensor types
+(``gguf:<FILE TYPE>``), else the checkpoint's 16-bit weights.
 
 Steps (``server/batch.go``; :class:`~blis_jitllm.step_loop.StepLoop`): one iteration of
 the step loop runs as one step shape when its units run jointly, or as one shape per
@@ -20,7 +29,7 @@ retires; the rows stay in the loop, counted by admission, until that iteration s
 A row's KV pages are taken as it writes positions; the pool grows by doubling (else
 exactly) and keeps released pages. A row the pool cannot grow for would send its
 oldest pages home and stream them back (``kvevict.go``): not modelled yet, and the run
-stops with that reason.
+stops with that reason; so does a host history beyond the host's memory.
 
 Kernels: every layer is priced as ``jitllm:generated`` (no cost method has measured
 jitllm's generated kernels, so the floor prices them and the Result says so); host
@@ -42,13 +51,14 @@ from blis_core.contracts.engine import (
 )
 from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.lowering import LoweringRequest
-from blis_core.contracts.plan import KVBudget, LayerKind, ParallelLayout, PoolPlan
+from blis_core.contracts.plan import KVBudget, LayerKind, ParallelLayout, PlanPart, PoolPlan
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
-from blis_jitllm.budgets import device_budget
+from blis_jitllm.budgets import device_budget, host_budget
 from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
-from blis_jitllm.placement import Device, place_blocks
+from blis_jitllm.paging import BudgetPager
+from blis_jitllm.placement import Device, Placement, place_blocks, place_head
 from blis_jitllm.settings import FLAGS, JitllmSettings, resolve_settings
 from blis_jitllm.step_loop import MAX_STEP_ROWS, Row, StepLoop, Unit
 from blis_jitllm.version import ENGINE, ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
@@ -76,29 +86,110 @@ class PoolFacts:
     """What the plan phase decided that the running engine needs."""
 
     layers: int
+    """attention layers whose KV the device pool holds (0: no device pool)"""
     page: int
     """``P``: positions a KV page holds."""
     layer_page_bytes: int
     kv_limit_bytes: int
     """Bytes the device has for the KV pool after blocks, head and scratch."""
+    device_blocks: int = 0
+    host_blocks: int = 0
+    head_on_device: bool = True
+    host_limit_bytes: int = 0
+    """the host's weight budget (0: no machine)"""
+    host_weight_bytes: int = 0
+    """what the host holds: the embedding, blocks and head that run there"""
+    host_position_bytes: int = 0
+    """KV bytes one position takes in the blocks on the host (float32 K and V)"""
+    host_kv_limit_bytes: int = 0
+    """host memory left for their history: the machine's less the host's weights"""
+    host_page_budget: int = 0
+    """bytes the host pager holds the host's blocks in (0: every host block resident)"""
+    host_block_sizes: tuple[int, ...] = ()
+    """the host's blocks in scan order, for the pager"""
+    page_link: str | None = None
+    """the link the pager reads blocks over (the machine's disk)"""
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
     return InputRefused.one(path, value, cause, ENGINE)
 
 
-def _check_model(model: ModelArchitecture) -> None:
+def _check_model(pool: str, model: ModelArchitecture, weights: str | None) -> None:
     why = None
     if model.moe is not None:
         why = "mixture-of-experts blocks (expert paging and auto-streaming)"
     elif model.attention not in (AttentionKind.MHA, AttentionKind.GQA) or model.layer_types:
         why = f"{model.attention.value} attention"
-    elif model.dtype not in _DTYPE_BYTES:
-        why = f"{model.dtype} weights (a .jlm converted from a 16-bit checkpoint only)"
+    elif weights is None and model.dtype not in _DTYPE_BYTES:
+        why = f"{model.dtype} weights (a .jlm converted from a 16-bit checkpoint or a GGUF only)"
     if why is not None:
         raise _refuse(
-            "deployment.pools.model", model.hf_id, f"not modelled by blis-jitllm yet: {why}"
+            f"deployment.pools.{pool}.model", model.hf_id, f"not modelled by blis-jitllm yet: {why}"
         )
+
+
+def _weight_bytes(env: Environment, request: LoweringRequest, n: int) -> tuple[list[int], int, int]:
+    """Bytes of each block, of the token embedding and of the output head (final norm
+    and output matrix) in the pool's weight format, from the memory arithmetic."""
+
+    def part(start: int, end: int, embedding: bool, head: bool) -> int:
+        sub = env.lower(
+            request.model_copy(
+                update={"layer_range": (start, end), "embedding": embedding, "head": head}
+            )
+        )
+        return sub.resident_weight_bytes or 0
+
+    blocks = [part(i, i + 1, False, False) for i in range(n)]
+    return blocks, part(0, 0, True, False), part(0, 0, False, True)
+
+
+def _parts(
+    env: Environment,
+    request: LoweringRequest,
+    owner: tuple[int | None, ...],
+    head_on_device: bool,
+    device: str,
+    host: str,
+    link: str,
+    page_link: str | None,
+) -> tuple[PlanPart, ...]:
+    """Runs of consecutive blocks by processor, in order: the embedding looked up on the
+    host first, the head last where it was placed; the first run of host blocks reads the
+    pager's page-ins over ``page_link``."""
+    n = len(owner)
+    runs: list[tuple[bool, int, int]] = []  # (on device, start, end)
+    for i, o in enumerate(owner):
+        if runs and runs[-1][0] == (o == 0):
+            runs[-1] = (runs[-1][0], runs[-1][1], i + 1)
+        else:
+            runs.append((o == 0, i, i + 1))
+    if not runs or runs[0][0]:
+        runs.insert(0, (False, 0, 0))
+    if runs[-1][0] != head_on_device:
+        runs.append((head_on_device, n, n))
+    parts = []
+    pager = next((k for k, (dev, a, b) in enumerate(runs) if not dev and b > a), None)
+    for k, (on_device, start, end) in enumerate(runs):
+        sub = env.lower(
+            request.model_copy(
+                update={
+                    "layer_range": (start, end),
+                    "embedding": k == 0,
+                    "head": k == len(runs) - 1,
+                }
+            )
+        )
+        parts.append(
+            PlanPart(
+                hardware=device if on_device else host,
+                layers=sub.layers,
+                link=link if on_device else None,
+                page_link=page_link if k == pager else None,
+            )
+        )
+    return tuple(parts)
 
 
 def _plan(
@@ -106,93 +197,181 @@ def _plan(
 ) -> tuple[PoolPlan, PoolFacts, JitllmSettings, ModelArchitecture]:
     if spec.layout != ParallelLayout():
         raise _refuse(
-            "deployment.layout",
+            f"deployment.pools.{spec.pool}.layout",
             spec.layout.model_dump(),
             "jitllm splits a model by blocks across devices, not by tensor, pipeline, data "
             "or expert parallelism; several devices are not modelled by blis-jitllm yet",
         )
     model = env.model(spec.model)
     hw = env.hardware(spec.hardware)
-    _check_model(model)
     settings = resolve_settings(spec.args, model.max_position_embeddings)
+    _check_model(spec.pool, model, settings.weights)
+    machine = env.machine(spec.machine) if spec.machine is not None else None
     p = page_positions(settings.max_seq)
-    partial = env.lower(
-        LoweringRequest(
-            engine=ENGINE,
-            model=model.hf_id,
-            hardware=hw.id,
-            layout=spec.layout,
-            kv_cache_dtype="float32",
-            block_size=p,
-            max_num_batched_tokens=MAX_STEP_ROWS,
-            max_num_seqs=settings.width or MAX_STEP_ROWS,
-            max_model_len=settings.max_seq,
-            impls=dict.fromkeys(LayerKind, _KERNEL),
-            host_work=f"{ENGINE_KIND}-{UPSTREAM_RELEASE}",
-            steps_in_flight=1,
-        )
+    request = LoweringRequest(
+        engine=ENGINE,
+        model=model.hf_id,
+        hardware=hw.id,
+        layout=spec.layout,
+        kv_cache_dtype="float32",
+        block_size=p,
+        max_num_batched_tokens=MAX_STEP_ROWS,
+        max_num_seqs=settings.width or MAX_STEP_ROWS,
+        max_model_len=settings.max_seq,
+        impls=dict.fromkeys(LayerKind, _KERNEL),
+        host_work=f"{ENGINE_KIND}-{UPSTREAM_RELEASE}",
+        steps_in_flight=1,
+        quantization=settings.weights,
     )
-    layers = model.num_layers
-    elem = _DTYPE_BYTES[model.dtype]
-    embedding = model.vocab_size * model.hidden_size * elem
-    head = model.vocab_size * model.hidden_size * elem
-    weights = env.weight_bytes_per_rank(partial)
-    untied_head = 0 if model.tie_word_embeddings else head
-    block = (weights - embedding - untied_head) // layers
+    try:
+        partial = env.lower(request)
+    except InputRefused as err:
+        if err.errors[0].path != "quantization":
+            raise
+        raise _refuse("engine.args.load", spec.args.get("load"), err.errors[0].cause) from None
+    n = model.num_layers
+    blocks, embedding, head = _weight_bytes(env, request, n)
+    if model.tie_word_embeddings:
+        head = embedding + head  # the head reads the embedding matrix: charged where it runs
     free = env.device_memory_bytes(hw.id) - env.non_torch_bytes(partial)
     budget = device_budget(free, settings.device_budget)
     scratch = env.activation_peak_bytes(partial, MAX_STEP_ROWS)
     kv_row = model.num_kv_heads * model.head_dim
-    history = layers * page_bytes(kv_row, 1) * settings.max_seq
-    placement = place_blocks(
-        [block] * layers,
-        [Device(hw.id, budget.limit, 1.0, used=scratch)],
-        extra=history + head,
+    offered = (
+        0 if settings.host_only else n if settings.gpu_layers < 0 else min(settings.gpu_layers, n)
     )
+    history_per_block = page_bytes(kv_row, 1) * settings.max_seq
+    history = offered * history_per_block
+    placed = place_blocks(
+        blocks[:offered], [Device(hw.id, budget.limit, 1.0, used=scratch)], extra=history + head
+    )
+    placed = Placement(
+        placed.devices, placed.owner + (None,) * (n - offered), placed.used, placed.share
+    )
+    ruled = place_head(placed, head, blocks, blocks)
+    placement = ruled.placement
+    on_device = sum(1 for o in placement.owner if o == 0)
+    head_on_device = ruled.device == 0
     source = f"{ENGINE} pool for {model.hf_id} on {hw.id}"
-    if placement.host_blocks:
-        raise InputRefused.one(
-            "deployment.pools.model",
-            model.hf_id,
-            f"{placement.host_blocks} of {layers} blocks do not fit the device's "
-            f"{budget.limit / 2**30:.2f} GiB ({budget.why}): jitllm runs them on the host, "
-            "which is not modelled by blis-jitllm yet",
-            source,
+    host_weights = embedding + sum(
+        b for b, o in zip(blocks, placement.owner, strict=True) if o is None
+    )
+    host_weights += 0 if head_on_device else head
+    host_limit = 0
+    page_budget = 0
+    host_sizes = tuple(b for b, o in zip(blocks, placement.owner, strict=True) if o is None)
+    page_link: str | None = None
+    parts: tuple[PlanPart, ...] = ()
+    if on_device < n or not head_on_device:
+        where = f"{n - on_device} of {n} blocks" + ("" if head_on_device else " and the head")
+        if machine is None:
+            raise InputRefused.one(
+                f"deployment.pools.{spec.pool}.machine",
+                None,
+                f"{where} run on the host ({budget.why}; {budget.limit / 2**30:.2f} GiB for "
+                f"weights on {hw.id}): name the machine the pool runs on (its host CPU and "
+                "memory), e.g. a catalog machine that holds this accelerator",
+                source,
+            )
+        host_limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
+        if host_weights > host_limit:
+            # the host pager: the embedding and a host head stay resident, the blocks are
+            # paged from the model file through what the budget has left
+            page_budget = host_limit - (host_weights - sum(host_sizes))
+            page_link = machine.storage
+            why = None
+            if page_link is None:
+                why = f"machine {machine.id} names no disk to page the model file from"
+            elif page_budget < max(host_sizes):
+                why = (
+                    f"{max(page_budget, 0) / 2**30:.2f} GiB is left for paging beside the "
+                    f"embedding and head, less than one block ({max(host_sizes) / 2**30:.2f} GiB)"
+                )
+            if why is not None:
+                raise InputRefused.one(
+                    "engine.args.maxmem",
+                    settings.maxmem,
+                    f"{where} run on the host, {host_weights / 2**30:.2f} GiB of weights in a "
+                    f"budget of {host_limit / 2**30:.2f} GiB: {why}",
+                    source,
+                )
+        link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
+        parts = _parts(
+            env, request, placement.owner, head_on_device, hw.id, machine.host, link, page_link
         )
-    used = placement.used[0]
-    if used + head > budget.limit:
-        raise InputRefused.one(
-            "deployment.pools.model",
-            model.hf_id,
-            "the output head does not fit the device beside the blocks: jitllm runs it on "
-            "the host, which is not modelled by blis-jitllm yet",
-            source,
-        )
-    kv_limit = budget.limit - used - head
+    used = placement.used[0] + (head if head_on_device else 0)
     layer_page = page_bytes(kv_row, p)
-    pages = kv_limit // (layer_page * layers) - 1  # the dummy page of every layer
-    if pages < 1:
+    host_position = (n - on_device) * page_bytes(kv_row, 1)
+    host_kv_limit = 0
+    if machine is not None and host_position:
+        resident = min(host_weights, host_limit)
+        host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
+    kv_limit = budget.limit - used if on_device else 0
+    pages = kv_limit // (layer_page * on_device) - 1 if on_device else 0
+    if on_device and pages < 1:
+        # blocks and one context's history per block, beside the scratch and the head
+        # (which the head rule puts on the device once it fits)
+        room = budget.limit - scratch - head
+        fit = 0
+        per_block = history_per_block + page_bytes(kv_row, p)  # and the pool's dummy page
+        while fit < n and sum(blocks[: fit + 1]) + (fit + 1) * per_block <= room:
+            fit += 1
         raise InputRefused.one(
-            "deployment.pools.model",
-            model.hf_id,
-            "no room for a page of KV history beside the weights",
+            "engine.args.gpu-layers",
+            settings.gpu_layers,
+            f"the {on_device} blocks placed on {hw.id} leave no room for a page of KV "
+            "history: jitllm would send blocks home as the history grows (-relocate), "
+            f"which is not modelled by blis-jitllm yet; gpu-layers {fit} leaves room for "
+            f"one context of {settings.max_seq} positions",
             source,
         )
     plan = partial.model_copy(
         update={
             "max_num_seqs": settings.width or MAX_STEP_ROWS,
-            "resident_weight_bytes": weights - embedding,
+            "resident_weight_bytes": used - scratch,
             "activation_peak_bytes": scratch,
             "kv_budget": KVBudget(
                 num_gpu_blocks=pages,
                 block_size_tokens=p,
-                kv_bytes=pages * layer_page * layers,
+                kv_bytes=pages * layer_page * on_device,
                 available_bytes=kv_limit,
-            ),
+            )
+            if on_device
+            else _host_kv_budget(host_kv_limit, host_position, settings.max_seq),
+            "parts": parts,
         }
     )
-    facts = PoolFacts(layers, p, layer_page, kv_limit)
+    facts = PoolFacts(
+        on_device,
+        p,
+        layer_page,
+        kv_limit,
+        device_blocks=on_device,
+        host_blocks=n - on_device,
+        head_on_device=head_on_device,
+        host_limit_bytes=host_limit,
+        host_weight_bytes=host_weights if host_limit else 0,
+        host_position_bytes=host_position if machine is not None else 0,
+        host_kv_limit_bytes=host_kv_limit,
+        host_page_budget=page_budget,
+        host_block_sizes=host_sizes if page_budget else (),
+        page_link=page_link,
+    )
     return plan, facts, settings, model
+
+
+def _host_kv_budget(limit: int, position: int, max_seq: int) -> KVBudget:
+    """With every block on the host the history lives in host pages of 256 positions
+    (``kvPageTarget``, aligned to 32, clipped to the context): as many as the memory the
+    weights leave holds."""
+    p = max(32, min(256, max_seq // 32 * 32))
+    pages = limit // (p * position)
+    return KVBudget(
+        num_gpu_blocks=pages,
+        block_size_tokens=p,
+        kv_bytes=pages * p * position,
+        available_bytes=limit,
+    )
 
 
 @dataclass(slots=True)
@@ -219,8 +398,15 @@ class JitllmEngine:
             kv_room=self._kv_room,
             max_seq=settings.max_seq,
         )
+        self._pager: BudgetPager | None = None
+        if facts.host_page_budget:
+            self._pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
+            if settings.warm:
+                self._pager.run_pass()  # the warm-up generate before serving
         self._pool_pages = 1  # per layer, the dummy included
         self._held: dict[str, int] = {}
+        self._host_positions: dict[str, int] = {}
+        self._host_total = 0
         self._requests: dict[str, InferenceRequest] = {}
         self._times: dict[str, _Times] = {}
         self._sent: dict[str, int] = {}
@@ -250,7 +436,10 @@ class JitllmEngine:
 
     def _kv_room(self) -> tuple[int, int]:
         """``KVRoom`` of the one device: its free pages less one, plus what its budget
-        lets every layer grow by, in positions."""
+        lets every layer grow by, in positions; a page of 0 when no block (no KV pool)
+        is on the device."""
+        if not self._facts.layers:
+            return 0, 0
         per = self._per_page()
         room = DeviceKVRoom(
             free_pages=(self._pool_pages - 1 - sum(self._held.values()),),
@@ -260,7 +449,12 @@ class JitllmEngine:
         return kv_room([room], self._facts.page), self._facts.page
 
     def _take_pages(self, units: list[Unit]) -> None:
-        """Give each unit's row the pages of the positions it writes, growing the pool."""
+        """Give each unit's row the pages of the positions it writes, growing the pool;
+        the blocks on the host keep their rows' history in the host's memory."""
+        if self._facts.host_position_bytes:
+            self._take_host(units)
+        if not self._facts.layers:
+            return
         p = self._facts.page
         need = dict(self._held)
         for u in units:
@@ -285,6 +479,23 @@ class JitllmEngine:
                 )
             self._pool_pages = grown
         self._held = need
+
+    def _take_host(self, units: list[Unit]) -> None:
+        for u in units:
+            rid = u.row.request_id
+            end = u.start + u.tokens
+            before = self._host_positions.get(rid, 0)
+            if end > before:
+                self._host_positions[rid] = end
+                self._host_total += end - before
+        held = self._host_total * self._facts.host_position_bytes
+        if held > self._facts.host_kv_limit_bytes:
+            raise SimulationError(
+                f"{ENGINE}: the history of the blocks on the host ({held / 2**30:.2f} GiB) "
+                f"outgrows the host memory the weights leave "
+                f"({self._facts.host_kv_limit_bytes / 2**30:.2f} GiB); jitllm would spill "
+                "sealed pages to its -kv-cache store, which is not modelled by blis-jitllm yet"
+            )
 
     # -- requests ------------------------------------------------------------------------
 
@@ -363,6 +574,7 @@ class JitllmEngine:
         is reported as an abort at the next outcome."""
         for rid, reason, n in finished:
             self._held.pop(rid, None)
+            self._host_total -= self._host_positions.pop(rid, 0)
             if reason == "cancelled" and rid not in self._reported:
                 self._retire(rid, now_us, n)
                 # the client has the tokens it was sent, one more than were fed when the
@@ -383,7 +595,15 @@ class JitllmEngine:
             else StepMode.DECODE_ONLY
         )
         tokens = sum(u.tokens for u in units)
-        return StepShape(step_id=self._step_id, mode=mode, seqs=seqs, padded_tokens=tokens)
+        # every pass runs every block: the host pager reads the blocks it does not hold
+        page_in = self._pager.run_pass() if self._pager is not None else 0
+        return StepShape(
+            step_id=self._step_id,
+            mode=mode,
+            seqs=seqs,
+            padded_tokens=tokens,
+            page_in_bytes=page_in,
+        )
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         """A pass ended; after the iteration's last, the rows move on and the next
@@ -457,6 +677,21 @@ class JitllmEngine:
         return len(self._requests)
 
 
+def _paging(facts: PoolFacts) -> dict[str, object]:
+    """The host pager's budget and what it reads a pass once past its first passes (the
+    mean of 16 passes after two)."""
+    if not facts.host_page_budget:
+        return {"host pager": "off: every host block resident"}
+    pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
+    for _ in range(2):
+        pager.run_pass()
+    steady = sum(pager.run_pass() for _ in range(16)) / 16
+    return {
+        "host pager budget": facts.host_page_budget,
+        f"page-in bytes a pass over {facts.page_link}": round(steady),
+    }
+
+
 class JitllmEngineFactory:
     """EngineFactory for the jitllm snapshot of 2026-12-03."""
 
@@ -486,7 +721,12 @@ class JitllmEngineFactory:
             "joint-steps": "auto" if s.joint_steps == "measured" else s.joint_steps,
             "max-seq": s.max_seq,
             "max-queue": s.max_queue if s.max_queue is not None else -1,
-            "device blocks": facts.layers,  # every block: a placement leaving one is refused
+            "device blocks": facts.device_blocks,
+            "host blocks": facts.host_blocks,
+            "head": "device" if facts.head_on_device else "host",
+            "host weight budget": facts.host_limit_bytes or "no machine",
+            "host weights": facts.host_weight_bytes,
+            **_paging(facts),
             "kv page positions": facts.page,
             "kv pages a layer": budget.num_gpu_blocks if budget is not None else 0,
         }

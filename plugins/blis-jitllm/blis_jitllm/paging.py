@@ -14,6 +14,10 @@ number of slots and counts what it reads: once warm, a pass of ``blocks`` blocks
 ``slots < blocks`` slots pages in ``blocks - slots`` or ``blocks - slots + 1`` of them
 (the pattern repeats with a period of a few passes), so one slot short of fitting costs
 about one page-in a token, as jitllm's design notes say.
+
+:class:`BudgetPager` is the host pager's form (``guides/memory.mdx``, "What gets paged,
+and how"): a page is one block of the model file, each charged its own size against a
+byte budget, victims chosen by the same cyclic rule until the block being read fits.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["NEVER", "CyclicPager", "cyclic_victim", "next_use"]
+__all__ = ["NEVER", "BudgetPager", "CyclicPager", "cyclic_victim", "next_use"]
 
 #: the distance of a block the scan will not reach again (outside ``[lo, hi)``)
 NEVER = 1 << 30
@@ -81,3 +85,43 @@ class CyclicPager:
         for li in range(self.blocks):
             self.touch(li)
         return self.page_ins - before
+
+
+@dataclass(slots=True)
+class BudgetPager:
+    """Blocks of the given ``sizes`` (scan order) held within ``budget`` bytes."""
+
+    budget: int
+    sizes: tuple[int, ...]
+    resident: set[int] = field(default_factory=set)
+    used: int = 0
+    page_ins: int = 0
+    page_outs: int = 0
+    page_in_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sizes and max(self.sizes) > self.budget:
+            raise ValueError(
+                f"a block of {max(self.sizes)} bytes does not fit a budget of {self.budget}"
+            )
+
+    def touch(self, li: int) -> int:
+        """The scan reaches block ``li``: 0 on a hit, else the bytes read to page it in,
+        after giving up victims until it fits."""
+        if li in self.resident:
+            return 0
+        size = self.sizes[li]
+        while self.used + size > self.budget:
+            victim = cyclic_victim(li, 0, len(self.sizes), self.resident.__contains__)
+            self.resident.discard(victim)
+            self.used -= self.sizes[victim]
+            self.page_outs += 1
+        self.resident.add(li)
+        self.used += size
+        self.page_ins += 1
+        self.page_in_bytes += size
+        return size
+
+    def run_pass(self) -> int:
+        """One forward pass over every block; returns the bytes it paged in."""
+        return sum(self.touch(li) for li in range(len(self.sizes)))

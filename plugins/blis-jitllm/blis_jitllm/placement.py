@@ -30,9 +30,12 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 __all__ = [
+    "SEAM_CROSS_BYTES",
     "Device",
+    "HeadPlacement",
     "Placement",
     "place_blocks",
+    "place_head",
     "plan_shares",
     "rank_devices",
 ]
@@ -79,6 +82,61 @@ class Placement:
         last block."""
         path: list[int | None] = [None, *self.owner, None]
         return sum(1 for a, b in pairwise(path) if a != b)
+
+
+#: ``seamCrossBytes``: the weights a unit must carry to pay for one more crossing
+SEAM_CROSS_BYTES = 2 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class HeadPlacement:
+    """The output head's device (``None``: the host) and the blocks' placement after the
+    head rule, which may have sent trailing blocks home to make room."""
+
+    device: int | None
+    placement: Placement
+    released: int
+    """blocks sent home for the head"""
+
+
+def place_head(
+    placement: Placement, head: int, blocks: Sequence[int], block_reads: Sequence[int]
+) -> HeadPlacement:
+    """``placeHead`` for a placement on one device (``docs/upstream/jitllm.md`` §1.6).
+
+    The head goes to the device only if the device took a block. If it does not fit and
+    the device holds a partial prefix of the blocks (more than the first, not all), the
+    prefix's trailing blocks go home one at a time while what they read per token, in
+    all, stays at most the head's read less ``SEAM_CROSS_BYTES``; if the head then fits
+    it stays, else every released block is restored. ``blocks`` are the blocks' charges
+    and ``block_reads`` what each reads per token (``blockReadBytes``).
+    """
+    if len(placement.devices) != 1:
+        raise ValueError("place_head models one device")
+    owner = list(placement.owner)
+    if 0 not in owner:
+        return HeadPlacement(None, placement, 0)
+    limit = placement.devices[0].limit
+    used = placement.used[0]
+    if used + head <= limit:
+        return HeadPlacement(0, placement, 0)
+    prefix = 0
+    while prefix < len(owner) and owner[prefix] == 0:
+        prefix += 1
+    if not 1 < prefix < len(owner):
+        return HeadPlacement(None, placement, 0)
+    released = 0
+    read = 0
+    while prefix > 1 and read + block_reads[prefix - 1] <= head - SEAM_CROSS_BYTES:
+        prefix -= 1
+        read += block_reads[prefix]
+        used -= blocks[prefix]  # the first block, which paid ``fixed`` too, stays
+        owner[prefix] = None
+        released += 1
+        if used + head <= limit:
+            moved = Placement(placement.devices, tuple(owner), (used,), placement.share)
+            return HeadPlacement(0, moved, released)
+    return HeadPlacement(None, placement, 0)
 
 
 def rank_devices(devices: Sequence[Device]) -> tuple[Device, ...]:

@@ -27,7 +27,10 @@ from blis_jitllm.version import ENGINE
 
 __all__ = ["COMMON_ARGS", "FLAGS", "JitllmSettings", "resolve_settings"]
 
-_REFUSED_HOST = "not modelled by blis-jitllm yet: blocks, KV or sessions on the host"
+_REFUSED_HOST = "not modelled by blis-jitllm yet: KV or sessions on the host"
+_REFUSED_DEVICES = "not modelled by blis-jitllm yet: blocks split over several devices"
+#: the llama.cpp file types a ``-load`` file name may end in (``<stem>-Q4_K_M.gguf``)
+GGUF_FILE_TYPES = ("F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S", "Q3_K_M")
 
 
 #: Every ``jitllmd serve`` flag: (status, why).
@@ -36,14 +39,24 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "addr": ("proven_inert", "the listen address changes no step"),
         "id": ("proven_inert", "the model id names it, nothing else"),
         "models": ("proven_inert", "the model directory is the pool's model"),
-        "load": ("proven_inert", "the pool loads its one model"),
-        "warm": ("proven_inert", "a warm-up before serving is outside the simulated run"),
+        "load": (
+            "modelled",
+            "the model file: a name ending in a llama.cpp file type and .gguf "
+            "(...-Q4_K_M.gguf) sizes and prices that type's tensors (llama.cpp's recipe); "
+            "any other name, the checkpoint's 16-bit weights",
+        ),
+        "warm": (
+            "modelled",
+            "a warm-up generate before serving (outside the simulated run): the host pager "
+            "starts as one pass leaves it; false: cold",
+        ),
         "retry-after": ("proven_inert", "the Retry-After header of a 429 changes no step"),
         "version": ("proven_inert", "the version string"),
         "devices": (
             "modelled",
-            "one CUDA device, optionally with its budget (cuda, cuda:0, cuda:0=BYTES); "
-            "several devices or the host: " + _REFUSED_HOST,
+            "the pool's accelerator, optionally with its budget (cuda, cuda:0, gpu, auto; "
+            "=BYTES), or cpu: every block on the host (the pool names a machine); "
+            "several devices: " + _REFUSED_DEVICES,
         ),
         "max-batch": ("modelled", "rows of one step (0: 512)"),
         "prompt-chunk": ("modelled", "prompt tokens a step feeds when nothing decodes"),
@@ -56,9 +69,16 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
             "requests per model, running and waiting, before a 429 (0: 64, -1: unbounded); "
             "from the flag's help text, the enforcing code was not read",
         ),
-        "gpu-layers": ("refused", _REFUSED_HOST),
-        "maxmem": ("refused", _REFUSED_HOST),
-        "host-mem": ("refused", _REFUSED_HOST),
+        "gpu-layers": ("modelled", "blocks offered to the device, from the first (-1: all)"),
+        "maxmem": (
+            "modelled",
+            "the host's weight budget for the model (default: 8/10 of the machine's memory)",
+        ),
+        "host-mem": (
+            "modelled",
+            "the host memory the server divides among its models, in place of the "
+            "machine's (one model: all of it)",
+        ),
         "sessions": ("refused", "not modelled by blis-jitllm yet: session reuse and parking"),
         "session-pool": ("refused", "not modelled by blis-jitllm yet: session reuse"),
         "no-mem-cache": ("refused", "not modelled by blis-jitllm yet: the memory prefix cache"),
@@ -80,6 +100,16 @@ class JitllmSettings:
 
     device_budget: int | None
     """``cuda:0=BYTES``: the device's budget as given; ``None``: derived from free memory."""
+    host_only: bool
+    """``-devices cpu``: every block and the head on the host."""
+    gpu_layers: int
+    """blocks offered to the device (``-1``: every block)."""
+    maxmem: int | None
+    """``-maxmem``: the host's weight budget as given; ``None``: derived."""
+    host_mem: int | None
+    """``-host-mem``: the host memory to divide, in place of the machine's."""
+    weights: str | None
+    """``gguf:<FILE TYPE>`` from the ``-load`` file's name; ``None``: 16-bit."""
     width: int
     prompt_chunk: int
     step_prompt_tokens: int
@@ -88,6 +118,8 @@ class JitllmSettings:
     max_seq: int
     max_queue: int | None
     """``None``: unbounded."""
+    warm: bool = True
+    """``-warm``: a warm-up generate before serving."""
 
 
 def _int(args: Mapping[str, Any], name: str, default: int, errors: list[FieldError]) -> int:
@@ -98,27 +130,64 @@ def _int(args: Mapping[str, Any], name: str, default: int, errors: list[FieldErr
     return value
 
 
-def _device(spec: object, errors: list[FieldError]) -> int | None:
-    """The one CUDA device's budget from ``-devices``, or ``None`` (derived)."""
+def _device(spec: object, errors: list[FieldError]) -> tuple[bool, int | None]:
+    """``-devices``: (host only, the one device's budget or ``None`` when derived)."""
     if spec is None or spec == "":
-        return None
+        return False, None
     path = "engine.args.devices"
-    if not isinstance(spec, str) or "," in spec:
-        errors.append(FieldError(path, spec, "one CUDA device only: " + _REFUSED_HOST))
-        return None
+    if spec == "cpu":
+        return True, None
+    if not isinstance(spec, str) or "," in spec or spec in ("all", "cuda:1", "gpu:1"):
+        errors.append(FieldError(path, spec, "one device, or cpu: " + _REFUSED_DEVICES))
+        return False, None
     name, _, size = spec.partition("=")
-    if name not in ("cuda", "cuda:0", "gpu", "gpu:0"):
+    if name not in ("cuda", "cuda:0", "gpu", "gpu:0", "auto"):
         errors.append(
-            FieldError(path, spec, "one CUDA device (cuda, cuda:0) only: " + _REFUSED_HOST)
+            FieldError(path, spec, "the pool's CUDA device (cuda, cuda:0, gpu, auto) or cpu")
         )
-        return None
+        return False, None
     if not size:
-        return None
+        return False, None
     try:
-        return _bytes(size)
+        return False, _bytes(size)
     except ValueError as err:
         errors.append(FieldError(path, spec, str(err)))
+        return False, None
+
+
+def _size(args: Mapping[str, Any], name: str, errors: list[FieldError]) -> int | None:
+    """A byte-count flag (``ParseBytes``), or ``None`` when not given or ``auto``."""
+    value = args.get(name)
+    if value is None or value in ("", "auto"):
         return None
+    try:
+        return _bytes(str(value))
+    except ValueError as err:
+        errors.append(FieldError(f"engine.args.{name}", value, str(err)))
+        return None
+
+
+def _weights(load: object, errors: list[FieldError]) -> str | None:
+    """``gguf:<FILE TYPE>`` when the ``-load`` file is a GGUF named by its file type."""
+    if load is None or load == "":
+        return None
+    if not isinstance(load, str):
+        errors.append(FieldError("engine.args.load", load, "must be a file name"))
+        return None
+    if not load.lower().endswith(".gguf"):
+        return None
+    stem = load[: -len(".gguf")].upper()
+    for ftype in sorted(GGUF_FILE_TYPES, key=len, reverse=True):
+        if stem.endswith(("-" + ftype, "." + ftype, "_" + ftype)):
+            return "gguf:" + ftype
+    errors.append(
+        FieldError(
+            "engine.args.load",
+            load,
+            f"a .gguf name must end in its llama.cpp file type, one of {list(GGUF_FILE_TYPES)}",
+        )
+    )
+    return None
 
 
 def _bytes(text: str) -> int:
@@ -181,7 +250,15 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
             errors.append(FieldError(f"engine.args.{name}", value, "not a flag of jitllmd serve"))
         elif entry[0] == "refused":
             errors.append(FieldError(f"engine.args.{name}", value, entry[1]))
-    budget = _device(args.get("devices"), errors)
+    host_only, budget = _device(args.get("devices"), errors)
+    gpu_layers = _int(args, "gpu-layers", -1, errors)
+    maxmem = _size(args, "maxmem", errors)
+    host_mem = _size(args, "host-mem", errors)
+    weights = _weights(args.get("load"), errors)
+    warm = args.get("warm", True)
+    if not isinstance(warm, bool):
+        errors.append(FieldError("engine.args.warm", warm, "must be true or false"))
+        warm = True
     width = _int(args, "max-batch", 0, errors)
     chunk = _int(args, "prompt-chunk", 0, errors)
     fixed = _int(args, "step-prompt-tokens", 0, errors)
@@ -202,6 +279,12 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
         raise InputRefused(errors, ENGINE)
     return JitllmSettings(
         device_budget=budget,
+        host_only=host_only,
+        gpu_layers=gpu_layers,
+        maxmem=maxmem,
+        host_mem=host_mem,
+        weights=weights,
+        warm=warm,
         width=width,
         prompt_chunk=chunk if chunk > 0 else 512,
         step_prompt_tokens=max(fixed, 0),

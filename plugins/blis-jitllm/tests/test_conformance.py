@@ -42,3 +42,39 @@ class TestJitllmSeparateConformance(EngineConformance):
     factory = JitllmEngineFactory()
     spec = _spec(**{"joint-steps": "never", "max-batch": 8})
     metric_names = _METRICS
+
+
+class TestJitllmSplitConformance(EngineConformance):
+    """A GGUF model larger than the card: 13 blocks on a laptop GPU, the rest and the
+    output head on its host."""
+
+    factory = JitllmEngineFactory()
+    spec = EnginePoolSpec(
+        pool="conformance",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        hardware="RTX3050Ti-Laptop-4GB",
+        layout=ParallelLayout(),
+        args={
+            "max-seq": 4096,
+            "max-queue": -1,
+            "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            "gpu-layers": 13,
+        },
+        machine="laptop-rtx3050ti-i9-12900hk",
+    )
+    metric_names = _METRICS
+
+
+class TestJitllmHostOnlyConformance(EngineConformance):
+    """Every block on the host (``-devices cpu``): no device KV pool."""
+
+    factory = JitllmEngineFactory()
+    spec = EnginePoolSpec(
+        pool="conformance",
+        model="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+        hardware="RTX3050Ti-Laptop-4GB",
+        layout=ParallelLayout(),
+        args={"max-queue": -1, "devices": "cpu", "load": "tinyllama-1.1b-chat-v1.0.Q3_K_M.gguf"},
+        machine="laptop-rtx3050ti-i9-12900hk",
+    )
+    metric_names = _METRICS

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blis_jitllm.paging import NEVER, CyclicPager, cyclic_victim, next_use
+from blis_jitllm.paging import NEVER, BudgetPager, CyclicPager, cyclic_victim, next_use
 
 
 def test_next_use_is_the_distance_along_the_cycle() -> None:
@@ -59,3 +59,34 @@ def test_a_warm_pass_pages_in_all_but_the_slots_or_one_more(
 def test_slots_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         CyclicPager(slots=0, blocks=4)
+
+
+def test_the_budget_pager_charges_each_block_its_own_size() -> None:
+    # 6 blocks of 3, 1, 3, 1, 3, 1 bytes in a budget of 8: a cold pass reads all 12
+    pager = BudgetPager(8, (3, 1, 3, 1, 3, 1))
+    assert pager.run_pass() == 12
+    assert pager.used <= 8 and pager.page_outs >= 1
+    # once warm, the blocks the budget keeps are hits: less than a whole model a pass
+    warm = [pager.run_pass() for _ in range(6)]
+    assert all(0 < w < 12 for w in warm)
+    assert pager.page_in_bytes == 12 + sum(warm)
+
+
+def test_a_budget_that_holds_every_block_reads_them_once() -> None:
+    pager = BudgetPager(100, (10,) * 5)
+    assert [pager.run_pass() for _ in range(3)] == [50, 0, 0]
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=20), st.integers(0, 200))
+def test_the_budget_is_never_exceeded(sizes: list[int], extra: int) -> None:
+    pager = BudgetPager(max(sizes) + extra, tuple(sizes))
+    for _ in range(4):
+        pager.run_pass()
+        assert pager.used == sum(sizes[i] for i in pager.resident) <= pager.budget
+    # a pass reads at most the whole model, and at least what the budget cannot hold
+    assert sum(sizes) - pager.budget <= pager.run_pass() <= sum(sizes)
+
+
+def test_a_block_larger_than_the_budget_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not fit"):
+        BudgetPager(5, (3, 6))

@@ -6,7 +6,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blis_jitllm.placement import Device, place_blocks, plan_shares, rank_devices
+from blis_jitllm.placement import (
+    Device,
+    Placement,
+    place_blocks,
+    place_head,
+    plan_shares,
+    rank_devices,
+)
 
 
 def _devices(*limits: int) -> tuple[Device, ...]:
@@ -92,3 +99,46 @@ def test_placement_never_overspends_and_each_device_runs_one_contiguous_run(
         assert p.used[i] == (c + fixed if c else 0)
     placed = [o for o in p.owner if o is not None]
     assert placed == sorted(placed)  # the cursor only moves forward
+
+
+def _one(limit: int, blocks: list[int], used: int = 0) -> Placement:
+    return place_blocks(blocks, (Device("cuda:0", limit, 1.0, used=used),))
+
+
+def test_the_head_joins_a_device_with_room_for_it() -> None:
+    ruled = place_head(_one(1000, [100] * 5), 300, [100] * 5, [100] * 5)
+    assert ruled.device == 0 and ruled.released == 0
+
+
+def test_the_head_sends_trailing_blocks_home_when_they_read_less_than_it() -> None:
+    # 9 of 10 blocks fill the card; each holds 1 MiB but reads a quarter of it a token
+    # (a mixture block reads only its routed experts); the 3 MiB head reads all of it:
+    # three blocks home make room and read 0.75 MiB <= 3 MiB less the 2 MiB seam charge
+    mib = 1 << 20
+    blocks = [mib] * 10
+    placed = _one(9 * mib + mib // 2, blocks)
+    assert placed.owner == (0,) * 9 + (None,)
+    ruled = place_head(placed, 3 * mib, blocks, [mib // 4] * 10)
+    assert ruled.device == 0 and ruled.released == 3
+    assert ruled.placement.owner == (0,) * 6 + (None,) * 4
+    assert ruled.placement.used == (6 * mib,)
+
+
+def test_the_head_stays_home_when_blocks_worth_more_would_have_to_go() -> None:
+    mib = 1 << 20
+    blocks = [mib] * 10
+    placed = _one(9 * mib + mib // 2, blocks)
+    # a dense block reads what it holds: freeing room for the head would cost more
+    # reads than the head saves, so it stays on the host
+    ruled = place_head(placed, 3 * mib, blocks, blocks)
+    assert ruled.device is None and ruled.placement is placed
+
+
+def test_the_head_never_evicts_a_whole_placement_or_a_lone_first_block() -> None:
+    mib = 1 << 20
+    whole = _one(10 * mib, [mib] * 10)  # every block resident: nothing is released
+    assert place_head(whole, 8 * mib, [mib] * 10, [mib] * 10).device is None
+    lone = _one(mib, [mib] * 10)  # only the first block: not a partial prefix to trim
+    assert place_head(lone, 8 * mib, [mib] * 10, [mib] * 10).device is None
+    none = _one(10, [mib] * 3)
+    assert place_head(none, 1, [mib] * 3, [mib] * 3).device is None  # no block, no head

@@ -1,0 +1,202 @@
+"""Blocks and the head on the host: placement over a machine, refusals, the host's KV."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import InputRefused, SimulationError
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import StepShape
+
+from blis_jitllm import JitllmEngineFactory
+from blis_jitllm.settings import resolve_settings
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+TINY = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+GPU = "RTX3050Ti-Laptop-4GB"
+CPU = "Core-i9-12900HK"
+LAPTOP = "laptop-rtx3050ti-i9-12900hk"
+Q4 = "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+
+
+def _spec(model: str = LLAMA, machine: str | None = LAPTOP, **args: object) -> EnginePoolSpec:
+    return EnginePoolSpec(
+        pool="p",
+        model=model,
+        hardware=GPU,
+        layout=ParallelLayout(),
+        args={"max-seq": 4096, "load": Q4, **args},
+        machine=machine,
+    )
+
+
+def test_the_load_file_names_its_weight_format() -> None:
+    assert resolve_settings({"load": "x-Q4_K_M.gguf"}, 4096).weights == "gguf:Q4_K_M"
+    assert resolve_settings({"load": "tiny.q3_k_m.gguf"}, 4096).weights == "gguf:Q3_K_M"
+    assert resolve_settings({"load": "model.safetensors"}, 4096).weights is None
+    with pytest.raises(InputRefused, match=r"must end in its llama\.cpp file type"):
+        resolve_settings({"load": "model.gguf"}, 4096)
+    s = resolve_settings({"devices": "cpu", "gpu-layers": 3, "maxmem": "6G"}, 4096)
+    assert s.host_only and s.gpu_layers == 3 and s.maxmem == 6 << 30
+
+
+def test_blocks_that_do_not_fit_the_card_run_on_the_host(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("p-0")
+    f = JitllmEngineFactory()
+    plan = f.plan(_spec(**{"gpu-layers": 13}), env)
+    # the embedding on the host, 13 blocks on the card, 19 on the host, the head back on
+    # the card (it fits there, the head rule keeps it off the host)
+    assert [(p.hardware, p.link) for p in plan.parts] == [
+        (CPU, None),
+        (GPU, "pcie4-x8"),
+        (CPU, None),
+        (GPU, "pcie4-x8"),
+    ]
+    blocks = [sum(x.count for x in p.layers if x.kind.value == "qkv_proj") for p in plan.parts]
+    assert blocks == [0, 13, 19, 0]
+    resolved = f.resolved_args(_spec(**{"gpu-layers": 13}), env)
+    assert resolved["device blocks"] == 13 and resolved["host blocks"] == 19
+    assert resolved["head"] == "device"
+    assert resolved["host weights"] < resolved["host weight budget"]  # type: ignore[operator]
+    assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks >= 4096 // 256
+
+
+def test_a_card_filled_with_blocks_leaves_no_kv_room_and_the_refusal_says_where_to_cut(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    with pytest.raises(InputRefused) as exc:
+        JitllmEngineFactory().plan(_spec(), blis_environment("p-0"))
+    err = exc.value.errors[0]
+    assert err.path == "engine.args.gpu-layers"
+    assert "-relocate" in err.cause and "gpu-layers 13 leaves room" in err.cause
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "match"),
+    [
+        (
+            _spec(machine=None, **{"gpu-layers": 13}),
+            "deployment.pools.p.machine",
+            "name the machine",
+        ),
+        (_spec(machine=None, devices="cpu"), "deployment.pools.p.machine", "32 of 32 blocks"),
+        (_spec(maxmem="350M", **{"gpu-layers": 13}), "engine.args.maxmem", "less than one block"),
+        (_spec(load="x-Q4_Z.gguf"), "engine.args.load", "file type"),
+    ],
+)
+def test_the_host_side_refuses_by_name(
+    blis_environment: Callable[[str], Environment], spec: EnginePoolSpec, path: str, match: str
+) -> None:
+    with pytest.raises(InputRefused) as exc:
+        JitllmEngineFactory().plan(spec, blis_environment("p-0"))
+    assert exc.value.errors[0].path == path
+    assert match in exc.value.errors[0].cause
+
+
+def _drive(engine: object, requests: list[InferenceRequest]) -> int:
+    from blis_jitllm import JitllmEngine
+
+    assert isinstance(engine, JitllmEngine)
+    for r in requests:
+        engine.add_request(r, 0)
+    now, steps = 0, 0
+    launched: deque[StepShape] = deque()
+    while engine.num_unfinished():
+        while (shape := engine.schedule(now)) is not None:
+            launched.append(shape)
+        now += 1000
+        engine.complete(launched.popleft(), now)
+        steps += 1
+    return steps
+
+
+def test_every_block_on_the_host_has_no_device_pool_and_runs(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("p-0")
+    spec = _spec(TINY, devices="cpu", load="tinyllama-1.1b-chat-v1.0.Q3_K_M.gguf")
+    spec = EnginePoolSpec(
+        spec.pool,
+        spec.model,
+        spec.hardware,
+        spec.layout,
+        {**spec.args, "max-seq": 2048},
+        machine=LAPTOP,
+    )
+    plan = JitllmEngineFactory().plan(spec, env)
+    assert [p.hardware for p in plan.parts] == [CPU]
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    reqs = [InferenceRequest(f"r{i}", 0, (PromptSegment(f"r{i}", 300),), 20) for i in range(6)]
+    assert _drive(engine, reqs) > 20
+    assert engine.scrape()["jitllm_tokens_generated_total"] == 6 * 20
+
+
+def test_a_history_the_host_memory_cannot_hold_stops_the_run_with_the_reason(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("p-0")
+    # weights fit the 30 GiB pinned budget; the 3 GiB the server divides leaves about
+    # 0.4 GiB beside the host's weights for the history of its blocks (144 KiB a
+    # position): one 3,200-position row outgrows it
+    spec = _spec(maxmem="30G", **{"gpu-layers": 13, "host-mem": "3G", "max-queue": -1})
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    reqs = [InferenceRequest(f"r{i}", 0, (PromptSegment(f"r{i}", 3000),), 200) for i in range(2)]
+    with pytest.raises(SimulationError, match="outgrows the host memory"):
+        _drive(engine, reqs)
+
+
+def test_host_blocks_beyond_the_host_budget_are_paged_from_the_disk(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """samyfodil/jitllm block-paging.md: Llama-3.3-70B Q4_K_M (39.59 GiB) on the laptop
+    with a 2 GiB card budget and a 24 GiB host cap."""
+    env = blis_environment("p-0")
+    spec = EnginePoolSpec(
+        "p",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        GPU,
+        ParallelLayout(),
+        {
+            "load": "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+            "devices": "cuda:0=2G",
+            "maxmem": "24G",
+            "max-seq": 1024,
+            "gpu-layers": 1,
+        },
+        machine=LAPTOP,
+    )
+    f = JitllmEngineFactory()
+    plan = f.plan(spec, env)
+    assert [p.page_link for p in plan.parts] == [None, None, "nvme-gen4", None]
+    resolved = f.resolved_args(spec, env)
+    per_pass = resolved["page-in bytes a pass over nvme-gen4"]
+    assert isinstance(per_pass, int)
+    # 79 host blocks of ~0.5 GiB through ~23.4 GiB: about 16 GiB read a pass
+    assert 14 * 2**30 < per_pass < 17 * 2**30
+    engine = f.build(spec, env, "p-0")
+    engine.add_request(InferenceRequest("r", 0, (PromptSegment("r", 16),), 4), 0)
+    shapes = []
+    now = 0
+    while engine.num_unfinished():
+        shape = engine.schedule(now)
+        assert shape is not None
+        shapes.append(shape)
+        now += 1000
+        engine.complete(shape, now)
+    assert all(s.page_in_bytes > 14 * 2**30 for s in shapes)
+    cold = f.build(
+        EnginePoolSpec(
+            spec.pool, spec.model, GPU, spec.layout, {**spec.args, "warm": False}, machine=LAPTOP
+        ),
+        env,
+        "p-1",
+    )
+    cold.add_request(InferenceRequest("r", 0, (PromptSegment("r", 16),), 4), 0)
+    first = cold.schedule(0)
+    assert first is not None and first.page_in_bytes > 35 * 2**30  # a cold pass reads it all
