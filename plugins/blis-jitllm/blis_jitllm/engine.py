@@ -1,21 +1,23 @@
 """The jitllm engine instance and factory (the BLIS engine contract): a model on one CUDA
-device and, when the pool names its machine, on the host beside it.
+device and, when the pool names its machine, on several of its devices and its host.
 
 Plan (``docs/upstream/jitllm.md`` §1-§3): the device's budget is its free memory (the
 runtime's total less the CUDA context) less jitllm's headroom, or ``-devices
 cuda:0=BYTES``; the batched step's scratch is reserved first (taken as the
 Environment's activation peak of a 512-row step: an assumption, jitllm measures it).
-Blocks are offered in order (at most ``-gpu-layers``) and placed by
-:func:`~blis_jitllm.placement.place_blocks` with the history of one full context and
-the head as the plan's extra; the head rule (:func:`~blis_jitllm.placement.place_head`)
+Blocks are offered in order (at most ``-gpu-layers``) to the devices ``-devices`` names,
+each with its budget and the scratch, and placed by
+:func:`~blis_jitllm.placement.place_blocks` with the history of one full context and the
+head as the plan's extra; the head rule (:func:`~blis_jitllm.placement.place_head`)
 decides where the output head runs. Blocks the device does not take, and the head when
 it stays home, run on the machine's host CPU within the host's weight budget
 (``-maxmem``; else ``-host-mem``; else 8/10 of the machine's memory), the embedding
 always there. Such a plan has parts (:class:`~blis_core.contracts.plan.PlanPart`): runs
 of blocks on the device or the host, in order, each device part reached over the
-machine's link. What the device has left holds the KV pool: pages of ``P`` positions of
-every attention layer on the device, float32 K and V; the host's blocks keep their
-history in the host memory the weights leave.
+machine's link (the hidden state goes home between devices). What each device has left
+holds its KV pool: pages of ``P`` positions of every attention layer on it, float32 K
+and V; admission reads the tightest pool. The host's blocks keep their history in the
+host memory the weights leave.
 
 Weights: a ``-load`` file named like a llama.cpp GGUF takes llama.cpp's tensor types
 (``gguf:<FILE TYPE>``), else the checkpoint's 16-bit weights.
@@ -41,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from blis_core.contracts.catalog import AttentionKind, ModelArchitecture
+from blis_core.contracts.catalog import AttentionKind, MachineSpec, ModelArchitecture
 from blis_core.contracts.engine import (
     EnginePoolSpec,
     Environment,
@@ -85,13 +87,13 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
 class PoolFacts:
     """What the plan phase decided that the running engine needs."""
 
-    layers: int
-    """attention layers whose KV the device pool holds (0: no device pool)"""
+    device_layers: tuple[int, ...]
+    """per device that holds blocks: the attention layers whose KV its pool holds"""
+    kv_limits: tuple[int, ...]
+    """per such device: the bytes its KV pool may take after blocks, head and scratch"""
     page: int
     """``P``: positions a KV page holds."""
     layer_page_bytes: int
-    kv_limit_bytes: int
-    """Bytes the device has for the KV pool after blocks, head and scratch."""
     device_blocks: int = 0
     host_blocks: int = 0
     head_on_device: bool = True
@@ -109,6 +111,8 @@ class PoolFacts:
     """the host's blocks in scan order, for the pager"""
     page_link: str | None = None
     """the link the pager reads blocks over (the machine's disk)"""
+    devices: int = 1
+    """the devices the pool runs on"""
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -149,29 +153,30 @@ def _parts(
     env: Environment,
     request: LoweringRequest,
     owner: tuple[int | None, ...],
-    head_on_device: bool,
+    head_device: int | None,
     device: str,
     host: str,
     link: str,
     page_link: str | None,
 ) -> tuple[PlanPart, ...]:
     """Runs of consecutive blocks by processor, in order: the embedding looked up on the
-    host first, the head last where it was placed; the first run of host blocks reads the
-    pager's page-ins over ``page_link``."""
+    host first, the head last where it was placed, the residual back on the host at every
+    change of device (jitllm has no peer-to-peer path); the first run of host blocks reads
+    the pager's page-ins over ``page_link``."""
     n = len(owner)
-    runs: list[tuple[bool, int, int]] = []  # (on device, start, end)
+    runs: list[tuple[int | None, int, int]] = []  # (device or None, start, end)
     for i, o in enumerate(owner):
-        if runs and runs[-1][0] == (o == 0):
-            runs[-1] = (runs[-1][0], runs[-1][1], i + 1)
+        if runs and runs[-1][0] == o:
+            runs[-1] = (o, runs[-1][1], i + 1)
         else:
-            runs.append((o == 0, i, i + 1))
-    if not runs or runs[0][0]:
-        runs.insert(0, (False, 0, 0))
-    if runs[-1][0] != head_on_device:
-        runs.append((head_on_device, n, n))
+            runs.append((o, i, i + 1))
+    if not runs or runs[0][0] is not None:
+        runs.insert(0, (None, 0, 0))
+    if runs[-1][0] != head_device:
+        runs.append((head_device, n, n))
+    pager = next((k for k, (o, a, b) in enumerate(runs) if o is None and b > a), None)
     parts = []
-    pager = next((k for k, (dev, a, b) in enumerate(runs) if not dev and b > a), None)
-    for k, (on_device, start, end) in enumerate(runs):
+    for k, (o, start, end) in enumerate(runs):
         sub = env.lower(
             request.model_copy(
                 update={
@@ -183,13 +188,63 @@ def _parts(
         )
         parts.append(
             PlanPart(
-                hardware=device if on_device else host,
+                hardware=device if o is not None else host,
                 layers=sub.layers,
-                link=link if on_device else None,
+                link=link if o is not None else None,
                 page_link=page_link if k == pager else None,
             )
         )
     return tuple(parts)
+
+
+def _device_indexes(
+    spec: EnginePoolSpec, settings: JitllmSettings, machine: MachineSpec | None
+) -> list[int]:
+    """The devices ``-devices`` names, checked against what the machine holds (one
+    device of the pool's kind without a machine)."""
+    if settings.host_only:
+        return []
+    held = 1
+    if machine is not None:
+        held = sum(a.count for a in machine.accelerators if a.hardware == spec.hardware)
+    wanted = list(range(held)) if settings.all_devices else [i for i, _ in settings.devices]
+    beyond = [i for i in wanted if i >= held]
+    if beyond:
+        where = (
+            f"machine {machine.id} holds {held} {spec.hardware}"
+            if machine is not None
+            else "a pool without a machine has one device: name the machine for more"
+        )
+        raise _refuse("engine.args.devices", spec.args.get("devices"), where)
+    return wanted
+
+
+def _no_kv_room(
+    settings: JitllmSettings,
+    blocks: list[int],
+    rooms: list[int],
+    per_block: int,
+    names: str,
+    source: str,
+) -> InputRefused:
+    """Devices filled with blocks that leave a pool no KV page: the refusal names the
+    ``-gpu-layers`` that leaves each device, filled in turn, room for one context of its
+    blocks' history (and for the head: ``rooms`` are each device's room less it)."""
+    fit = 0
+    for room in rooms:
+        taken = 0
+        while fit < len(blocks) and taken + blocks[fit] + per_block <= room:
+            taken += blocks[fit] + per_block
+            fit += 1
+    return InputRefused.one(
+        "engine.args.gpu-layers",
+        settings.gpu_layers,
+        f"the blocks placed on {names} leave no room for a page of KV history: jitllm "
+        "would send blocks home as the history grows (-relocate), which is not modelled "
+        f"by blis-jitllm yet; gpu-layers {fit} leaves room for one context of "
+        f"{settings.max_seq} positions",
+        source,
+    )
 
 
 def _plan(
@@ -200,7 +255,7 @@ def _plan(
             f"deployment.pools.{spec.pool}.layout",
             spec.layout.model_dump(),
             "jitllm splits a model by blocks across devices, not by tensor, pipeline, data "
-            "or expert parallelism; several devices are not modelled by blis-jitllm yet",
+            "or expert parallelism: give it several devices with -devices",
         )
     model = env.model(spec.model)
     hw = env.hardware(spec.hardware)
@@ -234,43 +289,44 @@ def _plan(
     if model.tie_word_embeddings:
         head = embedding + head  # the head reads the embedding matrix: charged where it runs
     free = env.device_memory_bytes(hw.id) - env.non_torch_bytes(partial)
-    budget = device_budget(free, settings.device_budget)
+    indexes = _device_indexes(spec, settings, machine)
+    given = dict(settings.devices)
+    budgets = [device_budget(free, given.get(i)) for i in indexes]
     scratch = env.activation_peak_bytes(partial, MAX_STEP_ROWS)
     kv_row = model.num_kv_heads * model.head_dim
-    offered = (
-        0 if settings.host_only else n if settings.gpu_layers < 0 else min(settings.gpu_layers, n)
-    )
+    offered = 0 if not indexes else n if settings.gpu_layers < 0 else min(settings.gpu_layers, n)
     history_per_block = page_bytes(kv_row, 1) * settings.max_seq
-    history = offered * history_per_block
-    placed = place_blocks(
-        blocks[:offered], [Device(hw.id, budget.limit, 1.0, used=scratch)], extra=history + head
-    )
+    devices = [
+        Device(f"cuda:{i}", b.limit, 1.0, used=scratch)
+        for i, b in zip(indexes, budgets, strict=True)
+    ]
+    placed = place_blocks(blocks[:offered], devices, extra=offered * history_per_block + head)
     placed = Placement(
         placed.devices, placed.owner + (None,) * (n - offered), placed.used, placed.share
     )
     ruled = place_head(placed, head, blocks, blocks)
     placement = ruled.placement
-    on_device = sum(1 for o in placement.owner if o == 0)
-    head_on_device = ruled.device == 0
+    owner = placement.owner
+    on_device = sum(1 for o in owner if o is not None)
+    head_on_device = ruled.device is not None
     source = f"{ENGINE} pool for {model.hf_id} on {hw.id}"
-    host_weights = embedding + sum(
-        b for b, o in zip(blocks, placement.owner, strict=True) if o is None
-    )
-    host_weights += 0 if head_on_device else head
+    host_sizes = tuple(b for b, o in zip(blocks, owner, strict=True) if o is None)
+    host_weights = embedding + sum(host_sizes) + (0 if head_on_device else head)
     host_limit = 0
     page_budget = 0
-    host_sizes = tuple(b for b, o in zip(blocks, placement.owner, strict=True) if o is None)
     page_link: str | None = None
     parts: tuple[PlanPart, ...] = ()
-    if on_device < n or not head_on_device:
+    split = on_device < n or not head_on_device or len({o for o in owner}) > 1
+    if split:
         where = f"{n - on_device} of {n} blocks" + ("" if head_on_device else " and the head")
         if machine is None:
+            why = "; ".join(f"{b.limit / 2**30:.2f} GiB ({b.why})" for b in budgets) or "cpu"
             raise InputRefused.one(
                 f"deployment.pools.{spec.pool}.machine",
                 None,
-                f"{where} run on the host ({budget.why}; {budget.limit / 2**30:.2f} GiB for "
-                f"weights on {hw.id}): name the machine the pool runs on (its host CPU and "
-                "memory), e.g. a catalog machine that holds this accelerator",
+                f"{where} run on the host (weights on {hw.id}: {why}): name the machine the "
+                "pool runs on (its host CPU and memory), e.g. a catalog machine that holds "
+                "this accelerator",
                 source,
             )
         host_limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
@@ -279,73 +335,68 @@ def _plan(
             # paged from the model file through what the budget has left
             page_budget = host_limit - (host_weights - sum(host_sizes))
             page_link = machine.storage
-            why = None
+            refusal = None
             if page_link is None:
-                why = f"machine {machine.id} names no disk to page the model file from"
+                refusal = f"machine {machine.id} names no disk to page the model file from"
             elif page_budget < max(host_sizes):
-                why = (
+                refusal = (
                     f"{max(page_budget, 0) / 2**30:.2f} GiB is left for paging beside the "
                     f"embedding and head, less than one block ({max(host_sizes) / 2**30:.2f} GiB)"
                 )
-            if why is not None:
+            if refusal is not None:
                 raise InputRefused.one(
                     "engine.args.maxmem",
                     settings.maxmem,
                     f"{where} run on the host, {host_weights / 2**30:.2f} GiB of weights in a "
-                    f"budget of {host_limit / 2**30:.2f} GiB: {why}",
+                    f"budget of {host_limit / 2**30:.2f} GiB: {refusal}",
                     source,
                 )
         link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
-        parts = _parts(
-            env, request, placement.owner, head_on_device, hw.id, machine.host, link, page_link
-        )
-    used = placement.used[0] + (head if head_on_device else 0)
+        parts = _parts(env, request, owner, ruled.device, hw.id, machine.host, link, page_link)
     layer_page = page_bytes(kv_row, p)
+    pooled = [d for d in range(len(devices)) if any(o == d for o in owner)]
+    device_layers = tuple(sum(1 for o in owner if o == d) for d in pooled)
+    kv_limits = tuple(
+        budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in pooled
+    )
+    pages = [
+        lim // (layer_page * layers) - 1
+        for lim, layers in zip(kv_limits, device_layers, strict=True)
+    ]
+    if any(x < 1 for x in pages):
+        names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
+        rooms = [b.limit - scratch - head for b in budgets]
+        per_block = history_per_block + layer_page  # and the pool's dummy page
+        raise _no_kv_room(settings, blocks, rooms, per_block, names, source)
     host_position = (n - on_device) * page_bytes(kv_row, 1)
     host_kv_limit = 0
     if machine is not None and host_position:
         resident = min(host_weights, host_limit)
         host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
-    kv_limit = budget.limit - used if on_device else 0
-    pages = kv_limit // (layer_page * on_device) - 1 if on_device else 0
-    if on_device and pages < 1:
-        # blocks and one context's history per block, beside the scratch and the head
-        # (which the head rule puts on the device once it fits)
-        room = budget.limit - scratch - head
-        fit = 0
-        per_block = history_per_block + page_bytes(kv_row, p)  # and the pool's dummy page
-        while fit < n and sum(blocks[: fit + 1]) + (fit + 1) * per_block <= room:
-            fit += 1
-        raise InputRefused.one(
-            "engine.args.gpu-layers",
-            settings.gpu_layers,
-            f"the {on_device} blocks placed on {hw.id} leave no room for a page of KV "
-            "history: jitllm would send blocks home as the history grows (-relocate), "
-            f"which is not modelled by blis-jitllm yet; gpu-layers {fit} leaves room for "
-            f"one context of {settings.max_seq} positions",
-            source,
-        )
+    on_card = sum(placement.used[d] - scratch for d in pooled) + (head if head_on_device else 0)
     plan = partial.model_copy(
         update={
             "max_num_seqs": settings.width or MAX_STEP_ROWS,
-            "resident_weight_bytes": used - scratch,
+            "resident_weight_bytes": on_card,
             "activation_peak_bytes": scratch,
             "kv_budget": KVBudget(
-                num_gpu_blocks=pages,
+                num_gpu_blocks=min(pages),
                 block_size_tokens=p,
-                kv_bytes=pages * layer_page * on_device,
-                available_bytes=kv_limit,
+                kv_bytes=sum(
+                    x * layer_page * layers for x, layers in zip(pages, device_layers, strict=True)
+                ),
+                available_bytes=sum(kv_limits),
             )
-            if on_device
+            if pooled
             else _host_kv_budget(host_kv_limit, host_position, settings.max_seq),
             "parts": parts,
         }
     )
     facts = PoolFacts(
-        on_device,
+        device_layers,
+        kv_limits,
         p,
         layer_page,
-        kv_limit,
         device_blocks=on_device,
         host_blocks=n - on_device,
         head_on_device=head_on_device,
@@ -356,6 +407,7 @@ def _plan(
         host_page_budget=page_budget,
         host_block_sizes=host_sizes if page_budget else (),
         page_link=page_link,
+        devices=len(pooled),
     )
     return plan, facts, settings, model
 
@@ -403,7 +455,8 @@ class JitllmEngine:
             self._pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
             if settings.warm:
                 self._pager.run_pass()  # the warm-up generate before serving
-        self._pool_pages = 1  # per layer, the dummy included
+        # per device with a pool: pages a layer, the dummy included
+        self._pool_pages = [1] * len(facts.device_layers)
         self._held: dict[str, int] = {}
         self._host_positions: dict[str, int] = {}
         self._host_total = 0
@@ -431,53 +484,61 @@ class JitllmEngine:
 
     # -- KV ----------------------------------------------------------------------------
 
-    def _per_page(self) -> int:
-        return self._facts.layer_page_bytes * self._facts.layers
-
     def _kv_room(self) -> tuple[int, int]:
-        """``KVRoom`` of the one device: its free pages less one, plus what its budget
-        lets every layer grow by, in positions; a page of 0 when no block (no KV pool)
-        is on the device."""
-        if not self._facts.layers:
+        """``KVRoom``: on each device with a pool its free pages less one plus what its
+        budget lets every layer grow by, the fewest over the devices, in positions; a page
+        of 0 when no block (no KV pool) is on a device."""
+        f = self._facts
+        if not f.device_layers:
             return 0, 0
-        per = self._per_page()
-        room = DeviceKVRoom(
-            free_pages=(self._pool_pages - 1 - sum(self._held.values()),),
-            page_bytes=(per,),  # every layer grows alike: one page of all of them
-            grow_bytes=max(self._facts.kv_limit_bytes - self._pool_pages * per, 0),
-        )
-        return kv_room([room], self._facts.page), self._facts.page
+        held = sum(self._held.values())
+        rooms = [
+            DeviceKVRoom(
+                free_pages=(pages - 1 - held,),
+                page_bytes=(f.layer_page_bytes * layers,),  # its layers grow alike
+                grow_bytes=max(limit - pages * f.layer_page_bytes * layers, 0),
+            )
+            for pages, layers, limit in zip(
+                self._pool_pages, f.device_layers, f.kv_limits, strict=True
+            )
+        ]
+        return kv_room(rooms, f.page), f.page
 
     def _take_pages(self, units: list[Unit]) -> None:
-        """Give each unit's row the pages of the positions it writes, growing the pool;
-        the blocks on the host keep their rows' history in the host's memory."""
-        if self._facts.host_position_bytes:
+        """Give each unit's row the pages of the positions it writes, growing each
+        device's pool; the blocks on the host keep their rows' history in the host's
+        memory."""
+        f = self._facts
+        if f.host_position_bytes:
             self._take_host(units)
-        if not self._facts.layers:
+        if not f.device_layers:
             return
-        p = self._facts.page
+        p = f.page
         need = dict(self._held)
         for u in units:
             end = u.start + u.tokens
             need[u.row.request_id] = max(need.get(u.row.request_id, 0), -(-end // p))
         want = sum(need.values()) + 1
-        if want > self._pool_pages:
-            room = self._facts.kv_limit_bytes - self._pool_pages * self._per_page()
+        for d, (pages, layers, limit) in enumerate(
+            zip(self._pool_pages, f.device_layers, f.kv_limits, strict=True)
+        ):
+            if want <= pages:
+                continue
             grown = grown_layer_pages(
-                self._pool_pages,
+                pages,
                 want,
-                room_bytes=room // self._facts.layers,
-                page=self._facts.layer_page_bytes,
-                limit=self._facts.kv_limit_bytes // self._facts.layer_page_bytes,
+                room_bytes=(limit - pages * f.layer_page_bytes * layers) // layers,
+                page=f.layer_page_bytes,
+                limit=limit // f.layer_page_bytes // layers,
             )
             if grown is None:
                 raise SimulationError(
-                    f"{ENGINE}: the device's KV pool cannot grow to {want} pages a layer "
-                    f"(it holds {self._pool_pages}); jitllm would send the oldest pages home "
+                    f"{ENGINE}: the KV pool of device {d} cannot grow to {want} pages a layer "
+                    f"(it holds {pages}); jitllm would send the oldest pages home "
                     "and stream them back every token (kvevict.go), which is not modelled "
                     "by blis-jitllm yet"
                 )
-            self._pool_pages = grown
+            self._pool_pages[d] = grown
         self._held = need
 
     def _take_host(self, units: list[Unit]) -> None:
@@ -721,6 +782,7 @@ class JitllmEngineFactory:
             "joint-steps": "auto" if s.joint_steps == "measured" else s.joint_steps,
             "max-seq": s.max_seq,
             "max-queue": s.max_queue if s.max_queue is not None else -1,
+            "devices": facts.devices,
             "device blocks": facts.device_blocks,
             "host blocks": facts.host_blocks,
             "head": "device" if facts.head_on_device else "host",

@@ -102,40 +102,44 @@ class HeadPlacement:
 def place_head(
     placement: Placement, head: int, blocks: Sequence[int], block_reads: Sequence[int]
 ) -> HeadPlacement:
-    """``placeHead`` for a placement on one device (``docs/upstream/jitllm.md`` §1.6).
+    """``placeHead`` (``docs/upstream/jitllm.md`` §1.6): the head goes to the device that
+    took the last placed block, only if one did.
 
-    The head goes to the device only if the device took a block. If it does not fit and
-    the device holds a partial prefix of the blocks (more than the first, not all), the
-    prefix's trailing blocks go home one at a time while what they read per token, in
-    all, stays at most the head's read less ``SEAM_CROSS_BYTES``; if the head then fits
-    it stays, else every released block is restored. ``blocks`` are the blocks' charges
-    and ``block_reads`` what each reads per token (``blockReadBytes``).
+    If it does not fit and the placed blocks form a partial prefix of the model (more
+    than the first, not all), the prefix's trailing blocks on that device go home one at
+    a time while what they read per token, in all, stays at most the head's read less
+    ``SEAM_CROSS_BYTES``; if the head then fits it stays, else every released block is
+    restored. ``blocks`` are the blocks' charges and ``block_reads`` what each reads per
+    token (``blockReadBytes``).
     """
-    if len(placement.devices) != 1:
-        raise ValueError("place_head models one device")
     owner = list(placement.owner)
-    if 0 not in owner:
+    dev = next((o for o in reversed(owner) if o is not None), None)
+    if dev is None:
         return HeadPlacement(None, placement, 0)
-    limit = placement.devices[0].limit
-    used = placement.used[0]
-    if used + head <= limit:
-        return HeadPlacement(0, placement, 0)
+    limit = placement.devices[dev].limit
+    used = list(placement.used)
+    if used[dev] + head <= limit:
+        return HeadPlacement(dev, placement, 0)
     prefix = 0
-    while prefix < len(owner) and owner[prefix] == 0:
+    while prefix < len(owner) and owner[prefix] is not None:
         prefix += 1
     if not 1 < prefix < len(owner):
         return HeadPlacement(None, placement, 0)
     released = 0
     read = 0
-    while prefix > 1 and read + block_reads[prefix - 1] <= head - SEAM_CROSS_BYTES:
+    while (
+        prefix > 1
+        and owner[prefix - 1] == dev
+        and read + block_reads[prefix - 1] <= head - SEAM_CROSS_BYTES
+    ):
         prefix -= 1
         read += block_reads[prefix]
-        used -= blocks[prefix]  # the first block, which paid ``fixed`` too, stays
+        used[dev] -= blocks[prefix]  # the first block, which paid ``fixed`` too, stays
         owner[prefix] = None
         released += 1
-        if used + head <= limit:
-            moved = Placement(placement.devices, tuple(owner), (used,), placement.share)
-            return HeadPlacement(0, moved, released)
+        if used[dev] + head <= limit:
+            moved = Placement(placement.devices, tuple(owner), tuple(used), placement.share)
+            return HeadPlacement(dev, moved, released)
     return HeadPlacement(None, placement, 0)
 
 

@@ -28,7 +28,6 @@ from blis_jitllm.version import ENGINE
 __all__ = ["COMMON_ARGS", "FLAGS", "JitllmSettings", "resolve_settings"]
 
 _REFUSED_HOST = "not modelled by blis-jitllm yet: KV or sessions on the host"
-_REFUSED_DEVICES = "not modelled by blis-jitllm yet: blocks split over several devices"
 #: the llama.cpp file types a ``-load`` file name may end in (``<stem>-Q4_K_M.gguf``)
 GGUF_FILE_TYPES = ("F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S", "Q3_K_M")
 
@@ -54,9 +53,10 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "version": ("proven_inert", "the version string"),
         "devices": (
             "modelled",
-            "the pool's accelerator, optionally with its budget (cuda, cuda:0, gpu, auto; "
-            "=BYTES), or cpu: every block on the host (the pool names a machine); "
-            "several devices: " + _REFUSED_DEVICES,
+            "CUDA devices of the pool's accelerator kind, each optionally with its budget "
+            "(cuda:0=2G,cuda:1; all, gpu or cuda: every one the machine holds; auto: one), or "
+            "cpu: every block on the host; more than one device, or the host, needs the "
+            "pool's machine",
         ),
         "max-batch": ("modelled", "rows of one step (0: 512)"),
         "prompt-chunk": ("modelled", "prompt tokens a step feeds when nothing decodes"),
@@ -98,8 +98,11 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
 class JitllmSettings:
     """The resolved flags one pool runs with."""
 
-    device_budget: int | None
-    """``cuda:0=BYTES``: the device's budget as given; ``None``: derived from free memory."""
+    devices: tuple[tuple[int, int | None], ...]
+    """``-devices cuda:N[=BYTES],...``: each device's index and its budget as given
+    (``None``: derived from its free memory); empty with ``host_only`` or ``all_devices``."""
+    all_devices: bool
+    """``-devices all`` (``gpu``, ``cuda``): every device of the machine."""
     host_only: bool
     """``-devices cpu``: every block and the head on the host."""
     gpu_layers: int
@@ -130,29 +133,42 @@ def _int(args: Mapping[str, Any], name: str, default: int, errors: list[FieldErr
     return value
 
 
-def _device(spec: object, errors: list[FieldError]) -> tuple[bool, int | None]:
-    """``-devices``: (host only, the one device's budget or ``None`` when derived)."""
-    if spec is None or spec == "":
-        return False, None
+def _device(
+    spec: object, errors: list[FieldError]
+) -> tuple[bool, bool, tuple[tuple[int, int | None], ...]]:
+    """``-devices`` (``ParseDevices``' grammar, CUDA only): (host only, every device,
+    the devices named with their budgets, ``None`` where derived)."""
     path = "engine.args.devices"
+    if spec is None or spec == "" or spec == "auto":
+        return False, False, ((0, None),)
+    if not isinstance(spec, str):
+        errors.append(FieldError(path, spec, "a device list, e.g. cuda:0=2G,cuda:1, or cpu"))
+        return False, False, ((0, None),)
     if spec == "cpu":
-        return True, None
-    if not isinstance(spec, str) or "," in spec or spec in ("all", "cuda:1", "gpu:1"):
-        errors.append(FieldError(path, spec, "one device, or cpu: " + _REFUSED_DEVICES))
-        return False, None
-    name, _, size = spec.partition("=")
-    if name not in ("cuda", "cuda:0", "gpu", "gpu:0", "auto"):
-        errors.append(
-            FieldError(path, spec, "the pool's CUDA device (cuda, cuda:0, gpu, auto) or cpu")
-        )
-        return False, None
-    if not size:
-        return False, None
-    try:
-        return False, _bytes(size)
-    except ValueError as err:
-        errors.append(FieldError(path, spec, str(err)))
-        return False, None
+        return True, False, ()
+    if spec in ("all", "gpu", "cuda"):
+        return False, True, ()
+    out: list[tuple[int, int | None]] = []
+    for entry in spec.split(","):
+        if entry == "cpu":
+            continue  # "cpu" in a list adds nothing
+        name, _, size = entry.partition("=")
+        kind, _, index = name.partition(":")
+        if kind not in ("cuda", "gpu") or (index and not index.isdigit()):
+            errors.append(
+                FieldError(path, spec, f"{entry!r}: CUDA devices only (cuda:N[=BYTES]), or cpu")
+            )
+            continue
+        budget = None
+        if size:
+            try:
+                budget = _bytes(size)
+            except ValueError as err:
+                errors.append(FieldError(path, spec, str(err)))
+        out.append((int(index or 0), budget))
+    if len({i for i, _ in out}) != len(out):
+        errors.append(FieldError(path, spec, "names a device twice"))
+    return False, False, tuple(out)
 
 
 def _size(args: Mapping[str, Any], name: str, errors: list[FieldError]) -> int | None:
@@ -250,7 +266,7 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
             errors.append(FieldError(f"engine.args.{name}", value, "not a flag of jitllmd serve"))
         elif entry[0] == "refused":
             errors.append(FieldError(f"engine.args.{name}", value, entry[1]))
-    host_only, budget = _device(args.get("devices"), errors)
+    host_only, every, devices = _device(args.get("devices"), errors)
     gpu_layers = _int(args, "gpu-layers", -1, errors)
     maxmem = _size(args, "maxmem", errors)
     host_mem = _size(args, "host-mem", errors)
@@ -278,7 +294,8 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
     if errors:
         raise InputRefused(errors, ENGINE)
     return JitllmSettings(
-        device_budget=budget,
+        devices=devices,
+        all_devices=every,
         host_only=host_only,
         gpu_layers=gpu_layers,
         maxmem=maxmem,

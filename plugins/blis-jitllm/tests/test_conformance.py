@@ -78,3 +78,23 @@ class TestJitllmHostOnlyConformance(EngineConformance):
         machine="laptop-rtx3050ti-i9-12900hk",
     )
     metric_names = _METRICS
+
+
+class TestJitllmTwoDevicesConformance(EngineConformance):
+    """Blocks split over two V100s, each with its own KV pool."""
+
+    factory = JitllmEngineFactory()
+    spec = EnginePoolSpec(
+        pool="conformance",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        hardware="V100-SXM2-16GB",
+        layout=ParallelLayout(),
+        args={
+            "max-seq": 4096,
+            "max-queue": -1,
+            "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            "devices": "cuda:0=3.5G,cuda:1=3.5G",
+        },
+        machine="v100-sxm2-8x-e5-2680v4",
+    )
+    metric_names = _METRICS
