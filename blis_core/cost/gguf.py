@@ -26,6 +26,7 @@ __all__ = [
     "FTYPES",
     "GGML_TYPES",
     "GgufLayout",
+    "dtype_key",
     "gguf_layout",
     "gguf_problem",
     "is_gguf",
@@ -67,6 +68,13 @@ FTYPES: dict[str, str] = {
 def is_gguf(quantization: str) -> bool:
     """Whether ``quantization`` names a GGUF file type (``gguf:<FTYPE>``)."""
     return quantization.startswith(PREFIX)
+
+
+def dtype_key(ggml_type: str) -> str:
+    """The cost model's dtype key of a product over weights of ``ggml_type``: ``fp16`` or
+    ``bf16`` for 16-bit files, else ``gguf_<type>`` (``gguf_q4_k``), which a chip's
+    peaks read as its int8 rate (:func:`blis_core.cost.roofline.peak_flops`)."""
+    return {"F16": "fp16", "BF16": "bf16"}.get(ggml_type, "gguf_" + ggml_type.lower())
 
 
 def _use_more_bits(i: int, n: int) -> bool:
@@ -115,6 +123,8 @@ class GgufLayout:
     """``output`` (0 when tied: the embedding serves) and ``output_norm``"""
     head_type: str
     """the ggml type the logits read"""
+    base_type: str
+    """the file type's base ggml type, most of the blocks' matrices"""
 
     block_norm_bytes: int
     """per decoder layer: its two float32 norms"""
@@ -169,4 +179,4 @@ def gguf_layout(model: ModelArchitecture, quantization: str) -> GgufLayout:
     embed_type = head_type if model.tie_word_embeddings else base
     embedding = _bytes(embed_type, model.vocab_size, h)
     head = (0 if model.tie_word_embeddings else _bytes(head_type, model.vocab_size, h)) + h * 4
-    return GgufLayout(embedding, tuple(blocks), tuple(weights), head, head_type, 2 * h * 4)
+    return GgufLayout(embedding, tuple(blocks), tuple(weights), head, head_type, base, 2 * h * 4)

@@ -22,6 +22,7 @@ from blis_core.contracts.catalog import AttentionKind, ModelArchitecture
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.cost.gguf import GGML_TYPES, gguf_layout, gguf_problem, is_gguf
+from blis_core.cost.gguf import dtype_key as gguf_dtype_key
 
 __all__ = [
     "GIB",
@@ -30,6 +31,7 @@ __all__ = [
     "draft_weight_bytes_per_rank",
     "dtype_bytes",
     "dtype_key",
+    "gguf_dtype_keys",
     "gguf_head_bytes_per_weight",
     "gguf_linear_bytes_per_weight",
     "graph_memory_bytes",
@@ -235,6 +237,12 @@ def range_weight_bytes(
 def gguf_linear_bytes_per_weight(model: ModelArchitecture, quantization: str) -> float:
     """Bytes per matrix weight of the decoder layers in a GGUF file of ``quantization``."""
     return gguf_layout(model, quantization).linear_bytes_per_weight()
+
+
+def gguf_dtype_keys(model: ModelArchitecture, quantization: str) -> tuple[str, str]:
+    """The dtype keys of a GGUF file's block matrices (its base type) and output head."""
+    g = gguf_layout(model, quantization)
+    return gguf_dtype_key(g.base_type), gguf_dtype_key(g.head_type)
 
 
 def gguf_head_bytes_per_weight(model: ModelArchitecture, quantization: str) -> float:

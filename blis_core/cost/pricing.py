@@ -677,14 +677,16 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
     exp_b = memory.dtype_bytes("mxfp4") if quant == "mxfp4" else wb
     cdt = "fp8" if wb == 1.0 else "bf16"
     head_b = act
+    head_dt = "bf16"
     if quant is not None and memory.is_gguf(quant):
         # llama.cpp's block formats: bytes per weight averaged over the blocks' matrices
         # and the output head's own type; the products are integer dot products of the
         # quantized weights with 8-bit-quantized activations (ggml's vec_dot with Q8
-        # activations), priced at the processor's int8 rate where it states one
+        # activations), keyed by the weights' type (gguf_q4_k …), which a chip's peaks
+        # read as its int8 rate where it states one
         wb = exp_b = memory.gguf_linear_bytes_per_weight(model, quant)
         head_b = memory.gguf_head_bytes_per_weight(model, quant)
-        cdt = "int8"
+        cdt, head_dt = memory.gguf_dtype_keys(model, quant)
     groups = {g.name: g for g in plan.kv_groups}
     h = float(model.hidden_size)
 
@@ -918,7 +920,7 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
                     _gemm(
                         "lm_head",
                         impl,
-                        "bf16",
+                        head_dt,
                         cnt,
                         vocab_local,
                         h,

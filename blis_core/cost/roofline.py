@@ -31,8 +31,12 @@ _HOST = ("host_step", "host_request")
 
 def peak_flops(hw: HardwareSpec, dtype_key: str) -> float:
     """Dense peak FLOP/s of ``hw`` for ``dtype_key``; a dtype the chip lacks falls back to
-    bf16 (weight-only kernels dequantize to 16-bit, e.g. fp8 Marlin on A100)."""
-    return hw.peak_flops.get(dtype_key) or hw.peak_flops.get("bf16") or max(hw.peak_flops.values())
+    bf16 (weight-only kernels dequantize to 16-bit, e.g. fp8 Marlin on A100), a GGUF
+    block type (``gguf_q4_k``) first to the chip's int8 rate (integer dot products)."""
+    found = hw.peak_flops.get(dtype_key)
+    if found is None and dtype_key.startswith("gguf_"):
+        found = hw.peak_flops.get("int8")
+    return found or hw.peak_flops.get("bf16") or max(hw.peak_flops.values())
 
 
 def link_bandwidth(catalog: Catalog, hw: HardwareSpec) -> float:

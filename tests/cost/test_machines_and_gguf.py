@@ -158,3 +158,23 @@ def test_lowering_refuses_a_bad_range_and_an_unknown_gguf_type(env: SimEnvironme
     assert gguf.resident_weight_bytes == memory.weight_bytes_per_rank(
         env.model(LLAMA8B), ParallelLayout(), None, "gguf:Q4_K_M"
     )
+
+
+def test_gguf_products_are_keyed_by_block_type_and_read_the_int8_rate(catalog: Catalog) -> None:
+    from blis_core.cost.gguf import dtype_key
+    from blis_core.cost.roofline import peak_flops
+
+    assert [dtype_key(t) for t in ("Q4_K", "Q8_0", "F16", "BF16")] == [
+        "gguf_q4_k",
+        "gguf_q8_0",
+        "fp16",
+        "bf16",
+    ]
+    assert memory.gguf_dtype_keys(catalog.model(LLAMA8B), "gguf:Q4_K_M") == (
+        "gguf_q4_k",
+        "gguf_q6_k",
+    )
+    cpu = catalog.chip("Core-i9-12900HK")
+    assert peak_flops(cpu, "gguf_q4_k") == cpu.peak_flops["int8"] == 3e12
+    v100 = catalog.chip("V100-SXM2-16GB")  # no int8 rate stated: its 16-bit tensor rate
+    assert peak_flops(v100, "gguf_q4_k") == v100.peak_flops["fp16"]

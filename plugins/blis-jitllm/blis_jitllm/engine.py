@@ -53,7 +53,14 @@ from blis_core.contracts.engine import (
 )
 from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.lowering import LoweringRequest
-from blis_core.contracts.plan import KVBudget, LayerKind, ParallelLayout, PlanPart, PoolPlan
+from blis_core.contracts.plan import (
+    GraphMode,
+    KVBudget,
+    LayerKind,
+    ParallelLayout,
+    PlanPart,
+    PoolPlan,
+)
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
@@ -658,11 +665,14 @@ class JitllmEngine:
         tokens = sum(u.tokens for u in units)
         # every pass runs every block: the host pager reads the blocks it does not hold
         page_in = self._pager.run_pass() if self._pager is not None else 0
+        # a run of blocks goes to its device as one submission (jitllm reports one
+        # submission a token with every block on the card), not one launch a kernel
         return StepShape(
             step_id=self._step_id,
             mode=mode,
             seqs=seqs,
             padded_tokens=tokens,
+            graph_mode=GraphMode.FULL,
             page_in_bytes=page_in,
         )
 

@@ -4,7 +4,9 @@
 Vidur's public operator profiles; ``data/calibrated-vllm-serving.yaml``: host and
 frontend overheads and kernel efficiencies fitted to real vLLM serving runs on H100
 (written by ``python bench/accuracy.py --fit --write-registry``; regenerate, do not
-edit). Inside its covered range an entry prices at its own rank (``calibrated``); outside
+edit); ``data/measured-jitllm.yaml``: jitllm's own measured kernel and link rates on the
+boxes it ran on (rank ``measured``, by hand from ``docs/upstream/jitllm.md`` §5). Inside
+its covered range an entry prices at its own rank (``calibrated``); outside
 it, as ``transferred``. Without this package every run is priced by the roofline floor alone.
 """
 
