@@ -234,23 +234,19 @@ def check_pool(
         factory = host.select_engine(pool.engine.kind, pool.engine.version)
     except PluginError as err:
         errors.append(FieldError(f"{where}.engine", str(pool.engine), str(err)))
-    chip = data.catalog.hardware.get(pool.hardware)
-    if chip is None:
-        errors.append(
-            FieldError(
-                f"{where}.hardware",
-                pool.hardware,
-                f"unknown hardware; the catalog has {sorted(data.catalog.hardware)}",
+    cat = data.catalog
+    for name, value, table in (
+        ("hardware", pool.hardware, cat.hardware),
+        ("model", pool.model, cat.models),
+        ("machine", pool.machine, cat.machines),
+    ):
+        if value is not None and value not in table:
+            errors.append(
+                FieldError(
+                    f"{where}.{name}", value, f"unknown {name}; the catalog has {sorted(table)}"
+                )
             )
-        )
-    if pool.model not in data.catalog.models:
-        errors.append(
-            FieldError(
-                f"{where}.model",
-                pool.model,
-                f"unknown model; the catalog has {sorted(data.catalog.models)}",
-            )
-        )
+    chip = cat.hardware.get(pool.hardware)
     if chip is not None and chip.processor != "accelerator":
         errors.append(
             FieldError(
@@ -260,25 +256,14 @@ def check_pool(
             )
         )
         chip = None
-    if pool.machine is not None:
-        box = data.catalog.machines.get(pool.machine)
-        if box is None:
-            errors.append(
-                FieldError(
-                    f"{where}.machine",
-                    pool.machine,
-                    f"unknown machine; the catalog has {sorted(data.catalog.machines)}",
-                )
+    box = cat.machines.get(pool.machine) if pool.machine is not None else None
+    held = sorted({a.hardware for a in box.accelerators}) if box is not None else []
+    if box is not None and pool.hardware not in held:
+        errors.append(
+            FieldError(
+                f"{where}.hardware", pool.hardware, f"machine {box.id} holds {held or 'nothing'}"
             )
-        elif pool.hardware not in {a.hardware for a in box.accelerators}:
-            errors.append(
-                FieldError(
-                    f"{where}.hardware",
-                    pool.hardware,
-                    f"machine {box.id} holds "
-                    f"{sorted({a.hardware for a in box.accelerators}) or 'no accelerator'}",
-                )
-            )
+        )
     if chip is not None and pool.layout.tp * pool.layout.pp > chip.max_gpus_per_node:
         errors.append(
             FieldError(
@@ -288,7 +273,8 @@ def check_pool(
                 f"{pool.hardware} node has ({chip.max_gpus_per_node})",
             )
         )
-    if factory is not None and chip is not None and pool.model in data.catalog.models:
+    known = pool.model in cat.models and (pool.machine is None or box is not None)
+    if factory is not None and chip is not None and known:
         env = make_environment(data, f"{pool.name}-plan", RandomStreams(seed))
         try:
             factory.plan(_pool_spec(pool), env)
