@@ -33,6 +33,7 @@ from blis_core.cost.environment import SimEnvironment
 from blis_core.cost.fit import BOOTSTRAP_RESAMPLES, fit_vidur
 from blis_core.cost.plans import default_plan
 from blis_core.cost.registry import Registry, entries_to_yaml_doc, load_registry
+from blis_core.cost.roofline import peak_flops
 
 __all__ = ["main", "register_cli"]
 
@@ -136,15 +137,17 @@ def _catalog_list(args: argparse.Namespace) -> int:
             "hardware": sorted(c.hardware),
             "fabrics": sorted(c.fabrics),
             "models": sorted(c.models),
+            "machines": sorted(c.machines),
         }
         print(json.dumps(doc, indent=2))
         return 0
     print(f"catalog {c.origin} ({c.content_hash[:16]})")
     print("hardware:")
     for hw in c.hardware.values():
-        print(f"  {hw.id:16} {hw.memory_bytes / 2**30:7.1f} GiB  "
+        kind = " (host cpu)" if hw.processor == "cpu" else ""
+        print(f"  {hw.id:22} {hw.memory_bytes / 2**30:7.1f} GiB  "
               f"{hw.memory_bandwidth_bytes_per_s / 1e12:5.2f} TB/s  "
-              f"bf16 {hw.peak_flops.get('bf16', 0) / 1e12:7.1f} TFLOP/s")  # fmt: skip
+              f"16-bit {peak_flops(hw, 'bf16') / 1e12:7.1f} TFLOP/s{kind}")  # fmt: skip
     print("fabrics:")
     for f in c.fabrics.values():
         print(f"  {f.id:12} {f.kind:9} {f.bandwidth_bytes_per_s / 1e9:6.0f} GB/s")
@@ -152,6 +155,13 @@ def _catalog_list(args: argparse.Namespace) -> int:
     for m in c.models.values():
         extra = f" moe {m.moe.num_experts}x top{m.moe.experts_per_token}" if m.moe else ""
         print(f"  {m.hf_id:40} {m.attention.value:5} {m.num_layers:3} layers {m.dtype}{extra}")
+    if c.machines:
+        print("machines:")
+    for box in c.machines.values():
+        cards = ", ".join(f"{a.count}x {a.hardware} on {a.link}" for a in box.accelerators)
+        print(f"  {box.id:32} {box.host_sockets}x {box.host}, "
+              f"{box.host_memory_bytes / 2**30:.0f} GiB; {cards or 'no accelerator'}; "
+              f"disk {box.storage or '-'}")  # fmt: skip
     return 0
 
 
