@@ -156,9 +156,10 @@ class PlanPart(Document):
     priced on ``hardware`` with the plan's KV groups and quantization. ``link`` names the
     fabric between the host and an accelerator part: the step's hidden state crosses it
     to the part and back (two crossings a step); a part on the host has none.
-    ``page_link`` names the link a pager reads the part's weights over; a step's
-    :attr:`~blis_core.contracts.shape.StepShape.page_in_bytes` are priced there, before
-    the part runs.
+    ``page_link`` names the link the part brings weights or KV over before it runs (a
+    weight pager's misses from the disk, KV history streamed back from the host); a
+    step's :attr:`~blis_core.contracts.shape.StepShape.page_in_bytes` for the part are
+    priced there.
     """
 
     hardware: str = Field(description="catalog key of the processor: accelerator or host CPU")
@@ -168,9 +169,9 @@ class PlanPart(Document):
     )
     page_link: str | None = Field(
         default=None,
-        description="fabric id the part's weight pages come over when a pager brings them "
-        "in (e.g. the machine's disk); a step's page_in_bytes are read over it. At most one "
-        "part of a plan pages",
+        description="fabric id the part brings weights or KV over before it runs (e.g. the "
+        "machine's disk for a weight pager, PCIe for KV streamed back from the host); the "
+        "step's page_in_bytes for this part are read over it",
     )
 
 

@@ -65,9 +65,10 @@ class StepShape:
     (``plan.draft_policy.layers``) in this step: 0 for none; otherwise the first pass
     runs over the step's padded tokens and each further pass over one token per
     sequence (EAGLE/MTP drafting after the verify pass).
-    ``page_in_bytes`` are weight bytes the step must read into memory before it can run
-    them (a pager's misses), over the link of the plan's paging part
-    (:attr:`~blis_core.contracts.plan.PlanPart.page_link`); 0 for a plan that pages nothing.
+    ``page_in_bytes`` holds, for each paging part of the plan (the parts with a
+    :attr:`~blis_core.contracts.plan.PlanPart.page_link`, in plan order), the bytes the
+    step must bring over that link before the part can run: a weight pager's misses, KV
+    history streamed back from the host; empty (or zeros) for a step that reads none.
     """
 
     step_id: int
@@ -80,7 +81,7 @@ class StepShape:
     num_stages: int = 1
     dp_rank_tokens: tuple[int, ...] = ()
     draft_passes: int = 0
-    page_in_bytes: int = 0
+    page_in_bytes: tuple[int, ...] = ()
 
     @property
     def scheduled_tokens(self) -> int:

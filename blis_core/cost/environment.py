@@ -213,7 +213,8 @@ class SimEnvironment:
         if not self.extra_methods:
             return seconds_to_us(cp.price_seconds(shape))
         ev, winners = self._with_extra(cp, cp.evaluate(shape), plan, shape)
-        cp.page_in_total += shape.page_in_bytes
+        for k, num_bytes in enumerate(shape.page_in_bytes):
+            cp.page_in_totals[k] += num_bytes
         for j, (rank, seconds) in enumerate(
             zip(ev.ranks.tolist(), ev.seconds.tolist(), strict=True)
         ):
@@ -313,8 +314,9 @@ class SimEnvironment:
         Environment priced; empty when no plan pages."""
         out: dict[str, int] = {}
         for cp in self._compiled.values():
-            if cp.page_link is not None and cp.page_in_total:
-                out[cp.page_link] = out.get(cp.page_link, 0) + cp.page_in_total
+            for link, total in zip(cp.page_links, cp.page_in_totals, strict=True):
+                if total:
+                    out[link] = out.get(link, 0) + total
         return out
 
     def rank_shares(self) -> dict[str, float]:

@@ -160,11 +160,11 @@ class CompiledPlan:
         out = np.zeros(n, dtype=np.int64)
         self.entries: list[CoefficientEntry] = []
         self.is_host = np.array([t.family.startswith("host") for t in self.terms])
-        # A pager's reads: a term whose link bytes are the step's page_in_bytes, not a
-        # linear function of the aggregates (-1: the plan pages nothing).
-        self.page_j = next((j for j, t in enumerate(self.terms) if t.family == "page_in"), -1)
-        self.page_link = self.terms[self.page_j].link if self.page_j >= 0 else None
-        self.page_in_total = 0
+        # Page-ins: per paging part a term whose link bytes are the step's page_in_bytes
+        # for it, not a linear function of the aggregates (none: the plan pages nothing).
+        self.page_js = [j for j, t in enumerate(self.terms) if t.family == "page_in"]
+        self.page_links = [str(self.terms[j].link) for j in self.page_js]
+        self.page_in_totals = [0] * len(self.page_js)
         kernel_launch_s = 0.0
         host_j = -1
         for j, term in enumerate(self.terms):
@@ -282,11 +282,13 @@ class CompiledPlan:
                 shape.padded_tokens,
                 f"below the {sched} scheduled tokens of shape.seqs",
             )
-        if shape.page_in_bytes and (shape.page_in_bytes < 0 or self.page_j < 0):
+        pages = shape.page_in_bytes
+        if pages and (len(pages) > len(self.page_js) or min(pages) < 0):
             raise InputRefused.one(
                 "shape.page_in_bytes",
-                shape.page_in_bytes,
-                "must be >= 0, and > 0 only for a plan with a paging part (PlanPart.page_link)",
+                pages,
+                f"one count >= 0 for each of the plan's {len(self.page_js)} paging part(s) "
+                "(PlanPart.page_link)",
             )
         if shape.num_stages != self.num_stages or not 0 <= shape.stage < shape.num_stages:
             raise InputRefused.one(
@@ -425,9 +427,9 @@ class CompiledPlan:
         a = np.array(self.aggregates(shape, check_seqs=False))
         w = self.matrix @ a
         w3 = w[: self.n3].reshape(3, self.n)
-        if self.page_j >= 0:
-            w3[2, self.page_j] = float(shape.page_in_bytes)
-            self.page_in_total += shape.page_in_bytes
+        for k, num_bytes in enumerate(shape.page_in_bytes):
+            w3[2, self.page_js[k]] = float(num_bytes)
+            self.page_in_totals[k] += num_bytes
         per = (w3 * self.inv).max(axis=0)
         per += w[self.n3 :] * self.per_item
         per += self._overhead(shape) * (w3.any(axis=0) | self.is_host)
@@ -448,7 +450,7 @@ class CompiledPlan:
         if (
             not shapes
             or self.has_draft
-            or self.page_j >= 0
+            or bool(self.page_js)
             or any(s.mode is StepMode.IDLE for s in shapes)
         ):
             return None
@@ -517,8 +519,8 @@ class CompiledPlan:
         a = np.array(self.aggregates(shape))
         n = self.n
         work = (self.matrix @ a).reshape(4, n)
-        if self.page_j >= 0:
-            work[2, self.page_j] = float(shape.page_in_bytes)
+        for k, num_bytes in enumerate(shape.page_in_bytes):
+            work[2, self.page_js[k]] = float(num_bytes)
         roof = work[:3] * self.inv
         per_launch = roof.max(axis=0) + self._overhead(shape) + work[3] * self.per_item
         launched = work[:3].any(axis=0) | self.is_host
@@ -611,10 +613,6 @@ def _split_terms(
         for t in lower(part.layers):
             terms.append(replace(t, hardware=part.hardware, layer=f"{tag}/{t.layer}"))
         if part.page_link is not None:
-            if any(t.family == "page_in" for t in terms):
-                raise InputRefused.one(
-                    "plan.parts", i, "at most one part of a plan pages (page_link)"
-                )
             terms.append(
                 Term(
                     "page_in",

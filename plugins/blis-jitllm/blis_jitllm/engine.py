@@ -29,9 +29,11 @@ sampled at the start of an iteration is the client's at the end of the step befo
 so a step's outcome carries the tokens the next iteration samples and the rows it
 retires; the rows stay in the loop, counted by admission, until that iteration starts.
 A row's KV pages are taken as it writes positions; the pool grows by doubling (else
-exactly) and keeps released pages. A row the pool cannot grow for would send its
-oldest pages home and stream them back (``kvevict.go``): not modelled yet, and the run
-stops with that reason; so does a host history beyond the host's memory.
+exactly) and keeps released pages. Where it cannot grow, rows' oldest wholly written
+pages go home (``kvevict.go``: other rows first, in the order they were admitted) and
+every later pass of such a row streams them back over the device's link, alone; when
+nothing written can go home jitllm would move a block home (``-relocate``), not ported,
+and the run stops with that reason; so does a host history beyond the host's memory.
 
 Kernels: every layer is priced as ``jitllm:generated`` (no cost method has measured
 jitllm's generated kernels, so the floor prices them and the Result says so); host
@@ -120,6 +122,12 @@ class PoolFacts:
     """the link the pager reads blocks over (the machine's disk)"""
     devices: int = 1
     """the devices the pool runs on"""
+    paging_parts: int = 0
+    """the plan's parts that read over a link before they run (a step's page_in_bytes)"""
+    pager_slot: int | None = None
+    """which of them carries the host pager's reads"""
+    device_slots: tuple[int | None, ...] = ()
+    """per device with a pool: which of them carries its KV streamed back from the host"""
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -156,6 +164,17 @@ def _weight_bytes(env: Environment, request: LoweringRequest, n: int) -> tuple[l
     return blocks, part(0, 0, True, False), part(0, 0, False, True)
 
 
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """A split plan's parts and, among its paging parts (those with a page link, in
+    order), which one carries the host pager's reads and which each device's KV
+    streamed back from the host."""
+
+    parts: tuple[PlanPart, ...]
+    pager_slot: int | None
+    device_slots: tuple[int | None, ...]
+
+
 def _parts(
     env: Environment,
     request: LoweringRequest,
@@ -165,11 +184,13 @@ def _parts(
     host: str,
     link: str,
     page_link: str | None,
-) -> tuple[PlanPart, ...]:
+    devices: int,
+) -> _Parts:
     """Runs of consecutive blocks by processor, in order: the embedding looked up on the
     host first, the head last where it was placed, the residual back on the host at every
-    change of device (jitllm has no peer-to-peer path); the first run of host blocks reads
-    the pager's page-ins over ``page_link``."""
+    change of device (jitllm has no peer-to-peer path). The first run of host blocks reads
+    the pager's page-ins over ``page_link``; each device's first run of blocks reads the
+    KV history it sent home back over ``link``."""
     n = len(owner)
     runs: list[tuple[int | None, int, int]] = []  # (device or None, start, end)
     for i, o in enumerate(owner):
@@ -181,8 +202,12 @@ def _parts(
         runs.insert(0, (None, 0, 0))
     if runs[-1][0] != head_device:
         runs.append((head_device, n, n))
-    pager = next((k for k, (o, a, b) in enumerate(runs) if o is None and b > a), None)
+    first: dict[int | None, int] = {}
+    for k, (o, a, b) in enumerate(runs):
+        if b > a:
+            first.setdefault(o, k)
     parts = []
+    slots: dict[int | None, int] = {}
     for k, (o, start, end) in enumerate(runs):
         sub = env.lower(
             request.model_copy(
@@ -193,15 +218,20 @@ def _parts(
                 }
             )
         )
+        reads = None
+        if first.get(o) == k:
+            reads = link if o is not None else page_link
+        if reads is not None:
+            slots[o] = len(slots)
         parts.append(
             PlanPart(
                 hardware=device if o is not None else host,
                 layers=sub.layers,
                 link=link if o is not None else None,
-                page_link=page_link if k == pager else None,
+                page_link=reads,
             )
         )
-    return tuple(parts)
+    return _Parts(tuple(parts), slots.get(None), tuple(slots.get(d) for d in range(devices)))
 
 
 def _device_indexes(
@@ -322,8 +352,19 @@ def _plan(
     host_limit = 0
     page_budget = 0
     page_link: str | None = None
-    parts: tuple[PlanPart, ...] = ()
     split = on_device < n or not head_on_device or len({o for o in owner}) > 1
+    if split:
+        parts = _Parts((), None, ())
+    else:
+        # every block and the head on one device: one part, no crossing to price; it
+        # reads back over its link the KV history it sends home
+        stream = hw.pcie_fabric
+        if machine is not None:
+            stream = next(a.link for a in machine.accelerators if a.hardware == hw.id)
+        only = PlanPart(hardware=hw.id, layers=partial.layers, page_link=stream)
+        parts = _Parts(
+            (only,), None, tuple(0 if d == owner[0] else None for d in range(len(devices)))
+        )
     if split:
         where = f"{n - on_device} of {n} blocks" + ("" if head_on_device else " and the head")
         if machine is None:
@@ -359,7 +400,9 @@ def _plan(
                     source,
                 )
         link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
-        parts = _parts(env, request, owner, ruled.device, hw.id, machine.host, link, page_link)
+        parts = _parts(
+            env, request, owner, ruled.device, hw.id, machine.host, link, page_link, len(devices)
+        )
     layer_page = page_bytes(kv_row, p)
     pooled = [d for d in range(len(devices)) if any(o == d for o in owner)]
     device_layers = tuple(sum(1 for o in owner if o == d) for d in pooled)
@@ -396,7 +439,7 @@ def _plan(
             )
             if pooled
             else _host_kv_budget(host_kv_limit, host_position, settings.max_seq),
-            "parts": parts,
+            "parts": parts.parts,
         }
     )
     facts = PoolFacts(
@@ -415,6 +458,9 @@ def _plan(
         host_block_sizes=host_sizes if page_budget else (),
         page_link=page_link,
         devices=len(pooled),
+        paging_parts=sum(1 for x in parts.parts if x.page_link is not None),
+        pager_slot=parts.pager_slot,
+        device_slots=tuple(parts.device_slots[d] for d in pooled),
     )
     return plan, facts, settings, model
 
@@ -465,6 +511,8 @@ class JitllmEngine:
         # per device with a pool: pages a layer, the dummy included
         self._pool_pages = [1] * len(facts.device_layers)
         self._held: dict[str, int] = {}
+        # per device with a pool: the oldest pages each row sent home (never brought back)
+        self._home: list[dict[str, int]] = [{} for _ in facts.device_layers]
         self._host_positions: dict[str, int] = {}
         self._host_total = 0
         self._requests: dict[str, InferenceRequest] = {}
@@ -494,26 +542,27 @@ class JitllmEngine:
     def _kv_room(self) -> tuple[int, int]:
         """``KVRoom``: on each device with a pool its free pages less one plus what its
         budget lets every layer grow by, the fewest over the devices, in positions; a page
-        of 0 when no block (no KV pool) is on a device."""
+        of 0 when no block (no KV pool) is on a device. Pages sent home are free."""
         f = self._facts
         if not f.device_layers:
             return 0, 0
-        held = sum(self._held.values())
+        total = sum(self._held.values())
         rooms = [
             DeviceKVRoom(
-                free_pages=(pages - 1 - held,),
+                free_pages=(pages - 1 - (total - sum(home.values())),),
                 page_bytes=(f.layer_page_bytes * layers,),  # its layers grow alike
                 grow_bytes=max(limit - pages * f.layer_page_bytes * layers, 0),
             )
-            for pages, layers, limit in zip(
-                self._pool_pages, f.device_layers, f.kv_limits, strict=True
+            for pages, layers, limit, home in zip(
+                self._pool_pages, f.device_layers, f.kv_limits, self._home, strict=True
             )
         ]
         return kv_room(rooms, f.page), f.page
 
     def _take_pages(self, units: list[Unit]) -> None:
         """Give each unit's row the pages of the positions it writes, growing each
-        device's pool; the blocks on the host keep their rows' history in the host's
+        device's pool, or, where it cannot grow, sending rows' oldest written pages home
+        (``evictForRoom``); the blocks on the host keep their rows' history in the host's
         memory."""
         f = self._facts
         if f.host_position_bytes:
@@ -525,10 +574,12 @@ class JitllmEngine:
         for u in units:
             end = u.start + u.tokens
             need[u.row.request_id] = max(need.get(u.row.request_id, 0), -(-end // p))
-        want = sum(need.values()) + 1
+        callers = {u.row.request_id for u in units}
         for d, (pages, layers, limit) in enumerate(
             zip(self._pool_pages, f.device_layers, f.kv_limits, strict=True)
         ):
+            home = self._home[d]
+            want = sum(need.values()) - sum(home.values()) + 1
             if want <= pages:
                 continue
             grown = grown_layer_pages(
@@ -538,15 +589,48 @@ class JitllmEngine:
                 page=f.layer_page_bytes,
                 limit=limit // f.layer_page_bytes // layers,
             )
-            if grown is None:
-                raise SimulationError(
-                    f"{ENGINE}: the KV pool of device {d} cannot grow to {want} pages a layer "
-                    f"(it holds {pages}); jitllm would send the oldest pages home "
-                    "and stream them back every token (kvevict.go), which is not modelled "
-                    "by blis-jitllm yet"
-                )
-            self._pool_pages[d] = grown
+            if grown is not None:
+                self._pool_pages[d] = grown
+            else:
+                self._evict(d, need, want - pages + 1, callers)
         self._held = need
+
+    def _evict(self, d: int, need: dict[str, int], short: int, callers: set[str]) -> None:
+        """``evictForRoom`` on device ``d``: free ``short`` pages (the want and one spare)
+        by sending wholly written pages home, oldest first, from the other rows in the
+        order they were admitted, the rows that asked last; a page index goes home in
+        every layer the device holds."""
+        p = self._facts.page
+        home = self._home[d]
+        rows = self.loop.rows
+        order = [r for r in rows if r.request_id not in callers] + [
+            r for r in rows if r.request_id in callers
+        ]
+        for r in order:
+            if short <= 0:
+                break
+            rid = r.request_id
+            written = r.fed if r.prompting() else r.prompt_tokens + r.n
+            evictable = min(need.get(rid, 0), written // p) - home.get(rid, 0)
+            take = min(max(evictable, 0), short)
+            if take:
+                home[rid] = home.get(rid, 0) + take
+                short -= take
+        if short > 1:  # the spare page may stay short; the want may not
+            raise SimulationError(
+                f"{ENGINE}: the KV pool of device {d} cannot grow and its rows have no "
+                "wholly written page left to send home; jitllm would move a block home "
+                "(-relocate), which is not modelled by blis-jitllm yet"
+            )
+
+    def _streamed(self, units: list[Unit]) -> list[int]:
+        """Per device with a pool: the KV bytes a pass of ``units`` streams back from the
+        host, every page its rows sent home, in every layer the device holds."""
+        f = self._facts
+        return [
+            sum(home.get(u.row.request_id, 0) for u in units) * f.layer_page_bytes * layers
+            for home, layers in zip(self._home, f.device_layers, strict=True)
+        ]
 
     def _take_host(self, units: list[Unit]) -> None:
         for u in units:
@@ -628,6 +712,11 @@ class JitllmEngine:
             self._iteration_start_us = now_us
             for units in self._passes:
                 self._take_pages(units)
+            if self._streams_too_many():
+                # a call may stream one row's history back, no more: the device refuses
+                # the joint shape and the rows run alone
+                self._passes = self.loop.refuse_joint()
+            for units in self._passes:
                 for u in units:
                     t = self._times.get(u.row.request_id)
                     if t is not None and u.prompt and t.prompt_start is None:
@@ -637,11 +726,20 @@ class JitllmEngine:
         self._in_flight = (shape, units)
         return shape
 
+    def _streams_too_many(self) -> bool:
+        """Whether the iteration's one joint pass has two or more rows with pages at home."""
+        if len(self._passes) != 1 or len(self._passes[0]) < 2:
+            return False
+        rows = {u.row.request_id for u in self._passes[0]}
+        return sum(1 for rid in rows if any(home.get(rid) for home in self._home)) >= 2
+
     def _retired(self, finished: list[tuple[str, str, int]], now_us: int) -> None:
         """Rows the iteration retired: their pages return to the pool; a cancelled one
         is reported as an abort at the next outcome."""
         for rid, reason, n in finished:
             self._held.pop(rid, None)
+            for home in self._home:
+                home.pop(rid, None)
             self._host_total -= self._host_positions.pop(rid, 0)
             if reason == "cancelled" and rid not in self._reported:
                 self._retire(rid, now_us, n)
@@ -663,8 +761,14 @@ class JitllmEngine:
             else StepMode.DECODE_ONLY
         )
         tokens = sum(u.tokens for u in units)
-        # every pass runs every block: the host pager reads the blocks it does not hold
-        page_in = self._pager.run_pass() if self._pager is not None else 0
+        # every pass runs every block: the host pager reads the blocks it does not hold,
+        # each device the history its rows sent home
+        page_in = [0] * self._facts.paging_parts
+        if self._pager is not None and self._facts.pager_slot is not None:
+            page_in[self._facts.pager_slot] = self._pager.run_pass()
+        for slot, num_bytes in zip(self._facts.device_slots, self._streamed(units), strict=True):
+            if slot is not None:
+                page_in[slot] += num_bytes
         # a run of blocks goes to its device as one submission (jitllm reports one
         # submission a token with every block on the card), not one launch a kernel
         return StepShape(
@@ -673,7 +777,7 @@ class JitllmEngine:
             seqs=seqs,
             padded_tokens=tokens,
             graph_mode=GraphMode.FULL,
-            page_in_bytes=page_in,
+            page_in_bytes=tuple(page_in) if any(page_in) else (),
         )
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:

@@ -215,6 +215,17 @@ class StepLoop:
         self._current = it
         return it
 
+    def refuse_joint(self) -> list[list[Unit]]:
+        """The device refused the current iteration's joint shape (``step``): its units
+        run alone, one pass each, and the run is not a timed sample of the choice."""
+        it = self._current
+        if it is None:
+            raise RuntimeError("no iteration is running")
+        it.joint = False
+        it.timed = False
+        it.passes = [[u] for p in it.passes for u in p]
+        return list(it.passes)
+
     def ran(self, duration_ns: int) -> None:
         """The current iteration's passes ran in ``duration_ns`` in all."""
         it = self._current

@@ -143,14 +143,42 @@ def test_an_abort_retires_a_row_at_the_next_iteration(
     assert engine.num_unfinished() == 1
 
 
-def test_a_history_the_pool_cannot_hold_stops_the_run_with_the_reason(
+def test_a_history_the_pool_cannot_hold_goes_home_and_streams_back(
     blis_environment: Callable[[str], Environment],
 ) -> None:
+    """kvevict.go: where the pool cannot grow, rows' oldest wholly written pages go home
+    (other rows first) and every later pass of such a row streams them back over the
+    link; a call streams one row's history at most, so such rows run alone."""
+    env = blis_environment("jitllm-6")
     # 17 GiB leaves under 1 GiB for history: outputs past the 512-token lookahead outgrow it
-    engine = _engine(blis_environment("jitllm-6"), **{"max-seq": 8192, "devices": "cuda:0=17G"})
-    for i in range(8):
-        engine.add_request(_request(f"r{i}", 100, 4000), 0)
-    with pytest.raises(SimulationError, match="send the oldest pages home"):
+    engine = _engine(env, **{"max-seq": 8192, "devices": "cuda:0=17G"})
+    for i in range(4):
+        engine.add_request(_request(f"r{i}", 100, 3000), 0)
+    steps = _run(engine)
+    finished = [f for _, o in steps for f in o.finished]
+    assert sorted((f.request_id, f.output_tokens) for f in finished) == [
+        (f"r{i}", 3000) for i in range(4)
+    ]
+    layer_page = 1024 * 2 * 4 * 256  # 8 KV heads x 128, K and V in float32, 256 positions
+    streamed = [s for s, _ in steps if s.page_in_bytes]
+    assert streamed, "no pass read history back"
+    assert all(s.page_in_bytes[0] % (layer_page * 32) == 0 for s in streamed)
+    # once two rows have pages at home, no pass carries both of them
+    assert max(len(s.seqs) for s in streamed[len(streamed) // 2 :]) == 1
+    assert engine.plan.parts[0].page_link == "pcie5-x16"  # the H100's own link
+
+
+def test_when_no_written_page_can_go_home_the_run_stops_naming_relocate(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("jitllm-7")
+    f = JitllmEngineFactory()
+    probe = f.build(_spec(**{"max-seq": 8192, "devices": "cuda:0=20G"}), env, "p-0")
+    fixed = 20 * 2**30 - probe._facts.kv_limits[0]
+    budget = (fixed + 150 * 2**20) // 2**20  # room for one page of every layer, no more
+    engine = _engine(env, **{"max-seq": 8192, "devices": f"cuda:0={budget}M"})
+    engine.add_request(_request("r", 600, 4), 0)
+    with pytest.raises(SimulationError, match="-relocate"):
         _run(engine)
 
 
