@@ -95,7 +95,10 @@ def print_summary(result: Result, out: str | None = None, console: Console | Non
             f"{link} {b / 2**30:.2f} GiB ({b / max(rep0.steps, 1) / 2**20:.1f} MiB a step)"
             for link, b in rep0.page_in_bytes.items()
         )
-        console.print(f"weights paged in (replication 0, {rep0.steps} steps): {paged}")
+        console.print(
+            f"paged in before steps ran (weights, KV history; replication 0, {rep0.steps} "
+            f"steps): {paged}"
+        )
     _print_coefficients(result, console)
     shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.rank_shares.items()))
     methods = ", ".join(f"{k} {v:.0%}" for k, v in sorted(rep0.method_shares.items()))

@@ -177,8 +177,9 @@ class ReplicationResult(Document):
     )
     page_in_bytes: dict[str, int] | None = Field(
         default=None,
-        description="link (fabric id) -> weight bytes paged in over it, over every instance "
-        "(engines that page weights, e.g. jitllm's host pager); None: nothing paged",
+        description="link (fabric id) -> bytes steps brought over it before they ran, over "
+        "every instance (engines that page weights or stream KV history back, e.g. jitllm's "
+        "host pager, KV eviction and -relocate); None: nothing paged",
     )
 
     @model_serializer(mode="wrap")

@@ -69,6 +69,8 @@ class StepShape:
     :attr:`~blis_core.contracts.plan.PlanPart.page_link`, in plan order), the bytes the
     step must bring over that link before the part can run: a weight pager's misses, KV
     history streamed back from the host; empty (or zeros) for a step that reads none.
+    ``part_set`` names the placement the step runs on: 0 the plan's ``parts``, ``k``
+    its ``part_sets[k-1]`` (a seam that moved at run time).
     """
 
     step_id: int
@@ -82,6 +84,7 @@ class StepShape:
     dp_rank_tokens: tuple[int, ...] = ()
     draft_passes: int = 0
     page_in_bytes: tuple[int, ...] = ()
+    part_set: int = 0
 
     @property
     def scheduled_tokens(self) -> int:

@@ -64,6 +64,8 @@ class SimEnvironment:
         self._extra_seconds: dict[str, float] = {}
         self._substream = substream
         self._compiled: dict[int, CompiledPlan] = {}
+        # (plan, part set) -> the plan it was made for and its compiled placement
+        self._part_sets: dict[tuple[int, int], tuple[PoolPlan, CompiledPlan]] = {}
         # (path, host_work, hardware) -> (overhead_us, per_item_us, entry)
         self._host_path: dict[tuple[str, str, str], tuple[float, float, CoefficientEntry | None]]
         self._host_path = {}
@@ -199,17 +201,36 @@ class SimEnvironment:
 
     # -- pricing -----------------------------------------------------------------------
 
-    def compiled(self, plan: PoolPlan) -> CompiledPlan:
-        """The plan's pricing program, compiled on first use."""
+    def compiled(self, plan: PoolPlan, part_set: int = 0) -> CompiledPlan:
+        """The plan's pricing program (on its ``part_sets[part_set-1]`` when
+        ``part_set`` is not 0), compiled on first use."""
+        if part_set:
+            return self._compiled_part_set(plan, part_set)
         cp = self._compiled.get(id(plan))
         if cp is None or cp.plan is not plan:
             cp = compile_plan(plan, self.catalog, self.registry)
             self._compiled[id(plan)] = cp
         return cp
 
+    def _compiled_part_set(self, plan: PoolPlan, part_set: int) -> CompiledPlan:
+        if not 0 < part_set <= len(plan.part_sets):
+            raise InputRefused.one(
+                "shape.part_set",
+                part_set,
+                f"the plan has {len(plan.part_sets)} other placement(s) (part_sets)",
+            )
+        key = (id(plan), part_set)
+        found = self._part_sets.get(key)
+        if found is None or found[0] is not plan:
+            moved = plan.model_copy(update={"parts": plan.part_sets[part_set - 1], "part_sets": ()})
+            found = (plan, compile_plan(moved, self.catalog, self.registry))
+            self._part_sets[key] = found
+            self._compiled[id(found[1])] = found[1]  # counted with the rest
+        return found[1]
+
     def price_step(self, plan: PoolPlan, shape: StepShape) -> int:
         """Duration of a padded step in microseconds (hot path); counts rank totals."""
-        cp = self.compiled(plan)
+        cp = self.compiled(plan, shape.part_set)
         if not self.extra_methods:
             return seconds_to_us(cp.price_seconds(shape))
         ev, winners = self._with_extra(cp, cp.evaluate(shape), plan, shape)
@@ -230,7 +251,7 @@ class SimEnvironment:
         """What :meth:`price_step` gives each of ``shapes``, in one pass and counted
         nowhere until :meth:`count_quote`; ``None`` where it cannot (per-kernel cost
         methods, IDLE steps, a draft model): price those one by one."""
-        if self.extra_methods:
+        if self.extra_methods or any(s.part_set for s in shapes):
             return None
         quote = self.compiled(plan).quote_seconds(shapes)
         if quote is None:
@@ -248,7 +269,7 @@ class SimEnvironment:
         Does not count toward the rank totals. ``family`` of a part is the primitive
         family; ``impl`` is ``<layer>:<kernel impl>``.
         """
-        cp = self.compiled(plan)
+        cp = self.compiled(plan, shape.part_set)
         ev = cp.evaluate(shape)
         if self.extra_methods:
             ev, _ = self._with_extra(cp, ev, plan, shape)

@@ -111,3 +111,19 @@ def test_each_paging_parts_reads_are_priced_over_its_link_and_counted(
             env.price_step(paging, dataclasses.replace(DECODE, page_in_bytes=bad))
     with pytest.raises(InputRefused, match="paging part"):
         env.price_step(split, read)
+
+
+def test_a_step_names_the_placement_it_ran_on(env: SimEnvironment) -> None:
+    """PoolPlan.part_sets: a seam that moves at run time (jitllm's -relocate); a step's
+    part_set prices it on that placement and counts it with the rest."""
+    plan = _split(env, 16).model_copy(
+        update={"part_sets": (_split(env, 12).parts, _split(env, 8).parts)}
+    )
+    alone = [env.price_step(_split(env, seam), DECODE) for seam in (16, 12, 8)]
+    for k in range(3):
+        assert env.price_step(plan, dataclasses.replace(DECODE, part_set=k)) == alone[k]
+    explained = env.explain_step(plan, dataclasses.replace(DECODE, part_set=2))
+    assert explained.duration_us == alone[2]
+    with pytest.raises(InputRefused, match="part_sets"):
+        env.price_step(plan, dataclasses.replace(DECODE, part_set=3))
+    assert env.quote_steps(plan, [dataclasses.replace(DECODE, part_set=1)]) is None

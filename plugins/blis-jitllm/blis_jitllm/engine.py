@@ -31,9 +31,12 @@ retires; the rows stay in the loop, counted by admission, until that iteration s
 A row's KV pages are taken as it writes positions; the pool grows by doubling (else
 exactly) and keeps released pages. Where it cannot grow, rows' oldest wholly written
 pages go home (``kvevict.go``: other rows first, in the order they were admitted) and
-every later pass of such a row streams them back over the device's link, alone; when
-nothing written can go home jitllm would move a block home (``-relocate``), not ported,
-and the run stops with that reason; so does a host history beyond the host's memory.
+every later pass of such a row streams them back over the device's link, alone. With
+``-relocate`` (on in ``jitllmd serve``; modelled on one device without the host pager)
+the highest block goes home with its history before any history does, the seam
+following the KV, and a step names the placement it ran on (``StepShape.part_set``);
+blocks come back, lowest first, when room returns. When neither frees room the run
+stops with that reason; so does a host history beyond the host's memory.
 
 Kernels: every layer is priced as ``jitllm:generated`` (no cost method has measured
 jitllm's generated kernels, so the floor prices them and the Result says so); host
@@ -128,6 +131,11 @@ class PoolFacts:
     """which of them carries the host pager's reads"""
     device_slots: tuple[int | None, ...] = ()
     """per device with a pool: which of them carries its KV streamed back from the host"""
+    relocate: tuple[tuple[int, int], ...] = ()
+    """``-relocate`` on one device: the blocks it may send home, highest first, each with
+    its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home"""
+    layer_position_bytes: int = 0
+    """KV bytes one position takes in one layer (float32 K and V)"""
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -405,6 +413,36 @@ def _plan(
         )
     layer_page = page_bytes(kv_row, p)
     pooled = [d for d in range(len(devices)) if any(o == d for o in owner)]
+    # -relocate (on in jitllmd serve): with one device, blocks go home one at a time, the
+    # highest first, when its pool can neither grow nor send history home; modelled where
+    # the host's budget holds every block beside the embedding and head (no pager)
+    relocate: tuple[tuple[int, int], ...] = ()
+    part_sets: tuple[tuple[PlanPart, ...], ...] = ()
+    if machine is not None and len(pooled) == 1 and not page_budget:
+        limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
+        if embedding + sum(blocks) + head <= limit:
+            host_limit = host_limit or limit
+            mine = [i for i, o in enumerate(owner) if o == pooled[0]]
+            relocate = tuple((i, blocks[i]) for i in reversed(mine[1:]))  # the first stays
+            link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
+            moved = list(owner)
+            sets = []
+            for i, _ in relocate:
+                moved[i] = None
+                sets.append(
+                    _parts(
+                        env,
+                        request,
+                        tuple(moved),
+                        ruled.device,
+                        hw.id,
+                        machine.host,
+                        link,
+                        None,
+                        len(devices),
+                    ).parts
+                )
+            part_sets = tuple(sets)
     device_layers = tuple(sum(1 for o in owner if o == d) for d in pooled)
     kv_limits = tuple(
         budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in pooled
@@ -413,15 +451,16 @@ def _plan(
         lim // (layer_page * layers) - 1
         for lim, layers in zip(kv_limits, device_layers, strict=True)
     ]
-    if any(x < 1 for x in pages):
+    if any(x < 1 for x in pages) and not relocate:
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         rooms = [b.limit - scratch - head for b in budgets]
         per_block = history_per_block + layer_page  # and the pool's dummy page
         raise _no_kv_room(settings, blocks, rooms, per_block, names, source)
     host_position = (n - on_device) * page_bytes(kv_row, 1)
     host_kv_limit = 0
-    if machine is not None and host_position:
-        resident = min(host_weights, host_limit)
+    if machine is not None and (host_position or relocate):
+        # with -relocate, room for the history of every block that may go home
+        resident = min(host_weights, host_limit) + sum(c for _, c in relocate)
         host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
     on_card = sum(placement.used[d] - scratch for d in pooled) + (head if head_on_device else 0)
     plan = partial.model_copy(
@@ -430,16 +469,18 @@ def _plan(
             "resident_weight_bytes": on_card,
             "activation_peak_bytes": scratch,
             "kv_budget": KVBudget(
-                num_gpu_blocks=min(pages),
+                num_gpu_blocks=max(min(pages), 0),
                 block_size_tokens=p,
                 kv_bytes=sum(
-                    x * layer_page * layers for x, layers in zip(pages, device_layers, strict=True)
+                    max(x, 0) * layer_page * layers
+                    for x, layers in zip(pages, device_layers, strict=True)
                 ),
                 available_bytes=sum(kv_limits),
             )
             if pooled
             else _host_kv_budget(host_kv_limit, host_position, settings.max_seq),
             "parts": parts.parts,
+            "part_sets": part_sets,
         }
     )
     facts = PoolFacts(
@@ -461,6 +502,8 @@ def _plan(
         paging_parts=sum(1 for x in parts.parts if x.page_link is not None),
         pager_slot=parts.pager_slot,
         device_slots=tuple(parts.device_slots[d] for d in pooled),
+        relocate=relocate,
+        layer_position_bytes=page_bytes(kv_row, 1),
     )
     return plan, facts, settings, model
 
@@ -510,6 +553,13 @@ class JitllmEngine:
                 self._pager.run_pass()  # the warm-up generate before serving
         # per device with a pool: pages a layer, the dummy included
         self._pool_pages = [1] * len(facts.device_layers)
+        # -relocate: blocks sent home so far, and what the devices hold now
+        self._moved = 0
+        self._layers = list(facts.device_layers)
+        self._limits = list(facts.kv_limits)
+        self._host_position = facts.host_position_bytes
+        self._migrated = 0  # KV and weight bytes a relocation moves, read by the next pass
+        self._room_changed = False
         self._held: dict[str, int] = {}
         # per device with a pool: the oldest pages each row sent home (never brought back)
         self._home: list[dict[str, int]] = [{} for _ in facts.device_layers]
@@ -554,7 +604,7 @@ class JitllmEngine:
                 grow_bytes=max(limit - pages * f.layer_page_bytes * layers, 0),
             )
             for pages, layers, limit, home in zip(
-                self._pool_pages, f.device_layers, f.kv_limits, self._home, strict=True
+                self._pool_pages, self._layers, self._limits, self._home, strict=True
             )
         ]
         return kv_room(rooms, f.page), f.page
@@ -565,9 +615,9 @@ class JitllmEngine:
         (``evictForRoom``); the blocks on the host keep their rows' history in the host's
         memory."""
         f = self._facts
-        if f.host_position_bytes:
-            self._take_host(units)
         if not f.device_layers:
+            if self._host_position:
+                self._take_host(units)
             return
         p = f.page
         need = dict(self._held)
@@ -575,13 +625,23 @@ class JitllmEngine:
             end = u.start + u.tokens
             need[u.row.request_id] = max(need.get(u.row.request_id, 0), -(-end // p))
         callers = {u.row.request_id for u in units}
-        for d, (pages, layers, limit) in enumerate(
-            zip(self._pool_pages, f.device_layers, f.kv_limits, strict=True)
-        ):
+        for d in range(len(self._pool_pages)):
+            self._fit(d, need, callers)
+        self._held = need
+        if self._host_position:
+            self._take_host(units)
+
+    def _fit(self, d: int, need: dict[str, int], callers: set[str]) -> None:
+        """Room for the pass on device ``d``: grow the pool; else, with ``-relocate``, send
+        the highest block home and try again (``relocateFor``: the seam follows the KV);
+        else send rows' written history home (``evictForRoom``)."""
+        f = self._facts
+        while True:
+            pages, layers, limit = self._pool_pages[d], self._layers[d], self._limits[d]
             home = self._home[d]
             want = sum(need.values()) - sum(home.values()) + 1
             if want <= pages:
-                continue
+                return
             grown = grown_layer_pages(
                 pages,
                 want,
@@ -591,15 +651,59 @@ class JitllmEngine:
             )
             if grown is not None:
                 self._pool_pages[d] = grown
-            else:
-                self._evict(d, need, want - pages + 1, callers)
-        self._held = need
+                return
+            if self._moved < len(f.relocate):
+                self._relocate_one(d, need)
+                continue
+            if self._evict(d, need, want - pages + 1, callers) <= 1:
+                return
+            raise SimulationError(
+                f"{ENGINE}: the KV pool of device {d} cannot grow and its rows have no "
+                "wholly written page left to send home; jitllm would move a block home "
+                "(-relocate)"
+                + (
+                    ", which is not modelled by blis-jitllm on several devices or with the "
+                    "host pager"
+                    if not f.relocate
+                    else ", and every block but the first has gone: it would demote every "
+                    "block to the host, which is not modelled by blis-jitllm"
+                )
+            )
 
-    def _evict(self, d: int, need: dict[str, int], short: int, callers: set[str]) -> None:
+    def _relocate_one(self, d: int, need: dict[str, int]) -> None:
+        """``relocateHome``: the highest block left on the device goes home with its
+        KV history; its weights' room goes to the pool."""
+        f = self._facts
+        _, charge = f.relocate[self._moved]
+        resident = sum(need.values()) - sum(self._home[d].values())
+        self._moved += 1
+        self._layers[d] -= 1
+        self._limits[d] += charge
+        self._host_position += f.layer_position_bytes
+        self._migrated += charge + resident * f.layer_page_bytes
+
+    def _reclaim(self) -> None:
+        """``reclaim``: once room came back (a row left), offer the blocks sent home back,
+        lowest first, keeping each only while the pool still fits beside it."""
+        f = self._facts
+        self._room_changed = False
+        while self._moved:
+            _, charge = f.relocate[self._moved - 1]
+            layers = self._layers[0] + 1
+            if self._pool_pages[0] * f.layer_page_bytes * layers > self._limits[0] - charge:
+                return
+            resident = sum(self._held.values()) - sum(self._home[0].values())
+            self._moved -= 1
+            self._layers[0] = layers
+            self._limits[0] -= charge
+            self._host_position -= f.layer_position_bytes
+            self._migrated += charge + resident * f.layer_page_bytes
+
+    def _evict(self, d: int, need: dict[str, int], short: int, callers: set[str]) -> int:
         """``evictForRoom`` on device ``d``: free ``short`` pages (the want and one spare)
         by sending wholly written pages home, oldest first, from the other rows in the
         order they were admitted, the rows that asked last; a page index goes home in
-        every layer the device holds."""
+        every layer the device holds. Returns the pages still short."""
         p = self._facts.page
         home = self._home[d]
         rows = self.loop.rows
@@ -616,12 +720,7 @@ class JitllmEngine:
             if take:
                 home[rid] = home.get(rid, 0) + take
                 short -= take
-        if short > 1:  # the spare page may stay short; the want may not
-            raise SimulationError(
-                f"{ENGINE}: the KV pool of device {d} cannot grow and its rows have no "
-                "wholly written page left to send home; jitllm would move a block home "
-                "(-relocate), which is not modelled by blis-jitllm yet"
-            )
+        return short  # more than one (the spare): the want does not fit
 
     def _streamed(self, units: list[Unit]) -> list[int]:
         """Per device with a pool: the KV bytes a pass of ``units`` streams back from the
@@ -629,7 +728,7 @@ class JitllmEngine:
         f = self._facts
         return [
             sum(home.get(u.row.request_id, 0) for u in units) * f.layer_page_bytes * layers
-            for home, layers in zip(self._home, f.device_layers, strict=True)
+            for home, layers in zip(self._home, self._layers, strict=True)
         ]
 
     def _take_host(self, units: list[Unit]) -> None:
@@ -640,7 +739,7 @@ class JitllmEngine:
             if end > before:
                 self._host_positions[rid] = end
                 self._host_total += end - before
-        held = self._host_total * self._facts.host_position_bytes
+        held = self._host_total * self._host_position
         if held > self._facts.host_kv_limit_bytes:
             raise SimulationError(
                 f"{ENGINE}: the history of the blocks on the host ({held / 2**30:.2f} GiB) "
@@ -710,6 +809,8 @@ class JitllmEngine:
                     break
             self._passes = list(it.passes)
             self._iteration_start_us = now_us
+            if self._moved and self._room_changed:
+                self._reclaim()
             for units in self._passes:
                 self._take_pages(units)
             if self._streams_too_many():
@@ -740,6 +841,7 @@ class JitllmEngine:
             self._held.pop(rid, None)
             for home in self._home:
                 home.pop(rid, None)
+            self._room_changed = True
             self._host_total -= self._host_positions.pop(rid, 0)
             if reason == "cancelled" and rid not in self._reported:
                 self._retire(rid, now_us, n)
@@ -768,7 +870,8 @@ class JitllmEngine:
             page_in[self._facts.pager_slot] = self._pager.run_pass()
         for slot, num_bytes in zip(self._facts.device_slots, self._streamed(units), strict=True):
             if slot is not None:
-                page_in[slot] += num_bytes
+                page_in[slot] += num_bytes + self._migrated
+                self._migrated = 0
         # a run of blocks goes to its device as one submission (jitllm reports one
         # submission a token with every block on the card), not one launch a kernel
         return StepShape(
@@ -778,6 +881,7 @@ class JitllmEngine:
             padded_tokens=tokens,
             graph_mode=GraphMode.FULL,
             page_in_bytes=tuple(page_in) if any(page_in) else (),
+            part_set=self._moved,
         )
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
@@ -903,6 +1007,11 @@ class JitllmEngineFactory:
             "host weight budget": facts.host_limit_bytes or "no machine",
             "host weights": facts.host_weight_bytes,
             **_paging(facts),
+            "relocate": (
+                f"on: up to {len(facts.relocate)} blocks go home as the history grows"
+                if facts.relocate
+                else "not modelled for this placement (several devices, the host pager, no machine)"
+            ),
             "kv page positions": facts.page,
             "kv pages a layer": budget.num_gpu_blocks if budget is not None else 0,
         }

@@ -67,11 +67,13 @@ def test_blocks_that_do_not_fit_the_card_run_on_the_host(
     assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks >= 4096 // 256
 
 
-def test_a_card_filled_with_blocks_leaves_no_kv_room_and_the_refusal_says_where_to_cut(
+def test_a_card_filled_with_blocks_beside_the_host_pager_is_refused_naming_where_to_cut(
     blis_environment: Callable[[str], Environment],
 ) -> None:
+    """-relocate is modelled without the host pager only: with the pager on, a card
+    that fill-first left without a KV page is refused, naming the -gpu-layers to use."""
     with pytest.raises(InputRefused) as exc:
-        JitllmEngineFactory().plan(_spec(), blis_environment("p-0"))
+        JitllmEngineFactory().plan(_spec(maxmem="2G"), blis_environment("p-0"))
     err = exc.value.errors[0]
     assert err.path == "engine.args.gpu-layers"
     assert "-relocate" in err.cause and "gpu-layers 13 leaves room" in err.cause
@@ -202,3 +204,47 @@ def test_host_blocks_beyond_the_host_budget_are_paged_from_the_disk(
     cold.add_request(InferenceRequest("r", 0, (PromptSegment("r", 16),), 4), 0)
     first = cold.schedule(0)
     assert first is not None and first.page_in_bytes[1] > 35 * 2**30  # a cold pass: it all
+
+
+def test_relocate_sends_blocks_home_as_the_history_grows_and_takes_them_back(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """jitllmd serve runs with -relocate: a card filled with blocks (fill-first) has no
+    KV room, so before a pass the highest block goes home, one at a time, until the
+    pool fits (forward.go relocateFor); each step runs on the placement of that moment."""
+    env = blis_environment("p-0")
+    f = JitllmEngineFactory()
+    spec = _spec(**{"max-queue": -1})
+    plan = f.plan(spec, env)
+    on_card = f.resolved_args(spec, env)["device blocks"]
+    assert isinstance(on_card, int) and on_card == 21
+    assert len(plan.part_sets) == on_card - 1  # the first block never goes home
+    assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks == 0
+    # with k blocks home, the card runs k fewer
+    cards = [sum(_qkv(p) for p in parts if p.hardware == GPU) for parts in plan.part_sets]
+    assert cards == list(range(on_card - 1, 0, -1))
+    engine = f.build(spec, env, "p-0")
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 3000),), 8), 0)
+    shapes = []
+    now = 0
+    while engine.num_unfinished():
+        shape = engine.schedule(now)
+        assert shape is not None
+        shapes.append(shape)
+        now += 1000
+        engine.complete(shape, now)
+    moved = [s.part_set for s in shapes]
+    assert moved[0] > 0 and moved == sorted(moved)  # home as the history grows
+    first = shapes[0].page_in_bytes[0]  # the blocks' weights and history crossing
+    assert first >= sum(c for _, c in engine._facts.relocate[: moved[0]])
+    # room came back (here: the budget raised, one of jitllm's triggers): the blocks are
+    # offered back, lowest first, each kept while the pool still fits beside it
+    engine._limits[0] += 8 << 30
+    engine._reclaim()
+    assert engine._moved == 0
+
+
+def _qkv(part: object) -> int:
+    from blis_core.contracts.plan import LayerKind
+
+    return sum(x.count for x in part.layers if x.kind is LayerKind.QKV_PROJ)  # type: ignore[attr-defined]
