@@ -58,7 +58,10 @@ def validity_of(
             )
     for pool in scenario.deployment.pools:
         if pool.engine.kind not in domain["engines"]:
-            reasons.append(f"pool {pool.name!r}: engine {pool.engine.kind!r} has no measurements")
+            reasons.append(
+                f"pool {pool.name!r}: engine {pool.engine.kind!r} has no measured serving run "
+                "behind the calibration"
+            )
         if (pool.model, pool.hardware, pool.layout.tp) not in covered:
             reasons.append(
                 f"pool {pool.name!r}: {pool.model} on {pool.hardware} TP{pool.layout.tp} "
