@@ -163,6 +163,7 @@ class CompiledPlan:
         # Page-ins: per paging part a term whose link bytes are the step's page_in_bytes
         # for it, not a linear function of the aggregates (none: the plan pages nothing).
         self.page_js = [j for j, t in enumerate(self.terms) if t.family == "page_in"]
+        self.is_page = np.array([t.family == "page_in" for t in self.terms])
         self.page_links = [str(self.terms[j].link) for j in self.page_js]
         self.page_in_totals = [0] * len(self.page_js)
         kernel_launch_s = 0.0
@@ -524,8 +525,8 @@ class CompiledPlan:
         roof = work[:3] * self.inv
         per_launch = roof.max(axis=0) + self._overhead(shape) + work[3] * self.per_item
         launched = work[:3].any(axis=0) | self.is_host
-        if shape.mode is StepMode.IDLE:
-            launched = self.is_host
+        if shape.mode is StepMode.IDLE:  # host work, and whatever it pages in
+            launched = self.is_host | (self.is_page & (work[2] > 0))
         per_launch = np.where(launched, per_launch, 0.0)
         seconds = per_launch * self.counts[self.stage_kind(shape)]
         inside = ((work[:3] >= self.lo) & (work[:3] <= self.hi)).all(axis=0)

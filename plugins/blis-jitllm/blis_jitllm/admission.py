@@ -1,8 +1,9 @@
 """The jitllm server's admission: which waiting requests become rows of the next step.
 
-From ``server/batch.go`` at commit ``e6008533`` (``admit``, ``rowPages``, ``kvRoom``;
-``docs/upstream/jitllm.md`` §4 describes a later version that also parks rows for
-fairness and promises from a resumed row's position):
+The rules of ``admit``, ``rowPages`` and ``kvRoom`` in ``server/batch.go`` at commit
+``e6008533`` (:func:`admit`); ``@1c67daec`` promises from a resumed row's position
+(``resumed_at``) and parks rows for fairness, which :class:`~blis_jitllm.step_loop.StepLoop`
+adds over :func:`row_pages`:
 
 * a step has at most ``width`` rows (``-max-batch``, else 512);
 * requests are taken first come, first served; each is promised the history pages of
@@ -35,21 +36,32 @@ class Waiting:
     max_tokens: int
 
 
-def row_pages(prompt_tokens: int, max_tokens: int, pos: int, page: int, max_seq: int = 0) -> int:
+def row_pages(
+    prompt_tokens: int,
+    max_tokens: int,
+    pos: int,
+    page: int,
+    max_seq: int = 0,
+    resumed_at: int = 0,
+) -> int:
     """``rowPages``: pages a row's history takes once its prompt and its promised
-    generation are in, less those of the ``pos`` positions it already holds."""
+    generation (up to ``ADMIT_LOOKAHEAD`` tokens beyond those it had when it was last
+    resumed, ``batch.go@1c67daec``) are in, less those of the ``pos`` positions it
+    already holds."""
     if page <= 0:
         return 0
-    end = prompt_tokens + min(max(max_tokens, 0), ADMIT_LOOKAHEAD)
+    end = prompt_tokens + min(max(max_tokens, 0), resumed_at + ADMIT_LOOKAHEAD)
     if max_seq > 0:
         end = min(end, max_seq)
     return max(-(-end // page) - -(-pos // page), 0)
 
 
-def promised_positions(rows: Sequence[tuple[int, int, int]], page: int, max_seq: int = 0) -> int:
-    """What the admitted rows, each (prompt tokens, max tokens, positions held), are
-    still promised, in positions."""
-    return sum(row_pages(p, m, pos, page, max_seq) * page for p, m, pos in rows)
+def promised_positions(
+    rows: Sequence[tuple[int, int, int] | tuple[int, int, int, int]], page: int, max_seq: int = 0
+) -> int:
+    """What the admitted rows, each (prompt tokens, max tokens, positions held[,
+    tokens at their last resume]), are still promised, in positions."""
+    return sum(row_pages(*row[:3], page, max_seq, *row[3:]) * page for row in rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -545,7 +545,12 @@ class JitllmEngine:
             joint_steps=settings.joint_steps,
             kv_room=self._kv_room,
             max_seq=settings.max_seq,
+            park=self._park_row,
+            resume=self._resume_row,
         )
+        # KV bytes parks and resumes move at the next admission, per device with a pool
+        self._swap = [0] * len(facts.device_layers)
+        self._swaps = (0, 0)
         self._pager: BudgetPager | None = None
         if facts.host_page_budget:
             self._pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
@@ -772,7 +777,7 @@ class JitllmEngine:
         max_tokens = min(request.max_output_tokens, max_seq - n)
         self._requests[request.request_id] = request
         self._times[request.request_id] = _Times()
-        self.loop.submit(request.request_id, n, max_tokens)
+        self.loop.submit(request.request_id, n, max_tokens, now_us * 1000)
         self._metrics["jitllm_sessions"] = float(len(self._requests))
 
     def abort_request(self, request_id: str, now_us: int) -> None:
@@ -801,11 +806,12 @@ class JitllmEngine:
             # ``serve``: admit and iterate until a step runs or no row is left (an
             # iteration that only retired rows frees room for the next admission)
             while True:
-                it = self.loop.iterate()
+                it = self.loop.iterate(now_us * 1000)
                 if it is None:
                     return None
                 self._retired(it.finished, now_us)
-                if it.passes:
+                swaps = (len(it.parked), len(it.resumed))
+                if it.passes or any(swaps):
                     break
             self._passes = list(it.passes)
             self._iteration_start_us = now_us
@@ -817,6 +823,12 @@ class JitllmEngine:
                 # a call may stream one row's history back, no more: the device refuses
                 # the joint shape and the rows run alone
                 self._passes = self.loop.refuse_joint()
+            if any(swaps):
+                # parking and resuming rows (admission's own work, before the step) moves
+                # their history between the devices and the host: timed on its own
+                shape = self._swap_shape(swaps)
+                self._in_flight = (shape, [])
+                return shape
             for units in self._passes:
                 for u in units:
                     t = self._times.get(u.row.request_id)
@@ -826,6 +838,41 @@ class JitllmEngine:
         shape = self._shape(units)
         self._in_flight = (shape, units)
         return shape
+
+    def _park_row(self, row: Row) -> None:
+        """``parkRow``: the row's history on the devices goes home (its pages free)."""
+        rid = row.request_id
+        pages = self._held.pop(rid, 0)
+        for d, home in enumerate(self._home):
+            resident = pages - home.pop(rid, 0)
+            self._swap[d] += resident * self._facts.layer_page_bytes * self._layers[d]
+
+    def _resume_row(self, row: Row) -> None:
+        """``resumeRow``: its whole history comes back to the devices (its pages are
+        taken again when it next runs)."""
+        pages = -(-(row.fed + row.n) // self._facts.page) if self._facts.page else 0
+        for d in range(len(self._swap)):
+            self._swap[d] += pages * self._facts.layer_page_bytes * self._layers[d]
+
+    def _swap_shape(self, swaps: tuple[int, int]) -> StepShape:
+        """An admission's parks and resumes as a step of their own: no tokens, the
+        history they move over each device's link."""
+        self._step_id += 1
+        self._swaps = swaps
+        page_in = [0] * self._facts.paging_parts
+        for slot, num_bytes in zip(self._facts.device_slots, self._swap, strict=True):
+            if slot is not None:
+                page_in[slot] += num_bytes
+        self._swap = [0] * len(self._swap)
+        return StepShape(
+            step_id=self._step_id,
+            mode=StepMode.IDLE,
+            seqs=(),
+            padded_tokens=0,
+            graph_mode=GraphMode.FULL,
+            page_in_bytes=tuple(page_in) if any(page_in) else (),
+            part_set=self._moved,
+        )
 
     def _streams_too_many(self) -> bool:
         """Whether the iteration's one joint pass has two or more rows with pages at home."""
@@ -891,6 +938,10 @@ class JitllmEngine:
             raise AssertionError(f"step {shape.step_id} completed out of order")
         _, units = self._in_flight
         self._in_flight = None
+        if shape.mode is StepMode.IDLE:  # the parks and resumes of an admission
+            self.loop.swapped(*self._swaps, (now_us - self._iteration_start_us) * 1000)
+            self._iteration_start_us = now_us
+            return StepOutcome(step_id=shape.step_id)
         first = tuple(u.row.request_id for u in units if u.prompt and u.start == 0)
         if self._passes:
             return StepOutcome(step_id=shape.step_id, first_scheduled=first)
