@@ -194,6 +194,7 @@ def test_when_no_written_page_can_go_home_the_run_stops_naming_relocate(
     st.lists(st.integers(0, 13), max_size=4),
     st.sampled_from(["auto", "always", "never"]),
     st.integers(0, 6),
+    st.booleans(),
 )
 def test_any_workload_ends_with_every_request_answered_once(
     blis_environment: Callable[[str], Environment],
@@ -201,9 +202,25 @@ def test_any_workload_ends_with_every_request_answered_once(
     aborts: list[int],
     joint: str,
     width: int,
+    laptop: bool,
 ) -> None:
+    """Any arrivals, aborts, joint modes and widths (parking rows at small widths), on an
+    H100 (KV eviction) or on the laptop whose card fill-first leaves no KV room
+    (-relocate sending blocks home and back)."""
     env = blis_environment("jitllm-fuzz")
-    engine = _engine(env, **{"max-seq": 4096, "joint-steps": joint, "max-batch": width})
+    args = {"max-seq": 4096, "joint-steps": joint, "max-batch": width}
+    if laptop:
+        spec = EnginePoolSpec(
+            "p",
+            MODEL,
+            "RTX3050Ti-Laptop-4GB",
+            ParallelLayout(),
+            {**args, "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"},
+            machine="laptop-rtx3050ti-i9-12900hk",
+        )
+        engine = JitllmEngineFactory().build(spec, env, "p-0")
+    else:
+        engine = _engine(env, **args)
     arrivals = sorted((t, f"r{i}", p, o) for i, (p, o, t) in enumerate(requests))
     abort_at = {f"r{i}" for i in aborts if i < len(requests)}
     plan = engine.plan
