@@ -185,14 +185,7 @@ def test_host_blocks_beyond_the_host_budget_are_paged_from_the_disk(
     assert 14 * 2**30 < per_pass < 17 * 2**30
     engine = f.build(spec, env, "p-0")
     engine.add_request(InferenceRequest("r", 0, (PromptSegment("r", 16),), 4), 0)
-    shapes = []
-    now = 0
-    while engine.num_unfinished():
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 1000
-        engine.complete(shape, now)
+    shapes = _one_at_a_time(engine)
     assert all(s.page_in_bytes[1] > 14 * 2**30 for s in shapes)
     cold = f.build(
         EnginePoolSpec(
@@ -225,14 +218,7 @@ def test_relocate_sends_blocks_home_as_the_history_grows_and_takes_them_back(
     assert cards == list(range(on_card - 1, 0, -1))
     engine = f.build(spec, env, "p-0")
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 3000),), 8), 0)
-    shapes = []
-    now = 0
-    while engine.num_unfinished():
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 1000
-        engine.complete(shape, now)
+    shapes = _one_at_a_time(engine)
     moved = [s.part_set for s in shapes]
     assert moved[0] > 0 and moved == sorted(moved)  # home as the history grows
     first = shapes[0].page_in_bytes[0]  # the blocks' weights and history crossing
@@ -242,6 +228,21 @@ def test_relocate_sends_blocks_home_as_the_history_grows_and_takes_them_back(
     engine._limits[0] += 8 << 30
     engine._reclaim()
     assert engine._moved == 0
+
+
+def _one_at_a_time(engine: object) -> list[StepShape]:
+    """Run ``engine`` to the end, a step at a time (1 ms each); its steps in order."""
+    from blis_jitllm import JitllmEngine
+
+    assert isinstance(engine, JitllmEngine)
+    shapes, now = [], 0
+    while engine.num_unfinished():
+        shape = engine.schedule(now)
+        assert shape is not None
+        shapes.append(shape)
+        now += 1000
+        engine.complete(shape, now)
+    return shapes
 
 
 def _qkv(part: object) -> int:
