@@ -201,6 +201,8 @@ class StepLoop:
         for r in [r for r in self.waiting if r.parked and r.cancelled]:
             self.waiting.remove(r)
             it.finished.append((r.request_id, "cancelled", r.n))
+        if not self.waiting:
+            return
         if self.fairness > 0:
             boost = fair_boost_ns(self.fairness)
             self.waiting.sort(key=lambda r: r.since_ns - r.priority * boost)
