@@ -1058,6 +1058,10 @@ class JitllmEngineFactory:
             "host weight budget": facts.host_limit_bytes or "no machine",
             "host weights": facts.host_weight_bytes,
             **_paging(facts),
+            "memory prefix cache": (
+                "not modelled: jitllmd serves with it on (-no-mem-cache off), so requests "
+                "sharing a prompt prefix would restore it instead of prefilling it"
+            ),
             "relocate": (
                 f"on: up to {len(facts.relocate)} blocks go home as the history grows"
                 if facts.relocate
