@@ -71,6 +71,7 @@ from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 from blis_jitllm.budgets import device_budget, host_budget
 from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
+from blis_jitllm.memcache import MemCache
 from blis_jitllm.paging import BudgetPager
 from blis_jitllm.placement import Device, Placement, place_blocks, place_head
 from blis_jitllm.settings import FLAGS, JitllmSettings, resolve_settings
@@ -93,6 +94,9 @@ METRIC_NAMES = (
 )
 _KERNEL = "jitllm:generated"
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
+#: host KV pages hold float16 K and V on an AVX2 host (``-kv-f16``'s default there; both
+#: catalog machines' CPUs have AVX2)
+_HOST_KV_BYTES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +140,11 @@ class PoolFacts:
     its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home"""
     layer_position_bytes: int = 0
     """KV bytes one position takes in one layer (float32 K and V)"""
+    cache_limit: int = 0
+    """the memory prefix cache's bound (0: off)"""
+    cache_position_bytes: int = 0
+    """what one position of every attention layer takes in it (host KV: float16 K and V)"""
+    logits_bytes: int = 0
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -504,8 +513,23 @@ def _plan(
         device_slots=tuple(parts.device_slots[d] for d in pooled),
         relocate=relocate,
         layer_position_bytes=page_bytes(kv_row, 1),
+        cache_limit=_cache_limit(settings, machine, host_weights),
+        cache_position_bytes=n * kv_row * 2 * _HOST_KV_BYTES,
+        logits_bytes=model.vocab_size * 4,
     )
     return plan, facts, settings, model
+
+
+def _cache_limit(settings: JitllmSettings, machine: MachineSpec | None, host_weights: int) -> int:
+    """``storeLimit``: ``-mem-cache-max``, else an eighth of the model's host share less
+    its weights there (with nothing else loaded, the bound on the host memory available
+    gives the same); 0 when the cache is off or the pool names no machine to hold it."""
+    if not settings.mem_cache or machine is None:
+        return 0
+    if settings.mem_cache_max:
+        return settings.mem_cache_max
+    total = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
+    return max((total - host_weights) // 8, 1)
 
 
 def _host_kv_budget(limit: int, position: int, max_seq: int) -> KVBudget:
@@ -551,6 +575,12 @@ class JitllmEngine:
         # KV bytes parks and resumes move at the next admission, per device with a pool
         self._swap = [0] * len(facts.device_layers)
         self._swaps = (0, 0)
+        self._cache: MemCache | None = None
+        if facts.cache_limit:
+            self._cache = MemCache(
+                facts.cache_limit, 256, facts.cache_position_bytes, facts.logits_bytes
+            )
+        self._uploads: dict[str, int] = {}  # restored positions a row's first pass uploads
         self._pager: BudgetPager | None = None
         if facts.host_page_budget:
             self._pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
@@ -727,6 +757,10 @@ class JitllmEngine:
                 short -= take
         return short  # more than one (the spare): the want does not fit
 
+    def _device_position_bytes(self) -> int:
+        """KV bytes one position takes over the layers on the device (float32)."""
+        return self._facts.layer_position_bytes * sum(self._layers)
+
     def _streamed(self, units: list[Unit]) -> list[int]:
         """Per device with a pool: the KV bytes a pass of ``units`` streams back from the
         host, every page its rows sent home, in every layer the device holds."""
@@ -777,7 +811,15 @@ class JitllmEngine:
         max_tokens = min(request.max_output_tokens, max_seq - n)
         self._requests[request.request_id] = request
         self._times[request.request_id] = _Times()
-        self.loop.submit(request.request_id, n, max_tokens, now_us * 1000)
+        restored = 0
+        if self._cache is not None:
+            # RestorePrefix, before the request is queued: the store's pages of the
+            # shared prefix go to the host, then up to every device layer
+            prompt = tuple((s.content_key, s.num_tokens) for s in request.prompt)
+            restored = self._cache.lookup(prompt, n)
+            if restored:
+                self._uploads[request.request_id] = restored
+        self.loop.submit(request.request_id, n, max_tokens, now_us * 1000, restored)
         self._metrics["jitllm_sessions"] = float(len(self._requests))
 
     def abort_request(self, request_id: str, now_us: int) -> None:
@@ -915,9 +957,12 @@ class JitllmEngine:
         page_in = [0] * self._facts.paging_parts
         if self._pager is not None and self._facts.pager_slot is not None:
             page_in[self._facts.pager_slot] = self._pager.run_pass()
-        for slot, num_bytes in zip(self._facts.device_slots, self._streamed(units), strict=True):
+        restored = sum(self._uploads.pop(u.row.request_id, 0) for u in units if u.prompt)
+        streamed = self._streamed(units)
+        for d, slot in enumerate(self._facts.device_slots):
             if slot is not None:
-                page_in[slot] += num_bytes + self._migrated
+                upload = restored * self._facts.layer_position_bytes * self._layers[d]
+                page_in[slot] += streamed[d] + upload + self._migrated
                 self._migrated = 0
         # a run of blocks goes to its device as one submission (jitllm reports one
         # submission a token with every block on the card), not one launch a kernel
@@ -972,6 +1017,12 @@ class JitllmEngine:
         t = self._times[rid]
         if t.prompt_done is None:
             t.prompt_done = now_us
+            if self._cache is not None:
+                # SealPrompt: the device layers' history comes down, the pages go in
+                request = self._requests[rid]
+                prompt = tuple((s.content_key, s.num_tokens) for s in request.prompt)
+                self._cache.seal(prompt, r.prompt_tokens)
+                self._migrated += r.prompt_tokens * self._device_position_bytes()
             self._metrics["jitllm_tokens_prefilled_total"] += r.prompt_tokens
         retirement = r.retirement()
         if retirement == "cancelled":
@@ -1059,8 +1110,11 @@ class JitllmEngineFactory:
             "host weights": facts.host_weight_bytes,
             **_paging(facts),
             "memory prefix cache": (
-                "not modelled: jitllmd serves with it on (-no-mem-cache off), so requests "
-                "sharing a prompt prefix would restore it instead of prefilling it"
+                f"on: {facts.cache_limit} bytes"
+                if facts.cache_limit
+                else "off (-no-mem-cache)"
+                if not s.mem_cache
+                else "off: the pool names no machine, whose host memory holds it"
             ),
             "relocate": (
                 f"on: up to {len(facts.relocate)} blocks go home as the history grows"

@@ -81,8 +81,16 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
         ),
         "sessions": ("refused", "not modelled by blis-jitllm yet: session reuse and parking"),
         "session-pool": ("refused", "not modelled by blis-jitllm yet: session reuse"),
-        "no-mem-cache": ("refused", "not modelled by blis-jitllm yet: the memory prefix cache"),
-        "mem-cache-max": ("refused", "not modelled by blis-jitllm yet: the memory prefix cache"),
+        "no-mem-cache": (
+            "modelled",
+            "turns off the memory prefix cache (on by default: a prompt sharing a prefix "
+            "with an earlier one restores it instead of prefilling; it needs the machine)",
+        ),
+        "mem-cache-max": (
+            "modelled",
+            "the memory prefix cache's bound (default: an eighth of the model's host share "
+            "less its weights on the host)",
+        ),
         "kv-f16": (
             "refused",
             "not modelled by blis-jitllm yet: float16 V beside float32 K is no KV dtype the "
@@ -123,6 +131,10 @@ class JitllmSettings:
     """``None``: unbounded."""
     warm: bool = True
     """``-warm``: a warm-up generate before serving."""
+    mem_cache: bool = True
+    """the memory prefix cache (``-no-mem-cache`` turns it off)"""
+    mem_cache_max: int | None = None
+    """``-mem-cache-max``: its bound as given; ``None``: derived."""
 
 
 def _int(args: Mapping[str, Any], name: str, default: int, errors: list[FieldError]) -> int:
@@ -275,6 +287,11 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
     if not isinstance(warm, bool):
         errors.append(FieldError("engine.args.warm", warm, "must be true or false"))
         warm = True
+    no_cache = args.get("no-mem-cache", False)
+    if not isinstance(no_cache, bool):
+        errors.append(FieldError("engine.args.no-mem-cache", no_cache, "must be true or false"))
+        no_cache = False
+    cache_max = _size(args, "mem-cache-max", errors)
     width = _int(args, "max-batch", 0, errors)
     chunk = _int(args, "prompt-chunk", 0, errors)
     fixed = _int(args, "step-prompt-tokens", 0, errors)
@@ -302,6 +319,8 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
         host_mem=host_mem,
         weights=weights,
         warm=warm,
+        mem_cache=not no_cache,
+        mem_cache_max=cache_max,
         width=width,
         prompt_chunk=chunk if chunk > 0 else 512,
         step_prompt_tokens=max(fixed, 0),

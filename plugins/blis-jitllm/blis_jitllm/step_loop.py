@@ -155,9 +155,19 @@ class StepLoop:
 
     # -- requests --------------------------------------------------------------------
 
-    def submit(self, request_id: str, prompt_tokens: int, max_tokens: int, now_ns: int = 0) -> None:
-        """A request waits for a row (``submit``)."""
-        self.waiting.append(Row(request_id, prompt_tokens, max_tokens, since_ns=now_ns))
+    def submit(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        now_ns: int = 0,
+        restored: int = 0,
+    ) -> None:
+        """A request waits for a row (``submit``), ``restored`` prompt positions already
+        in (the memory prefix cache's)."""
+        self.waiting.append(
+            Row(request_id, prompt_tokens, max_tokens, fed=restored, since_ns=now_ns)
+        )
 
     def cancel(self, request_id: str) -> bool:
         """A client left: a waiting request is withdrawn (``True``); a row is marked and
