@@ -206,7 +206,8 @@ def test_any_workload_ends_with_every_request_answered_once(
 ) -> None:
     """Any arrivals, aborts, joint modes and widths (parking rows at small widths), on an
     H100 (KV eviction) or on the laptop whose card fill-first leaves no KV room
-    (-relocate sending blocks home and back)."""
+    (-relocate sending blocks home and back; its memory prefix cache restoring the
+    prompts' shared half)."""
     env = blis_environment("jitllm-fuzz")
     args = {"max-seq": 4096, "joint-steps": joint, "max-batch": width}
     if laptop:
@@ -231,7 +232,9 @@ def test_any_workload_ends_with_every_request_answered_once(
     for _ in range(100_000):
         while pending and pending[0][0] <= now:
             _, rid, p, o = pending.pop(0)
-            engine.add_request(_request(rid, p, o), now)
+            # half of every prompt is one shared text: the memory prefix cache restores it
+            shared = (PromptSegment("shared", p // 2), PromptSegment(rid, p - p // 2))
+            engine.add_request(InferenceRequest(rid, 0, shared, o), now)
             if rid in abort_at and len(rid) % 2:
                 engine.abort_request(rid, now)  # some leave while queued
         while (shape := engine.schedule(now)) is not None:
