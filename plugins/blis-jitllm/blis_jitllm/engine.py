@@ -835,6 +835,7 @@ class JitllmEngine:
         self._requests.pop(request_id, None)
         self._times.pop(request_id, None)
         self._sent.pop(request_id, None)
+        self._uploads.pop(request_id, None)
         self._reported.discard(request_id)
         self._metrics["jitllm_sessions"] = float(len(self._requests))
 

@@ -263,3 +263,4 @@ def test_any_workload_ends_with_every_request_answered_once(
         else:
             assert rid in abort_at
     assert sum(engine._held.values()) == 0  # every page came back
+    assert not engine._uploads  # no restore left waiting for a row that is gone
