@@ -134,6 +134,15 @@ class GgufLayout:
         norms = self.block_norm_bytes * len(self.blocks)
         return (sum(self.blocks) - norms) / sum(self.block_linear_weights)
 
+    def head_bytes_per_weight(self) -> float:
+        """Bytes per weight of the output head's matrix."""
+        elems, size = GGML_TYPES[self.head_type]
+        return size / elems
+
+    def dtype_keys(self) -> tuple[str, str]:
+        """The dtype keys of the blocks' products (their base type) and the head's."""
+        return dtype_key(self.base_type), dtype_key(self.head_type)
+
 
 def gguf_layout(model: ModelArchitecture, quantization: str) -> GgufLayout:
     """The tensors' bytes under ``quantization``'s recipe (refuse first with

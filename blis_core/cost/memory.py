@@ -21,8 +21,7 @@ import math
 from blis_core.contracts.catalog import AttentionKind, ModelArchitecture
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
-from blis_core.cost.gguf import GGML_TYPES, gguf_layout, gguf_problem, is_gguf
-from blis_core.cost.gguf import dtype_key as gguf_dtype_key
+from blis_core.cost.gguf import gguf_layout, gguf_problem, is_gguf
 
 __all__ = [
     "GIB",
@@ -31,9 +30,7 @@ __all__ = [
     "draft_weight_bytes_per_rank",
     "dtype_bytes",
     "dtype_key",
-    "gguf_dtype_keys",
-    "gguf_head_bytes_per_weight",
-    "gguf_linear_bytes_per_weight",
+    "gguf_layout",
     "graph_memory_bytes",
     "is_gguf",
     "kv_bytes_per_token_per_layer",
@@ -161,26 +158,40 @@ def weight_bytes_per_rank(
     quant = quantization if quantization is not None else model.quantization
     if quant is not None and is_gguf(quant):
         return range_weight_bytes(model, layout, quant, (0, model.num_layers), True, True)
-    wdtype = weights_dtype or model.dtype
-    half = 2.0
-    lin_b, exp_b = _linear_bytes(wdtype, quant)
-    vocab_rows = pad_vocab(model.vocab_size) / layout.tp
-    embed = vocab_rows * model.hidden_size * half
-    lm_head = 0.0 if model.tie_word_embeddings else embed
+    lin_b, exp_b = _linear_bytes(weights_dtype or model.dtype, quant)
     layers = model.num_layers + (model.num_mtp_layers if include_mtp else 0)
     stages = pp_stage_layers(layers, layout.pp)
     best = 0.0
     for s, (start, end) in enumerate(stages):
-        total = 0.0
-        for i in range(start, end):
-            lin, exp, repl = _layer_split(model, layout, min(i, model.num_layers - 1))
-            total += lin * lin_b + exp * exp_b + repl * half
-        if s == 0:
-            total += embed
-        if s == len(stages) - 1:
-            total += lm_head + model.hidden_size * half
+        total = _stage_bytes(
+            model, layout, lin_b, exp_b, (start, end), s == 0, s == len(stages) - 1
+        )
         best = max(best, total)
     return int(best)
+
+
+def _stage_bytes(
+    model: ModelArchitecture,
+    layout: ParallelLayout,
+    lin_b: float,
+    exp_b: float,
+    layer_range: tuple[int, int],
+    embedding: bool,
+    head: bool,
+) -> float:
+    """Weight bytes on one rank of the layers ``[start, end)`` (an MTP layer past the
+    model's counts as its last), with the embedding and the head when asked."""
+    half = 2.0
+    total = 0.0
+    for i in range(*layer_range):
+        lin, exp, repl = _layer_split(model, layout, min(i, model.num_layers - 1))
+        total += lin * lin_b + exp * exp_b + repl * half
+    embed = pad_vocab(model.vocab_size) / layout.tp * model.hidden_size * half
+    if embedding:
+        total += embed
+    if head:
+        total += (0.0 if model.tie_word_embeddings else embed) + model.hidden_size * half
+    return total
 
 
 def _linear_bytes(wdtype: str, quant: str | None) -> tuple[float, float]:
@@ -215,40 +226,12 @@ def range_weight_bytes(
     embedding and the output head (final norm and LM head) when asked: one part of a
     split plan. GGUF file types take llama.cpp's tensor types (:mod:`blis_core.cost.gguf`)."""
     quant = quantization if quantization is not None else model.quantization
-    start, end = layer_range
     if quant is not None and is_gguf(quant):
         g = gguf_layout(model, quant)
+        start, end = layer_range
         return sum(g.blocks[start:end]) + g.embedding * embedding + g.head * head
-    half = 2.0
     lin_b, exp_b = _linear_bytes(model.dtype, quant)
-    total = 0.0
-    for i in range(start, end):
-        lin, exp, repl = _layer_split(model, layout, i)
-        total += lin * lin_b + exp * exp_b + repl * half
-    vocab_rows = pad_vocab(model.vocab_size) / layout.tp
-    embed = vocab_rows * model.hidden_size * half
-    if embedding:
-        total += embed
-    if head:
-        total += (0.0 if model.tie_word_embeddings else embed) + model.hidden_size * half
-    return int(total)
-
-
-def gguf_linear_bytes_per_weight(model: ModelArchitecture, quantization: str) -> float:
-    """Bytes per matrix weight of the decoder layers in a GGUF file of ``quantization``."""
-    return gguf_layout(model, quantization).linear_bytes_per_weight()
-
-
-def gguf_dtype_keys(model: ModelArchitecture, quantization: str) -> tuple[str, str]:
-    """The dtype keys of a GGUF file's block matrices (its base type) and output head."""
-    g = gguf_layout(model, quantization)
-    return gguf_dtype_key(g.base_type), gguf_dtype_key(g.head_type)
-
-
-def gguf_head_bytes_per_weight(model: ModelArchitecture, quantization: str) -> float:
-    """Bytes per weight of the output head's matrix in a GGUF file of ``quantization``."""
-    elems, size = GGML_TYPES[gguf_layout(model, quantization).head_type]
-    return size / elems
+    return int(_stage_bytes(model, layout, lin_b, exp_b, layer_range, embedding, head))
 
 
 def draft_weight_bytes_per_rank(

@@ -683,9 +683,10 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
         # quantized weights with 8-bit-quantized activations (ggml's vec_dot with Q8
         # activations), keyed by the weights' type (gguf_q4_k …), which a chip's peaks
         # read as its int8 rate where it states one
-        wb = exp_b = memory.gguf_linear_bytes_per_weight(model, quant)
-        head_b = memory.gguf_head_bytes_per_weight(model, quant)
-        cdt, head_dt = memory.gguf_dtype_keys(model, quant)
+        gguf = memory.gguf_layout(model, quant)
+        wb = exp_b = gguf.linear_bytes_per_weight()
+        head_b = gguf.head_bytes_per_weight()
+        cdt, head_dt = gguf.dtype_keys()
     groups = {g.name: g for g in plan.kv_groups}
     h = float(model.hidden_size)
 

@@ -170,7 +170,7 @@ def test_gguf_products_are_keyed_by_block_type_and_read_the_int8_rate(catalog: C
         "fp16",
         "bf16",
     ]
-    assert memory.gguf_dtype_keys(catalog.model(LLAMA8B), "gguf:Q4_K_M") == (
+    assert gguf_layout(catalog.model(LLAMA8B), "gguf:Q4_K_M").dtype_keys() == (
         "gguf_q4_k",
         "gguf_q6_k",
     )
