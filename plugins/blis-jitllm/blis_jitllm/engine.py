@@ -109,7 +109,6 @@ class PoolFacts:
     """per such device: the bytes its KV pool may take after blocks, head and scratch"""
     page: int
     """``P``: positions a KV page holds."""
-    layer_page_bytes: int
     device_blocks: int = 0
     host_blocks: int = 0
     head_on_device: bool = True
@@ -145,6 +144,11 @@ class PoolFacts:
     cache_position_bytes: int = 0
     """what one position of every attention layer takes in it (host KV: float16 K and V)"""
     logits_bytes: int = 0
+
+    @property
+    def layer_page_bytes(self) -> int:
+        """One KV page of one layer on a device."""
+        return self.page * self.layer_position_bytes
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -496,7 +500,6 @@ def _plan(
         device_layers,
         kv_limits,
         p,
-        layer_page,
         device_blocks=on_device,
         host_blocks=n - on_device,
         head_on_device=head_on_device,
