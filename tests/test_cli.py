@@ -159,6 +159,8 @@ def test_plugin_new_refuses_bad_kinds_and_names(
     [
         (["plan", "--engine", "toy@1.0", "--model", "meta-llama/Llama-2-7b-hf",
           "--hardware", "H100-SXM", "--tp", "0"], "tp: 0: Input should be greater than 0"),
+        (["plan", "--engine", "toy@1.0", "--model", "meta-llama/Llama-2-7b-hf",
+          "--hardware", "H100-SXM", "--machine", "a-box"], "'a-box': unknown machine"),
         (["replay", "/no/such/result.json"], "result: '/no/such/result.json': no such file"),
         (["run", "--out", "/no/such/dir/r.json"], "folder '/no/such/dir' does not exist"),
         (["run", "--engine", "toy"], "engine 'toy' needs a version; modelled releases"),

@@ -14,6 +14,11 @@ def test_catalog_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["catalog", "list", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert "H100-SXM" in doc["hardware"] and "openai/gpt-oss-120b" in doc["models"]
+    assert "v100-sxm2-8x-e5-2680v4" in doc["machines"]
+    assert main(["catalog", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "Core-i9-12900HK" in text and "(host cpu)" in text
+    assert "8x V100-SXM2-16GB on pcie3-x16; disk nvme-gen4" in text
 
 
 def test_cost_memory_json(capsys: pytest.CaptureFixture[str]) -> None:

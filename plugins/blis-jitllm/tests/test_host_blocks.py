@@ -249,3 +249,16 @@ def _qkv(part: object) -> int:
     from blis_core.contracts.plan import LayerKind
 
     return sum(x.count for x in part.layers if x.kind is LayerKind.QKV_PROJ)  # type: ignore[attr-defined]
+
+
+def test_blis_plan_prints_where_each_part_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from blis_core.cli import main
+
+    argv = ["plan", "--engine", "jitllm@2026.12.3", "--model", LLAMA, "--hardware", GPU]
+    args = ["--load", Q4, "--max-seq", "4096", "--gpu-layers", "13"]
+    assert main([*argv, "--machine", LAPTOP, *args]) == 0
+    out = capsys.readouterr().out
+    assert f"part 0            {CPU}: embedding x1" in out
+    assert f"part 1            {GPU} via pcie4-x8: norm x26, qkv_proj x13" in out
+    assert "resolved          host blocks = 19" in out
+    assert "resolved          memory prefix cache = on: " in out
