@@ -67,6 +67,12 @@ class HardwareSpec(Document):
     compute_capability: str | None = Field(
         default=None, description="e.g. 9.0 for Hopper; None on AMD"
     )
+    die: str | None = Field(
+        default=None,
+        description="the compute die the part is built on (e.g. GH100 for H100 and H200): "
+        "parts on one die have the same SMs, clocks and kernels, so an efficiency fitted on "
+        "one prices the other (against its own peaks) at rank transferred; None: no sibling",
+    )
     processor: str = Field(
         default="accelerator",
         pattern="^(accelerator|cpu)$",

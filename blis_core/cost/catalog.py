@@ -198,6 +198,16 @@ class Catalog:
                 "hardware", hardware_id, f"unknown hardware; catalog has {sorted(self.hardware)}"
             ) from None
 
+    def die_siblings(self, hardware_id: str) -> tuple[str, ...]:
+        """The other chips built on ``hardware_id``'s die (sorted; none when its die is
+        unset or unknown): the chips whose fitted entries may price it, transferred."""
+        hw = self.hardware.get(hardware_id)
+        if hw is None or hw.die is None:
+            return ()
+        return tuple(
+            sorted(k for k, v in self.hardware.items() if v.die == hw.die and k != hardware_id)
+        )
+
     def fabric(self, fabric_id: str) -> FabricSpec:
         """The facts of link kind ``fabric_id``; refuses an unknown fabric."""
         try:
@@ -355,11 +365,13 @@ def _check_machine(
 
 
 def _hardware_doc(hw: HardwareSpec) -> dict[str, object]:
-    """A chip's canonical document; ``processor`` is left out for an accelerator, so
-    a catalog without host CPUs keeps its hash."""
+    """A chip's canonical document; ``processor`` is left out for an accelerator and
+    ``die`` when unset, so a catalog that states neither keeps its hash."""
     doc: dict[str, object] = hw.model_dump(mode="json")
     if doc.get("processor") == "accelerator":
         doc.pop("processor")
+    if doc.get("die") is None:
+        doc.pop("die")
     return doc
 
 

@@ -44,7 +44,7 @@ from blis_core.contracts.plan import GraphMode, LayerKind, LoweredLayer, Paralle
 from blis_core.contracts.shape import StepMode, StepShape
 from blis_core.cost import memory
 from blis_core.cost.catalog import Catalog
-from blis_core.cost.registry import CoefficientEntry, Registry
+from blis_core.cost.registry import CoefficientEntry, Registry, effective_rank
 from blis_core.cost.roofline import entry_constants, link_bandwidth
 
 __all__ = ["CompiledPlan", "StepEvaluation", "StepQuote", "Term", "compile_plan"]
@@ -180,7 +180,14 @@ class CompiledPlan:
                 )
                 found = chips[where_key] = (thw, bw)
             thw, link_bw = found
-            entry = registry.best(term.family, term.impl, thw.id, term.dtype, term.ranks)
+            entry = registry.best(
+                term.family,
+                term.impl,
+                thw.id,
+                term.dtype,
+                term.ranks,
+                catalog.die_siblings(thw.id),
+            )
             if entry is None:
                 raise InputRefused.one(
                     "cost_methods",
@@ -196,10 +203,7 @@ class CompiledPlan:
             for r, key in enumerate(("flops", "bytes_moved", "link_bytes")):
                 if key in entry.covered:
                     lo[r, j], hi[r, j] = entry.covered[key]
-            b = int(entry.price_rank)
-            rng = entry.covered.get("ranks")
-            if rng is not None and not rng[0] <= term.ranks <= rng[1]:
-                b = max(b, int(CoefficientRank.TRANSFERRED))
+            b = effective_rank(entry, thw.id, term.ranks)
             base[j] = b
             out[j] = max(b, int(CoefficientRank.TRANSFERRED)) if entry.method == "fitted" else b
             if term.family == "host_step":

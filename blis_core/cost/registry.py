@@ -15,7 +15,12 @@ fractions of peak; what they price ranks ``roofline`` whatever the provenance
 (``assumed``/``literature``) of the fractions. ``method: fitted`` entries price at their
 own rank, and as ``transferred`` outside their ``covered`` range (``flops``,
 ``bytes_moved``, ``link_bytes``: ``[lo, hi]`` per work, per kernel; ``ranks``; ``items``
-for the host families). A fitted entry may state a ``spread`` per fitted parameter
+for the host families). A fitted entry of one chip also prices a chip built on the
+same die (the catalog's ``die``: H100 and H200 share GH100), as ``transferred``: the same
+kernels on the same SMs, priced against the other chip's own peaks; a chip's own entries
+win over its sibling's, a sibling's roofline fractions are never borrowed, and host paths
+(``host_request``, run on the host CPU) are not looked up this way. A fitted entry may
+state a ``spread`` per fitted parameter
 (``[lo, hi]`` holding its value): the coefficients' own uncertainty, which prices nothing
 and is not hashed; ``--coefficient-draws`` draws from it
 (:mod:`blis_core.runner.coefficients`).
@@ -56,6 +61,7 @@ __all__ = [
     "CoefficientEntry",
     "RankTotals",
     "Registry",
+    "effective_rank",
     "entries_to_yaml_doc",
     "load_registry",
 ]
@@ -159,6 +165,19 @@ def _specificity(e: CoefficientEntry) -> int:
     return impl + (e.hardware != "*") * 2 + (e.dtype != "*")
 
 
+def effective_rank(entry: CoefficientEntry, hardware: str, ranks: int | None = None) -> int:
+    """The rank ``entry`` prices work on chip ``hardware`` spanning ``ranks`` at, before
+    its FLOP and byte ranges are checked: its own, or ``transferred`` when it was fitted on
+    another chip (a die sibling) or its covered ``ranks`` exclude ``ranks``."""
+    rank = int(entry.price_rank)
+    rng = entry.covered.get("ranks")
+    if entry.hardware not in ("*", hardware) or (
+        ranks is not None and rng is not None and not rng[0] <= ranks <= rng[1]
+    ):
+        return max(rank, int(CoefficientRank.TRANSFERRED))
+    return rank
+
+
 def impl_matches(pattern: str, impl: str) -> bool:
     """``*`` (any), the exact impl, or a prefix pattern ``<prefix>*`` (e.g. ``frontend:*``)."""
     if pattern == "*" or pattern == impl:
@@ -174,22 +193,33 @@ class Registry:
     content_hash: str
     origin: str
     providers: tuple[str, ...] = ()
-    _cache: dict[tuple[str, str, str, str, int | None], CoefficientEntry | None] = field(
-        default_factory=dict, repr=False
-    )
+    _cache: dict[
+        tuple[str, str, str, str, int | None, tuple[str, ...]], CoefficientEntry | None
+    ] = field(default_factory=dict, repr=False)
 
     def best(
-        self, family: str, impl: str, hardware: str, dtype: str, ranks: int | None = None
+        self,
+        family: str,
+        impl: str,
+        hardware: str,
+        dtype: str,
+        ranks: int | None = None,
+        siblings: tuple[str, ...] = (),
     ) -> CoefficientEntry | None:
         """The entry of the smallest price rank matching the key (then the most specific).
 
         With ``ranks`` (the number of ranks a collective spans, known when a plan is
         compiled), an entry whose covered ``ranks`` range excludes it counts as
         ``transferred``, so an entry fitted elsewhere never shadows one that covers the
-        case. ``None`` only when no entry matches at all; the embedded registry holds a
-        roofline entry for every family on every chip (``*``), so this never happens with it.
+        case. ``siblings`` are the chips on ``hardware``'s die
+        (:meth:`~blis_core.cost.catalog.Catalog.die_siblings`): their fitted entries
+        match too, as ``transferred`` (their efficiencies priced against this chip's own
+        peaks), so they rank above the roofline floor and below anything fitted on the
+        chip itself. ``None`` only when no entry matches at all; the embedded registry
+        holds a roofline entry for every family on every chip (``*``), so this never
+        happens with it.
         """
-        key = (family, impl, hardware, dtype, ranks)
+        key = (family, impl, hardware, dtype, ranks, siblings)
         if key in self._cache:
             return self._cache[key]
         found = [
@@ -197,17 +227,19 @@ class Registry:
             for e in self.entries
             if e.family == family
             and impl_matches(e.impl, impl)
-            and e.hardware in ("*", hardware)
+            and (e.hardware in ("*", hardware) or (e.hardware in siblings and e.method == "fitted"))
             and e.dtype in ("*", dtype)
         ]
 
-        def effective(e: CoefficientEntry) -> int:
-            rng = e.covered.get("ranks")
-            if ranks is not None and rng is not None and not rng[0] <= ranks <= rng[1]:
-                return max(int(e.price_rank), int(CoefficientRank.TRANSFERRED))
-            return int(e.price_rank)
-
-        best = min(found, key=lambda e: (effective(e), -_specificity(e)), default=None)
+        best = min(
+            found,
+            key=lambda e: (
+                effective_rank(e, hardware, ranks),
+                e.hardware in siblings,
+                -_specificity(e),
+            ),
+            default=None,
+        )
         self._cache[key] = best
         return best
 

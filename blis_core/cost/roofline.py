@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from blis_core.contracts.catalog import HardwareSpec
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.cost.catalog import Catalog
-from blis_core.cost.registry import CoefficientEntry, Registry
+from blis_core.cost.registry import CoefficientEntry, Registry, effective_rank
 
 __all__ = [
     "EntryConstants",
@@ -136,12 +136,19 @@ class RegistryMethod:
         """Seconds and rank for ``work``, or None when nothing matches (not with the
         embedded registry, which has a roofline entry for every family)."""
         hw = self._catalog.hardware.get(work.hardware)
-        entry = self._registry.best(work.family, work.impl, work.hardware, work.dtype, work.ranks)
+        entry = self._registry.best(
+            work.family,
+            work.impl,
+            work.hardware,
+            work.dtype,
+            work.ranks,
+            self._catalog.die_siblings(work.hardware),
+        )
         if hw is None or entry is None:
             return None
         c = entry_constants(entry, hw, work.dtype, link_bandwidth(self._catalog, hw))
         seconds = c.seconds(work.flops, work.bytes_moved, work.link_bytes, _items(work))
-        rank = entry.price_rank
+        rank = CoefficientRank(effective_rank(entry, work.hardware))
         if not in_range(entry, work.flops, work.bytes_moved, work.link_bytes, work.ranks):
             rank = max(rank, CoefficientRank.TRANSFERRED)
         return seconds, rank

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import blis_core
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.contracts.errors import InputRefused
 from blis_core.cost import (
@@ -18,7 +19,9 @@ from blis_core.cost import (
     RooflineMethod,
     load_registry,
 )
-from blis_core.cost.registry import FAMILIES
+from blis_core.cost.catalog import _hardware_doc, load_catalog
+from blis_core.cost.registry import FAMILIES, CoefficientEntry, build_registry, effective_rank
+from blis_core.cost.roofline import entry_constants, link_bandwidth
 from blis_core.runner import make_host
 from blis_core.runner.run import coefficient_sets
 
@@ -136,3 +139,72 @@ def test_rank_shares_sum_to_one() -> None:
     totals.add(CoefficientRank.ROOFLINE, 1.0)
     assert totals.rank_shares() == {"calibrated": 0.75, "roofline": 0.25}
     assert RankTotals().rank_shares() == {}
+
+
+def test_a_die_siblings_fitted_entry_prices_a_chip_with_none_of_its_own_transferred(
+    catalog: Catalog, registry: Registry
+) -> None:
+    assert catalog.die_siblings("H200-SXM") == ("H100-SXM",)
+    assert catalog.die_siblings("H100-SXM") == ("H200-SXM",)
+    assert catalog.die_siblings("L40S") == ()
+    siblings = catalog.die_siblings("H200-SXM")
+    # Without siblings the H200 has only the floor; with them, the H100's fitted GEMM.
+    floor = registry.best("gemm", "cublas", "H200-SXM", "bf16")
+    assert floor is not None and floor.price_rank is CoefficientRank.ROOFLINE
+    moved = registry.best("gemm", "cublas", "H200-SXM", "bf16", None, siblings)
+    h100 = registry.best("gemm", "cublas", "H100-SXM", "bf16")
+    assert moved is h100 and moved is not None and moved.method == "fitted"
+    assert effective_rank(moved, "H200-SXM") == CoefficientRank.TRANSFERRED
+    assert effective_rank(moved, "H100-SXM") == CoefficientRank.CALIBRATED
+    # Priced against the H200's own peaks, at rank transferred even inside the range.
+    work = PrimitiveWork("gemm", "cublas", "H200-SXM", "bf16", flops=2 * 256 * 4096 * 4096,
+                         bytes_moved=4096 * 4096 * 2.0 + 256 * 8192 * 2)  # fmt: skip
+    answer = RegistryMethod(catalog, registry).price(work)
+    assert answer is not None and answer[1] is CoefficientRank.TRANSFERRED
+    c = entry_constants(
+        moved, catalog.chip("H200-SXM"), "bf16", link_bandwidth(catalog, catalog.chip("H200-SXM"))
+    )
+    assert answer[0] == pytest.approx(c.seconds(work.flops, work.bytes_moved, 0.0, 0.0))
+    on_h100 = RegistryMethod(catalog, registry).price(
+        PrimitiveWork("gemm", "cublas", "H100-SXM", "bf16", work.flops, work.bytes_moved)
+    )
+    assert on_h100 is not None and answer[0] < on_h100[0]  # the H200's HBM3e is faster
+
+
+def test_a_chips_own_fitted_entry_beats_its_die_siblings() -> None:
+    def entry(hardware: str, eff: float) -> CoefficientEntry:
+        return CoefficientEntry(
+            family="gemm", impl="*", hardware=hardware, dtype="*",
+            rank=CoefficientRank.CALIBRATED, method="fitted",
+            params={"memory_efficiency": eff}, covered={"ranks": (1, 2)}, source="test",
+        )  # fmt: skip
+
+    own, sibling = entry("H200-SXM", 0.5), entry("H100-SXM", 0.9)
+    reg = build_registry([own, sibling], "test")
+    assert reg.best("gemm", "x", "H200-SXM", "bf16", 1, ("H100-SXM",)) is own
+    # Out of its ranks range the own entry is transferred too: still preferred.
+    assert reg.best("gemm", "x", "H200-SXM", "bf16", 8, ("H100-SXM",)) is own
+    # A sibling's roofline fractions are never borrowed: the floor is the chip's own.
+    floor = CoefficientEntry(
+        family="gemm", impl="*", hardware="H100-SXM", dtype="*", rank=CoefficientRank.ASSUMED,
+        method="roofline", params={"memory_efficiency": 0.7}, covered={}, source="test",
+    )  # fmt: skip
+    borrowed = build_registry([floor], "t").best("gemm", "x", "H200-SXM", "bf16", 1, ("H100-SXM",))
+    assert borrowed is None
+
+
+def test_a_catalog_without_dies_keeps_its_hash(catalog: Catalog, tmp_path: Path) -> None:
+    d = tmp_path / "cat"
+    d.mkdir()
+    for f in sorted((Path(blis_core.__file__).parent / "data" / "catalog").glob("*.yaml")):
+        text = f.read_text(encoding="utf-8")
+        (d / f.name).write_text(
+            "\n".join(line for line in text.splitlines() if line.strip() != "die: GH100") + "\n",
+            encoding="utf-8",
+        )
+    bare = load_catalog(d)
+    assert bare.die_siblings("H200-SXM") == ()
+    assert bare.content_hash != catalog.content_hash
+    # A die stated only where it is set: the chips without one hash as before.
+    assert "die" not in _hardware_doc(bare.chip("H200-SXM"))
+    assert _hardware_doc(catalog.chip("H200-SXM"))["die"] == "GH100"
