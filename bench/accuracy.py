@@ -674,10 +674,17 @@ def fit(data: Path, max_requests: int, lead_in: int, jobs: int, cache: Path,
 
 def fit_frontend(data: Path, max_requests: int, lead_in: int, jobs: int, cache: Path,
                  write: bool, step_spread: dict[str, list[float]] | None = None,
+                 step_fit: dict[str, Any] | None = None,
                  ) -> dict[str, Any]:  # fmt: skip
     """Grid search of the frontend coefficients (``FE_GRID``) with the step parameters at
     ``STEP_PARAMS``, leave one model out; ``write`` regenerates ``FIT_FILE`` with them
-    (and ``step_spread``, the ``--fit`` spreads of the step parameters, when given)."""
+    (and ``step_spread``, the ``--fit`` spreads of the step parameters, when given).
+
+    With ``step_fit`` (the ``--fit`` document), every fold of its leave-one-model-out and
+    leave-one-workload-out is also held out whole (``joint_folds``,
+    ``joint_workload_folds``): the frontend is chosen on the fold's training runs with
+    the step parameters that fold chose, and the held-out runs are scored with both, so
+    the held-out TTFT includes the frontend fitted without them."""
     import itertools
 
     names = experiments_in(data)
@@ -687,31 +694,83 @@ def fit_frontend(data: Path, max_requests: int, lead_in: int, jobs: int, cache: 
     grid = [dict(zip(FE_GRID, c, strict=True)) for c in itertools.product(*FE_GRID.values())]
     points = [*grid, dict(FE_PRIOR)]
 
-    def key(n: str, st: Stage, pt: dict[str, float]) -> str:
-        return f"fe|{n}|{st.index}|{_pkey(pt, tuple(FE_GRID))}|{max_requests}|{lead_in}"
+    def key(n: str, st: Stage, pt: dict[str, float], step: dict[str, float] = STEP_PARAMS) -> str:
+        rel = relevant(exps[n].model, exps[n].tp)
+        return (f"fe|{n}|{st.index}|{_pkey(step, rel)}|{_pkey(pt, tuple(FE_GRID))}"
+                f"|{max_requests}|{lead_in}")  # fmt: skip
 
-    tasks = []
-    for pt in points:
+    def task(n: str, st: Stage, pt: dict[str, float], step: dict[str, float] = STEP_PARAMS
+             ) -> tuple[str, tuple[Path, str, int, int | None, str | None, int]]:  # fmt: skip
         # The prior point: no frontend entries at all (the floor prices 0 us).
-        reg = registry_dir(dict(STEP_PARAMS, **pt) if pt != FE_PRIOR else STEP_PARAMS, tmp)
-        for n, exp in exps.items():
-            for st in exp.stages:
-                if key(n, st, pt) not in results:
-                    tasks.append((key(n, st, pt), (data, n, st.index, max_requests, reg, lead_in)))
+        reg = registry_dir(dict(step, **pt) if pt != FE_PRIOR else dict(step), tmp)
+        return key(n, st, pt, step), (data, n, st.index, max_requests, reg, lead_in)
+
+    tasks = [task(n, st, pt) for pt in points for n, exp in exps.items() for st in exp.stages]
     _simulate_missing(tasks, results, jobs, cache)
 
-    def rows_for(ns: list[str], pt: dict[str, float]) -> list[dict[str, Any]]:
-        return [results[key(n, st, pt)] for n in ns for st in exps[n].stages]
+    def rows_for(ns: list[str], pt: dict[str, float], step: dict[str, float] = STEP_PARAMS
+                 ) -> list[dict[str, Any]]:  # fmt: skip
+        return [results[key(n, st, pt, step)] for n in ns for st in exps[n].stages]
 
-    def choose(train: list[str]) -> dict[str, float]:
-        return min(grid, key=lambda pt: float(np.mean([r["loss"] for r in rows_for(train, pt)])))
+    def choose(train: list[str], step: dict[str, float] = STEP_PARAMS) -> dict[str, float]:
+        return min(
+            grid, key=lambda pt: float(np.mean([r["loss"] for r in rows_for(train, pt, step)]))
+        )
 
-    def summary(ns: list[str], pt: dict[str, float]) -> dict[str, float]:
-        rows = rows_for(ns, pt)
+    def summary(ns: list[str], pt: dict[str, float], step: dict[str, float] = STEP_PARAMS
+                ) -> dict[str, float]:  # fmt: skip
+        rows = rows_for(ns, pt, step)
         out = {c: float(np.mean([abs(r["error"][c]) for r in rows if math.isfinite(r["error"][c])]))
                for c in COLUMNS}  # fmt: skip
         out["loss"] = float(np.mean([r["loss"] for r in rows]))
         return out
+
+    def joint(step_folds: list[dict[str, Any]], group_of: Callable[[str], str]
+              ) -> list[dict[str, Any]]:  # fmt: skip
+        """Each fold's step point and the frontend chosen with it on its training runs,
+        scored on its held-out runs."""
+        folds = []
+        need = [
+            task(n, st, pt, f["params"])
+            for f in step_folds
+            for pt in grid
+            for n in names
+            if group_of(n) != f["held_out"]
+            for st in exps[n].stages
+        ]
+        _simulate_missing(need, results, jobs, cache)
+        chosen_of = {f["held_out"]: choose([n for n in names if group_of(n) != f["held_out"]],
+                                           f["params"]) for f in step_folds}  # fmt: skip
+        held = [
+            task(n, st, chosen_of[f["held_out"]], f["params"])
+            for f in step_folds
+            for n in names
+            if group_of(n) == f["held_out"]
+            for st in exps[n].stages
+        ]
+        _simulate_missing(held, results, jobs, cache)
+        for f in step_folds:
+            test = [n for n in names if group_of(n) == f["held_out"]]
+            fe = chosen_of[f["held_out"]]
+            rows = [
+                {
+                    "experiment": n,
+                    "stage": st.index,
+                    **results[key(n, st, fe, f["params"])]["error"],
+                }
+                for n in test
+                for st in exps[n].stages
+            ]
+            folds.append(
+                {
+                    "held_out": f["held_out"],
+                    "params": dict(f["params"], **fe),
+                    "before": f["before"],
+                    "after": summary(test, fe, f["params"]),
+                    "rows": rows,
+                }
+            )
+        return folds
 
     models = sorted({e.model for e in exps.values()})
     folds = []
@@ -727,6 +786,9 @@ def fit_frontend(data: Path, max_requests: int, lead_in: int, jobs: int, cache: 
            "all_before": summary(names, FE_PRIOR), "all_after": summary(names, final),
            "max_requests": max_requests, "lead_in": lead_in,
            "spread": spread, "resamples": BOOTSTRAP_RESAMPLES}  # fmt: skip
+    if step_fit is not None:
+        doc["joint_folds"] = joint(step_fit["folds"], lambda n: exps[n].model)
+        doc["joint_workload_folds"] = joint(step_fit["workload_folds"], _workload_of)
     if write:
         write_registry(dict(STEP_PARAMS, **final), exps, data, dict(step_spread or {}, **spread))
     return doc
@@ -895,9 +957,29 @@ def print_fit(doc: dict[str, Any]) -> None:
     """Held-out (leave-one-model-out, leave-one-workload-out) mean absolute errors in %,
     at the prior ("before") and at the fold's fitted point ("after"), and the final values."""
     cols = ("ttft_mean", "tpot_mean", "e2e_mean", "e2e_p90", "ttft_req", "e2e_req", "loss")
-    for title, key in (("held-out model", "folds"), ("held-out workload", "workload_folds")):
+    frontend = doc.get("frontend", {})
+    for title, folds in (
+        ("held-out model", doc.get("folds", [])),
+        ("held-out workload", doc.get("workload_folds", [])),
+        ("held-out model, step + frontend", frontend.get("joint_folds", [])),
+        ("held-out workload, step + frontend", frontend.get("joint_workload_folds", [])),
+    ):
+        if not folds:
+            continue
         print(f"{title:38} {'':6} " + " ".join(f"{c:>9}" for c in cols) + "  params")
-        for f in doc.get(key, []):
+        rows = [r for f in folds for r in f.get("rows", [])]
+        if rows:  # every held-out stage row at its own fold's fit
+            medians = ", ".join(
+                f"{c} {100 * float(np.median([abs(r[c]) for r in rows])):.1f}"
+                for c in ("ttft_mean", "tpot_mean", "e2e_mean")
+            )
+            worst = max(rows, key=lambda r: abs(r["tpot_mean"]))
+            print(
+                f"  {len(rows)} held-out stage rows, median |error| %: {medians}; largest TPOT "
+                f"{100 * worst['tpot_mean']:+.1f} % ({_short(worst['experiment'])} stage "
+                f"{worst['stage']})"
+            )
+        for f in folds:
             for when in ("before", "after"):
                 cells = " ".join(f"{100 * f[when][c]:9.1f}" for c in cols)
                 extra = f"  {f['params']}" if when == "after" else ""
@@ -938,7 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           a.write_registry and not a.fit_frontend)  # fmt: skip
         if a.fit_frontend:
             fe = fit_frontend(a.data, n, a.lead_in, a.jobs, a.fit_cache, a.write_registry,
-                              doc_fit.get("spread"))  # fmt: skip
+                              doc_fit.get("spread"), doc_fit or None)  # fmt: skip
             doc_fit = {**doc_fit, "frontend": fe} if a.fit else fe
         doc_fit["wall_s"] = round(time.perf_counter() - started, 1)
         if a.json:
