@@ -1,0 +1,80 @@
+"""The MXFP4 expert-GEMM entries (``calibrated-mxfp4.yaml``).
+
+Fitted by ``bench/fit_mxfp4.py`` on each GH100 chip's 1k/1k points of an InferenceMAX
+sweep of gpt-oss-120b; these tests check that they load with their source and ranges,
+price each chip's own MXFP4 decode at rank ``calibrated`` and its prefill as
+``transferred``, leave bf16 experts to the Mixtral-fitted entry, and carry what the fit
+found about the die: the H200's faster memory buys the expert GEMMs far less than its
+bandwidth ratio.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from blis_core.contracts.cost import CoefficientRank
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from blis_core.cost import Catalog, Registry, SimEnvironment, default_plan
+
+FILE = Path(__file__).resolve().parents[1] / "blis_cost_calibrated/data/calibrated-mxfp4.yaml"
+CHIPS = ("H100-SXM", "H200-SXM")
+
+
+def _entries() -> list[dict[str, object]]:
+    doc = yaml.safe_load(FILE.read_text())
+    assert isinstance(doc, dict) and isinstance(doc["entries"], list)
+    return doc["entries"]
+
+
+def test_one_entry_per_chip_with_source_range_and_spread(registry: Registry) -> None:
+    entries = _entries()
+    assert sorted(str(e["hardware"]) for e in entries) == sorted(CHIPS)
+    for raw in entries:
+        assert (raw["family"], raw["dtype"], raw["rank"], raw["method"]) == (
+            "moe_gemm", "fp4", "calibrated", "fitted",
+        )  # fmt: skip
+        source = str(raw["source"])
+        assert "bench/fit_mxfp4.py" in source and "sha256 e0a7f8f3" in source
+        assert set(raw["covered"]) == {"flops", "bytes_moved"}  # type: ignore[arg-type]
+        assert set(raw["spread"]) == {"memory_efficiency"}  # type: ignore[arg-type]
+        found = registry.best("moe_gemm", "fused_moe_triton", str(raw["hardware"]), "fp4")
+        assert found is not None and found.rank is CoefficientRank.CALIBRATED
+        assert dict(found.params) == pytest.approx(raw["params"])
+        # bf16 experts (Mixtral) keep the serving-fitted entry.
+        bf16 = registry.best("moe_gemm", "fused_moe_triton", "H100-SXM", "bf16")
+        assert bf16 is not None and bf16.params["memory_efficiency"] == 0.85
+
+
+def _moe(env: SimEnvironment, chip: str, shape: StepShape) -> tuple[float, CoefficientRank]:
+    catalog = env.catalog
+    plan = default_plan(
+        catalog.model("openai/gpt-oss-120b"), catalog.chip(chip), ParallelLayout(tp=2)
+    )
+    (part,) = [p for p in env.explain_step(plan, shape).parts if p.family == "moe_gemm"]
+    return part.seconds, part.rank
+
+
+def test_the_h200s_memory_buys_mxfp4_decode_far_less_than_its_bandwidth(
+    catalog: Catalog, registry: Registry
+) -> None:
+    env = SimEnvironment(catalog, registry, (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+    floor = SimEnvironment(catalog, registry.restricted(["roofline"]), (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+    decode = StepShape(1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, 1500) for _ in range(16)), 16)
+    h100, rank = _moe(env, "H100-SXM", decode)
+    h200, _ = _moe(env, "H200-SXM", decode)
+    assert rank is CoefficientRank.CALIBRATED
+    bandwidth = catalog.chip("H200-SXM").memory_bandwidth_bytes_per_s / (
+        catalog.chip("H100-SXM").memory_bandwidth_bytes_per_s
+    )
+    # The floor prices both as a weight read at one fraction: the H200 nearly the
+    # bandwidth ratio (1.43) faster (the launch overhead aside); the fitted entries, at
+    # most a fifth of that gain.
+    floor_ratio = _moe(floor, "H100-SXM", decode)[0] / _moe(floor, "H200-SXM", decode)[0]
+    assert floor_ratio == pytest.approx(bandwidth, rel=0.05)
+    assert h100 / h200 < 1 + (bandwidth - 1) / 5
+    # A 2,048-token prefill lies outside the decode range the fit covered.
+    prefill = StepShape(2, StepMode.MIXED, (SeqChunk(2048, 0),), 2048)
+    assert _moe(env, "H100-SXM", prefill)[1] is CoefficientRank.TRANSFERRED
