@@ -796,38 +796,11 @@ def fit_frontend(data: Path, max_requests: int, lead_in: int, jobs: int, cache: 
 
 def _plan_for(exp: Experiment) -> Any:
     """The vLLM plan BLIS builds for ``exp``'s pool (as the replay runs it)."""
-    import types
+    from planning import engine_plan
 
-    from blis_core.builtin import round_robin
-    from blis_core.hookspecs import hookimpl
-    from blis_core.host import PluginHost
-    from blis_core.io.scenario import parse_scenario
-    from blis_core.runner import DataSources, run_scenario
-
-    plans: list[Any] = []
-    observer = types.ModuleType("accuracy_plan_observer")
-
-    @hookimpl
-    def blis_engine_planned(pool: str, plan: Any) -> None:
-        plans.append(plan)
-
-    observer.blis_engine_planned = blis_engine_planned  # type: ignore[attr-defined]
-    doc = {
-        "name": "plan", "seed": 1,
-        "deployment": {"pools": [{
-            "name": "pool", "engine": {"kind": "vllm", "version": "0.33.0"},
-            "model": exp.model, "hardware": HARDWARE, "layout": {"tp": exp.tp},
-            "args": {"max_num_seqs": 128, "max_num_batched_tokens": 2048,
-                     "max_model_len": 4096, "enable_prefix_caching": True,
-                     "num_gpu_blocks_override": exp.kv_blocks}}]},
-        "workload": {"input_len": {"family": "fixed", "value": 8},
-                     "output_len": {"family": "fixed", "value": 8},
-                     "arrival": {"process": "poisson", "rate_per_s": 1}, "num_requests": 1},
-    }  # fmt: skip
-    host = PluginHost(builtins=[round_robin, observer])
-    data = DataSources.load(None, None, host)
-    run_scenario(parse_scenario(doc, "plan"), host, data)
-    return plans[0], data
+    args = {"max_num_seqs": 128, "max_num_batched_tokens": 2048, "max_model_len": 4096,
+            "enable_prefix_caching": True, "num_gpu_blocks_override": exp.kv_blocks}  # fmt: skip
+    return engine_plan(exp.model, HARDWARE, exp.tp, args)
 
 
 def covered_ranges(exps: dict[str, Experiment]) -> dict[str, dict[str, list[float]]]:

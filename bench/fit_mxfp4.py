@@ -38,12 +38,12 @@ import math
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+from accuracy import grid_spread
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIRS = (
@@ -115,41 +115,17 @@ def loss(errors: list[float]) -> float:
 def covered_ranges(hardware: str) -> dict[str, list[float]]:
     """The expert GEMM's per-launch work over decode steps of 1-64 sequences of 1,024 to
     2,048 tokens at TP 1, 2, 4 and 8 on ``hardware`` (the fit role's steps)."""
-    from blis_core.builtin import round_robin
+    from planning import engine_plan
+
     from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
     from blis_core.cost.pricing import compile_plan
-    from blis_core.hookspecs import hookimpl
-    from blis_core.host import PluginHost
-    from blis_core.io.scenario import parse_scenario
-    from blis_core.runner import DataSources, run_scenario
 
     lo = {"flops": math.inf, "bytes_moved": math.inf}
     hi = {"flops": 0.0, "bytes_moved": 0.0}
     for tp in (1, 2, 4, 8):
-        plans: list[Any] = []
-        observer = types.ModuleType("fit_mxfp4_plan_observer")
-
-        @hookimpl
-        def blis_engine_planned(pool: str, plan: Any, sink: list[Any] = plans) -> None:
-            sink.append(plan)
-
-        observer.blis_engine_planned = blis_engine_planned  # type: ignore[attr-defined]
-        doc = {
-            "name": "plan", "seed": 1,
-            "deployment": {"pools": [{
-                "name": "pool", "engine": {"kind": "vllm", "version": "0.33.0"},
-                "model": MODEL, "hardware": hardware, "layout": {"tp": tp},
-                "args": {"max_num_seqs": 64, "max_model_len": 4096}}]},
-            "workload": {"input_len": {"family": "fixed", "value": 8},
-                         "output_len": {"family": "fixed", "value": 8},
-                         "arrival": {"process": "poisson", "rate_per_s": 1},
-                         "num_requests": 1},
-        }  # fmt: skip
-        host = PluginHost(builtins=[round_robin, observer])
-        data = DataSources.load(None, None, host)
-        run_scenario(parse_scenario(doc, "plan"), host, data)
-        cp = compile_plan(plans[0], data.catalog, data.registry)
-        dec = plans[0].graph_policy.decode_mode
+        plan, data = engine_plan(MODEL, hardware, tp, {"max_num_seqs": 64, "max_model_len": 4096})
+        cp = compile_plan(plan, data.catalog, data.registry)
+        dec = plan.graph_policy.decode_mode
         for batch, ctx in ((1, 1024), (64, 2048)):
             shape = StepShape(step_id=1, mode=StepMode.DECODE_ONLY,
                               seqs=tuple(SeqChunk(1, ctx) for _ in range(batch)),
@@ -162,15 +138,6 @@ def covered_ranges(hardware: str) -> dict[str, list[float]]:
                     v = float(ev.work[r, j])
                     lo[what], hi[what] = min(lo[what], v), max(hi[what], v)
     return {k: [float(f"{lo[k]:.6g}"), float(f"{hi[k]:.6g}")] for k in lo}
-
-
-def spread_of(value: float, chosen: list[float]) -> list[float]:
-    grid = sorted(GRID)
-    i = grid.index(value)
-    below = grid[i] - grid[i - 1] if i > 0 else grid[1] - grid[0]
-    above = grid[i + 1] - grid[i] if i + 1 < len(grid) else grid[i] - grid[i - 1]
-    lo, hi = (float(np.percentile(chosen, q)) for q in (5.0, 95.0))
-    return [round(max(min(lo, value - below / 2), 0.001), 6), round(max(hi, value + above / 2), 6)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         rng = np.random.default_rng(0)
         chosen = [choose([units[i] for i in rng.integers(0, len(units), len(units))])
                   for _ in range(RESAMPLES)]  # fmt: skip
-        spread = {"memory_efficiency": spread_of(best, chosen)}
+        spread = {"memory_efficiency": grid_spread(best, GRID, chosen)}
         report[hardware] = {
             "best": best,
             "spread": spread,
