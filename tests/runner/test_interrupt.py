@@ -67,6 +67,10 @@ def test_a_complete_result_carries_no_incomplete_field(
     assert "incomplete" not in result.model_dump(mode="json")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_run_leaves_a_valid_partial_result(
     sig: signal.Signals, install_plugins: Callable[..., None], tmp_path: Path
@@ -85,6 +89,9 @@ def test_a_signal_mid_run_leaves_a_valid_partial_result(
         stdout=subprocess.DEVNULL,
         text=True,
         env=dict(os.environ, PYTHONPATH=path),
+        # A shell without job control starts background commands with SIGINT ignored,
+        # and a child inherits that: give the run the default action a terminal gives it.
+        preexec_fn=_default_sigint,
     )
     assert proc.stderr is not None
     for line in proc.stderr:
