@@ -523,6 +523,11 @@ def _plan(
     return plan, facts, settings, model
 
 
+def _segments(request: InferenceRequest) -> tuple[tuple[str, int], ...]:
+    """The prompt as the memory prefix cache keys it: (content, tokens) per segment."""
+    return tuple((s.content_key, s.num_tokens) for s in request.prompt)
+
+
 def _cache_limit(settings: JitllmSettings, machine: MachineSpec | None, host_weights: int) -> int:
     """``storeLimit``: ``-mem-cache-max``, else an eighth of the model's host share less
     its weights there (with nothing else loaded, the bound on the host memory available
@@ -818,8 +823,7 @@ class JitllmEngine:
         if self._cache is not None:
             # RestorePrefix, before the request is queued: the store's pages of the
             # shared prefix go to the host, then up to every device layer
-            prompt = tuple((s.content_key, s.num_tokens) for s in request.prompt)
-            restored = self._cache.lookup(prompt, n)
+            restored = self._cache.lookup(_segments(request), n)
             if restored:
                 self._uploads[request.request_id] = restored
         self.loop.submit(request.request_id, n, max_tokens, now_us * 1000, restored)
@@ -1023,9 +1027,7 @@ class JitllmEngine:
             t.prompt_done = now_us
             if self._cache is not None:
                 # SealPrompt: the device layers' history comes down, the pages go in
-                request = self._requests[rid]
-                prompt = tuple((s.content_key, s.num_tokens) for s in request.prompt)
-                self._cache.seal(prompt, r.prompt_tokens)
+                self._cache.seal(_segments(self._requests[rid]), r.prompt_tokens)
                 self._migrated += r.prompt_tokens * self._device_position_bytes()
             self._metrics["jitllm_tokens_prefilled_total"] += r.prompt_tokens
         retirement = r.retirement()
