@@ -193,7 +193,9 @@ def test_a_chips_own_fitted_entry_beats_its_die_siblings() -> None:
     assert borrowed is None
 
 
-def test_a_catalog_without_dies_keeps_its_hash(catalog: Catalog, tmp_path: Path) -> None:
+def test_a_chip_without_a_die_hashes_as_before_dies_existed(
+    catalog: Catalog, tmp_path: Path
+) -> None:
     d = tmp_path / "cat"
     d.mkdir()
     for f in sorted((Path(blis_core.__file__).parent / "data" / "catalog").glob("*.yaml")):

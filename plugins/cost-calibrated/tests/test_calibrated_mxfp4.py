@@ -43,9 +43,9 @@ def test_one_entry_per_chip_with_source_range_and_spread(registry: Registry) -> 
         found = registry.best("moe_gemm", "fused_moe_triton", str(raw["hardware"]), "fp4")
         assert found is not None and found.rank is CoefficientRank.CALIBRATED
         assert dict(found.params) == pytest.approx(raw["params"])
-        # bf16 experts (Mixtral) keep the serving-fitted entry.
-        bf16 = registry.best("moe_gemm", "fused_moe_triton", "H100-SXM", "bf16")
-        assert bf16 is not None and bf16.params["memory_efficiency"] == 0.85
+    # bf16 experts (Mixtral) keep the serving-fitted entry.
+    bf16 = registry.best("moe_gemm", "fused_moe_triton", "H100-SXM", "bf16")
+    assert bf16 is not None and bf16.params["memory_efficiency"] == 0.85
 
 
 def _moe(env: SimEnvironment, chip: str, shape: StepShape) -> tuple[float, CoefficientRank]:
