@@ -76,12 +76,51 @@ def test_blis_score_scores_what_it_can_and_grades_the_rest_g5(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = _write(
-        tmp_path / "d", [_entry(), _entry(model="deepseek-ai/DeepSeek-R1-0528", precision="fp4")]
+        tmp_path / "d", [_entry(), _entry(model="zai-org/GLM-4.6", precision="fp8")]
     )
     assert main(["score", str(folder), "--json", "-", "--jobs", "1"]) == 0
     points = json.loads(capsys.readouterr().out)["points"]
     ok = next(p for u, p in points.items() if "Llama" in u)
-    bad = next(p for u, p in points.items() if "DeepSeek" in u)
+    bad = next(p for u, p in points.items() if "GLM" in u)
     assert ok["status"] == "scored" and ok["grade"] == "G4"
     assert ok["substitutions"][0] == "engine release vllm@0.11.2; scored with vllm@0.33.0"
-    assert bad["grade"] == "G5" and "deepseek-ai/DeepSeek-R1-0528" in bad["reason"]
+    assert bad["grade"] == "G5" and "zai-org/GLM-4.6" in bad["reason"]
+
+
+def test_an_sglang_point_runs_on_the_sglang_port_with_inferencemax_launch_arguments(
+    tmp_path: Path,
+) -> None:
+    folder = _write(
+        tmp_path / "d",
+        [
+            _entry(
+                framework="sglang",
+                image="lmsysorg/sglang:v0.5.6-cu129-amd64",
+                model="deepseek-ai/DeepSeek-R1-0528",
+                hw="h200",
+                tp=8,
+                precision="fp8",
+                isl=1024,
+                osl=8192,
+            )
+        ],
+    )
+    (p,) = ADAPTER.load(folder, tmp_path)
+    assert p.engine == "sglang@0.5.6"
+    pool = p.scenario.deployment.pools[0]
+    assert (pool.engine.kind, pool.engine.version) == ("sglang", "0.5.23")
+    assert pool.args["disable_radix_cache"] is True
+    assert pool.args["max_running_requests"] == 256  # 512 only at 1k/1k
+    assert "max_num_seqs" not in pool.args
+    assert "dsr1_fp8_h200" in p.estimated["server arguments"]
+
+
+def test_a_framework_without_a_port_keeps_its_own_release_and_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _write(tmp_path / "d", [_entry(framework="trt", image="nvcr.io/trtllm:1.2.0rc2")])
+    (p,) = ADAPTER.load(folder, tmp_path)
+    assert (p.scenario.deployment.pools[0].engine.version, p.engine) == ("1.2.0rc2", "trt@1.2.0rc2")
+    assert main(["score", str(folder), "--json", "-", "--jobs", "1"]) == 0
+    (point,) = json.loads(capsys.readouterr().out)["points"].values()
+    assert point["grade"] == "G5" and "'trt' is not installed" in point["reason"]

@@ -14,9 +14,14 @@ random --random-input-len ISL --random-output-len OSL --random-range-ratio 0.8
   release from the image tag.
 * Estimate: input and output lengths uniform in ``[0.8 x ISL, ISL]`` and ``[0.8 x OSL,
   OSL]`` (the range ratio as ``benchmark_serving.py`` before vLLM 0.9 read it); the
-  server's arguments, not in the file, at vLLM's defaults with ``max_num_seqs`` = the
-  concurrency and prefix caching off (InferenceMAX's launch scripts); the chip's id in
-  the catalog.
+  server's arguments, not in the file: for vLLM its defaults with ``max_num_seqs`` = the
+  concurrency and prefix caching off, for SGLang the arguments of InferenceMAX's
+  DeepSeek-R1 H200 launch (``SemiAnalysisAI/InferenceX@d22bf9c``,
+  ``benchmarks/dsr1_fp8_h200_slurm.sh``: radix cache off, 512 running requests at 1k/1k
+  and 256 otherwise, chunked prefill and prefill budget 32,768 tokens, static memory
+  fraction 0.82, FlashInfer attention, a stream interval of 10); the chip's id in the
+  catalog. A framework is simulated by the release its engine plugin models
+  (:data:`MODELLED`); the measured release is the point's ``engine``.
 * A point BLIS cannot run (a framework without an engine plugin, a chip or model not in
   the catalog, a precision the engine refuses, disaggregation, DP attention) is kept and
   graded G5 with the refusal, never dropped.
@@ -36,7 +41,8 @@ from blis_scorers.adapters.common import scenario_of
 
 __all__ = ["ADAPTER", "InferenceMax"]
 
-ENGINE_VERSION: Final = "0.33.0"
+MODELLED: Final = {"vllm": "0.33.0", "sglang": "0.5.23"}
+"""The release each framework's engine plugin models; another framework keeps its tag."""
 RANGE_RATIO: Final = 0.8
 PROMPTS_PER_CONC: Final = 10
 CHIPS: Final = {
@@ -62,6 +68,31 @@ def _entries(path: Path) -> list[Mapping[str, Any]] | None:
     if not all(isinstance(e, dict) and all(k in e for k in _KEYS) for e in doc):
         return None
     return doc
+
+
+def _server_args(framework: str, conc: int, isl: int, osl: int) -> tuple[dict[str, Any], str]:
+    """The engine arguments a sweep point's server ran with, and how they were chosen."""
+    if framework == "sglang":
+        running = 512 if (isl, osl) == (1024, 1024) else 256
+        return (
+            {
+                "disable_radix_cache": True,
+                "max_running_requests": running,
+                "chunked_prefill_size": 32768,
+                "max_prefill_tokens": 32768,
+                "mem_fraction_static": 0.82,
+                "attention_backend": "flashinfer",
+                "stream_interval": 10,
+            },
+            f"InferenceMAX's SGLang launch (InferenceX@d22bf9c dsr1_fp8_h200_slurm.sh): "
+            f"radix cache off, max_running_requests {running}, chunked prefill 32768, "
+            "mem_fraction_static 0.82, flashinfer, stream_interval 10; its cuda-graph-max-bs "
+            "left at the release's default",
+        )
+    return (
+        {"max_num_seqs": conc, "enable_prefix_caching": False},
+        f"vLLM's defaults with max_num_seqs {conc}, prefix caching off",
+    )
 
 
 class InferenceMax:
@@ -103,7 +134,8 @@ class InferenceMax:
         conc, isl, osl, tp = int(e["conc"]), int(e["isl"]), int(e["osl"]), int(e["tp"])
         ep = int(e.get("ep", 1) or 1)
         framework = str(e.get("framework", "vllm"))
-        tag = str(e.get("image", "")).rsplit(":", 1)[-1].lstrip("v")
+        # "v0.13.0" (vLLM's images), "v0.5.6-cu129-amd64" (SGLang's): the release only
+        tag = str(e.get("image", "")).rsplit(":", 1)[-1].lstrip("v").split("-", 1)[0]
         engine = f"{framework}@{tag}" if tag else None
         model = str(e["model"])
         short = model.rsplit("/", 1)[-1]
@@ -120,11 +152,11 @@ class InferenceMax:
         if isinstance(out_tput, int | float):
             aggregates["output_tokens_per_s.rate"] = float(out_tput) * tp * ep
         chip = CHIPS.get(hw, hw.upper())
-        args: dict[str, Any] = {"max_num_seqs": conc, "enable_prefix_caching": False}
+        args, server = _server_args(framework, conc, isl, osl)
         precision = str(e.get("precision", "")).lower()
         pool: dict[str, Any] = {
             "name": "pool",
-            "engine": {"kind": framework, "version": ENGINE_VERSION},
+            "engine": {"kind": framework, "version": MODELLED.get(framework, tag or "unknown")},
             "model": model,
             "hardware": chip,
             "layout": {"tp": tp, **({"ep": ep} if ep > 1 else {})},
@@ -176,7 +208,7 @@ class InferenceMax:
             estimated={
                 "lengths": f"uniform in [{RANGE_RATIO} x ISL, ISL] and [{RANGE_RATIO} x OSL, "
                 "OSL] (random-range-ratio 0.8)",
-                "server arguments": f"vLLM's defaults with max_num_seqs {conc}, prefix caching off",
+                "server arguments": server,
                 "hardware": f"{hw} -> {chip}",
             },
             substitutions=tuple(subs),
