@@ -208,8 +208,11 @@ class VllmSettings:
 
 
 def _batch_defaults(hw: HardwareSpec) -> tuple[int, int]:
-    """``EngineArgs.get_batch_defaults`` for the OpenAI server usage context."""
-    mem = hw.memory_bytes
+    """``EngineArgs.get_batch_defaults`` for the OpenAI server usage context.
+
+    Upstream reads ``current_platform.get_device_total_memory()``: the runtime's total.
+    """
+    mem = hw.usable_memory_bytes or hw.memory_bytes
     is_gb10 = hw.compute_capability == "12.1"
     if mem >= 160 * GIB:
         return 16384, 1024
