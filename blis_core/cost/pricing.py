@@ -203,7 +203,7 @@ class CompiledPlan:
             for r, key in enumerate(("flops", "bytes_moved", "link_bytes")):
                 if key in entry.covered:
                     lo[r, j], hi[r, j] = entry.covered[key]
-            b = effective_rank(entry, thw.id, term.ranks)
+            b = effective_rank(entry, thw.id, term.ranks, term.family)
             base[j] = b
             out[j] = max(b, int(CoefficientRank.TRANSFERRED)) if entry.method == "fitted" else b
             if term.family == "host_step":

@@ -19,7 +19,11 @@ for the host families). A fitted entry of one chip also prices a chip built on t
 same die (the catalog's ``die``: H100 and H200 share GH100), as ``transferred``: the same
 kernels on the same SMs, priced against the other chip's own peaks; a chip's own entries
 win over its sibling's, a sibling's roofline fractions are never borrowed, and host paths
-(``host_request``, run on the host CPU) are not looked up this way. A fitted entry may
+(``host_request``, run on the host CPU) are not looked up this way. A family with no
+fitted entry of its own for a key borrows the fitted entries of the family whose kernels
+do the same work (:data:`FAMILY_TRANSFER`: an expert GEMM streams its weights through
+the same tensor-core tiles as a dense GEMM of its dtype), again as ``transferred``, below
+any entry of its own family but above the floor. A fitted entry may
 state a ``spread`` per fitted parameter
 (``[lo, hi]`` holding its value): the coefficients' own uncertainty, which prices nothing
 and is not hashed; ``--coefficient-draws`` draws from it
@@ -57,6 +61,7 @@ from blis_core.cost.catalog import read_yaml_documents as _read_yaml
 
 __all__ = [
     "FAMILIES",
+    "FAMILY_TRANSFER",
     "PATH_PROVIDER",
     "CoefficientEntry",
     "RankTotals",
@@ -88,6 +93,12 @@ FAMILIES: tuple[str, ...] = (
     "host_step",
     "host_request",
 )
+#: family -> the family whose fitted entries price it (as ``transferred``) when none of
+#: its own is fitted for the key: the expert GEMMs of an MoE layer are GEMMs over the
+#: same weight dtype (decode streams each touched expert's weights, prefill multiplies
+#: through the same tiles), so a chip's measured GEMM efficiency is the physical prior
+#: for them, not the floor's assumed fraction.
+FAMILY_TRANSFER: Mapping[str, str] = {"moe_gemm": "gemm"}
 _PARAMS = (
     "compute_efficiency",
     "memory_efficiency",
@@ -165,14 +176,19 @@ def _specificity(e: CoefficientEntry) -> int:
     return impl + (e.hardware != "*") * 2 + (e.dtype != "*")
 
 
-def effective_rank(entry: CoefficientEntry, hardware: str, ranks: int | None = None) -> int:
-    """The rank ``entry`` prices work on chip ``hardware`` spanning ``ranks`` at, before
-    its FLOP and byte ranges are checked: its own, or ``transferred`` when it was fitted on
-    another chip (a die sibling) or its covered ``ranks`` exclude ``ranks``."""
+def effective_rank(
+    entry: CoefficientEntry, hardware: str, ranks: int | None = None, family: str | None = None
+) -> int:
+    """The rank ``entry`` prices work of ``family`` on chip ``hardware`` spanning ``ranks``
+    at, before its FLOP and byte ranges are checked: its own, or ``transferred`` when it
+    was fitted on another chip (a die sibling) or for another family
+    (:data:`FAMILY_TRANSFER`), or its covered ``ranks`` exclude ``ranks``."""
     rank = int(entry.price_rank)
     rng = entry.covered.get("ranks")
-    if entry.hardware not in ("*", hardware) or (
-        ranks is not None and rng is not None and not rng[0] <= ranks <= rng[1]
+    if (
+        entry.hardware not in ("*", hardware)
+        or (family is not None and entry.family != family)
+        or (ranks is not None and rng is not None and not rng[0] <= ranks <= rng[1])
     ):
         return max(rank, int(CoefficientRank.TRANSFERRED))
     return rank
@@ -215,17 +231,20 @@ class Registry:
         (:meth:`~blis_core.cost.catalog.Catalog.die_siblings`): their fitted entries
         match too, as ``transferred`` (their efficiencies priced against this chip's own
         peaks), so they rank above the roofline floor and below anything fitted on the
-        chip itself. ``None`` only when no entry matches at all; the embedded registry
-        holds a roofline entry for every family on every chip (``*``), so this never
-        happens with it.
+        chip itself. The fitted entries of ``FAMILY_TRANSFER[family]`` match the same way,
+        as ``transferred`` and after every entry of ``family`` of that rank (the floor's
+        fractions are never borrowed across families). ``None`` only when no entry
+        matches at all; the embedded registry holds a roofline entry for every family on
+        every chip (``*``), so this never happens with it.
         """
         key = (family, impl, hardware, dtype, ranks, siblings)
         if key in self._cache:
             return self._cache[key]
+        donor = FAMILY_TRANSFER.get(family)
         found = [
             e
             for e in self.entries
-            if e.family == family
+            if (e.family == family or (e.family == donor and e.method == "fitted"))
             and impl_matches(e.impl, impl)
             and (e.hardware in ("*", hardware) or (e.hardware in siblings and e.method == "fitted"))
             and e.dtype in ("*", dtype)
@@ -234,7 +253,8 @@ class Registry:
         best = min(
             found,
             key=lambda e: (
-                effective_rank(e, hardware, ranks),
+                effective_rank(e, hardware, ranks, family),
+                e.family != family,
                 e.hardware in siblings,
                 -_specificity(e),
             ),

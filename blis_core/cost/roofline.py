@@ -148,7 +148,7 @@ class RegistryMethod:
             return None
         c = entry_constants(entry, hw, work.dtype, link_bandwidth(self._catalog, hw))
         seconds = c.seconds(work.flops, work.bytes_moved, work.link_bytes, _items(work))
-        rank = CoefficientRank(effective_rank(entry, work.hardware))
+        rank = CoefficientRank(effective_rank(entry, work.hardware, family=work.family))
         if not in_range(entry, work.flops, work.bytes_moved, work.link_bytes, work.ranks):
             rank = max(rank, CoefficientRank.TRANSFERRED)
         return seconds, rank

@@ -193,6 +193,40 @@ def test_a_chips_own_fitted_entry_beats_its_die_siblings() -> None:
     assert borrowed is None
 
 
+def test_expert_gemms_without_a_fit_of_their_own_borrow_the_chips_fitted_gemm() -> None:
+    def entry(family: str, dtype: str, eff: float, method: str = "fitted") -> CoefficientEntry:
+        rank = CoefficientRank.CALIBRATED if method == "fitted" else CoefficientRank.ASSUMED
+        return CoefficientEntry(
+            family=family, impl="*", hardware="A100-80GB-SXM", dtype=dtype, rank=rank,
+            method=method, params={"memory_efficiency": eff}, covered={}, source="test",
+        )  # fmt: skip
+
+    dense, floor = entry("gemm", "bf16", 0.86), entry("moe_gemm", "*", 0.7, "roofline")
+    reg = build_registry([dense, floor], "test")
+    borrowed = reg.best("moe_gemm", "fused_moe_triton", "A100-80GB-SXM", "bf16")
+    assert borrowed is dense
+    assert effective_rank(dense, "A100-80GB-SXM", None, "moe_gemm") == CoefficientRank.TRANSFERRED
+    assert effective_rank(dense, "A100-80GB-SXM", None, "gemm") == CoefficientRank.CALIBRATED
+    # Only the same dtype: FP8 experts keep the floor when only a BF16 GEMM was fitted.
+    assert reg.best("moe_gemm", "fused_moe_triton", "A100-80GB-SXM", "fp8") is floor
+    # The family's own fitted entry wins; the donor family's floor is never borrowed.
+    own = entry("moe_gemm", "bf16", 0.85)
+    assert (
+        build_registry([dense, floor, own], "t").best("moe_gemm", "x", "A100-80GB-SXM", "bf16")
+        is own
+    )
+    gemm_floor = entry("gemm", "*", 0.9, "roofline")
+    assert (
+        build_registry([gemm_floor, floor], "t").best("moe_gemm", "x", "A100-80GB-SXM", "bf16")
+        is floor
+    )
+    # The transfer does not run the other way: a dense GEMM never borrows an MoE fit.
+    assert (
+        build_registry([own, gemm_floor], "t").best("gemm", "x", "A100-80GB-SXM", "bf16")
+        is gemm_floor
+    )
+
+
 def test_a_chip_without_a_die_hashes_as_before_dies_existed(
     catalog: Catalog, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.cost import Catalog, Registry
+from blis_core.cost.registry import effective_rank
 from blis_core.cost.roofline import RegistryMethod, in_range
 
 FILE = (
@@ -82,8 +83,12 @@ def test_inside_calibrated_outside_transferred(
 
 
 def test_other_chips_keep_their_previous_rank(registry: Registry) -> None:
-    for family in ("attention_decode", "moe_gemm"):
-        e = registry.best(family, "x", "A100-80GB-SXM", "bf16")
-        assert e is not None and e.price_rank is CoefficientRank.ROOFLINE
+    e = registry.best("attention_decode", "x", "A100-80GB-SXM", "bf16")
+    assert e is not None and e.price_rank is CoefficientRank.ROOFLINE
+    # The H100's serving fit never prices the A100's experts: its own Vidur-fitted GEMM
+    # does (the registry's family transfer), as transferred.
+    moe = registry.best("moe_gemm", "x", "A100-80GB-SXM", "bf16")
+    assert moe is not None and (moe.family, moe.hardware) == ("gemm", "A100-80GB-SXM")
+    assert effective_rank(moe, "A100-80GB-SXM", None, "moe_gemm") == CoefficientRank.TRANSFERRED
     host = registry.best("host_step", "vllm-0.33.0/sync", "H100-SXM", "*")
     assert host is not None and host.rank is CoefficientRank.ASSUMED
