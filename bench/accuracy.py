@@ -361,8 +361,13 @@ REGISTRY_DIRS = (
 )
 HOST_WORK = "vllm-0.33.0/async"
 # Prior values: what the registry held before this calibration (roofline.yaml assumed
-# fractions, the Vidur-calibrated all-reduce latency).
-PRIOR: dict[str, float] = {"attn": 0.6, "host": 300.0, "allreduce": 22.600351, "moe": 0.7}
+# fractions, the Vidur-calibrated all-reduce latency; for the expert GEMMs no entry of
+# their own, NO_MOE_ENTRY, so the chip's Vidur-fitted GEMM prices them by the registry's
+# family transfer).
+NO_MOE_ENTRY = 0.0
+PRIOR: dict[str, float] = {
+    "attn": 0.6, "host": 300.0, "allreduce": 22.600351, "moe": NO_MOE_ENTRY
+}  # fmt: skip
 GRID: dict[str, tuple[float, ...]] = {
     "attn": (0.7, 0.8, 0.9),
     "host": (50.0, 200.0),
@@ -440,7 +445,7 @@ def fitted_entries(params: dict[str, float], covered: dict[str, Any] | None = No
     """The calibrated registry entries for one parameter vector (YAML-ready dicts)."""
     cov = covered or {}
     src = source or "bench/accuracy.py --fit (candidate)"
-    return [
+    entries = [
         *frontend_entries(params, cov, source),
         {"family": "attention_decode", "impl": "*", "hardware": HARDWARE, "dtype": "bf16",
          "rank": "calibrated", "method": "fitted",
@@ -461,6 +466,8 @@ def fitted_entries(params: dict[str, float], covered: dict[str, Any] | None = No
          "params": {"link_efficiency": 0.72, "overhead_us": params["allreduce"]},
          "covered": cov.get("allreduce", {"ranks": [2, 4]}), "source": src},
     ]  # fmt: skip
+    return [e for e in entries
+            if e["family"] != "moe_gemm" or params["moe"] != NO_MOE_ENTRY]  # fmt: skip
 
 
 def frontend_entries(params: dict[str, float], covered: dict[str, Any] | None = None,
