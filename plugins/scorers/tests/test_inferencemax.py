@@ -75,9 +75,7 @@ def test_a_sweep_point_is_a_closed_loop_run_of_conc_times_ten_requests(tmp_path:
 def test_blis_score_scores_what_it_can_and_grades_the_rest_g5(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = _write(
-        tmp_path / "d", [_entry(), _entry(model="zai-org/GLM-4.6", precision="fp8")]
-    )
+    folder = _write(tmp_path / "d", [_entry(), _entry(model="zai-org/GLM-4.6", precision="fp8")])
     assert main(["score", str(folder), "--json", "-", "--jobs", "1"]) == 0
     points = json.loads(capsys.readouterr().out)["points"]
     ok = next(p for u, p in points.items() if "Llama" in u)
@@ -113,6 +111,19 @@ def test_an_sglang_point_runs_on_the_sglang_port_with_inferencemax_launch_argume
     assert pool.args["max_running_requests"] == 256  # 512 only at 1k/1k
     assert "max_num_seqs" not in pool.args
     assert "dsr1_fp8_h200" in p.estimated["server arguments"]
+
+
+def test_an_sglang_point_on_a_b200_keeps_its_launch_and_is_refused_by_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    point = _entry(framework="sglang", image="lmsysorg/sglang:v0.5.6-cu129-amd64", hw="b200",
+                   model="deepseek-ai/DeepSeek-R1-0528", tp=8, precision="fp8")  # fmt: skip
+    folder = _write(tmp_path / "d", [point])
+    (p,) = ADAPTER.load(folder, tmp_path)
+    assert p.scenario.deployment.pools[0].args["moe_runner_backend"] == "flashinfer_trtllm"
+    assert main(["score", str(folder), "--json", "-", "--jobs", "1"]) == 0
+    (scored,) = json.loads(capsys.readouterr().out)["points"].values()
+    assert scored["grade"] == "G5" and "moe_runner_backend" in scored["reason"]
 
 
 def test_a_framework_without_a_port_keeps_its_own_release_and_is_refused_by_name(

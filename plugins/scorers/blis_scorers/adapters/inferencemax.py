@@ -16,10 +16,9 @@ random --random-input-len ISL --random-output-len OSL --random-range-ratio 0.8
   OSL]`` (the range ratio as ``benchmark_serving.py`` before vLLM 0.9 read it); the
   server's arguments, not in the file: for vLLM its defaults with ``max_num_seqs`` = the
   concurrency and prefix caching off, for SGLang the arguments of InferenceMAX's
-  DeepSeek-R1 H200 launch (``SemiAnalysisAI/InferenceX@d22bf9c``,
-  ``benchmarks/dsr1_fp8_h200_slurm.sh``: radix cache off, 512 running requests at 1k/1k
-  and 256 otherwise, chunked prefill and prefill budget 32,768 tokens, static memory
-  fraction 0.82, FlashInfer attention, a stream interval of 10); the chip's id in the
+  DeepSeek-R1 launch script for the point's chip (``SemiAnalysisAI/InferenceX@d22bf9c``,
+  ``benchmarks/dsr1_fp8_<chip>_*.sh``, :func:`_sglang_launch`; arguments blis-sglang
+  refuses are kept, so such a point is refused by name); the chip's id in the
   catalog. A framework is simulated by the release its engine plugin models
   (:data:`MODELLED`); the measured release is the point's ``engine``.
 * A point BLIS cannot run (a framework without an engine plugin, a chip or model not in
@@ -70,25 +69,43 @@ def _entries(path: Path) -> list[Mapping[str, Any]] | None:
     return doc
 
 
-def _server_args(framework: str, conc: int, isl: int, osl: int) -> tuple[dict[str, Any], str]:
+def _sglang_launch(hw: str, conc: int, isl: int, osl: int, ep: int) -> tuple[dict[str, Any], str]:
+    """InferenceMAX's SGLang (DeepSeek-R1 FP8) launch arguments on chip ``hw``, read from
+    ``SemiAnalysisAI/InferenceX@d22bf9c`` ``benchmarks/``; ``--cuda-graph-max-bs`` has no
+    field in the modelled release and is left at its default."""
+    if hw == "h200":  # dsr1_fp8_h200_slurm.sh
+        running = 512 if (isl, osl) == (1024, 1024) else 256
+        return {
+            "disable_radix_cache": True, "max_running_requests": running,
+            "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
+            "mem_fraction_static": 0.82, "attention_backend": "flashinfer", "stream_interval": 10,
+        }, "dsr1_fp8_h200_slurm.sh"  # fmt: skip
+    if hw == "b200":  # dsr1_fp8_b200_docker.sh
+        return {
+            "max_running_requests": 128, "mem_fraction_static": 0.82,
+            "kv_cache_dtype": "fp8_e4m3", "chunked_prefill_size": 32768,
+            "max_prefill_tokens": 32768, "enable_flashinfer_allreduce_fusion": True,
+            "scheduler_recv_interval": 30 if conc >= 16 else 10, "disable_radix_cache": True,
+            "attention_backend": "trtllm_mla", "stream_interval": 30, "ep_size": ep,
+            "moe_runner_backend": "flashinfer_trtllm", "quantization": "fp8",
+        }, "dsr1_fp8_b200_docker.sh"  # fmt: skip
+    if hw in ("mi300x", "mi325x"):  # dsr1_fp8_mi300x_slurm.sh, dsr1_fp8_mi325x_slurm.sh
+        return {
+            "mem_fraction_static": 0.8, "chunked_prefill_size": 196608,
+            "num_continuous_decode_steps": 4, "max_prefill_tokens": 196608,
+            "disable_radix_cache": True,
+        }, f"dsr1_fp8_{hw}_slurm.sh"  # fmt: skip
+    return {"disable_radix_cache": True}, "none for this chip: radix cache off, else defaults"
+
+
+def _server_args(
+    framework: str, hw: str, conc: int, isl: int, osl: int, ep: int
+) -> tuple[dict[str, Any], str]:
     """The engine arguments a sweep point's server ran with, and how they were chosen."""
     if framework == "sglang":
-        running = 512 if (isl, osl) == (1024, 1024) else 256
-        return (
-            {
-                "disable_radix_cache": True,
-                "max_running_requests": running,
-                "chunked_prefill_size": 32768,
-                "max_prefill_tokens": 32768,
-                "mem_fraction_static": 0.82,
-                "attention_backend": "flashinfer",
-                "stream_interval": 10,
-            },
-            f"InferenceMAX's SGLang launch (InferenceX@d22bf9c dsr1_fp8_h200_slurm.sh): "
-            f"radix cache off, max_running_requests {running}, chunked prefill 32768, "
-            "mem_fraction_static 0.82, flashinfer, stream_interval 10; its cuda-graph-max-bs "
-            "left at the release's default",
-        )
+        args, script = _sglang_launch(hw, conc, isl, osl, ep)
+        shown = ", ".join(f"{k} {v}" for k, v in args.items())
+        return args, f"InferenceMAX's SGLang launch (InferenceX@d22bf9c {script}): {shown}"
     return (
         {"max_num_seqs": conc, "enable_prefix_caching": False},
         f"vLLM's defaults with max_num_seqs {conc}, prefix caching off",
@@ -152,7 +169,7 @@ class InferenceMax:
         if isinstance(out_tput, int | float):
             aggregates["output_tokens_per_s.rate"] = float(out_tput) * tp * ep
         chip = CHIPS.get(hw, hw.upper())
-        args, server = _server_args(framework, conc, isl, osl)
+        args, server = _server_args(framework, hw, conc, isl, osl, ep)
         precision = str(e.get("precision", "")).lower()
         pool: dict[str, Any] = {
             "name": "pool",
