@@ -26,6 +26,7 @@ _INERT_VALUES = {
     "trust_remote_code": True,
     "load_format": "dummy",
     "enable_metrics": True,
+    "num_continuous_decode_steps": 4,
 }
 
 
