@@ -70,6 +70,7 @@ def test_a_sweep_point_is_a_closed_loop_run_of_conc_times_ten_requests(tmp_path:
     assert p.aggregates["itl.p99"] == 0.009
     pool = p.scenario.deployment.pools[0]
     assert (pool.hardware, pool.args["max_num_seqs"]) == ("H100-SXM", 8)
+    assert "PIECEWISE, async scheduling" in p.estimated["server arguments"]  # known, not passed
 
 
 def test_blis_score_scores_what_it_can_and_grades_the_rest_g5(

@@ -15,7 +15,8 @@ random --random-input-len ISL --random-output-len OSL --random-range-ratio 0.8
 * Estimate: input and output lengths uniform in ``[0.8 x ISL, ISL]`` and ``[0.8 x OSL,
   OSL]`` (the range ratio as ``benchmark_serving.py`` before vLLM 0.9 read it); the
   server's arguments, not in the file: for vLLM its defaults with ``max_num_seqs`` = the
-  concurrency and prefix caching off, for SGLang the arguments of InferenceMAX's
+  concurrency and prefix caching off (the gpt-oss launch settings it does not pass are
+  named in each point's estimate), for SGLang the arguments of InferenceMAX's
   DeepSeek-R1 launch script for the point's chip (``SemiAnalysisAI/InferenceX@d22bf9c``,
   ``benchmarks/dsr1_fp8_<chip>_*.sh``, :func:`_sglang_launch`; arguments blis-sglang
   refuses are kept, so such a point is refused by name); the chip's id in the
@@ -106,9 +107,15 @@ def _server_args(
         args, script = _sglang_launch(hw, conc, isl, osl, ep)
         shown = ", ".join(f"{k} {v}" for k, v in args.items())
         return args, f"InferenceMAX's SGLang launch (InferenceX@d22bf9c {script}): {shown}"
+    known = {  # what InferenceMAX's gpt-oss launch (InferenceX@d22bf9c) sets that is not passed
+        "h100": "cudagraph_mode PIECEWISE, async scheduling, max-model-len 10240",
+        "h200": "cudagraph_mode PIECEWISE, async scheduling, max-model-len 10240",
+        "b200": "FlashInfer all-reduce and attention fusions, async scheduling, max-num-seqs 512",
+    }.get(hw)
+    unset = f" (its launch script also sets {known}: not passed)" if known else ""
     return (
         {"max_num_seqs": conc, "enable_prefix_caching": False},
-        f"vLLM's defaults with max_num_seqs {conc}, prefix caching off",
+        f"vLLM's defaults with max_num_seqs {conc}, prefix caching off{unset}",
     )
 
 
