@@ -208,9 +208,9 @@ class VllmSettings:
 
 
 def _batch_defaults(hw: HardwareSpec) -> tuple[int, int]:
-    """``EngineArgs.get_batch_defaults`` for the OpenAI server usage context.
-
-    Upstream reads ``current_platform.get_device_total_memory()``: the runtime's total.
+    """``EngineArgs.get_batch_defaults`` (vLLM 0.33.0 ``vllm/engine/arg_utils.py``) for the
+    OpenAI server usage context. Upstream compares
+    ``current_platform.get_device_total_memory()``, the runtime's total, with 160 and 70 GiB.
     """
     mem = hw.usable_memory_bytes or hw.memory_bytes
     is_gb10 = hw.compute_capability == "12.1"
