@@ -53,6 +53,14 @@ CHIPS: Final = {
     "mi300x": "MI300X",
     "mi325x": "MI325X",
 }
+_HOPPER_UNPASSED: Final = "cudagraph_mode PIECEWISE, async scheduling, max-model-len 10240"
+_VLLM_UNPASSED: Final = {
+    "h100": _HOPPER_UNPASSED,
+    "h200": _HOPPER_UNPASSED,
+    "b200": "FlashInfer all-reduce and attention fusions, async scheduling, max-num-seqs 512",
+}
+"""What InferenceMAX's gpt-oss vLLM launch (InferenceX@d22bf9c ``gptoss_fp4_<chip>_*.sh``)
+sets on a chip that the adapter does not pass (named in each point's estimate)."""
 _STATS: Final = (("mean", "mean"), ("p50", "median"), ("p99", "p99"))
 _METRICS: Final = (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2e", "e2el"))
 _KEYS: Final = ("hw", "conc", "model", "isl", "osl", "tp")
@@ -107,11 +115,7 @@ def _server_args(
         args, script = _sglang_launch(hw, conc, isl, osl, ep)
         shown = ", ".join(f"{k} {v}" for k, v in args.items())
         return args, f"InferenceMAX's SGLang launch (InferenceX@d22bf9c {script}): {shown}"
-    known = {  # what InferenceMAX's gpt-oss launch (InferenceX@d22bf9c) sets that is not passed
-        "h100": "cudagraph_mode PIECEWISE, async scheduling, max-model-len 10240",
-        "h200": "cudagraph_mode PIECEWISE, async scheduling, max-model-len 10240",
-        "b200": "FlashInfer all-reduce and attention fusions, async scheduling, max-num-seqs 512",
-    }.get(hw)
+    known = _VLLM_UNPASSED.get(hw)
     unset = f" (its launch script also sets {known}: not passed)" if known else ""
     return (
         {"max_num_seqs": conc, "enable_prefix_caching": False},
