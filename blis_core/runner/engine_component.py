@@ -256,6 +256,9 @@ class EngineComponent(Component):
         # (destination, port, payload, delivery time) of messages to peers and the link.
         self._outbox: list[tuple[str, str, object, int]] = []
         self._run_ahead_ok = fast_forward_enabled()
+        # Whether P/D or KV-move work ever reached this instance: from then on it may
+        # send to peers and its link (sends_to: not known).
+        self._peered = False
         # Decode spans (inside run-ahead): one stage, no per-step gauges.
         self._span_engine: SpanEngine | None = (
             engine
@@ -323,6 +326,14 @@ class EngineComponent(Component):
     def _accept(self, now_us: int, bag: list[Message]) -> None:
         for msg in bag:
             port = msg.port
+            if port != "abort" and (
+                port != "request"
+                or (
+                    isinstance(msg.payload, InferenceRequest)
+                    and msg.payload.kv_transfer_params is not None
+                )
+            ):
+                self._peered = True
             if port == "request":
                 req = msg.payload
                 assert isinstance(req, InferenceRequest)
@@ -531,12 +542,32 @@ class EngineComponent(Component):
     def initial_time_us(self) -> int | None:
         return self._next_scrape_us if self._next_scrape_us >= 0 else None
 
+    def sends_to(self) -> tuple[str, ...] | None:
+        """The client and the router (step reports, scrapes, acceptances and drops),
+        until P/D or KV-move work reaches this instance: its messages may then go to a
+        peer or the link at a later step (not known)."""
+        if self._peered or self._outbox:
+            return None
+        return (self._client, self._router) if self._router is not None else (self._client,)
+
     def output(self, now_us: int) -> None:
         for made_us, report in self._reports:
             ahead_us = made_us - now_us
-            self.send(self._client, "step", report, delay_us=ahead_us + self._stream_delay_us)
+            self.send(
+                self._client,
+                "step",
+                report,
+                delay_us=ahead_us + self._stream_delay_us,
+                made_ahead=not self._stream_delay_us,
+            )
             if self._router is not None:
-                self.send(self._router, "step", report, delay_us=ahead_us + self._kv_event_delay_us)
+                self.send(
+                    self._router,
+                    "step",
+                    report,
+                    delay_us=ahead_us + self._kv_event_delay_us,
+                    made_ahead=not self._kv_event_delay_us,
+                )
         if self._accepted:
             self.send(self._client, "accepted", tuple(self._accepted))
         for dropped in self._dropped:
@@ -545,7 +576,13 @@ class EngineComponent(Component):
             self.send(dest, port, payload, delay_us=due_us - now_us)
         for scrape in self._scrapes:
             assert self._router is not None
-            self.send(self._router, "metrics", scrape, delay_us=scrape.scraped_at_us - now_us)
+            self.send(
+                self._router,
+                "metrics",
+                scrape,
+                delay_us=scrape.scraped_at_us - now_us,
+                made_ahead=True,
+            )
 
     def internal(self, now_us: int) -> int | None:
         self._clear_emitted()
@@ -613,10 +650,14 @@ class EngineComponent(Component):
         """Make this component's next internal transitions now, up to the lookahead.
 
         Until :meth:`lookahead_us` no input can reach this instance: another component
-        acts then at the earliest, the router (named quiet) is passive and stays so
+        that may reach it acts then at the earliest (other instances, which report only
+        to the client and the router, are passed over while both are quiescent:
+        :meth:`sends_to`), the router (named quiet) is passive and stays so
         (it answers step reports and scrapes only while it holds requests), and the
         client answers a step report only at a request's fate, and only with a
-        closed-loop or exhausted workload (:meth:`ClientComponent.quiescent`). So the
+        closed-loop or exhausted workload (:meth:`ClientComponent.quiescent`). Reports
+        and scrapes made ahead are sent ``made_ahead``, so one that falls at the time
+        another instance acts joins that instant's bag as it would have. So the
         transitions this component would make before then, one instant each, depend on
         nothing but its own state: they are made here in the same order with their own
         times (:meth:`_advance`, or a decode span), their reports and scrapes kept with

@@ -34,7 +34,11 @@ sending their messages with the delays that put each at its own time. It asks
 :meth:`Component.lookahead_us` for the earliest time at which anything outside it can
 happen, computes only what happens before that, and credits the transitions it saved
 (:meth:`Component.credit_transitions`) so that :attr:`Simulation.events` counts the
-model's events whichever way they were computed.
+model's events whichever way they were computed. A component that names its receivers
+(:meth:`Component.sends_to`) is passed over by the others' lookahead while those
+receivers are quiescent, and a message made ahead (``send(..., made_ahead=True)``) is
+delivered in the instant and bag its sender's own instant would have given it, also
+when another component acts first at its time.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ class Message:
     Messages are created by :meth:`Component.send` only; treat them as immutable.
     """
 
-    __slots__ = ("dest", "klass", "payload", "port", "sender", "seq", "time_us")
+    __slots__ = ("ahead", "dest", "klass", "payload", "port", "sender", "seq", "time_us")
 
     def __init__(
         self,
@@ -93,6 +97,8 @@ class Message:
         self.dest = dest
         self.port = port
         self.payload = payload
+        self.ahead = False
+        """Made ahead as a zero-delay output of its delivery instant (``Component.send``)."""
 
     def sort_key(self) -> tuple[int, int, str, int]:
         """The bag order: ``(time_us, klass, sender, seq)``."""
@@ -155,12 +161,20 @@ class Component:
         *,
         delay_us: int = 0,
         klass: int = 0,
+        made_ahead: bool = False,
     ) -> None:
         """Emit a message to component ``dest`` on input ``port``.
 
         The message is delivered at ``now_us + delay_us``: with ``delay_us == 0`` in
         this same instant (phase 2), otherwise later (a fixed transport delay).
         ``klass`` orders messages within a receiver's bag (lower first).
+
+        ``made_ahead`` (run-ahead): the message is the zero-delay output of a later
+        instant, at ``now_us + delay_us``, that this component computed early. Made
+        one instant at a time, that output would follow the instant of the transition
+        that made it; so when anything else happens first at that time (another
+        component's transition, a message not made ahead), it is delivered one instant
+        later, with what that instant's outputs send, in one bag.
 
         Raises:
             SimulationError: when called outside :meth:`output`, or when ``delay_us``
@@ -178,11 +192,12 @@ class Component:
                 f"component {self.name!r}: send() delay_us={delay_us!r} to {dest!r}; "
                 "must be an int >= 0"
             )
-        out.append(
-            Message(
-                self._devs_now_us + delay_us, klass, self.name, self._devs_sent, dest, port, payload
-            )
+        m = Message(
+            self._devs_now_us + delay_us, klass, self.name, self._devs_sent, dest, port, payload
         )
+        if made_ahead and delay_us:
+            m.ahead = True
+        out.append(m)
         self._devs_sent += 1
 
     def lookahead_us(self, now_us: int, quiet: Iterable[str] = ()) -> int | None:
@@ -194,6 +209,11 @@ class Component:
         another component makes a transition in this instant (its output is not known
         yet) or when a component named in ``quiet`` is not :meth:`quiescent`: name there
         the receivers of this component's messages that may answer them.
+
+        Passed over, because they cannot reach this component: the events of another
+        component whose :meth:`sends_to` names neither this one nor a component that is
+        not :meth:`quiescent`, and deliveries whose every message goes to a quiescent
+        component other than this one from a sender whose :meth:`sends_to` names it.
 
         Call it from a transition at ``now_us``. Until the time it returns, no input can
         reach this component except through its own messages. A component driven
@@ -213,6 +233,17 @@ class Component:
         depend on its state (a router holding requests) says so by overriding this.
         """
         return self._devs_next_us is None
+
+    def sends_to(self) -> tuple[str, ...] | None:
+        """Every component this one may send a message to before its next input, each
+        message a report that asks nothing of its receiver (what :meth:`quiescent`
+        speaks of); ``None`` when that is not known (the default: anything to anyone).
+
+        Another component's lookahead passes over this one's events, and over its
+        messages on their way, while none of those receivers is the asker and each is
+        :meth:`quiescent` (:meth:`lookahead_us`); so a component that names its
+        receivers must send nothing else before an input changes that."""
+        return None
 
     def peer_quiescent(self, name: str) -> bool:
         """Whether the component named ``name`` is :meth:`quiescent` now (``False``
@@ -321,6 +352,9 @@ class Simulation:
         self._stride = len(comps) + 1
         self._heap: list[int] = []
         self._pending: dict[int, list[Message]] = {}
+        # Per delivery time: the receivers when every message then is a report (its
+        # sender's sends_to named the receiver when it was sent), else None.
+        self._pending_to: dict[int, set[str] | None] = {}
         self._now_us = 0
         self._transitions = 0
         self._deliveries = 0
@@ -452,12 +486,25 @@ class Simulation:
             idx = key - base
             if idx == n:
                 due = self._pending.pop(now)
+                self._pending_to.pop(now, None)
             else:
                 c = comps[idx]
                 if c._devs_key == key:
                     c._devs_key = -1
                     c._devs_imminent = True
                     imminent.append(c)
+
+        if due is not None and (imminent or len(due) > 1) and any(m.ahead for m in due):
+            # Messages made ahead wait one instant when anything else happens first now.
+            held = [m for m in due if m.ahead]
+            rest = [m for m in due if not m.ahead]
+            if imminent or rest:
+                for m in held:
+                    m.ahead = False
+                self._pending[now] = held
+                self._pending_to[now] = None  # delivered next, whatever they are
+                heappush(heap, base + n)
+                due = rest or None
 
         # Phase 1: outputs.
         if imminent:
@@ -542,23 +589,46 @@ class Simulation:
             if other is not c:
                 return now
         by_name = self._by_name
+        quiescent: dict[str, bool] = {}
         for name in quiet:
             if not by_name[name].quiescent():
                 return now
+            quiescent[name] = True
+        me = c.name
+
+        def apart(to: Iterable[str] | None) -> bool:
+            # Whether messages to ``to`` (None: anyone) cannot reach ``c``.
+            if to is None:
+                return False
+            for name in to:
+                if name == me:
+                    return False
+                calm = quiescent.get(name)
+                if calm is None:
+                    calm = quiescent[name] = by_name[name].quiescent()
+                if not calm:
+                    return False
+            return True
+
         stride = self._stride
         n = stride - 1
         comps = self._components
-        if c._devs_key == -1:
-            key = self._top()
-        else:
-            # This component's own key is in the heap: the earliest valid key of another.
-            valid = [
-                k
-                for k in self._heap
-                if k != c._devs_key and (k % stride == n or comps[k % stride]._devs_key == k)
-            ]
-            key = min(valid) if valid else -1
-        first = None if key < 0 else key // stride
+        pending_to = self._pending_to
+        first: int | None = None
+        # NOTE: in time order, so the scan stops at the first event that may reach ``c``.
+        for k in sorted(self._heap):
+            if k == c._devs_key:
+                continue
+            idx = k % stride
+            if idx == n:
+                if apart(pending_to.get(k // stride)):
+                    continue
+            else:
+                other = comps[idx]
+                if other._devs_key != k or apart(other.sends_to()):
+                    continue
+            first = k // stride
+            break
         if self.horizon_us is not None and (first is None or first > self.horizon_us):
             first = self.horizon_us + 1
         return first
@@ -569,8 +639,10 @@ class Simulation:
         """Check destinations; put zero-delay messages in ``due`` and delay the rest."""
         by_name = self._by_name
         pending = self._pending
+        pending_to = self._pending_to
         heap = self._heap
         marker = self._stride - 1
+        receivers: dict[str, tuple[str, ...] | None] = {}
         for m in out:
             if m.dest not in by_name:
                 raise SimulationError(
@@ -584,10 +656,23 @@ class Simulation:
                 else:
                     due.append(m)
             else:
+                sender = m.sender
+                if sender in receivers:
+                    to = receivers[sender]
+                else:
+                    to = receivers[sender] = by_name[sender].sends_to()
+                dest = m.dest
                 lst = pending.get(t)
                 if lst is None:
                     pending[t] = [m]
+                    pending_to[t] = {dest} if to is not None and dest in to else None
                     heappush(heap, t * self._stride + marker)
                 else:
                     lst.append(m)
+                    known = pending_to.get(t)
+                    if known is not None:
+                        if to is not None and dest in to:
+                            known.add(dest)
+                        else:
+                            pending_to[t] = None
         return due

@@ -136,7 +136,9 @@ def test_abort_while_the_prefill_leg_runs_cancels_the_leg(pd: Any, data: DataSou
     comp.external(0, [Message(0, 0, "r", 0, "decode-0", "disagg", DisaggDispatch(req, "p-0"))])
     sent: list[tuple[str, str, object]] = []
 
-    def capture(dest: str, port: str, payload: object, delay_us: int = 0) -> None:
+    def capture(
+        dest: str, port: str, payload: object, delay_us: int = 0, made_ahead: bool = False
+    ) -> None:
         sent.append((dest, port, payload))
 
     comp.send = capture  # type: ignore[method-assign]
@@ -164,7 +166,9 @@ def test_a_decode_leg_dropped_before_the_engine_frees_the_prefill_blocks(
     (decode,) = (e for e in cluster.engines if e.name == "decode-0")
     sent: list[tuple[str, str, object]] = []
 
-    def capture(dest: str, port: str, payload: object, delay_us: int = 0) -> None:
+    def capture(
+        dest: str, port: str, payload: object, delay_us: int = 0, made_ahead: bool = False
+    ) -> None:
         sent.append((dest, port, payload))
 
     decode.send = capture  # type: ignore[method-assign]

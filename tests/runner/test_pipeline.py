@@ -87,7 +87,9 @@ def _run(steps_in_flight: int, num_steps: int) -> tuple[list[tuple[int, int]], l
     )
     starts: list[int] = []
 
-    def capture(dest: str, port: str, payload: object, delay_us: int = 0) -> None:
+    def capture(
+        dest: str, port: str, payload: object, delay_us: int = 0, made_ahead: bool = False
+    ) -> None:
         if isinstance(payload, StepReport):
             starts.append(payload.step_start_us)
 

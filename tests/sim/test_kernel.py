@@ -510,3 +510,114 @@ def test_peer_quiescent_asks_the_named_component() -> None:
     with pytest.raises(SimulationError, match="unknown peer"):
         asker.peer_quiescent("nobody")
     assert not Asker().peer_quiescent("busy")  # outside a Simulation nothing is promised
+
+
+class Reporter(Recorder):
+    """A recorder that names its receivers (:meth:`Component.sends_to`)."""
+
+    def __init__(self, name: str, log: Log, receivers: tuple[str, ...], **kw: object) -> None:
+        super().__init__(name, log, **kw)  # type: ignore[arg-type]
+        self.receivers = receivers
+
+    def sends_to(self) -> tuple[str, ...] | None:
+        return self.receivers
+
+
+@pytest.mark.parametrize(
+    ("receivers", "sink_first_us", "expected"),
+    [
+        (("z-sink",), None, 50),  # only to a quiescent sink: passed over
+        (("b-probe",), None, 20),  # to the asker: not
+        (("z-sink",), 100, 20),  # the sink is not quiescent (an event of its own)
+    ],
+)
+def test_lookahead_passes_over_a_component_that_reaches_only_quiescent_others(
+    receivers: tuple[str, ...], sink_first_us: int | None, expected: int
+) -> None:
+    log: Log = []
+    probe = Probe("b-probe", [10])
+    reporter = Reporter("a-reporter", log, receivers, first_us=20)
+    later = Recorder("c-later", log, first_us=50)
+    sink = Recorder("z-sink", log, first_us=sink_first_us)
+    sim = Simulation([probe, reporter, later, sink])
+    sim.step()
+    assert probe.answers == [(10, expected)]
+
+
+@pytest.mark.parametrize(("names_sink", "expected"), [(True, 31), (False, 20)])
+def test_lookahead_passes_over_reports_to_quiescent_components_only(
+    names_sink: bool, expected: int
+) -> None:
+    log: Log = []
+    probe = Probe("b-probe", [10, 12])
+    to_sink = Reporter(
+        "a-sender",
+        log,
+        ("z-sink",) if names_sink else ("y-else",),
+        first_us=0,
+        outputs=lambda c, now: c.send("z-sink", "x", delay_us=20),
+    )
+    to_probe = Recorder(
+        "c-sender", log, first_us=1, outputs=lambda c, now: c.send("b-probe", "x", delay_us=30)
+    )
+    sink, other = Recorder("z-sink", log), Recorder("y-else", log)
+    sim = Simulation([probe, to_sink, to_probe, sink, other])
+    while (next_us := sim.peek_us()) is not None and next_us <= 12:
+        sim.step()
+    # The delivery at 20 goes to the passive sink: passed over when its sender names
+    # the sink among its receivers (a report), not otherwise. The one at 31 reaches
+    # the probe.
+    assert probe.answers == [(10, expected), (12, expected)]
+
+
+class Stepper(Component):
+    """Ends a step at each of ``times`` and reports it to ``sink`` one instant later
+    (zero delay), as an engine does; with ``ahead`` it makes every step at its first
+    time and sends each report made ahead instead, crediting the transitions saved."""
+
+    def __init__(self, name: str, times: list[int], *, ahead: bool) -> None:
+        super().__init__(name)
+        self.times = times
+        self.ahead = ahead
+        self.to_send: list[int] = []
+
+    def initial_time_us(self) -> int | None:
+        return self.times[0]
+
+    def output(self, now_us: int) -> None:
+        for t in self.to_send:
+            self.send("z-sink", "step", (self.name, t), delay_us=t - now_us, made_ahead=t > now_us)
+
+    def internal(self, now_us: int) -> int | None:
+        if self.to_send:
+            self.to_send = []
+            return self.times[0] if self.times else None
+        if self.ahead:
+            self.to_send, self.times = list(self.times), []
+            self.credit_transitions(2 * len(self.to_send) - 2)
+            return now_us
+        self.to_send = [self.times.pop(0)]
+        return now_us
+
+
+def test_messages_made_ahead_reach_their_receiver_as_if_made_at_their_time() -> None:
+    """A report made ahead for time t is delivered in the bag and count of events the
+    same report sent at t would give, also when another component acts at t first."""
+
+    def run(ahead: bool) -> tuple[list[tuple[int, list[object]]], int]:
+        log: Log = []
+        sink = Recorder("z-sink", log)
+        early = Stepper("a-early", [5, 20, 40], ahead=ahead)
+        other = Stepper("b-other", [20, 30], ahead=False)
+        sim = Simulation([early, other, sink])
+        sim.run()
+        return [(t, [m.payload for m in bag]) for t, bag in sink.bags], sim.events
+
+    reference = run(ahead=False)
+    assert reference[0] == [
+        (5, [("a-early", 5)]),
+        (20, [("a-early", 20), ("b-other", 20)]),
+        (30, [("b-other", 30)]),
+        (40, [("a-early", 40)]),
+    ]
+    assert run(ahead=True) == reference
