@@ -9,8 +9,10 @@ asserts that arrivals equal fates.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from blis_core.contracts.engine import TokenEmission
 from blis_core.contracts.errors import SimulationError
 
 __all__ = ["GAP_TYPECODE", "MAX_NARROW_GAP_US", "Fate", "RequestLedger", "RequestRecord"]
@@ -97,19 +99,28 @@ class RequestLedger:
             rec.cached_tokens = cached_tokens
 
     def tokens(self, request_id: str, num_tokens: int, now_us: int) -> None:
-        """``num_tokens`` output tokens reached the client in one chunk."""
-        rec = self.records[request_id]
-        if rec.fate:
-            return  # tokens of a request already timed out or dropped are discarded
-        if rec.first_token_us < 0:
-            rec.first_token_us = now_us
-        else:
-            gap = now_us - rec.last_token_us
-            if gap > MAX_NARROW_GAP_US and rec.chunk_gaps_us.itemsize == 4:
-                rec.chunk_gaps_us = array("q", rec.chunk_gaps_us)
-            rec.chunk_gaps_us.append(gap)
-        rec.last_token_us = now_us
-        rec.output_tokens += num_tokens
+        """``num_tokens`` output tokens reached the client in one chunk (discarded for a
+        request already timed out or dropped)."""
+        self.emitted((TokenEmission(request_id, num_tokens),), now_us)
+
+    def emitted(self, emissions: Iterable[TokenEmission], now_us: int) -> None:
+        """Each emission's tokens reached the client in one chunk at ``now_us``: what
+        :meth:`tokens` records for each, in one call (a step report carries one
+        emission per running request)."""
+        records = self.records
+        for em in emissions:
+            rec = records[em.request_id]
+            if rec.fate:
+                continue  # tokens of a request already timed out or dropped are discarded
+            if rec.first_token_us < 0:
+                rec.first_token_us = now_us
+            else:
+                gap = now_us - rec.last_token_us
+                if gap > MAX_NARROW_GAP_US and rec.chunk_gaps_us.itemsize == 4:
+                    rec.chunk_gaps_us = array("q", rec.chunk_gaps_us)
+                rec.chunk_gaps_us.append(gap)
+            rec.last_token_us = now_us
+            rec.output_tokens += em.num_tokens
 
     # -- fates --------------------------------------------------------------------
 

@@ -162,8 +162,7 @@ class ClientComponent(Component):
             ledger.scheduled(rid, report.step_start_us)
         for hit in outcome.prefix_hits:
             ledger.cached(hit.request_id, hit.cached_tokens)
-        for em in outcome.emitted:
-            ledger.tokens(em.request_id, em.num_tokens, now_us)
+        ledger.emitted(outcome.emitted, now_us)
         for fin in outcome.finished:
             if ledger.has_fate(fin.request_id):
                 continue  # timed out earlier; the engine's abort completed it
