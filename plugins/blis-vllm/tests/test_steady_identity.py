@@ -25,7 +25,6 @@ from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.sim import Component
 
-from blis_vllm.engine import VllmEngine
 from blis_vllm.steady import SteadyDecode
 
 NUM_SCENARIOS = 200
@@ -103,7 +102,7 @@ def data() -> DataSources:
 
 
 def test_fast_path_keeps_every_result_byte(
-    data: DataSources, monkeypatch: pytest.MonkeyPatch
+    data: DataSources, monkeypatch: pytest.MonkeyPatch, span_boundaries: list[int]
 ) -> None:
     steady_steps = [0]
     original = SteadyDecode.schedule
@@ -114,15 +113,7 @@ def test_fast_path_keeps_every_result_byte(
             steady_steps[0] += 1
         return out
 
-    span_boundaries = [0]
-    take_span = VllmEngine.take_span
-
-    def counted_span(self: VllmEngine, span: Any, boundaries_us: Any) -> Any:
-        span_boundaries[0] += len(boundaries_us)
-        return take_span(self, span, boundaries_us)
-
     monkeypatch.setattr(SteadyDecode, "schedule", counted)
-    monkeypatch.setattr(VllmEngine, "take_span", counted_span)
     differing: list[str] = []
     with_steady = 0
     with_run_ahead = 0
