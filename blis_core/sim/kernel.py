@@ -213,7 +213,8 @@ class Component:
         Passed over, because they cannot reach this component: the events of another
         component whose :meth:`sends_to` names neither this one nor a component that is
         not :meth:`quiescent`, and deliveries whose every message goes to a quiescent
-        component other than this one from a sender whose :meth:`sends_to` names it.
+        component other than this one from a sender whose :meth:`sends_to` named it
+        when the message was sent.
 
         Call it from a transition at ``now_us``. Until the time it returns, no input can
         reach this component except through its own messages. A component driven
