@@ -10,7 +10,8 @@ their golden hashes, made on the general path; here 200 randomized scenarios swe
 the fast path must step aside for (preemption under a small KV pool, chunked prefills
 arriving mid-decode, the token budget, the waiting queue at ``max_num_seqs``, client
 aborts, prefix caching on and off, synchronous and asynchronous scheduling, block sizes,
-``max_model_len`` caps and replicas behind the llm-d router).
+``max_model_len`` caps and replicas behind the llm-d router); 40 of them again on 2-4
+instances behind the router.
 """
 
 from __future__ import annotations
@@ -142,6 +143,30 @@ def test_fast_path_keeps_every_result_byte(
     assert all(with_span.get((a, c), 0) >= 5 for a in (False, True) for c in (False, True)), (
         with_span
     )
+
+
+NUM_CLUSTER_SCENARIOS = 40
+
+
+def test_instances_behind_the_router_keep_every_result_byte(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's scenarios on 2-4 instances behind the llm-d router, where each
+    instance runs ahead past the others' steps (``Component.sends_to``) and the
+    instances' scrapes fall at the same times (so reports made ahead wait their turn:
+    without ``made_ahead`` nearly every one differs)."""
+    differing: list[str] = []
+    with_run_ahead = 0
+    for index in range(NUM_CLUSTER_SCENARIOS):
+        spec = random_scenario(index)
+        spec["deployment"]["pools"][0]["replicas"] = 2 + index % 3
+        spec["deployment"]["router"] = {"kind": "llm-d", "version": "v0.10.0"}
+        both = run_both_ways(parse_scenario(spec, f"cluster-{index}"), data, monkeypatch)
+        with_run_ahead += both.run_ahead_transitions > 0
+        if both.differences():
+            differing.append(f"cluster-{index}")
+    assert not differing, f"fast path changed the Result of {differing}"
+    assert with_run_ahead >= NUM_CLUSTER_SCENARIOS // 2, with_run_ahead
 
 
 def test_reference_path_takes_no_fast_step(
