@@ -259,6 +259,7 @@ class EngineComponent(Component):
         # Whether P/D or KV-move work ever reached this instance: from then on it may
         # send to peers and its link (sends_to: not known).
         self._peered = False
+        self._receivers = (client, router) if router is not None else (client,)
         # Decode spans (inside run-ahead): one stage, no per-step gauges.
         self._span_engine: SpanEngine | None = (
             engine
@@ -326,17 +327,13 @@ class EngineComponent(Component):
     def _accept(self, now_us: int, bag: list[Message]) -> None:
         for msg in bag:
             port = msg.port
-            if port != "abort" and (
-                port != "request"
-                or (
-                    isinstance(msg.payload, InferenceRequest)
-                    and msg.payload.kv_transfer_params is not None
-                )
-            ):
-                self._peered = True
+            if port not in ("request", "abort"):
+                self._peered = True  # a P/D or KV-move message
             if port == "request":
                 req = msg.payload
                 assert isinstance(req, InferenceRequest)
+                if req.kv_transfer_params is not None:
+                    self._peered = True
                 self._accepted.append(req.request_id)
                 self._enter_frontend(req, now_us)
             elif port == "abort":
@@ -546,9 +543,7 @@ class EngineComponent(Component):
         """The client and the router (step reports, scrapes, acceptances and drops),
         until P/D or KV-move work reaches this instance: its messages may then go to a
         peer or the link at a later step (not known)."""
-        if self._peered or self._outbox:
-            return None
-        return (self._client, self._router) if self._router is not None else (self._client,)
+        return None if self._peered or self._outbox else self._receivers
 
     def output(self, now_us: int) -> None:
         for made_us, report in self._reports:
