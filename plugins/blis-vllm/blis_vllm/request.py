@@ -97,6 +97,11 @@ class Request:
         "status",
     )
 
+    # Identity hashing, as a plain class has: mypyc's extension type has none unless
+    # asked (the scheduler keeps requests in sets).
+    def __hash__(self) -> int:
+        return object.__hash__(self)
+
     def __init__(
         self,
         source: InferenceRequest,

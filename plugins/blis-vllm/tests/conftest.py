@@ -22,3 +22,23 @@ def span_boundaries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(VllmEngine, "take_span", counting)
     return counted
+
+
+@pytest.fixture
+def steady_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item counter of the steps the engine schedules on the steady-step fast path
+    (:mod:`blis_vllm.steady`), counted from the test's start where the engine component
+    calls ``VllmEngine.schedule``: in the compiled package the engine's own call of
+    ``SteadyDecode.schedule`` does not pass through a patched method."""
+    counted = [0]
+    schedule = VllmEngine.schedule
+
+    def counting(self: VllmEngine, now_us: int) -> Any:
+        before = len(self._in_flight)
+        shape = schedule(self, now_us)
+        if len(self._in_flight) > before and self._in_flight[-1][1].steady_epoch is not None:
+            counted[0] += 1
+        return shape
+
+    monkeypatch.setattr(VllmEngine, "schedule", counting)
+    return counted

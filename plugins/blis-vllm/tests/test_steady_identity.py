@@ -26,8 +26,6 @@ from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.sim import Component
 
-from blis_vllm.steady import SteadyDecode
-
 NUM_SCENARIOS = 200
 MASTER_SEED = 20261202
 
@@ -103,18 +101,11 @@ def data() -> DataSources:
 
 
 def test_fast_path_keeps_every_result_byte(
-    data: DataSources, monkeypatch: pytest.MonkeyPatch, span_boundaries: list[int]
+    data: DataSources,
+    monkeypatch: pytest.MonkeyPatch,
+    span_boundaries: list[int],
+    steady_steps: list[int],
 ) -> None:
-    steady_steps = [0]
-    original = SteadyDecode.schedule
-
-    def counted(self: SteadyDecode) -> Any:
-        out = original(self)
-        if out is not None:
-            steady_steps[0] += 1
-        return out
-
-    monkeypatch.setattr(SteadyDecode, "schedule", counted)
     differing: list[str] = []
     with_steady = 0
     with_run_ahead = 0
@@ -170,19 +161,17 @@ def test_instances_behind_the_router_keep_every_result_byte(
 
 
 def test_reference_path_takes_no_fast_step(
-    data: DataSources, monkeypatch: pytest.MonkeyPatch
+    data: DataSources,
+    monkeypatch: pytest.MonkeyPatch,
+    steady_steps: list[int],
+    span_boundaries: list[int],
 ) -> None:
     monkeypatch.setenv(FAST_FORWARD_ENV, "0")
-    calls = [0]
-
-    def counted(self: SteadyDecode) -> Any:
-        calls[0] += 1
-        return None
+    credits = [0]
 
     def no_credit(self: Component, count: int) -> None:
-        calls[0] += 1
+        credits[0] += 1
 
-    monkeypatch.setattr(SteadyDecode, "schedule", counted)
     monkeypatch.setattr(Component, "credit_transitions", no_credit)
     run_scenario(parse_scenario(random_scenario(0), "steady-0"), make_host(), data)
-    assert calls[0] == 0
+    assert steady_steps[0] == span_boundaries[0] == credits[0] == 0
