@@ -10,6 +10,12 @@ folders first on ``sys.path``, so one environment times two commits against each
         -- python bench/run_checkout.py . 5000
 
 Prints the Result's content hash, so the two commits can be seen to agree.
+
+``--installed`` runs the packages installed in this environment instead (the scenario
+files still come from ``CHECKOUT``): a compiled blis-vllm wheel against its own source,
+
+    farm-bench -n 3 --timeout 1500 --vs "python bench/run_checkout.py . 2000" \\
+        -- python bench/run_checkout.py . 2000 --installed
 """
 
 from __future__ import annotations
@@ -36,10 +42,14 @@ def main() -> None:
     parser.add_argument("checkout", type=Path)
     parser.add_argument("num_requests", type=int, nargs="?", default=None)
     parser.add_argument("--scenario", default="1x5k", help="go-parity-<NAME>.yaml")
+    parser.add_argument(
+        "--installed", action="store_true", help="the installed packages, not CHECKOUT's source"
+    )
     args = parser.parse_args()
     root = args.checkout.resolve()
-    for sub in reversed(PLUGIN_DIRS):
-        sys.path.insert(0, str(root / sub))
+    if not args.installed:
+        for sub in reversed(PLUGIN_DIRS):
+            sys.path.insert(0, str(root / sub))
     from blis_core.io.scenario import load_scenario
     from blis_core.runner import DataSources, make_host, run_scenario
 
