@@ -12,11 +12,16 @@ and ``quote_steps`` (a span's prices in one pass), and the client's and the rout
 ``external`` transitions. The timers add about a microsecond per call; what is
 left of the total is start-up, the kernel, the engine component and the Result. Compare
 figures from one machine and one run; they are what ``docs/speed.md`` quotes.
+
+Run it on blis-vllm's source (an editable install, or ``bench/run_checkout.py``'s path):
+in a compiled wheel the engine's own calls (the indented rows) do not pass through the
+timers, and the script says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -52,6 +57,12 @@ def _timed(cls: type, name: str, label: str) -> None:
     setattr(cls, name, timed)
 
 
+def _compiled() -> bool:
+    import blis_vllm.span
+
+    return str(blis_vllm.span.__file__).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("num_requests", type=int, nargs="?", default=1000)
@@ -79,6 +90,8 @@ def main() -> None:
         result = run_scenario(load_scenario(str(path)), make_host(), DataSources.load())
         total = time.perf_counter() - start
     steps = result.replications[0].steps
+    if _compiled():
+        print("note: blis-vllm is compiled: the indented rows miss the engine's own calls")
     print(f"{args.scenario}, {args.num_requests} requests: {total:.2f} s, {steps} engine steps")
     print(f"{'call':32s} {'seconds':>8s} {'calls':>9s} {'us/call':>8s}")
     for _, _, label in timers:

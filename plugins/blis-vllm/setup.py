@@ -45,11 +45,13 @@ COMPILED = (
     "blis_vllm/request_queue.py",
     "blis_vllm/scheduler.py",
     "blis_vllm/engine.py",
+    "blis_vllm/metrics.py",
 )
 """The modules the step path spends its time in (``python bench/step_costs.py``): block
 allocation, hashing and caching, the request's counters, the steady-step and span paths,
-the scheduler and the engine. Not ``metrics.py``: mypyc 2.4.1 builds an extension of it
-that crashes the interpreter on import."""
+the scheduler, the engine and its metrics. A compiled dataclass resolves its fields'
+annotations when its module loads: a field's type may not be imported under
+``TYPE_CHECKING`` only (the extension would fail to load)."""
 
 
 def _blis_core_root() -> Path | None:

@@ -44,7 +44,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from blis_core.contracts.scrape import (
     Histogram,
@@ -55,8 +54,9 @@ from blis_core.contracts.scrape import (
     sum_key,
 )
 
-if TYPE_CHECKING:
-    from blis_vllm.request import Request
+# Imported at run time, not under TYPE_CHECKING: compiled, _RequestState's field types
+# are resolved when the module loads.
+from blis_vllm.request import Request
 
 __all__ = [
     "CACHE_CONFIG_INFO",
