@@ -13,6 +13,9 @@ llm-d router), each in a fresh process: wall seconds, simulated requests per wal
 second, kernel events per wall second, peak RSS, the per-request cost relative to the
 first scenario timed, and the ratio to the published baselines (Go BLIS's wall time on
 the same workload, Vidur's 620-730 simulated requests per wall second).
+
+Both say first whether the blis-vllm they run is its compiled wheel or its source
+(``pip install ./plugins/blis-vllm`` compiles the port; an editable install does not).
 """
 
 from __future__ import annotations
@@ -66,10 +69,22 @@ def _time_one(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[
     queue.put((wall, rep.fates.arrivals, rep.events, rep.steps, rss_mb))
 
 
+def _vllm_build() -> str:
+    """Whether the blis-vllm imported here is its compiled wheel or its source."""
+    import importlib.machinery
+
+    import blis_vllm.engine
+
+    path = str(blis_vllm.engine.__file__)
+    compiled = path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    return f"blis-vllm: {'compiled (mypyc)' if compiled else 'pure Python'}, {path}"
+
+
 def go_parity(names: list[str]) -> int:
     """Time each Go-parity scenario in a fresh process and print the table."""
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
+    print(_vllm_build())
     header = (
         "scenario | wall s | requests | req/s | events/s | x heapq | peak RSS MB | "
         "per-request cost vs first | vs Go BLIS | vs Vidur"
@@ -115,6 +130,7 @@ def main() -> int:
     data = DataSources.load()
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
+    print(_vllm_build())
     for label, path in SCENARIOS.items():
         scenario = load_scenario(path)
         best = float("inf")
