@@ -184,14 +184,19 @@ def effective_rank(
     was fitted on another chip (a die sibling) or for another family
     (:data:`FAMILY_TRANSFER`), or its covered ``ranks`` exclude ``ranks``."""
     rank = int(entry.price_rank)
-    rng = entry.covered.get("ranks")
     if (
         entry.hardware not in ("*", hardware)
         or (family is not None and entry.family != family)
-        or (ranks is not None and rng is not None and not rng[0] <= ranks <= rng[1])
+        or not _covers_ranks(entry, ranks)
     ):
         return max(rank, int(CoefficientRank.TRANSFERRED))
     return rank
+
+
+def _covers_ranks(entry: CoefficientEntry, ranks: int | None) -> bool:
+    """Whether ``entry``'s covered ``ranks`` (if it states them) include ``ranks``."""
+    rng = entry.covered.get("ranks")
+    return ranks is None or rng is None or rng[0] <= ranks <= rng[1]
 
 
 def impl_matches(pattern: str, impl: str) -> bool:
@@ -255,6 +260,11 @@ class Registry:
             key=lambda e: (
                 effective_rank(e, hardware, ranks, family),
                 e.family != family,
+                # Among entries of one rank, one whose covered ranks exclude the case comes
+                # after those that cover it: on a die sibling every fitted entry is
+                # ``transferred``, and specificity alone let a collective fitted on 2-4
+                # ranks price 8.
+                not _covers_ranks(e, ranks),
                 e.hardware in siblings,
                 -_specificity(e),
             ),

@@ -193,6 +193,28 @@ def test_a_chips_own_fitted_entry_beats_its_die_siblings() -> None:
     assert borrowed is None
 
 
+def test_on_a_die_sibling_a_collective_covering_the_ranks_beats_a_more_specific_one() -> None:
+    # The H100's two fitted all-reduce entries on the H200: the serving fit (impl nccl, 2-4
+    # ranks) and the operator profile (any impl, 2-8 ranks). Both are transferred there;
+    # at 8 ranks the one that covers them must price, not the more specific one.
+    def entry(impl: str, ranks: tuple[int, int], latency_us: float) -> CoefficientEntry:
+        return CoefficientEntry(
+            family="allreduce", impl=impl, hardware="H100-SXM", dtype="*",
+            rank=CoefficientRank.CALIBRATED, method="fitted",
+            params={"link_efficiency": 0.8, "overhead_us": latency_us},
+            covered={"ranks": ranks}, source="test",
+        )  # fmt: skip
+
+    serving, profile = entry("nccl", (2, 4), 8.0), entry("*", (2, 8), 22.6)
+    reg = build_registry([serving, profile], "test")
+    siblings = ("H100-SXM",)
+    assert reg.best("allreduce", "nccl", "H200-SXM", "bf16", 8, siblings) is profile
+    assert reg.best("allreduce", "nccl", "H200-SXM", "bf16", 4, siblings) is serving
+    # On the H100 itself the serving fit is calibrated within its ranks, transferred beyond.
+    assert reg.best("allreduce", "nccl", "H100-SXM", "bf16", 4) is serving
+    assert reg.best("allreduce", "nccl", "H100-SXM", "bf16", 8) is profile
+
+
 def test_expert_gemms_without_a_fit_of_their_own_borrow_the_chips_fitted_gemm() -> None:
     def entry(family: str, dtype: str, eff: float, method: str = "fitted") -> CoefficientEntry:
         rank = CoefficientRank.CALIBRATED if method == "fitted" else CoefficientRank.ASSUMED
