@@ -59,7 +59,8 @@ def test_compiled_port_keeps_every_result_byte() -> None:
         for i in SCENARIOS
     }
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(SOURCE), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])),
     )
     out = subprocess.run(
         [sys.executable, str(Path(__file__).parent / "pure_hashes.py"), *compiled],
