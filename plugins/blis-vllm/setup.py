@@ -63,6 +63,9 @@ def _blis_core_root() -> Path | None:
     return None
 
 
+_CHOICE = os.environ.get("BLIS_MYPYC", "")
+"""``1``: compile or fail; ``0``: pure Python; unset: compile where possible."""
+
 _BUILDS = ("bdist_wheel", "build", "build_ext", "install")
 """The commands that build the package; the metadata steps before them compile nothing."""
 
@@ -76,10 +79,8 @@ def _build_base() -> str:
 
 
 def _ext_modules(build_base: str) -> list[object]:
-    choice = os.environ.get("BLIS_MYPYC", "")
-    if choice == "0" or not any(cmd in sys.argv for cmd in _BUILDS):
+    if _CHOICE == "0" or not any(cmd in sys.argv for cmd in _BUILDS):
         return []  # pure Python asked for, an editable install, or a metadata step
-    required = choice == "1"
     try:
         from mypyc.build import mypycify
 
@@ -104,7 +105,7 @@ def _ext_modules(build_base: str) -> list[object]:
             )
         )
     except Exception as exc:
-        if required:
+        if _CHOICE == "1":
             raise
         print(f"blis-vllm: building pure Python (mypyc could not compile: {exc})", file=sys.stderr)
         return []
@@ -119,7 +120,7 @@ class _BuildExtOrPure(build_ext):
         try:
             super().run()
         except Exception as exc:
-            if os.environ.get("BLIS_MYPYC") == "1":
+            if _CHOICE == "1":
                 raise
             for output in self.get_outputs():
                 Path(output).unlink(missing_ok=True)
