@@ -108,6 +108,22 @@ def read_errors(path: Path) -> dict[str, float]:
     }
 
 
+def code_key() -> str:
+    """What a scored candidate depends on besides the run and the candidate: the
+    checkout's commit and uncommitted changes (the cost packages' files among them), so
+    a cached score made by other code is never reused; ``nogit`` scores are not cached."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, check=True
+        ).stdout
+        diff = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--", ".",
+                               f":!{(DATA_DIRS[1] / FIT_FILE).relative_to(REPO)}"],
+                              capture_output=True, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "nogit"
+    return hashlib.sha256(head + diff).hexdigest()[:12]
+
+
 def loss(errors: list[float]) -> float:
     return float(np.mean([abs(math.log1p(e)) for e in errors]))
 
@@ -149,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cache",
         type=Path,
         default=Path(tempfile.gettempdir()) / "blis-fit-mxfp4",
-        help="folder of the scored candidates (kept: a rerun scores only the missing ones)",
+        help="folder of the scored candidates (kept: a rerun of the same code scores only "
+        "the missing ones)",
     )
     a = ap.parse_args(argv)
     raw = (a.run_dir / "agg_bmk.json").read_bytes()
@@ -159,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fit role: {len(points)} points of {a.run_dir} (sha256 {digest})", file=sys.stderr)
     entries = []
     report: dict[str, Any] = {}
+    code = code_key()
     for chip, hardware in CHIPS.items():
         errors: dict[float, dict[str, float]] = {}
         with tempfile.TemporaryDirectory(prefix="blis-fit-mxfp4-") as tmpname:
@@ -168,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             mine = [r for r in points if r["hw"] == chip]
             (fit_dir / "agg_bmk.json").write_text(json.dumps(mine))
             for me in GRID:
-                out = a.cache / f"{digest[:16]}-{chip}-me{me:g}.json"
-                if not out.exists():
+                out = a.cache / f"{digest[:16]}-{code}-{chip}-me{me:g}.json"
+                if code == "nogit" or not out.exists():
                     score(fit_dir, registry_dir(me, hardware, tmp / "reg"), out, a.jobs)
                 errors[me] = read_errors(out)
                 lo = loss(list(errors[me].values()))
