@@ -88,7 +88,9 @@ class Histogram:
         if any(b >= c for b, c in pairwise(self.bounds)):
             raise ValueError(f"{name}: bucket bounds must increase strictly: {self.bounds}")
         self._counts = [0] * (len(self.bounds) + 1)
-        self._raw_sum: float = 0
+        # An int while only integers are observed (as in Python), which a compiled
+        # ``float`` attribute would not keep: the written sum's bytes would change.
+        self._raw_sum: float | int = 0
         self._scale = scale
         self._bucket_keys = tuple(bucket_key(name, b) for b in (*self.bounds, math.inf))
         self._sum_key = sum_key(name)

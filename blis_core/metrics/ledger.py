@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
 from blis_core.contracts.engine import TokenEmission
 from blis_core.contracts.errors import SimulationError
@@ -21,12 +22,13 @@ __all__ = ["GAP_TYPECODE", "MAX_NARROW_GAP_US", "Fate", "RequestLedger", "Reques
 class Fate:
     """Fate names (strings, so they read well in a Result)."""
 
-    COMPLETED = "completed"
-    DROPPED = "dropped"
-    TIMED_OUT = "timed_out"
-    IN_FLIGHT = "in_flight_at_horizon"
-    QUEUED = "queued_at_horizon"
-    NOT_STARTED = "not_started"
+    # Final: class constants, not instance defaults (which is how mypyc reads a bare one).
+    COMPLETED: Final = "completed"
+    DROPPED: Final = "dropped"
+    TIMED_OUT: Final = "timed_out"
+    IN_FLIGHT: Final = "in_flight_at_horizon"
+    QUEUED: Final = "queued_at_horizon"
+    NOT_STARTED: Final = "not_started"
 
 
 GAP_TYPECODE = next(code for code in "ilq" if array(code).itemsize == 4)

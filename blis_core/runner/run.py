@@ -551,13 +551,17 @@ def _build(
 
 @dataclass(frozen=True, slots=True)
 class RunProgress:
-    """Where a running replication is, reported every :data:`PROGRESS_EVERY` instants."""
+    """Where a running replication is, reported every :data:`PROGRESS_EVERY` instants and
+    once more when its simulation ends."""
 
     replication: int
     sim_us: int
     events: int
     requests_done: int
     """Arrivals so far that have their fate."""
+    credited: int = 0
+    """Of ``events``, the transitions run-ahead computed inside another one
+    (:attr:`blis_core.sim.Simulation.credited`)."""
 
 
 PROGRESS_EVERY = 1 << 14
@@ -571,25 +575,29 @@ def _run_until_done(
 
     Periodic components (metrics scrapes) never run out of events by themselves, so the
     stop rule is checked after every instant. ``tick`` is called every
-    :data:`PROGRESS_EVERY` instants.
+    :data:`PROGRESS_EVERY` instants and at the end, unless the last call saw it.
     """
     sim, client = cluster.sim, cluster.client
     sim.horizon_us = horizon_us
     step = sim.step
     countdown = PROGRESS_EVERY
+    end_us: int | None = None
     while not client.done:
         nxt = sim.peek_us()
         if nxt is None:
             break
         if horizon_us is not None and nxt > horizon_us:
-            return horizon_us
+            end_us = horizon_us
+            break
         step()
         if tick is not None:
             countdown -= 1
             if not countdown:
                 countdown = PROGRESS_EVERY
                 tick()
-    return sim.now_us
+    if tick is not None and countdown != PROGRESS_EVERY:
+        tick()
+    return sim.now_us if end_us is None else end_us
 
 
 def _replicate(
@@ -616,7 +624,7 @@ def _replicate(
 
         def tick() -> None:
             done = len(ledger.records) - ledger.in_system
-            report(RunProgress(replication, sim.now_us, sim.events, done))
+            report(RunProgress(replication, sim.now_us, sim.events, done, sim.credited))
 
     try:
         end_us = _run_until_done(cluster, horizon_us, tick)

@@ -47,6 +47,8 @@ from collections.abc import Iterable
 from heapq import heappop, heappush
 from operator import attrgetter
 
+from mypy_extensions import mypyc_attr
+
 from blis_core.contracts.errors import SimulationError
 
 __all__ = ["DEFAULT_ZERO_DELAY_BOUND", "Component", "Message", "Simulation"]
@@ -111,6 +113,7 @@ class Message:
         )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Component:
     """Base class of an atomic DEVS model.
 
@@ -266,6 +269,7 @@ class Component:
         if type(count) is not int or count < 0:
             raise SimulationError(f"credit_transitions({count!r}); must be an int >= 0")
         sim._transitions += count
+        sim._credited += count
 
     # -- hooks -------------------------------------------------------------------------
 
@@ -358,6 +362,7 @@ class Simulation:
         self._pending_to: dict[int, set[str] | None] = {}
         self._now_us = 0
         self._transitions = 0
+        self._credited = 0
         self._deliveries = 0
         self._zero_delay_bound = zero_delay_bound
         self._last_instant_us = -1  # time of the last instant run
@@ -399,6 +404,12 @@ class Simulation:
         """Transitions (internal, external or confluent) made so far, with those credited
         by run-ahead (:meth:`Component.credit_transitions`)."""
         return self._transitions
+
+    @property
+    def credited(self) -> int:
+        """Of :attr:`transitions`, those computed inside another transition by run-ahead
+        and credited (:meth:`Component.credit_transitions`)."""
+        return self._credited
 
     @property
     def deliveries(self) -> int:

@@ -25,8 +25,7 @@ from blis_core.contracts.result import Result
 from blis_core.contracts.scenario import Scenario
 from blis_core.contracts.shape import StepShape
 from blis_core.hookspecs import hookimpl
-from blis_core.runner import DataSources, make_host, run_scenario
-from blis_core.sim import Component
+from blis_core.runner import DataSources, RunProgress, make_host, run_scenario
 
 __all__ = ["BothWays", "StepTrace", "run_both_ways"]
 
@@ -85,19 +84,17 @@ class BothWays:
 def run_both_ways(
     scenario: Scenario, data: DataSources, monkeypatch: pytest.MonkeyPatch
 ) -> BothWays:
-    """Run ``scenario`` with the fast paths on, then off; the environment variable and
-    the counting patch are undone when it returns."""
-    credited = [0]
-    credit = Component.credit_transitions
+    """Run ``scenario`` with the fast paths on, then off; the environment variable is
+    restored when it returns. The fast run's run-ahead transitions are counted from its
+    replications' last progress reports (``RunProgress.credited``)."""
+    credited: dict[int, int] = {}
 
-    def counted(self: Component, count: int) -> None:
-        credited[0] += count
-        credit(self, count)
+    def heard(progress: RunProgress) -> None:
+        credited[progress.replication] = progress.credited
 
     traces = (StepTrace(), StepTrace())
     results = []
     with monkeypatch.context() as patch:
-        patch.setattr(Component, "credit_transitions", counted)
         for trace, env in zip(traces, (None, "0"), strict=True):
             if env is None:
                 patch.delenv(FAST_FORWARD_ENV, raising=False)
@@ -105,5 +102,8 @@ def run_both_ways(
                 patch.setenv(FAST_FORWARD_ENV, env)
             host = make_host()
             host.add_observer(trace)
-            results.append(run_scenario(scenario, host, data))
-    return BothWays(results[0], results[1], credited[0], traces[0].summary(), traces[1].summary())
+            fast = env is None
+            results.append(run_scenario(scenario, host, data, on_progress=heard if fast else None))
+    return BothWays(
+        results[0], results[1], sum(credited.values()), traces[0].summary(), traces[1].summary()
+    )

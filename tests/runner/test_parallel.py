@@ -118,6 +118,10 @@ def test_progress_reports_where_each_replication_is_and_changes_nothing(
         assert all(a.sim_us <= b.sim_us and a.events < b.events for a, b in pairwise(mine))
         assert all(0 <= t.requests_done <= 120 for t in mine)
         assert mine[-1].requests_done > mine[0].requests_done
+    # The last report is the replication's end: every arrival fated, every event counted.
+    for r, rep in enumerate(loud.replications):
+        last = [t for t in ticks if t.replication == r][-1]
+        assert (last.requests_done, last.events) == (rep.fates.arrivals, rep.events)
 
 
 def test_the_terminal_bar_counts_requests_across_replications() -> None:

@@ -1,10 +1,12 @@
-"""Content hashes of the steady sweep's scenarios, run on blis-vllm's pure-Python source.
+"""Content hashes of the steady sweep's scenarios, run on the packages ``PYTHONPATH`` puts
+first (a source tree in place of an installed, compiled package).
 
     PYTHONPATH=plugins/blis-vllm python plugins/blis-vllm/tests/pure_hashes.py 0 1 2 ...
 
-Prints one JSON object: the module file the port's block pool was imported from, and
-each scenario index's Result content hash. ``test_compiled_identity.py`` runs it beside
-the installed (compiled) package.
+Prints one JSON object: the module files the port's block pool and blis-core's kernel
+were imported from, and each scenario index's Result content hash.
+``test_compiled_identity.py`` (blis-vllm's source) and ``integration/test_compiled_core.py``
+(blis-core's) run it beside the installed packages.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import blis_core.sim.kernel
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from test_steady_identity import random_scenario
@@ -30,7 +33,8 @@ def main() -> None:
         ).content_hash
         for index in map(int, sys.argv[1:])
     }
-    print(json.dumps({"block_pool": blis_vllm.block_pool.__file__, "hashes": hashes}))
+    files = {"block_pool": blis_vllm.block_pool.__file__, "kernel": blis_core.sim.kernel.__file__}
+    print(json.dumps({**files, "hashes": hashes}))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,7 @@ import pytest
 from blis_conformance import run_both_ways
 from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.io.scenario import parse_scenario
-from blis_core.runner import DataSources, make_host, run_scenario
-from blis_core.sim import Component
+from blis_core.runner import DataSources, RunProgress, make_host, run_scenario
 
 NUM_SCENARIOS = 200
 MASTER_SEED = 20261202
@@ -167,11 +166,8 @@ def test_reference_path_takes_no_fast_step(
     span_boundaries: list[int],
 ) -> None:
     monkeypatch.setenv(FAST_FORWARD_ENV, "0")
-    credits = [0]
-
-    def no_credit(self: Component, count: int) -> None:
-        credits[0] += 1
-
-    monkeypatch.setattr(Component, "credit_transitions", no_credit)
-    run_scenario(parse_scenario(random_scenario(0), "steady-0"), make_host(), data)
-    assert steady_steps[0] == span_boundaries[0] == credits[0] == 0
+    reports: list[RunProgress] = []
+    scenario = parse_scenario(random_scenario(0), "steady-0")
+    run_scenario(scenario, make_host(), data, on_progress=reports.append)
+    assert reports and reports[-1].requests_done == scenario.workload.num_requests
+    assert steady_steps[0] == span_boundaries[0] == reports[-1].credited == 0

@@ -39,16 +39,19 @@ def req(rid: str, key: str = "doc", tokens: int = 256) -> InferenceRequest:
 
 
 def count_kv_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the blocks of every KV read the cluster starts (P/D transfers)."""
-    from blis_core.runner.engine_component import EngineComponent
+    """Record the blocks of every KV read the cluster starts (P/D transfers): the moves
+    each vLLM instance names for a step when the engine component starts it
+    (``VllmEngine.step_transfers``, called once per step through Python, also when
+    blis-core is compiled)."""
+    from blis_vllm.engine import VllmEngine
 
     reads: list[int] = []
-    start = EngineComponent._start_moves
+    step_transfers = VllmEngine.step_transfers
 
-    def counting(self: EngineComponent, shape: Any, now_us: int) -> None:
-        before = set(self._moves)
-        start(self, shape, now_us)
-        reads.extend(self._moves[t].num_blocks for t in set(self._moves) - before)
+    def counting(self: VllmEngine, step_id: int) -> Any:
+        moves = step_transfers(self, step_id)
+        reads.extend(move.num_blocks for move in moves)
+        return moves
 
-    monkeypatch.setattr(EngineComponent, "_start_moves", counting)
+    monkeypatch.setattr(VllmEngine, "step_transfers", counting)
     return reads

@@ -220,7 +220,9 @@ def test_cached_prefix_hashes_equal_uncached() -> None:
             )[step % 4]
             last = PromptSegment(f"q/{step}", rng.choice((0, 1, 30, 64, 90)))
             headers = (("model", "m-b"),) if step % 5 == 0 else ()
-            req = SchedulingRequest(InferenceRequest(f"r{step}", 0, (*heads, last), 1, headers))
+            req = SchedulingRequest(
+                InferenceRequest(f"r{step}", 0, (*heads, last), 1, headers=headers)
+            )
             block_size = rng.choice((16, 32, 64, 100))
             got = producer.request_hashes(req, block_size)  # before token_ids is materialised
             want = _reference_block_hashes(

@@ -1,0 +1,82 @@
+"""Compiled blis-core makes the decisions of its pure-Python source (issue 15, deliverable 2).
+
+A wheel of blis-core compiles the simulation's per-step modules with mypyc (``setup.py``,
+``COMPILED``): the kernel, the engine, client and router components, the ledger, the
+request and scrape contracts, the step pricing. Every other suite proves the source (the
+tests env installs it editable); this test joins the two. Randomized scenarios of
+blis-vllm's steady sweep (both engines, prefix caching on and off, preemption, chunked
+prefills, aborts, replicas behind the router) run on the installed packages and, in a
+subprocess, with blis-core's source tree first on ``PYTHONPATH`` (the plugins stay the
+installed ones); every Result's content hash must be equal. The shipped scenarios'
+pinned Results (``test_shipped_results.py``) and the decision gate's goldens also run
+on the compiled package here.
+
+``BLIS_MYPYC=1`` (set where tox builds the packages) requires blis-core's modules to be
+extensions, so a build that fell back to pure Python is never taken for the compiled one.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEADY_TESTS = ROOT / "plugins" / "blis-vllm" / "tests"
+sys.path.insert(0, str(STEADY_TESTS))
+
+from test_steady_identity import random_scenario  # noqa: E402
+
+from blis_core.contracts import request, scrape  # noqa: E402
+from blis_core.cost import pricing  # noqa: E402
+from blis_core.io.scenario import parse_scenario  # noqa: E402
+from blis_core.metrics import ledger  # noqa: E402
+from blis_core.runner import (  # noqa: E402
+    DataSources,
+    client_component,
+    engine_component,
+    make_host,
+    router_component,
+    run_scenario,
+)
+from blis_core.sim import kernel  # noqa: E402
+
+SCENARIOS = range(1, 200, 2)
+"""Every other scenario of the steady sweep (100)."""
+
+
+def _compiled(module: object) -> bool:
+    path = str(getattr(module, "__file__", ""))
+    return path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def test_compiled_core_keeps_every_result_byte() -> None:
+    modules = (kernel, engine_component, client_component, router_component, ledger)
+    modules += (request, scrape, pricing)
+    if os.environ.get("BLIS_MYPYC") == "1":
+        assert all(_compiled(m) for m in modules), [m.__file__ for m in modules]
+    data = DataSources.load()
+    installed = {
+        str(i): run_scenario(
+            parse_scenario(random_scenario(i), f"steady-{i}"), make_host(), data
+        ).content_hash
+        for i in SCENARIOS
+    }
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    out = subprocess.run(
+        [sys.executable, str(STEADY_TESTS / "pure_hashes.py"), *installed],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    source = json.loads(out.stdout)
+    assert source["kernel"] == str(ROOT / "blis_core" / "sim" / "kernel.py")
+    differ = [i for i in installed if installed[i] != source["hashes"][i]]
+    assert not differ, f"scenarios whose Result differs compiled vs source: {differ}"
