@@ -14,8 +14,8 @@ second, kernel events per wall second, peak RSS, the per-request cost relative t
 first scenario timed, and the ratio to the published baselines (Go BLIS's wall time on
 the same workload, Vidur's 620-730 simulated requests per wall second).
 
-Both say first whether the blis-vllm they run is its compiled wheel or its source
-(``pip install ./plugins/blis-vllm`` compiles the port; an editable install does not).
+Both say first whether the blis-core and blis-vllm they run are compiled wheels or
+source (``pip install . ./plugins/blis-vllm`` compiles them; an editable install does not).
 """
 
 from __future__ import annotations
@@ -69,22 +69,27 @@ def _time_one(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[
     queue.put((wall, rep.fates.arrivals, rep.events, rep.steps, rss_mb))
 
 
-def _vllm_build() -> str:
-    """Whether the blis-vllm imported here is its compiled wheel or its source."""
+def _builds() -> str:
+    """Whether the blis-core and blis-vllm imported here are compiled wheels or source."""
     import importlib.machinery
 
     import blis_vllm.engine
 
-    path = str(blis_vllm.engine.__file__)
-    compiled = path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
-    return f"blis-vllm: {'compiled (mypyc)' if compiled else 'pure Python'}, {path}"
+    import blis_core.sim.kernel
+
+    lines = []
+    for name, module in (("blis-core", blis_core.sim.kernel), ("blis-vllm", blis_vllm.engine)):
+        path = str(module.__file__)
+        compiled = path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+        lines.append(f"{name}: {'compiled (mypyc)' if compiled else 'pure Python'}, {path}")
+    return "\n".join(lines)
 
 
 def go_parity(names: list[str]) -> int:
     """Time each Go-parity scenario in a fresh process and print the table."""
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
-    print(_vllm_build())
+    print(_builds())
     header = (
         "scenario | wall s | requests | req/s | events/s | x heapq | peak RSS MB | "
         "per-request cost vs first | vs Go BLIS | vs Vidur"
@@ -130,7 +135,7 @@ def main() -> int:
     data = DataSources.load()
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
-    print(_vllm_build())
+    print(_builds())
     for label, path in SCENARIOS.items():
         scenario = load_scenario(path)
         best = float("inf")

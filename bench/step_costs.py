@@ -13,9 +13,10 @@ and ``quote_steps`` (a span's prices in one pass), and the client's and the rout
 left of the total is start-up, the kernel, the engine component and the Result. Compare
 figures from one machine and one run; they are what ``docs/speed.md`` quotes.
 
-Run it on blis-vllm's source (an editable install, or ``bench/run_checkout.py``'s path):
-in a compiled wheel the engine's own calls (the indented rows) do not pass through the
-timers, and the script says so.
+Run it on the source (editable installs, or ``bench/run_checkout.py``'s path): in a
+compiled blis-vllm the engine's own calls (the indented rows), in a compiled blis-core
+the kernel's calls of the components, do not pass through the timers, and the script
+says so.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ def _timed(cls: type, name: str, label: str) -> None:
     setattr(cls, name, timed)
 
 
-def _compiled() -> bool:
-    import blis_vllm.span
-
-    return str(blis_vllm.span.__file__).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+def _compiled(module: object) -> bool:
+    return str(getattr(module, "__file__", "")).endswith(
+        tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    )
 
 
 def main() -> None:
@@ -90,8 +91,15 @@ def main() -> None:
         result = run_scenario(load_scenario(str(path)), make_host(), DataSources.load())
         total = time.perf_counter() - start
     steps = result.replications[0].steps
-    if _compiled():
+    import blis_vllm.span
+
+    import blis_core.sim.kernel
+
+    if _compiled(blis_vllm.span):
         print("note: blis-vllm is compiled: the indented rows miss the engine's own calls")
+    if _compiled(blis_core.sim.kernel):
+        print("note: blis-core is compiled: the kernel's calls of the components' `external`")
+        print("      do not pass through the timers (those rows read 0)")
     print(f"{args.scenario}, {args.num_requests} requests: {total:.2f} s, {steps} engine steps")
     print(f"{'call':32s} {'seconds':>8s} {'calls':>9s} {'us/call':>8s}")
     for _, _, label in timers:
