@@ -214,8 +214,10 @@ class CompiledPlan:
         finite = np.isfinite(hi)
         self.mid = np.where(finite, (lo + hi) / 2, 0.0)
         self.half = np.where(finite, (hi - lo) / 2, np.inf)
-        self.acc_inside = np.zeros(n)
-        self.acc_outside = np.zeros(n)
+        # Per-term priced seconds inside / outside the entries' covered ranges, summed
+        # one term at a time (the vectorised ``+=`` adds the same floats in the same order).
+        self.acc_inside: list[float] = [0.0] * n
+        self.acc_outside: list[float] = [0.0] * n
         self.base_rank, self.out_rank = base, out
         counts = np.array([[t.count * _WHERE[t.where][k] for t in self.terms] for k in range(4)])
         self.counts = counts.astype(np.float64)
@@ -256,6 +258,16 @@ class CompiledPlan:
             if host_j >= 0:
                 o[host_j] += kernel_launch_s * launches
             self.overhead[mode] = o
+        # The same constants as Python floats, term by term, for price_seconds.
+        self._inv_l: list[list[float]] = inv.tolist()
+        self._per_item_l: list[float] = per_item.tolist()
+        self._is_host_l: list[bool] = [bool(h) for h in self.is_host]
+        self._mid_l: list[list[float]] = self.mid.tolist()
+        self._half_l: list[list[float]] = self.half.tolist()
+        self._counts_l: list[list[float]] = self.counts.tolist()
+        self._overhead_l: dict[GraphMode, list[float]] = {
+            mode: o.tolist() for mode, o in self.overhead.items()
+        }
         # Constants of the one-pass aggregation.
         self.dp = plan.layout.dp
         self.window = float(model.sliding_window or 0)
@@ -424,28 +436,71 @@ class CompiledPlan:
     def price_seconds(self, shape: StepShape) -> float:
         """Seconds of ``shape`` (the hot path), adding per-term seconds to the running
         totals :attr:`acc_inside` / :attr:`acc_outside` (inside / outside covered ranges).
-        Gives the same figure as :meth:`evaluate`."""
+        Gives the figure :meth:`evaluate` gives (up to the order of a term's last two
+        additions). The vectorised form it replaced, to the bit
+        (``tests/cost/test_pricing.py``): the matrix product is numpy's, then each term's
+        IEEE operations in that form's order, one term at a time (numpy's per-call cost on
+        arrays of a few terms was most of a step's price), and the sum numpy's pairwise
+        summation (:func:`pairwise_sum`)."""
         if shape.mode is StepMode.IDLE:
             ev = self.evaluate(shape)
-            self.acc_inside += ev.seconds
+            acc = self.acc_inside
+            for j, sec in enumerate(ev.seconds.tolist()):
+                acc[j] += sec
             return ev.total_s
-        a = np.array(self.aggregates(shape, check_seqs=False))
-        w = self.matrix @ a
-        w3 = w[: self.n3].reshape(3, self.n)
-        for k, num_bytes in enumerate(shape.page_in_bytes):
-            w3[2, self.page_js[k]] = float(num_bytes)
-            self.page_in_totals[k] += num_bytes
-        per = (w3 * self.inv).max(axis=0)
-        per += w[self.n3 :] * self.per_item
-        per += self._overhead(shape) * (w3.any(axis=0) | self.is_host)
-        seconds = per * self.counts[self.stage_kind(shape)]
-        if (np.abs(w3 - self.mid) <= self.half).all():
-            self.acc_inside += seconds
+        w: list[float] = (self.matrix @ np.array(self.aggregates(shape, check_seqs=False))).tolist()
+        n = self.n
+        n2 = 2 * n
+        n3 = 3 * n
+        if shape.page_in_bytes:
+            for k, num_bytes in enumerate(shape.page_in_bytes):
+                w[n2 + self.page_js[k]] = float(num_bytes)
+                self.page_in_totals[k] += num_bytes
+        over = self._overhead_l[shape.graph_mode]
+        if self.has_draft and shape.draft_passes > 1:
+            over = self._overhead(shape).tolist()
+        counts = self._counts_l[self.stage_kind(shape)]
+        inv_f, inv_b, inv_l = self._inv_l
+        mid_f, mid_b, mid_l = self._mid_l
+        half_f, half_b, half_l = self._half_l
+        per_item = self._per_item_l
+        is_host = self._is_host_l
+        seconds = [0.0] * n
+        inside = [True] * n
+        all_inside = True
+        for j in range(n):
+            f = w[j]
+            b = w[n + j]
+            lk = w[n2 + j]
+            per = f * inv_f[j]
+            x = b * inv_b[j]
+            if x > per:
+                per = x
+            x = lk * inv_l[j]
+            if x > per:
+                per = x
+            per += w[n3 + j] * per_item[j]
+            launched = f != 0.0 or b != 0.0 or lk != 0.0 or is_host[j]
+            per += over[j] * (1.0 if launched else 0.0)
+            seconds[j] = per * counts[j]
+            if not (
+                abs(f - mid_f[j]) <= half_f[j]
+                and abs(b - mid_b[j]) <= half_b[j]
+                and abs(lk - mid_l[j]) <= half_l[j]
+            ):
+                inside[j] = all_inside = False
+        acc_in = self.acc_inside
+        if all_inside:
+            for j in range(n):
+                acc_in[j] += seconds[j]
         else:
-            inside = (np.abs(w3 - self.mid) <= self.half).all(axis=0)
-            self.acc_inside += np.where(inside, seconds, 0.0)
-            self.acc_outside += np.where(inside, 0.0, seconds)
-        return float(seconds.sum())
+            acc_out = self.acc_outside
+            for j in range(n):
+                if inside[j]:
+                    acc_in[j] += seconds[j]
+                else:
+                    acc_out[j] += seconds[j]
+        return pairwise_sum(seconds, 0, n)
 
     def quote_seconds(self, shapes: Sequence[StepShape]) -> StepQuote | None:
         """The seconds :meth:`price_seconds` gives each of ``shapes``, counted nowhere
@@ -487,12 +542,14 @@ class CompiledPlan:
     def count_quote(self, quote: StepQuote, count: int) -> None:
         """Add the first ``count`` steps of ``quote`` to the running totals, as that
         many :meth:`price_seconds` calls would."""
-        for seconds, inside in zip(quote.seconds[:count], quote.inside[:count], strict=True):
-            if inside.all():
-                self.acc_inside += seconds
-            else:
-                self.acc_inside += np.where(inside, seconds, 0.0)
-                self.acc_outside += np.where(inside, 0.0, seconds)
+        acc_in, acc_out = self.acc_inside, self.acc_outside
+        rows = zip(quote.seconds[:count].tolist(), quote.inside[:count].tolist(), strict=True)
+        for seconds, inside in rows:
+            for j, sec in enumerate(seconds):
+                if inside[j]:
+                    acc_in[j] += sec
+                else:
+                    acc_out[j] += sec
 
     def rank_seconds(self) -> list[float]:
         """Priced seconds per rank accumulated by :meth:`price_seconds`."""
@@ -556,6 +613,47 @@ class CompiledPlan:
 # ----------------------------------------------------------------------------------
 # Lowering a plan into terms.
 # ----------------------------------------------------------------------------------
+
+
+_PAIRWISE_BLOCK = 128
+"""numpy's ``PW_BLOCKSIZE``: the longest run :func:`pairwise_sum` adds without splitting."""
+
+
+def pairwise_sum(values: list[float], start: int, n: int) -> float:
+    """The sum of ``values[start:start + n]`` exactly as numpy's ``add.reduce`` gives it
+    for a contiguous float64 array (its pairwise summation, ``loops_utils.h``): fewer
+    than 8 terms one by one from 0.0; up to 128 in eight interleaved partial sums joined
+    pairwise, then the remainder one by one; longer runs split in two (the first half a
+    multiple of 8) and each half summed so."""
+    if n < 8:
+        res = 0.0
+        for i in range(start, start + n):
+            res += values[i]
+        return res
+    if n <= _PAIRWISE_BLOCK:
+        r0, r1, r2, r3 = values[start], values[start + 1], values[start + 2], values[start + 3]
+        r4, r5, r6, r7 = values[start + 4], values[start + 5], values[start + 6], values[start + 7]
+        i = 8
+        stop = n - n % 8
+        while i < stop:
+            k = start + i
+            r0 += values[k]
+            r1 += values[k + 1]
+            r2 += values[k + 2]
+            r3 += values[k + 3]
+            r4 += values[k + 4]
+            r5 += values[k + 5]
+            r6 += values[k + 6]
+            r7 += values[k + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            res += values[start + i]
+            i += 1
+        return res
+    half = n // 2
+    half -= half % 8
+    return pairwise_sum(values, start, half) + pairwise_sum(values, start + half, n - half)
 
 
 def _gemm(

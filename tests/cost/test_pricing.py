@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog
+from blis_core.cost.pricing import CompiledPlan
 from blis_core.runner import installed_registry
 
 _CAT = load_catalog()
@@ -185,3 +188,78 @@ def test_a_quote_prices_and_counts_as_price_step_does(
 def test_no_quote_for_idle_steps(env: SimEnvironment, catalog: Catalog) -> None:
     idle = StepShape(1, StepMode.IDLE, (), 0)
     assert env.quote_steps(_plan(catalog), [_decode(4, 100), idle]) is None
+
+
+def _vectorised_price(cp: CompiledPlan, shape: StepShape) -> tuple[float, list[float], list[float]]:
+    """The vectorised form ``CompiledPlan.price_seconds`` had before it priced term by
+    term: the seconds and what it added to the inside / outside totals."""
+    a = np.array(cp.aggregates(shape, check_seqs=False))
+    w = cp.matrix @ a
+    w3 = w[: cp.n3].reshape(3, cp.n)
+    for k, num_bytes in enumerate(shape.page_in_bytes):
+        w3[2, cp.page_js[k]] = float(num_bytes)
+    per = (w3 * cp.inv).max(axis=0)
+    per += w[cp.n3 :] * cp.per_item
+    per += cp._overhead(shape) * (w3.any(axis=0) | cp.is_host)
+    seconds = per * cp.counts[cp.stage_kind(shape)]
+    inside = (np.abs(w3 - cp.mid) <= cp.half).all(axis=0)
+    zero = np.zeros(cp.n)
+    added_in = zero + np.where(inside, seconds, 0.0)
+    added_out = zero + np.where(inside, 0.0, seconds)
+    return float(seconds.sum()), added_in.tolist(), added_out.tolist()
+
+
+def _random_shape(rng: random.Random, stages: int) -> StepShape:
+    kind = rng.choice((StepMode.DECODE_ONLY, StepMode.MIXED, StepMode.EXTEND_ONLY))
+    long = rng.random() < 0.2  # outside the fitted entries' covered ranges
+    ctx = (lambda: rng.randint(0, 60_000)) if long else (lambda: rng.randint(0, 3_000))
+    if kind is StepMode.DECODE_ONLY:
+        seqs = tuple(SeqChunk(1, max(1, ctx())) for _ in range(rng.randint(1, 256)))
+    else:  # within the plan's 2,048 scheduled tokens
+        seqs = tuple(
+            SeqChunk(rng.choice((1, rng.randint(1, 256))), ctx()) for _ in range(rng.randint(1, 8))
+        )
+        if kind is StepMode.EXTEND_ONLY:
+            seqs = tuple(SeqChunk(max(2, s.new_tokens), s.context_tokens) for s in seqs)
+    tokens = sum(s.new_tokens for s in seqs)
+    return StepShape(
+        rng.randint(1, 10**6),
+        kind,
+        seqs,
+        tokens + rng.randint(0, 7),
+        graph_mode=rng.choice(tuple(GraphMode)),
+        stage=rng.randrange(stages),
+        num_stages=stages,
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [
+        ("meta-llama/Llama-2-7b-hf", {}),
+        ("meta-llama/Llama-3.1-8B-Instruct", {"tp": 2}),
+        ("meta-llama/Llama-2-70b-hf", {"tp": 2, "pp": 2}),
+        ("mistralai/Mixtral-8x7B-v0.1", {"tp": 2}),
+        ("deepseek-ai/DeepSeek-V3", {"tp": 8}),
+        ("openai/gpt-oss-20b", {}),
+    ],
+)
+def test_price_seconds_is_its_vectorised_form_to_the_bit(
+    catalog: Catalog, model: str, layout: dict[str, int]
+) -> None:
+    """The term-by-term hot path gives every step's seconds and adds to the running
+    totals exactly what the vectorised form gave (dense, TP, PP stages, MoE, MLA, a
+    sliding window; every graph mode; steps inside and outside the covered ranges)."""
+    plan = _plan(catalog, model, **layout)
+    cp = _fresh_env(catalog, installed_registry(catalog)).compiled(plan)
+    rng = random.Random(f"{model}{layout}")
+    outside = 0
+    for _ in range(150):
+        shape = _random_shape(rng, plan.layout.pp)
+        before_in, before_out = list(cp.acc_inside), list(cp.acc_outside)
+        want, added_in, added_out = _vectorised_price(cp, shape)
+        assert cp.price_seconds(shape) == want
+        assert cp.acc_inside == [b + d for b, d in zip(before_in, added_in, strict=True)]
+        assert cp.acc_outside == [b + d for b, d in zip(before_out, added_out, strict=True)]
+        outside += any(added_out)
+    assert outside  # some steps left a covered range
