@@ -110,8 +110,8 @@ class StepQuote:
     per step, the seconds of every term, whether each term's work is inside its covered
     range, and the step's total seconds."""
 
-    seconds: npt.NDArray[np.float64]
-    inside: npt.NDArray[np.bool_]
+    seconds: list[list[float]]
+    inside: list[list[bool]]
     totals: list[float]
 
 
@@ -437,25 +437,33 @@ class CompiledPlan:
         """Seconds of ``shape`` (the hot path), adding per-term seconds to the running
         totals :attr:`acc_inside` / :attr:`acc_outside` (inside / outside covered ranges).
         Gives the figure :meth:`evaluate` gives (up to the order of a term's last two
-        additions). The vectorised form it replaced, to the bit
-        (``tests/cost/test_pricing.py``): the matrix product is numpy's, then each term's
-        IEEE operations in that form's order, one term at a time (numpy's per-call cost on
-        arrays of a few terms was most of a step's price), and the sum numpy's pairwise
-        summation (:func:`pairwise_sum`)."""
+        additions); the vectorised form it replaced to the bit
+        (``tests/cost/test_pricing.py``)."""
         if shape.mode is StepMode.IDLE:
             ev = self.evaluate(shape)
             acc = self.acc_inside
             for j, sec in enumerate(ev.seconds.tolist()):
                 acc[j] += sec
             return ev.total_s
+        seconds, inside, all_inside = self._term_seconds(shape)
+        for k, num_bytes in enumerate(shape.page_in_bytes):
+            self.page_in_totals[k] += num_bytes
+        self._count(seconds, inside, all_inside)
+        return pairwise_sum(seconds, 0, self.n)
+
+    def _term_seconds(self, shape: StepShape) -> tuple[list[float], list[bool], bool]:
+        """Each term's seconds for ``shape`` (not IDLE), whether its work is inside the
+        entry's covered ranges, and whether every term's is.
+
+        The matrix product is numpy's; then each term's IEEE operations in the order of
+        the vectorised form this replaced, one term at a time in plain floats (numpy's
+        per-call cost on arrays of a few terms was most of a step's price)."""
         w: list[float] = (self.matrix @ np.array(self.aggregates(shape, check_seqs=False))).tolist()
         n = self.n
         n2 = 2 * n
         n3 = 3 * n
-        if shape.page_in_bytes:
-            for k, num_bytes in enumerate(shape.page_in_bytes):
-                w[n2 + self.page_js[k]] = float(num_bytes)
-                self.page_in_totals[k] += num_bytes
+        for k, num_bytes in enumerate(shape.page_in_bytes):
+            w[n2 + self.page_js[k]] = float(num_bytes)
         over = self._overhead_l[shape.graph_mode]
         if self.has_draft and shape.draft_passes > 1:
             over = self._overhead(shape).tolist()
@@ -489,24 +497,27 @@ class CompiledPlan:
                 and abs(lk - mid_l[j]) <= half_l[j]
             ):
                 inside[j] = all_inside = False
+        return seconds, inside, all_inside
+
+    def _count(self, seconds: list[float], inside: list[bool], all_inside: bool) -> None:
+        """Add one step's per-term seconds to the running totals."""
         acc_in = self.acc_inside
         if all_inside:
-            for j in range(n):
-                acc_in[j] += seconds[j]
-        else:
-            acc_out = self.acc_outside
-            for j in range(n):
-                if inside[j]:
-                    acc_in[j] += seconds[j]
-                else:
-                    acc_out[j] += seconds[j]
-        return pairwise_sum(seconds, 0, n)
+            for j, sec in enumerate(seconds):
+                acc_in[j] += sec
+            return
+        acc_out = self.acc_outside
+        for j, sec in enumerate(seconds):
+            if inside[j]:
+                acc_in[j] += sec
+            else:
+                acc_out[j] += sec
 
     def quote_seconds(self, shapes: Sequence[StepShape]) -> StepQuote | None:
         """The seconds :meth:`price_seconds` gives each of ``shapes``, counted nowhere
         (:meth:`count_quote` counts a prefix of them); ``None`` for shapes it does not
-        quote (an ``IDLE`` step or a draft model). The same figures to the bit: the
-        elementwise work is batched, the matrix product and each step's sum are not."""
+        quote (an ``IDLE`` step, a draft model, a plan that pages): the same computation,
+        so the same figures to the bit."""
         if (
             not shapes
             or self.has_draft
@@ -515,41 +526,21 @@ class CompiledPlan:
         ):
             return None
         n = self.n
-        matrix = self.matrix
-        w = np.stack([matrix @ np.array(self.aggregates(s, check_seqs=False)) for s in shapes])
-        w3 = w[:, : self.n3].reshape(len(shapes), 3, n)
-        per = (w3 * self.inv).max(axis=1)
-        per += w[:, self.n3 :] * self.per_item
-        first = shapes[0]
-        if all(
-            s.graph_mode is first.graph_mode
-            and s.stage == first.stage
-            and s.num_stages == first.num_stages
-            for s in shapes
-        ):
-            # One graph mode and stage (a decode span): one row broadcast over the steps.
-            overhead = self._overhead(first)
-            counts = self.counts[self.stage_kind(first)]
-        else:
-            overhead = np.stack([self._overhead(s) for s in shapes])
-            counts = np.stack([self.counts[self.stage_kind(s)] for s in shapes])
-        per += overhead * (w3.any(axis=1) | self.is_host)
-        seconds = per * counts
-        inside = (np.abs(w3 - self.mid) <= self.half).all(axis=1)
-        totals = [float(row.sum()) for row in seconds]
+        seconds: list[list[float]] = []
+        inside: list[list[bool]] = []
+        totals: list[float] = []
+        for shape in shapes:
+            sec, ins, _ = self._term_seconds(shape)
+            seconds.append(sec)
+            inside.append(ins)
+            totals.append(pairwise_sum(sec, 0, n))
         return StepQuote(seconds, inside, totals)
 
     def count_quote(self, quote: StepQuote, count: int) -> None:
         """Add the first ``count`` steps of ``quote`` to the running totals, as that
         many :meth:`price_seconds` calls would."""
-        acc_in, acc_out = self.acc_inside, self.acc_outside
-        rows = zip(quote.seconds[:count].tolist(), quote.inside[:count].tolist(), strict=True)
-        for seconds, inside in rows:
-            for j, sec in enumerate(seconds):
-                if inside[j]:
-                    acc_in[j] += sec
-                else:
-                    acc_out[j] += sec
+        for seconds, inside in zip(quote.seconds[:count], quote.inside[:count], strict=True):
+            self._count(seconds, inside, all(inside))
 
     def rank_seconds(self) -> list[float]:
         """Priced seconds per rank accumulated by :meth:`price_seconds`."""
