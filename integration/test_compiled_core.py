@@ -17,10 +17,7 @@ extensions, so a build that fell back to pure Python is never taken for the comp
 
 from __future__ import annotations
 
-import importlib.machinery
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,55 +25,23 @@ ROOT = Path(__file__).resolve().parent.parent
 STEADY_TESTS = ROOT / "plugins" / "blis-vllm" / "tests"
 sys.path.insert(0, str(STEADY_TESTS))
 
-from test_steady_identity import random_scenario  # noqa: E402
+from pure_hashes import compiled, differing_from_source  # noqa: E402
 
 from blis_core.contracts import request, scrape  # noqa: E402
 from blis_core.cost import pricing  # noqa: E402
-from blis_core.io.scenario import parse_scenario  # noqa: E402
 from blis_core.metrics import ledger  # noqa: E402
-from blis_core.runner import (  # noqa: E402
-    DataSources,
-    client_component,
-    engine_component,
-    make_host,
-    router_component,
-    run_scenario,
-)
+from blis_core.runner import client_component, engine_component, router_component  # noqa: E402
 from blis_core.sim import kernel  # noqa: E402
 
 SCENARIOS = range(1, 200, 2)
 """Every other scenario of the steady sweep (100)."""
 
 
-def _compiled(module: object) -> bool:
-    path = str(getattr(module, "__file__", ""))
-    return path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
-
-
 def test_compiled_core_keeps_every_result_byte() -> None:
     modules = (kernel, engine_component, client_component, router_component, ledger)
     modules += (request, scrape, pricing)
     if os.environ.get("BLIS_MYPYC") == "1":
-        assert all(_compiled(m) for m in modules), [m.__file__ for m in modules]
-    data = DataSources.load()
-    installed = {
-        str(i): run_scenario(
-            parse_scenario(random_scenario(i), f"steady-{i}"), make_host(), data
-        ).content_hash
-        for i in SCENARIOS
-    }
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    )
-    out = subprocess.run(
-        [sys.executable, str(STEADY_TESTS / "pure_hashes.py"), *installed],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    source = json.loads(out.stdout)
+        assert all(compiled(m) for m in modules), [m.__file__ for m in modules]
+    differ, source = differing_from_source(SCENARIOS, ROOT)
     assert source["kernel"] == str(ROOT / "blis_core" / "sim" / "kernel.py")
-    differ = [i for i in installed if installed[i] != source["hashes"][i]]
     assert not differ, f"scenarios whose Result differs compiled vs source: {differ}"

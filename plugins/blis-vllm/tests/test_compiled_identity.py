@@ -15,16 +15,10 @@ copy (a wheel may be stale against the tree) against the source, in another proc
 
 from __future__ import annotations
 
-import importlib.machinery
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from blis_core.io.scenario import parse_scenario
-from blis_core.runner import DataSources, make_host, run_scenario
-from test_steady_identity import random_scenario
+from pure_hashes import compiled, differing_from_source
 
 import blis_vllm.block_pool
 from blis_vllm import request, span, steady
@@ -37,34 +31,10 @@ SCENARIOS = range(0, 200, 5)
 preemption, chunked prefills, aborts, replicas behind the router."""
 
 
-def _compiled(module: object) -> bool:
-    path = str(getattr(module, "__file__", ""))
-    return path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
-
-
 def test_compiled_port_keeps_every_result_byte() -> None:
     if os.environ.get("BLIS_MYPYC") == "1":
         modules = (blis_vllm.block_pool, request, span, steady)
-        assert all(_compiled(m) for m in modules), [m.__file__ for m in modules]
-    data = DataSources.load()
-    compiled = {
-        str(i): run_scenario(
-            parse_scenario(random_scenario(i), f"steady-{i}"), make_host(), data
-        ).content_hash
-        for i in SCENARIOS
-    }
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])),
-    )
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "pure_hashes.py"), *compiled],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pure = json.loads(out.stdout)
-    assert pure["block_pool"] == str(SOURCE / "blis_vllm" / "block_pool.py")
-    differ = [i for i in compiled if compiled[i] != pure["hashes"][i]]
+        assert all(compiled(m) for m in modules), [m.__file__ for m in modules]
+    differ, source = differing_from_source(SCENARIOS, SOURCE)
+    assert source["block_pool"] == str(SOURCE / "blis_vllm" / "block_pool.py")
     assert not differ, f"scenarios whose Result differs compiled vs pure: {differ}"
