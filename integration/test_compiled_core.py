@@ -17,7 +17,9 @@ extensions, so a build that fell back to pure Python is never taken for the comp
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -28,6 +30,7 @@ sys.path.insert(0, str(STEADY_TESTS))
 from pure_hashes import compiled, differing_from_source  # noqa: E402
 
 from blis_core.contracts import request, scrape  # noqa: E402
+from blis_core.contracts.request import InferenceRequest, PromptSegment  # noqa: E402
 from blis_core.cost import pricing  # noqa: E402
 from blis_core.metrics import ledger  # noqa: E402
 from blis_core.runner import client_component, engine_component, router_component  # noqa: E402
@@ -45,3 +48,11 @@ def test_compiled_core_keeps_every_result_byte() -> None:
     differ, source = differing_from_source(SCENARIOS, ROOT)
     assert source["kernel"] == str(ROOT / "blis_core" / "sim" / "kernel.py")
     assert not differ, f"scenarios whose Result differs compiled vs source: {differ}"
+
+
+def test_compiled_frozen_contracts_survive_pickle_and_copy() -> None:
+    """A compiled frozen dataclass refuses the attribute-by-attribute rebuild pickle and
+    ``copy`` use by default; the contracts rebuild through their constructors."""
+    req = InferenceRequest("r", 0, (PromptSegment("k", 3),), 2, headers=(("model", "m"),))
+    for again in (pickle.loads(pickle.dumps(req)), copy.deepcopy(req)):
+        assert again == req and again.prompt[0] == PromptSegment("k", 3)

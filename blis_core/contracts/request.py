@@ -18,9 +18,9 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "InferenceRequest",
@@ -42,6 +42,9 @@ class PromptSegment:
     def __post_init__(self) -> None:
         if self.num_tokens < 0:
             raise ValueError(f"PromptSegment.num_tokens must be >= 0, got {self.num_tokens}")
+
+    def __reduce__(self) -> tuple[type[PromptSegment], tuple[Any, ...]]:
+        return _rebuilt(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,19 @@ class InferenceRequest:
     def input_tokens(self) -> int:
         """Number of prompt tokens."""
         return sum(s.num_tokens for s in self.prompt)
+
+    def __reduce__(self) -> tuple[type[InferenceRequest], tuple[Any, ...]]:
+        return _rebuilt(self)
+
+
+_T = TypeVar("_T")
+
+
+def _rebuilt(obj: _T) -> tuple[type[_T], tuple[Any, ...]]:
+    """Pickle and ``copy`` rebuild a frozen contract through its constructor: compiled
+    (mypyc), its frozen ``__setattr__`` refuses the attribute-by-attribute rebuild that
+    ``dataclasses`` gives a pure-Python slotted class."""
+    return type(obj), tuple(getattr(obj, f.name) for f in fields(obj))  # type: ignore[arg-type]
 
 
 def output_content_key(request_id: str) -> str:

@@ -66,3 +66,19 @@ def test_request_input_tokens_and_prompt_ids() -> None:
     ids = prompt_token_ids(req.prompt, 500)
     assert ids[:10] == segment_token_ids("sys", 500, 0, 10)
     assert ids[10:] == segment_token_ids("q", 500, 0, 5)
+
+
+def test_a_request_survives_pickle_and_copy() -> None:
+    """Requests cross processes (replication workers, a Ray search) and get copied; a
+    compiled frozen class rebuilds through its constructor (``__reduce__``)."""
+    import copy
+    import pickle
+
+    req = InferenceRequest(
+        "r", 5, (PromptSegment("sys", 7), PromptSegment("q", 3)), 9, False, 2, "s", 1, "g",
+        99, (("model", "m"),), {"do_remote_decode": True},
+    )  # fmt: skip
+    for again in (pickle.loads(pickle.dumps(req)), copy.deepcopy(req), copy.copy(req)):
+        assert again == req and type(again) is InferenceRequest
+        assert again.kv_transfer_params == req.kv_transfer_params  # not compared by ==
+    assert pickle.loads(pickle.dumps(req.prompt[0])) == PromptSegment("sys", 7)
