@@ -70,7 +70,40 @@ def test_a_sweep_point_is_a_closed_loop_run_of_conc_times_ten_requests(tmp_path:
     assert p.aggregates["itl.p99"] == 0.009
     pool = p.scenario.deployment.pools[0]
     assert (pool.hardware, pool.args["max_num_seqs"]) == ("H100-SXM", 8)
-    assert "PIECEWISE, async scheduling" in p.estimated["server arguments"]  # known, not passed
+    assert p.estimated["server arguments"].startswith("vLLM's defaults")
+
+
+def test_gpt_oss_on_hopper_with_vllm_0_13_runs_inferencemax_launch_arguments(
+    tmp_path: Path,
+) -> None:
+    """InferenceX@4e52ed4c6 gptoss_fp4_<chip>_slurm.sh: the arguments the 0.13.0 runs passed;
+    other images and chips keep vLLM's defaults (the B200's unpassed ones named)."""
+    gptoss = {
+        "model": "openai/gpt-oss-120b",
+        "precision": "fp4",
+        "image": "vllm/vllm-openai:v0.13.0",
+    }
+    entries = [
+        _entry(hw="h200", isl=1024, osl=8192, conc=16, tp=8, **gptoss),
+        _entry(hw="h100", isl=1024, osl=1024, conc=4, tp=8, **gptoss),
+        _entry(hw="h200", isl=1024, osl=1024, conc=4, tp=8, **{**gptoss, "image": "v0.11.0"}),
+        _entry(hw="b200", isl=1024, osl=1024, conc=4, tp=8, **gptoss),
+    ]
+    h200, h100, older, b200 = ADAPTER.load(_write(tmp_path / "d", entries), tmp_path)
+    args = h200.scenario.deployment.pools[0].args
+    assert args == {
+        "max_num_seqs": 16, "enable_prefix_caching": False, "async_scheduling": True,
+        "max_cudagraph_capture_size": 2048, "max_num_batched_tokens": 8192,
+        "max_model_len": 1024 + 8192 + 200,
+    }  # fmt: skip
+    assert "gptoss_fp4_h200_slurm.sh" in h200.estimated["server arguments"]
+    assert h100.scenario.deployment.pools[0].args["max_model_len"] == 10240
+    for other in (older, b200):
+        assert other.scenario.deployment.pools[0].args == {
+            "max_num_seqs": 4,
+            "enable_prefix_caching": False,
+        }
+    assert "kv-cache-dtype fp8" in b200.estimated["server arguments"]
 
 
 def test_blis_score_scores_what_it_can_and_grades_the_rest_g5(

@@ -14,9 +14,11 @@ random --random-input-len ISL --random-output-len OSL --random-range-ratio 0.8
   release from the image tag.
 * Estimate: input and output lengths uniform in ``[0.8 x ISL, ISL]`` and ``[0.8 x OSL,
   OSL]`` (the range ratio as ``benchmark_serving.py`` before vLLM 0.9 read it); the
-  server's arguments, not in the file: for vLLM its defaults with ``max_num_seqs`` = the
-  concurrency and prefix caching off (the gpt-oss launch settings it does not pass are
-  named in each point's estimate), for SGLang the arguments of InferenceMAX's
+  server's arguments, not in the file: for gpt-oss on vLLM on the H100 and H200 those of
+  InferenceMAX's launch script of the vLLM 0.13.0 runs (:func:`_vllm_launch`), for other
+  vLLM points its defaults with ``max_num_seqs`` = the concurrency and prefix caching off
+  (the B200 launch settings it does not pass are named in each point's estimate), for
+  SGLang the arguments of InferenceMAX's
   DeepSeek-R1 launch script for the point's chip (``SemiAnalysisAI/InferenceX@d22bf9c``,
   ``benchmarks/dsr1_fp8_<chip>_*.sh``, :func:`_sglang_launch`; arguments blis-sglang
   refuses are kept, so such a point is refused by name); the chip's id in the
@@ -53,14 +55,62 @@ CHIPS: Final = {
     "mi300x": "MI300X",
     "mi325x": "MI325X",
 }
-_HOPPER_UNPASSED: Final = "cudagraph_mode PIECEWISE, async scheduling, max-model-len 10240"
-_VLLM_UNPASSED: Final = {
-    "h100": _HOPPER_UNPASSED,
-    "h200": _HOPPER_UNPASSED,
-    "b200": "FlashInfer all-reduce and attention fusions, async scheduling, max-num-seqs 512",
-}
-"""What InferenceMAX's gpt-oss vLLM launch (InferenceX@d22bf9c ``gptoss_fp4_<chip>_*.sh``)
-sets on a chip that the adapter does not pass (named in each point's estimate)."""
+_GPTOSS_SCRIPTS: Final = "InferenceX@4e52ed4c6 (2026-01-02, the first with vLLM 0.13.0)"
+_B200_UNPASSED: Final = (
+    "kv-cache-dtype fp8, the fuse_allreduce_rms and eliminate_noops compilation passes, "
+    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, async scheduling, max-num-seqs 512, "
+    "max-cudagraph-capture-size 2048, max-model-len ISL+OSL+20 (1k/1k) or +200"
+)
+"""What InferenceMAX's gpt-oss vLLM 0.13.0 launch on the B200 (``gptoss_fp4_b200_docker.sh``
+at :data:`_GPTOSS_SCRIPTS`) sets that the adapter does not pass (named in each point's
+estimate; the B200 points are scored with vLLM's defaults, nothing fitted on them)."""
+
+
+def _gptoss_max_model_len(hw: str, isl: int, osl: int) -> int:
+    """``max-model-len`` of the gpt-oss launch: 10240 on the H100; on the H200 (and B200)
+    ISL + OSL + 20 at 1k/1k, + 200 where either is 8k, else 10240."""
+    if hw != "h100":
+        if (isl, osl) == (1024, 1024):
+            return isl + osl + 20
+        if 8192 in (isl, osl):
+            return isl + osl + 200
+    return 10240
+
+
+def _vllm_launch(
+    hw: str, model: str, tag: str, conc: int, isl: int, osl: int
+) -> tuple[dict[str, Any], str]:
+    """The engine arguments of a vLLM sweep point, and how they were chosen.
+
+    gpt-oss on the H100 and H200 with the vLLM 0.13.0 image: InferenceMAX's launch
+    (``gptoss_fp4_<chip>_slurm.sh`` at :data:`_GPTOSS_SCRIPTS`; unchanged in what it passes
+    to vLLM until the scripts were merged on 2026-01-22; earlier images ran other
+    scripts, e.g. ``cudagraph_mode PIECEWISE`` with 0.11.0 at ``d22bf9c``). Its
+    ``VLLM_MXFP4_USE_MARLIN=1`` (the H200 from that commit, the H100 from ``2ee1e0018``)
+    picks the MXFP4 expert kernel, which the cost model prices as one ``moe_gemm`` entry
+    per chip. Elsewhere: vLLM's defaults with ``max_num_seqs`` = the concurrency and
+    prefix caching off."""
+    if model.startswith("openai/gpt-oss") and hw in ("h100", "h200") and tag == "0.13.0":
+        args: dict[str, Any] = {
+            "max_num_seqs": conc, "enable_prefix_caching": False, "async_scheduling": True,
+            "max_cudagraph_capture_size": 2048, "max_num_batched_tokens": 8192,
+            "max_model_len": _gptoss_max_model_len(hw, isl, osl),
+        }  # fmt: skip
+        shown = ", ".join(f"{k} {v}" for k, v in args.items())
+        why = (
+            f"InferenceMAX's gpt-oss launch ({_GPTOSS_SCRIPTS} gptoss_fp4_{hw}_slurm.sh): "
+            f"{shown}; VLLM_MXFP4_USE_MARLIN=1 picks the expert kernel (priced by the "
+            "chip's fitted moe_gemm entry)"
+        )
+        return args, why
+    b200 = hw == "b200" and tag == "0.13.0"
+    unset = f" (its launch script also sets {_B200_UNPASSED}: not passed)" if b200 else ""
+    return (
+        {"max_num_seqs": conc, "enable_prefix_caching": False},
+        f"vLLM's defaults with max_num_seqs {conc}, prefix caching off{unset}",
+    )
+
+
 _STATS: Final = (("mean", "mean"), ("p50", "median"), ("p99", "p99"))
 _METRICS: Final = (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2e", "e2el"))
 _KEYS: Final = ("hw", "conc", "model", "isl", "osl", "tp")
@@ -108,19 +158,14 @@ def _sglang_launch(hw: str, conc: int, isl: int, osl: int, ep: int) -> tuple[dic
 
 
 def _server_args(
-    framework: str, hw: str, conc: int, isl: int, osl: int, ep: int
+    framework: str, hw: str, model: str, tag: str, conc: int, isl: int, osl: int, ep: int
 ) -> tuple[dict[str, Any], str]:
     """The engine arguments a sweep point's server ran with, and how they were chosen."""
     if framework == "sglang":
         args, script = _sglang_launch(hw, conc, isl, osl, ep)
         shown = ", ".join(f"{k} {v}" for k, v in args.items())
         return args, f"InferenceMAX's SGLang launch (InferenceX@d22bf9c {script}): {shown}"
-    known = _VLLM_UNPASSED.get(hw)
-    unset = f" (its launch script also sets {known}: not passed)" if known else ""
-    return (
-        {"max_num_seqs": conc, "enable_prefix_caching": False},
-        f"vLLM's defaults with max_num_seqs {conc}, prefix caching off{unset}",
-    )
+    return _vllm_launch(hw, model, tag, conc, isl, osl)
 
 
 class InferenceMax:
@@ -180,7 +225,7 @@ class InferenceMax:
         if isinstance(out_tput, int | float):
             aggregates["output_tokens_per_s.rate"] = float(out_tput) * tp * ep
         chip = CHIPS.get(hw, hw.upper())
-        args, server = _server_args(framework, hw, conc, isl, osl, ep)
+        args, server = _server_args(framework, hw, model, tag, conc, isl, osl, ep)
         precision = str(e.get("precision", "")).lower()
         pool: dict[str, Any] = {
             "name": "pool",
