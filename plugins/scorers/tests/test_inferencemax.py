@@ -76,8 +76,8 @@ def test_a_sweep_point_is_a_closed_loop_run_of_conc_times_ten_requests(tmp_path:
 def test_gpt_oss_on_hopper_with_vllm_0_13_runs_inferencemax_launch_arguments(
     tmp_path: Path,
 ) -> None:
-    """InferenceX@4e52ed4c6 gptoss_fp4_<chip>_slurm.sh: the arguments the 0.13.0 runs passed;
-    other images and chips keep vLLM's defaults (the B200's unpassed ones named)."""
+    """InferenceX@4e52ed4c6 gptoss_fp4_<chip>_*.sh: the arguments the 0.13.0 runs passed
+    (what blis-vllm cannot take named); other images keep vLLM's defaults."""
     gptoss = {
         "model": "openai/gpt-oss-120b",
         "precision": "fp4",
@@ -98,12 +98,11 @@ def test_gpt_oss_on_hopper_with_vllm_0_13_runs_inferencemax_launch_arguments(
     }  # fmt: skip
     assert "gptoss_fp4_h200_slurm.sh" in h200.estimated["server arguments"]
     assert h100.scenario.deployment.pools[0].args["max_model_len"] == 10240
-    for other in (older, b200):
-        assert other.scenario.deployment.pools[0].args == {
-            "max_num_seqs": 4,
-            "enable_prefix_caching": False,
-        }
-    assert "kv-cache-dtype fp8" in b200.estimated["server arguments"]
+    older_args = older.scenario.deployment.pools[0].args
+    assert older_args == {"max_num_seqs": 4, "enable_prefix_caching": False}
+    b200_args = b200.scenario.deployment.pools[0].args
+    assert (b200_args["kv_cache_dtype"], b200_args["max_num_seqs"]) == ("fp8", 512)
+    assert "fuse_allreduce_rms" in b200.estimated["server arguments"]  # named, not passed
 
 
 def test_blis_score_scores_what_it_can_and_grades_the_rest_g5(

@@ -14,10 +14,10 @@ random --random-input-len ISL --random-output-len OSL --random-range-ratio 0.8
   release from the image tag.
 * Estimate: input and output lengths uniform in ``[0.8 x ISL, ISL]`` and ``[0.8 x OSL,
   OSL]`` (the range ratio as ``benchmark_serving.py`` before vLLM 0.9 read it); the
-  server's arguments, not in the file: for gpt-oss on vLLM on the H100 and H200 those of
-  InferenceMAX's launch script of the vLLM 0.13.0 runs (:func:`_vllm_launch`), for other
-  vLLM points its defaults with ``max_num_seqs`` = the concurrency and prefix caching off
-  (the B200 launch settings it does not pass are named in each point's estimate), for
+  server's arguments, not in the file: for gpt-oss on vLLM 0.13.0 on the H100, H200
+  and B200 those of InferenceMAX's launch scripts of those runs (:func:`_vllm_launch`;
+  the settings it cannot pass are named in each point's estimate), for other vLLM
+  points its defaults with ``max_num_seqs`` = the concurrency and prefix caching off, for
   SGLang the arguments of InferenceMAX's
   DeepSeek-R1 launch script for the point's chip (``SemiAnalysisAI/InferenceX@d22bf9c``,
   ``benchmarks/dsr1_fp8_<chip>_*.sh``, :func:`_sglang_launch`; arguments blis-sglang
@@ -57,13 +57,13 @@ CHIPS: Final = {
 }
 _GPTOSS_SCRIPTS: Final = "InferenceX@4e52ed4c6 (2026-01-02, the first with vLLM 0.13.0)"
 _B200_UNPASSED: Final = (
-    "kv-cache-dtype fp8, the fuse_allreduce_rms and eliminate_noops compilation passes, "
-    "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, async scheduling, max-num-seqs 512, "
-    "max-cudagraph-capture-size 2048, max-model-len ISL+OSL+20 (1k/1k) or +200"
+    "the fuse_allreduce_rms and eliminate_noops compilation passes (blis-vllm models no "
+    "compilation pass) and VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (the expert kernel; the "
+    "floor prices FP4 experts at the chip's FP4 rate)"
 )
-"""What InferenceMAX's gpt-oss vLLM 0.13.0 launch on the B200 (``gptoss_fp4_b200_docker.sh``
+"""What InferenceMAX's gpt-oss vLLM 0.13.0 launch on the B200 (``gptoss_fp4_b200_*.sh``
 at :data:`_GPTOSS_SCRIPTS`) sets that the adapter does not pass (named in each point's
-estimate; the B200 points are scored with vLLM's defaults, nothing fitted on them)."""
+estimate)."""
 
 
 def _gptoss_max_model_len(hw: str, isl: int, osl: int) -> int:
@@ -82,32 +82,35 @@ def _vllm_launch(
 ) -> tuple[dict[str, Any], str]:
     """The engine arguments of a vLLM sweep point, and how they were chosen.
 
-    gpt-oss on the H100 and H200 with the vLLM 0.13.0 image: InferenceMAX's launch
-    (``gptoss_fp4_<chip>_slurm.sh`` at :data:`_GPTOSS_SCRIPTS`; unchanged in what it passes
+    gpt-oss on the H100, H200 and B200 with the vLLM 0.13.0 image: InferenceMAX's launch
+    (``gptoss_fp4_<chip>_*.sh`` at :data:`_GPTOSS_SCRIPTS`; unchanged in what it passes
     to vLLM until the scripts were merged on 2026-01-22; earlier images ran other
     scripts, e.g. ``cudagraph_mode PIECEWISE`` with 0.11.0 at ``d22bf9c``). Its
     ``VLLM_MXFP4_USE_MARLIN=1`` (the H200 from that commit, the H100 from ``2ee1e0018``)
     picks the MXFP4 expert kernel, which the cost model prices as one ``moe_gemm`` entry
-    per chip. Elsewhere: vLLM's defaults with ``max_num_seqs`` = the concurrency and
+    per chip; what the B200's sets that blis-vllm does not model is named
+    (:data:`_B200_UNPASSED`). Elsewhere: vLLM's defaults with ``max_num_seqs`` = the concurrency and
     prefix caching off."""
-    if model.startswith("openai/gpt-oss") and hw in ("h100", "h200") and tag == "0.13.0":
+    if model.startswith("openai/gpt-oss") and hw in ("h100", "h200", "b200") and tag == "0.13.0":
+        b200 = hw == "b200"
         args: dict[str, Any] = {
-            "max_num_seqs": conc, "enable_prefix_caching": False, "async_scheduling": True,
-            "max_cudagraph_capture_size": 2048, "max_num_batched_tokens": 8192,
-            "max_model_len": _gptoss_max_model_len(hw, isl, osl),
+            "max_num_seqs": 512 if b200 else conc, "enable_prefix_caching": False,
+            "async_scheduling": True, "max_cudagraph_capture_size": 2048,
+            "max_num_batched_tokens": 8192, "max_model_len": _gptoss_max_model_len(hw, isl, osl),
+            **({"kv_cache_dtype": "fp8"} if b200 else {}),
         }  # fmt: skip
         shown = ", ".join(f"{k} {v}" for k, v in args.items())
-        why = (
-            f"InferenceMAX's gpt-oss launch ({_GPTOSS_SCRIPTS} gptoss_fp4_{hw}_slurm.sh): "
-            f"{shown}; VLLM_MXFP4_USE_MARLIN=1 picks the expert kernel (priced by the "
-            "chip's fitted moe_gemm entry)"
+        script = "gptoss_fp4_b200_*.sh" if b200 else f"gptoss_fp4_{hw}_slurm.sh"
+        extra = (
+            f"; also sets {_B200_UNPASSED}: not passed"
+            if b200
+            else "; VLLM_MXFP4_USE_MARLIN=1 picks the expert kernel (priced by the chip's "
+            "fitted moe_gemm entry)"
         )
-        return args, why
-    b200 = hw == "b200" and tag == "0.13.0"
-    unset = f" (its launch script also sets {_B200_UNPASSED}: not passed)" if b200 else ""
+        return args, f"InferenceMAX's gpt-oss launch ({_GPTOSS_SCRIPTS} {script}): {shown}{extra}"
     return (
         {"max_num_seqs": conc, "enable_prefix_caching": False},
-        f"vLLM's defaults with max_num_seqs {conc}, prefix caching off{unset}",
+        f"vLLM's defaults with max_num_seqs {conc}, prefix caching off",
     )
 
 
