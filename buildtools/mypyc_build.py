@@ -23,7 +23,11 @@ A compiled dataclass resolves its fields' annotations when its module loads: a f
 type may not be imported under ``TYPE_CHECKING`` only (the extension would fail to load).
 A compiled class that code outside its group subclasses needs
 ``@mypyc_attr(allow_interpreted_subclasses=True)``; a method patched on a compiled class
-is bypassed by compiled callers (count at a boundary called through Python instead).
+is bypassed by compiled callers (count at a boundary called through Python instead); a
+compiled frozen dataclass cannot be pickled or copied unless it rebuilds through its
+constructor (``__reduce__``, as ``blis_core.contracts.request`` does); a module that
+declares ``@runtime_checkable`` Protocols does not load compiled; the ``__init__`` that
+``dataclasses`` writes stays interpreted (an explicit one is compiled).
 """
 
 from __future__ import annotations
