@@ -15,13 +15,15 @@ first scenario timed, and the ratio to the published baselines (Go BLIS's wall t
 the same workload, Vidur's 620-730 simulated requests per wall second).
 
 Both say first whether the blis-core and blis-vllm they run are compiled wheels or
-source (``pip install . ./plugins/blis-vllm`` compiles them; an editable install does not).
+source (``pip install . ./plugins/blis-vllm`` compiles them; an editable install does not);
+blis-core is the installed one, or the checkout's source where none is installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import importlib.util
 import multiprocessing
 import resource
 import sys
@@ -29,8 +31,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if __package__ in (None, ""):
+if __package__ in (None, "") and importlib.util.find_spec("blis_core") is None:
+    # Not installed: run the checkout's source. An installed blis-core (a compiled
+    # wheel) is never shadowed by it.
     sys.path.insert(0, str(ROOT))
+
+from builds import describe  # noqa: E402
 
 from blis_core.io.scenario import load_scenario  # noqa: E402 - after the sys.path fix
 from blis_core.runner import DataSources, make_host, run_scenario  # noqa: E402
@@ -69,27 +75,11 @@ def _time_one(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[
     queue.put((wall, rep.fates.arrivals, rep.events, rep.steps, rss_mb))
 
 
-def _builds() -> str:
-    """Whether the blis-core and blis-vllm imported here are compiled wheels or source."""
-    import importlib.machinery
-
-    import blis_vllm.engine
-
-    import blis_core.sim.kernel
-
-    lines = []
-    for name, module in (("blis-core", blis_core.sim.kernel), ("blis-vllm", blis_vllm.engine)):
-        path = str(module.__file__)
-        compiled = path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
-        lines.append(f"{name}: {'compiled (mypyc)' if compiled else 'pure Python'}, {path}")
-    return "\n".join(lines)
-
-
 def go_parity(names: list[str]) -> int:
     """Time each Go-parity scenario in a fresh process and print the table."""
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
-    print(_builds())
+    print(describe())
     header = (
         "scenario | wall s | requests | req/s | events/s | x heapq | peak RSS MB | "
         "per-request cost vs first | vs Go BLIS | vs Vidur"
@@ -135,7 +125,7 @@ def main() -> int:
     data = DataSources.load()
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
-    print(_builds())
+    print(describe())
     for label, path in SCENARIOS.items():
         scenario = load_scenario(path)
         best = float("inf")

@@ -22,7 +22,6 @@ says so.
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from blis_vllm.engine import VllmEngine
 from blis_vllm.metrics import EngineMetrics
 from blis_vllm.span import SpanPlanner
 from blis_vllm.steady import SteadyDecode
+from builds import compiled
 from goparity import scenario_file
 
 from blis_core.cost.environment import SimEnvironment
@@ -56,12 +56,6 @@ def _timed(cls: type, name: str, label: str) -> None:
             _calls[label] += 1
 
     setattr(cls, name, timed)
-
-
-def _compiled(module: object) -> bool:
-    return str(getattr(module, "__file__", "")).endswith(
-        tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    )
 
 
 def main() -> None:
@@ -95,9 +89,9 @@ def main() -> None:
 
     import blis_core.sim.kernel
 
-    if _compiled(blis_vllm.span):
+    if compiled(blis_vllm.span):
         print("note: blis-vllm is compiled: the indented rows miss the engine's own calls")
-    if _compiled(blis_core.sim.kernel):
+    if compiled(blis_core.sim.kernel):
         print("note: blis-core is compiled: the kernel's calls of the components' `external`")
         print("      do not pass through the timers (those rows read 0)")
     print(f"{args.scenario}, {args.num_requests} requests: {total:.2f} s, {steps} engine steps")

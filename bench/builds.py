@@ -1,0 +1,28 @@
+"""Whether the blis-core and blis-vllm a benchmark imports are compiled wheels or source.
+
+``pip install . ./plugins/blis-vllm`` compiles both with mypyc; an editable install, or
+``bench/run_checkout.py``'s path, runs the source. Shared by ``bench_run.py`` (which
+prints it) and ``step_costs.py`` (whose timers a compiled caller bypasses).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+
+
+def compiled(module: object) -> bool:
+    """Whether ``module`` was imported from a C extension."""
+    path = str(getattr(module, "__file__", ""))
+    return path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def describe() -> str:
+    """One line per package: compiled or pure Python, and the file imported."""
+    import blis_vllm.engine
+
+    import blis_core.sim.kernel
+
+    return "\n".join(
+        f"{name}: {'compiled (mypyc)' if compiled(module) else 'pure Python'}, {module.__file__}"
+        for name, module in (("blis-core", blis_core.sim.kernel), ("blis-vllm", blis_vllm.engine))
+    )
