@@ -89,8 +89,8 @@ def _vllm_launch(
     ``VLLM_MXFP4_USE_MARLIN=1`` (the H200 from that commit, the H100 from ``2ee1e0018``)
     picks the MXFP4 expert kernel, which the cost model prices as one ``moe_gemm`` entry
     per chip; what the B200's sets that blis-vllm does not model is named
-    (:data:`_B200_UNPASSED`). Elsewhere: vLLM's defaults with ``max_num_seqs`` = the concurrency and
-    prefix caching off."""
+    (:data:`_B200_UNPASSED`). Elsewhere: vLLM's defaults with ``max_num_seqs`` = the
+    concurrency and prefix caching off."""
     if model.startswith("openai/gpt-oss") and hw in ("h100", "h200", "b200") and tag == "0.13.0":
         b200 = hw == "b200"
         args: dict[str, Any] = {
@@ -101,11 +101,12 @@ def _vllm_launch(
         }  # fmt: skip
         shown = ", ".join(f"{k} {v}" for k, v in args.items())
         script = "gptoss_fp4_b200_*.sh" if b200 else f"gptoss_fp4_{hw}_slurm.sh"
+        marlin = "exports" if hw == "h200" else "exports from 2ee1e0018 (2026-01-12)"
         extra = (
             f"; also sets {_B200_UNPASSED}: not passed"
             if b200
-            else "; VLLM_MXFP4_USE_MARLIN=1 picks the expert kernel (priced by the chip's "
-            "fitted moe_gemm entry)"
+            else f"; {marlin} VLLM_MXFP4_USE_MARLIN=1, the expert kernel (priced by the "
+            "chip's fitted moe_gemm entry)"
         )
         return args, f"InferenceMAX's gpt-oss launch ({_GPTOSS_SCRIPTS} {script}): {shown}{extra}"
     return (
