@@ -16,7 +16,7 @@ from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog
-from blis_core.cost.pricing import CompiledPlan
+from blis_core.cost.pricing import CompiledPlan, pairwise_sum
 from blis_core.runner import installed_registry
 
 _CAT = load_catalog()
@@ -263,3 +263,13 @@ def test_price_seconds_is_its_vectorised_form_to_the_bit(
         assert cp.acc_outside == [b + d for b, d in zip(before_out, added_out, strict=True)]
         outside += any(added_out)
     assert outside  # some steps left a covered range
+
+
+def test_pairwise_sum_is_numpys_sum_to_the_bit() -> None:
+    """Every branch: under 8 terms, up to 128 in eight partial sums, longer runs split."""
+    rng = np.random.default_rng(7)
+    for n in (*range(0, 40), 127, 128, 129, 135, 255, 256, 300, 1000):
+        x = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, size=n)
+        assert pairwise_sum(x.tolist(), 0, n) == float(x.sum()), n
+        padded = [1e300, *x.tolist(), -1e300]  # an offset start reads only its run
+        assert pairwise_sum(padded, 1, n) == float(x.sum()), n
