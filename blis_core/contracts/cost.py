@@ -56,7 +56,7 @@ class PrimitivePrice:
     impl: str
     seconds: float
     rank: CoefficientRank
-    bound: str = ""  # compute | memory | link | overhead, when a roofline priced it
+    bound: str = ""  # compute | memory | link | overhead (or e.g. compute+memory where they add)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ slower path.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from blis_core.contracts.catalog import FabricSpec, HardwareSpec, MachineSpec, ModelArchitecture
 from blis_core.contracts.cost import CoefficientRank, CostMethod, PrimitivePrice, StepPrice
@@ -32,12 +33,20 @@ from blis_core.cost.pricing import CompiledPlan, StepEvaluation, StepQuote, comp
 from blis_core.cost.registry import CoefficientEntry, RankTotals, Registry
 from blis_core.cost.roofline import RegistryMethod, RooflineMethod
 
-if TYPE_CHECKING:
-    import numpy as np
-
 __all__ = ["SimEnvironment"]
 
 _BOUNDS = ("compute", "memory", "link")
+
+
+def _bound(cp: CompiledPlan, ev: StepEvaluation, j: int) -> str:
+    """The resource that bounds term ``j``; where its entry adds the resources
+    (``overlap`` below 1), every one it spends time on, the greatest first."""
+    roof = ev.work[:3, j] * cp.inv[:, j]
+    if cp.serial[j] > 0:
+        used = [k for k in np.argsort(-roof, kind="stable") if roof[k] > 0]
+        if len(used) > 1:
+            return "+".join(_BOUNDS[k] for k in used)
+    return _BOUNDS[int(roof.argmax())]
 
 
 class SimEnvironment:
@@ -278,8 +287,7 @@ class SimEnvironment:
             secs = float(ev.seconds[j])
             if secs <= 0.0:
                 continue
-            roof = ev.work[:3, j] * cp.inv[:, j]
-            bound = "overhead" if term.family.startswith("host") else _BOUNDS[int(roof.argmax())]
+            bound = "overhead" if term.family.startswith("host") else _bound(cp, ev, j)
             parts.append(
                 PrimitivePrice(
                     family=term.family,

@@ -286,9 +286,10 @@ def _predict(entry: CoefficientEntry, s: Samples, catalog: Catalog, chip: str) -
     hw = catalog.chip(chip)
     c = entry_constants(entry, hw, "bf16", link_bandwidth(catalog, hw))
     flops, nbytes, link, _ = s.arrays()
-    roof = np.maximum(
-        np.maximum(flops * c.s_per_flop, nbytes * c.s_per_byte), link * c.s_per_link_byte
-    )
+    times = (flops * c.s_per_flop, nbytes * c.s_per_byte, link * c.s_per_link_byte)
+    roof = np.maximum(np.maximum(times[0], times[1]), times[2])
+    if c.serial:
+        roof = roof + c.serial * ((times[0] + times[1] + times[2]) - roof)
     return np.asarray(roof + c.overhead_s, dtype=np.float64)
 
 

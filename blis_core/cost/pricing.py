@@ -154,6 +154,7 @@ class CompiledPlan:
         inv = np.zeros((3, n))
         over = np.zeros(n)
         per_item = np.zeros(n)
+        serial = np.zeros(n)
         lo = np.zeros((3, n))
         hi = np.full((3, n), np.inf)
         base = np.zeros(n, dtype=np.int64)
@@ -200,6 +201,7 @@ class CompiledPlan:
             inv[:, j] = (c.s_per_flop, c.s_per_byte, c.s_per_link_byte)
             over[j] = c.overhead_s
             per_item[j] = c.per_item_s
+            serial[j] = c.serial
             for r, key in enumerate(("flops", "bytes_moved", "link_bytes")):
                 if key in entry.covered:
                     lo[r, j], hi[r, j] = entry.covered[key]
@@ -210,6 +212,8 @@ class CompiledPlan:
                 host_j = j
                 kernel_launch_s = c.per_kernel_s
         self.inv, self.per_item, self.lo, self.hi = inv, per_item, lo, hi
+        self.serial = serial
+        self.any_serial = bool(serial.any())
         self.n3 = 3 * n
         finite = np.isfinite(hi)
         self.mid = np.where(finite, (lo + hi) / 2, 0.0)
@@ -261,6 +265,7 @@ class CompiledPlan:
         # The same constants as Python floats, term by term, for price_seconds.
         self._inv_l: list[list[float]] = inv.tolist()
         self._per_item_l: list[float] = per_item.tolist()
+        self._serial_l: list[float] = serial.tolist()
         self._is_host_l: list[bool] = [bool(h) for h in self.is_host]
         self._mid_l: list[list[float]] = self.mid.tolist()
         self._half_l: list[list[float]] = self.half.tolist()
@@ -472,6 +477,7 @@ class CompiledPlan:
         mid_f, mid_b, mid_l = self._mid_l
         half_f, half_b, half_l = self._half_l
         per_item = self._per_item_l
+        serial = self._serial_l
         is_host = self._is_host_l
         seconds = [0.0] * n
         inside = [True] * n
@@ -480,13 +486,14 @@ class CompiledPlan:
             f = w[j]
             b = w[n + j]
             lk = w[n2 + j]
-            per = f * inv_f[j]
-            x = b * inv_b[j]
-            if x > per:
-                per = x
+            c = f * inv_f[j]
+            m = b * inv_b[j]
             x = lk * inv_l[j]
+            per = m if m > c else c
             if x > per:
                 per = x
+            if serial[j]:
+                per = per + serial[j] * (((c + m) + x) - per)
             per += w[n3 + j] * per_item[j]
             launched = f != 0.0 or b != 0.0 or lk != 0.0 or is_host[j]
             per += over[j] * (1.0 if launched else 0.0)
@@ -575,7 +582,10 @@ class CompiledPlan:
         for k, num_bytes in enumerate(shape.page_in_bytes):
             work[2, self.page_js[k]] = float(num_bytes)
         roof = work[:3] * self.inv
-        per_launch = roof.max(axis=0) + self._overhead(shape) + work[3] * self.per_item
+        top = roof.max(axis=0)
+        if self.any_serial:
+            top = top + self.serial * (roof.sum(axis=0) - top)
+        per_launch = top + self._overhead(shape) + work[3] * self.per_item
         launched = work[:3].any(axis=0) | self.is_host
         if shape.mode is StepMode.IDLE:  # host work, and whatever it pages in
             launched = self.is_host | (self.is_page & (work[2] > 0))

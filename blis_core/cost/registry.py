@@ -5,10 +5,14 @@ Every entry prices one primitive family for a (kernel implementation, chip, dtyp
 less specific than an exact impl), with one formula shared by all families::
 
     seconds = overhead_us * 1e-6 + per_item_us * 1e-6 * items
-              + max(flops / (compute_efficiency * peak_flops[dtype]),
-                    bytes_moved / (memory_efficiency * memory_bandwidth),
-                    link_bytes / (link_efficiency * link_bandwidth))
+              + max(c, m, l) + (1 - overlap) * (c + m + l - max(c, m, l))
+    c = flops / (compute_efficiency * peak_flops[dtype])
+    m = bytes_moved / (memory_efficiency * memory_bandwidth)
+    l = link_bytes / (link_efficiency * link_bandwidth)
 
+``overlap`` (default 1, the roofline) is the fraction of the lesser resources' times
+that the kernel hides under the greatest: 0 for a kernel that reads its operands and
+then computes on them, so that the two add.
 ``items`` counts sequences or requests for the host families (``host_step``,
 ``host_request``) and is 0 otherwise. ``method: roofline`` entries hold achievable
 fractions of peak; what they price ranks ``roofline`` whatever the provenance
@@ -106,6 +110,7 @@ _PARAMS = (
     "overhead_us",
     "per_item_us",
     "per_kernel_us",
+    "overlap",
 )
 _COVER_KEYS = ("flops", "bytes_moved", "link_bytes", "ranks", "items")
 _METHODS = ("roofline", "fitted")
@@ -377,6 +382,8 @@ def _entry(raw: object, path: str, label: str, catalog: Catalog, provider: str) 
             raise InputRefused.one(ppath, value, "coefficient must be finite and >= 0", label)
         if name.endswith("efficiency") and not 0 < number <= 1.5:
             raise InputRefused.one(ppath, value, "efficiency must be in (0, 1.5]", label)
+        if name == "overlap" and number > 1:
+            raise InputRefused.one(ppath, value, "overlap is a fraction in [0, 1]", label)
         params[str(name)] = number
     covered_raw = raw.get("covered") or {}
     if not isinstance(covered_raw, Mapping):

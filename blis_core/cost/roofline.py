@@ -54,18 +54,18 @@ class EntryConstants:
     overhead_s: float
     per_item_s: float
     per_kernel_s: float
+    serial: float = 0.0
+    """``1 - overlap``: the share of the lesser resources' times added to the greatest."""
 
     def seconds(self, flops: float, bytes_moved: float, link_bytes: float, items: float) -> float:
         """The formula of :mod:`blis_core.cost.registry` for one kernel."""
-        return (
-            self.overhead_s
-            + self.per_item_s * items
-            + max(
-                flops * self.s_per_flop,
-                bytes_moved * self.s_per_byte,
-                link_bytes * self.s_per_link_byte,
-            )
-        )
+        c = flops * self.s_per_flop
+        m = bytes_moved * self.s_per_byte
+        lk = link_bytes * self.s_per_link_byte
+        roof = max(c, m, lk)
+        if self.serial:
+            roof += self.serial * ((c + m + lk) - roof)
+        return self.overhead_s + self.per_item_s * items + roof
 
 
 def entry_constants(
@@ -79,6 +79,7 @@ def entry_constants(
         overhead_s=entry.param("overhead_us", 0.0) * 1e-6,
         per_item_s=entry.param("per_item_us", 0.0) * 1e-6,
         per_kernel_s=entry.param("per_kernel_us", 0.0) * 1e-6,
+        serial=1.0 - entry.param("overlap", 1.0),
     )
 
 

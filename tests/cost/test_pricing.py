@@ -17,6 +17,7 @@ from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog
 from blis_core.cost.pricing import CompiledPlan, pairwise_sum
+from blis_core.cost.registry import build_registry
 from blis_core.runner import installed_registry
 
 _CAT = load_catalog()
@@ -198,7 +199,10 @@ def _vectorised_price(cp: CompiledPlan, shape: StepShape) -> tuple[float, list[f
     w3 = w[: cp.n3].reshape(3, cp.n)
     for k, num_bytes in enumerate(shape.page_in_bytes):
         w3[2, cp.page_js[k]] = float(num_bytes)
-    per = (w3 * cp.inv).max(axis=0)
+    roof = w3 * cp.inv
+    per = roof.max(axis=0)
+    if cp.any_serial:
+        per = per + cp.serial * (roof.sum(axis=0) - per)
     per += w[cp.n3 :] * cp.per_item
     per += cp._overhead(shape) * (w3.any(axis=0) | cp.is_host)
     seconds = per * cp.counts[cp.stage_kind(shape)]
@@ -244,14 +248,27 @@ def _random_shape(rng: random.Random, stages: int) -> StepShape:
         ("openai/gpt-oss-20b", {}),
     ],
 )
+@pytest.mark.parametrize("overlaps", [False, True])
 def test_price_seconds_is_its_vectorised_form_to_the_bit(
-    catalog: Catalog, model: str, layout: dict[str, int]
+    catalog: Catalog, model: str, layout: dict[str, int], overlaps: bool
 ) -> None:
     """The term-by-term hot path gives every step's seconds and adds to the running
     totals exactly what the vectorised form gave (dense, TP, PP stages, MoE, MLA, a
-    sliding window; every graph mode; steps inside and outside the covered ranges)."""
+    sliding window; every graph mode; steps inside and outside the covered ranges;
+    with ``overlaps``, entries whose resources add in part or whole)."""
     plan = _plan(catalog, model, **layout)
-    cp = _fresh_env(catalog, installed_registry(catalog)).compiled(plan)
+    registry = installed_registry(catalog)
+    if overlaps:
+        registry = build_registry(
+            [
+                e if e.family.startswith("host") else
+                dataclasses.replace(e, params={**e.params, "overlap": (0.0, 0.25)[i % 2]})
+                for i, e in enumerate(registry.entries)
+            ],
+            "test",
+        )  # fmt: skip
+    cp = _fresh_env(catalog, registry).compiled(plan)
+    assert cp.any_serial == overlaps
     rng = random.Random(f"{model}{layout}")
     outside = 0
     for _ in range(150):
@@ -273,3 +290,29 @@ def test_pairwise_sum_is_numpys_sum_to_the_bit() -> None:
         assert pairwise_sum(x.tolist(), 0, n) == float(x.sum()), n
         padded = [1e300, *x.tolist(), -1e300]  # an offset start reads only its run
         assert pairwise_sum(padded, 1, n) == float(x.sum()), n
+
+
+def test_explain_names_every_resource_of_a_term_whose_resources_add(catalog: Catalog) -> None:
+    """An entry with overlap 0 prices compute plus memory, and explain_step names both,
+    the greater first; the same term under the roofline's max names one."""
+    plan = _plan(catalog, "openai/gpt-oss-20b")
+    shape = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(900, 0),), 900)
+    registry = installed_registry(catalog)
+    serial = build_registry(
+        [
+            dataclasses.replace(e, params={**e.params, "overlap": 0.0})
+            if e.family == "moe_gemm" else e
+            for e in registry.entries
+        ],
+        "test",
+    )  # fmt: skip
+    before = _fresh_env(catalog, registry).explain_step(plan, shape)
+    after = _fresh_env(catalog, serial).explain_step(plan, shape)
+    moe_before = next(p for p in before.parts if p.family == "moe_gemm")
+    moe_after = next(p for p in after.parts if p.family == "moe_gemm")
+    assert moe_before.bound in ("compute", "memory")
+    assert moe_after.bound in ("compute+memory", "memory+compute")
+    assert moe_after.bound.startswith(moe_before.bound)
+    assert moe_after.seconds > moe_before.seconds
+    rest = [(p.family, p.impl, p.seconds) for p in before.parts if p.family != "moe_gemm"]
+    assert rest == [(p.family, p.impl, p.seconds) for p in after.parts if p.family != "moe_gemm"]

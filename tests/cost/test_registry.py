@@ -101,6 +101,8 @@ def test_calibrated_beats_roofline_and_out_of_range_is_transferred(
         ("{family: gemm, hardware: H100-SXM, rank: literature, method: fitted, source: s, "
          "params: {overhead_us: 5}, spread: {overhead_us: 4}}",
          "entries.0.spread.overhead_us", "expected [lo, hi]"),
+        ("{family: gemm, hardware: H100-SXM, rank: literature, method: fitted, source: s, "
+         "params: {overlap: 1.5}}", "entries.0.params.overlap", "a fraction in [0, 1]"),
     ],
 )  # fmt: skip
 def test_bad_registry_refused(
@@ -111,6 +113,25 @@ def test_bad_registry_refused(
     err = exc.value.errors[0]
     assert err.path == path and cause in err.cause
     assert "zz-extra.yaml" in exc.value.source
+
+
+@pytest.mark.parametrize(("overlap", "want"), [(None, 3.0), (1.0, 3.0), (0.0, 5.0), (0.5, 4.0)])
+def test_overlap_adds_the_lesser_resources_share_to_the_greatest(
+    catalog: Catalog, overlap: float | None, want: float
+) -> None:
+    """overlap 1 (or unset) is the roofline's max; 0 adds compute and memory; between,
+    that share of the lesser time is added to the greater."""
+    hw = catalog.chip("H100-SXM")
+    params = {"compute_efficiency": 1.0, "memory_efficiency": 1.0}
+    if overlap is not None:
+        params["overlap"] = overlap
+    e = CoefficientEntry("moe_gemm", "*", "H100-SXM", "fp4", CoefficientRank.CALIBRATED,
+                         "fitted", params, {}, "test")  # fmt: skip
+    c = entry_constants(e, hw, "bf16", link_bandwidth(catalog, hw))
+    flops = 3.0 / c.s_per_flop  # 3 s of compute
+    nbytes = 2.0 / c.s_per_byte  # 2 s of memory
+    assert c.seconds(flops, nbytes, 0.0, 0.0) == pytest.approx(want, rel=1e-12)
+    assert c.seconds(flops, 0.0, 0.0, 0.0) == pytest.approx(3.0, rel=1e-12)
 
 
 def test_a_spread_is_read_and_written_and_changes_no_price_or_hash(
