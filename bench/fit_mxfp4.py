@@ -11,22 +11,29 @@ GH100 die, the **fit** role is its points with 1,024-token inputs and outputs (H
 points, TP 2/4/8; H200: 16, TP 1-8; concurrency 4-64); every other point (1k/8k and
 8k/1k) is held out and scored only after the fit (``docs/accuracy.md``).
 
-What is fitted: per chip one number, the memory efficiency of the ``moe_gemm`` entry for
-``fp4`` experts (the floor prices these expert GEMMs as a weight read at 0.7 of the
-chip's HBM bandwidth). The compute efficiency and launch overhead stay at the floor's
-values (0.5, 8 us). The H100 and H200 share the die and differ in memory; the measured
-decode steps barely differ between them, so the H200's efficiency is expected lower:
-the kernels convert every 4-bit weight on the die (Hopper's Tensor Cores take no FP4)
-and cannot use the faster memory. For each value of the grid the chip's fit-role points
-are simulated whole (``blis score --registry``: the installed entries plus the
-candidate) and the loss is the mean ``|log(simulated / measured)|`` of the mean decode
-time per token (TPOT): the entry prices decode, and the sweep's time to first token
-carries a frontend this release of vLLM does not share (``docs/accuracy.md``).
+What is fitted, with every point of the fit role simulated whole (``blis score
+--registry``: the installed entries plus the candidates):
+
+- per chip, the **memory efficiency** of the ``moe_gemm`` entry for ``fp4`` experts (the
+  floor prices these expert GEMMs as a weight read at 0.7 of the chip's HBM bandwidth),
+  on the mean decode time per token (TPOT). The H100 and H200 share the die and differ in
+  memory; the measured decode steps barely differ between them, so the H200's efficiency
+  is expected lower: the kernels convert every 4-bit weight on the die (Hopper's Tensor
+  Cores take no FP4) and cannot use the faster memory.
+- one **compute efficiency** for the die (the same SMs and kernel on both chips), on the
+  median time to first token (TTFT p50: the prefill step, less the queueing that carries
+  the mean), with ``overlap: 0``: the expert GEMM's weight read and its multiply add
+  instead of the larger hiding the smaller. Why additive, and what that choice was made
+  from: ``docs/accuracy.md`` ("The prefill of MXFP4 experts on Hopper").
+
+The two are fitted in turn (compute with the memory values in hand, then memory with the
+compute value, until neither moves); the loss is the mean ``|log(simulated / measured)|``.
+The launch overhead stays at the floor's (8 us).
 ``spread``: the 5th-95th percentile of the value chosen on 200 bootstrap resamples of
 the points, widened half the way to the grid neighbours. ``--write`` writes
 ``calibrated-mxfp4.yaml`` into blis-cost-calibrated, one entry per chip with the covered
-work range: decode steps of 1-64 sequences of 1-2k tokens at TP 1-8 (prefill steps
-price outside it, as ``transferred``).
+work range: decode steps of 1-64 sequences of 1-2k tokens and prefills of 800-1,024 tokens
+at TP 1-8 (longer prefills price outside it, as ``transferred``).
 """
 
 from __future__ import annotations
@@ -53,8 +60,10 @@ DATA_DIRS = (
 FIT_FILE = "calibrated-mxfp4.yaml"
 MODEL = "openai/gpt-oss-120b"
 GRID = (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
+CE_GRID = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 CHIPS = {"h100": "H100-SXM", "h200": "H200-SXM"}  # InferenceMAX's names -> the catalog's
-FLOOR = {"compute_efficiency": 0.5, "overhead_us": 8.0}  # roofline.yaml's moe_gemm fractions
+FLOOR = {"overhead_us": 8.0}  # roofline.yaml's moe_gemm launch overhead
+START = {"H100-SXM": 0.7, "H200-SXM": 0.5}  # the memory efficiencies fitted before overlap
 RESAMPLES = 200
 
 
@@ -63,14 +72,16 @@ def fit_role(record: dict[str, Any]) -> bool:
     return record["hw"] in CHIPS and record["isl"] == 1024 and record["osl"] == 1024
 
 
-def entry(me: float, hardware: str, covered: dict[str, list[float]] | None = None,
+def entry(me: float, ce: float, hardware: str, covered: dict[str, list[float]] | None = None,
           source: str = "", spread: dict[str, list[float]] | None = None,
           ) -> dict[str, Any]:  # fmt: skip
-    """The candidate registry entry for memory efficiency ``me`` on ``hardware``."""
+    """The candidate registry entry for memory efficiency ``me`` and compute efficiency
+    ``ce`` (resources adding: ``overlap: 0``) on ``hardware``."""
     out: dict[str, Any] = {
         "family": "moe_gemm", "impl": "*", "hardware": hardware, "dtype": "fp4",
         "rank": "calibrated", "method": "fitted",
-        "params": {"memory_efficiency": me, **FLOOR},
+        "params": {"memory_efficiency": me, "compute_efficiency": ce, "overlap": 0.0,
+                   **FLOOR},
         "covered": covered or {}, "source": source or "bench/fit_mxfp4.py (candidate)",
     }  # fmt: skip
     if spread:
@@ -78,15 +89,15 @@ def entry(me: float, hardware: str, covered: dict[str, list[float]] | None = Non
     return out
 
 
-def registry_dir(me: float, hardware: str, root: Path) -> Path:
-    """The cost packages' files, less ``FIT_FILE``, plus the candidate for ``me``."""
-    out = root / f"{hardware}-me{me:g}"
+def registry_dir(me: float, ce: float, hardware: str, root: Path) -> Path:
+    """The cost packages' files, less ``FIT_FILE``, plus the candidate for ``me``, ``ce``."""
+    out = root / f"{hardware}-me{me:g}-ce{ce:g}"
     out.mkdir(parents=True, exist_ok=True)
     for src in DATA_DIRS:
         for f in sorted(src.glob("*.yaml")):
             if f.name != FIT_FILE:
                 (out / f.name).write_text(f.read_text(encoding="utf-8"), encoding="utf-8")
-    doc = {"kind": "coefficients", "entries": [entry(me, hardware)]}
+    doc = {"kind": "coefficients", "entries": [entry(me, ce, hardware)]}
     (out / "zz-candidate.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
 
@@ -98,13 +109,14 @@ def score(run_dir: Path, registry: Path, out: Path, jobs: int) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
 
-def read_errors(path: Path) -> dict[str, float]:
-    """Per point, the signed relative error of the mean TPOT in a ``blis score`` JSON."""
+def read_errors(path: Path, metric: str = "tpot", statistic: str = "mean") -> dict[str, float]:
+    """Per point, the signed relative error of ``metric``'s ``statistic`` in a ``blis
+    score`` JSON."""
     doc = json.loads(path.read_text())
     return {
         r["unit"]: r["relative_error"]
         for r in doc["records"]
-        if r["metric"] == "tpot" and r["statistic"] == "mean" and r["relative_error"] is not None
+        if r["metric"] == metric and r["statistic"] == statistic and r["relative_error"] is not None
     }
 
 
@@ -130,7 +142,8 @@ def loss(errors: list[float]) -> float:
 
 def covered_ranges(hardware: str) -> dict[str, list[float]]:
     """The expert GEMM's per-launch work over decode steps of 1-64 sequences of 1,024 to
-    2,048 tokens at TP 1, 2, 4 and 8 on ``hardware`` (the fit role's steps)."""
+    2,048 tokens and prefills of 800-1,024 tokens at TP 1, 2, 4 and 8 on ``hardware``
+    (the fit role's steps)."""
     from planning import engine_plan
 
     from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
@@ -142,10 +155,13 @@ def covered_ranges(hardware: str) -> dict[str, list[float]]:
         plan, data = engine_plan(MODEL, hardware, tp, {"max_num_seqs": 64, "max_model_len": 4096})
         cp = compile_plan(plan, data.catalog, data.registry)
         dec = plan.graph_policy.decode_mode
-        for batch, ctx in ((1, 1024), (64, 2048)):
-            shape = StepShape(step_id=1, mode=StepMode.DECODE_ONLY,
-                              seqs=tuple(SeqChunk(1, ctx) for _ in range(batch)),
-                              padded_tokens=batch, graph_mode=dec)  # fmt: skip
+        shapes = [StepShape(step_id=1, mode=StepMode.DECODE_ONLY,
+                            seqs=tuple(SeqChunk(1, ctx) for _ in range(batch)),
+                            padded_tokens=batch, graph_mode=dec)
+                  for batch, ctx in ((1, 1024), (64, 2048))]  # fmt: skip
+        shapes += [StepShape(step_id=1, mode=StepMode.EXTEND_ONLY, seqs=(SeqChunk(n, 0),),
+                             padded_tokens=n) for n in (800, 1024)]  # fmt: skip
+        for shape in shapes:
             ev = cp.evaluate(shape)
             for j, t in enumerate(cp.terms):
                 if t.family != "moe_gemm":
@@ -174,48 +190,94 @@ def main(argv: list[str] | None = None) -> int:
     a.cache.mkdir(parents=True, exist_ok=True)
     points = [r for r in json.loads(raw) if fit_role(r)]
     print(f"fit role: {len(points)} points of {a.run_dir} (sha256 {digest})", file=sys.stderr)
-    entries = []
-    report: dict[str, Any] = {}
     code = code_key()
-    for chip, hardware in CHIPS.items():
-        errors: dict[float, dict[str, float]] = {}
-        with tempfile.TemporaryDirectory(prefix="blis-fit-mxfp4-") as tmpname:
-            tmp = Path(tmpname)
-            fit_dir = tmp / "fit" / a.run_dir.name
-            fit_dir.mkdir(parents=True)
+    with tempfile.TemporaryDirectory(prefix="blis-fit-mxfp4-") as tmpname:
+        tmp = Path(tmpname)
+        fit_dirs: dict[str, Path] = {}
+        for chip in CHIPS:
+            fit_dirs[chip] = tmp / "fit" / chip / a.run_dir.name
+            fit_dirs[chip].mkdir(parents=True)
             mine = [r for r in points if r["hw"] == chip]
-            (fit_dir / "agg_bmk.json").write_text(json.dumps(mine))
-            for me in GRID:
-                out = a.cache / f"{digest[:16]}-{code}-{chip}-me{me:g}.json"
-                if code == "nogit" or not out.exists():
-                    score(fit_dir, registry_dir(me, hardware, tmp / "reg"), out, a.jobs)
-                errors[me] = read_errors(out)
-                lo = loss(list(errors[me].values()))
-                print(f"  {hardware} me {me:g}: TPOT loss {lo:.4f}", file=sys.stderr)
-        units = sorted(errors[GRID[0]])
+            (fit_dirs[chip] / "agg_bmk.json").write_text(json.dumps(mine))
 
-        def choose(sample: list[str], errors: dict[float, dict[str, float]] = errors) -> float:
-            return min(GRID, key=lambda m: loss([errors[m][u] for u in sample]))
+        def scored(chip: str, me: float, ce: float) -> Path:
+            """The cached ``blis score`` JSON of ``chip``'s fit role under (me, ce)."""
+            hardware = CHIPS[chip]
+            out: Path = a.cache / f"{digest[:16]}-{code}-{chip}-me{me:g}-ce{ce:g}-serial.json"
+            if code == "nogit" or not out.exists():
+                score(fit_dirs[chip], registry_dir(me, ce, hardware, tmp / "reg"), out, a.jobs)
+            return out
 
-        best = choose(units)
-        rng = np.random.default_rng(0)
+        me_of = dict(START)
+        ce = 0.0
+        for round_ in range(1, 4):
+            # compute: one value for the die, on both chips' TTFT p50
+            ttft: dict[float, dict[str, float]] = {}
+            for c in CE_GRID:
+                ttft[c] = {}
+                for chip, hardware in CHIPS.items():
+                    ttft[c].update(read_errors(scored(chip, me_of[hardware], c), "ttft", "p50"))
+                lo = loss(list(ttft[c].values()))
+                print(f"  round {round_}: ce {c:g}: TTFT p50 loss {lo:.4f}", file=sys.stderr)
+            ce_loss = {c: loss(list(ttft[c].values())) for c in CE_GRID}
+            new_ce = min(CE_GRID, key=ce_loss.__getitem__)
+            # memory: one value a chip, on its TPOT
+            tpot: dict[str, dict[float, dict[str, float]]] = {}
+            new_me: dict[str, float] = {}
+            for chip, hardware in CHIPS.items():
+                tpot[hardware] = {m: read_errors(scored(chip, m, new_ce)) for m in GRID}
+                for m in GRID:
+                    lo = loss(list(tpot[hardware][m].values()))
+                    print(f"  round {round_}: {hardware} me {m:g}: TPOT loss {lo:.4f}",
+                          file=sys.stderr)  # fmt: skip
+                me_loss = {m: loss(list(tpot[hardware][m].values())) for m in GRID}
+                new_me[hardware] = min(GRID, key=me_loss.__getitem__)
+            settled = new_ce == ce and new_me == me_of
+            ce, me_of = new_ce, new_me
+            if settled:
+                break
+
+    rng = np.random.default_rng(0)
+    ttft_units = sorted(ttft[ce])
+
+    def choose_ce(sample: list[str]) -> float:
+        return min(CE_GRID, key=lambda c: loss([ttft[c][u] for u in sample]))
+
+    ce_spread = grid_spread(ce, CE_GRID, [
+        choose_ce([ttft_units[i] for i in rng.integers(0, len(ttft_units), len(ttft_units))])
+        for _ in range(RESAMPLES)])  # fmt: skip
+    entries = []
+    report: dict[str, Any] = {
+        "compute_efficiency": ce, "compute_spread": ce_spread, "rounds": round_,
+        "ttft_p50_error_pct": {u: round(100 * ttft[ce][u], 1) for u in ttft_units},
+    }  # fmt: skip
+    for hardware, errs in tpot.items():
+        me = me_of[hardware]
+        units = sorted(errs[me])
+
+        def choose(sample: list[str], errs: dict[float, dict[str, float]] = errs) -> float:
+            return min(GRID, key=lambda m: loss([errs[m][u] for u in sample]))
+
         chosen = [choose([units[i] for i in rng.integers(0, len(units), len(units))])
                   for _ in range(RESAMPLES)]  # fmt: skip
-        spread = {"memory_efficiency": grid_spread(best, GRID, chosen)}
+        spread = {"memory_efficiency": grid_spread(me, GRID, chosen),
+                  "compute_efficiency": ce_spread}  # fmt: skip
         report[hardware] = {
-            "best": best,
+            "best": me,
             "spread": spread,
-            "tpot_error_pct": {u: round(100 * errors[best][u], 1) for u in units},
+            "tpot_error_pct": {u: round(100 * errs[me][u], 1) for u in units},
         }
         source = (
-            "bench/fit_mxfp4.py: grid search of the memory efficiency on the "
-            f"{len(units)} {hardware} 1k/1k points of InferenceMAX run 20662362255 (vLLM "
-            f"0.13.0, gpt-oss-120b; agg_bmk.json sha256 {digest}, public mirror "
-            "gminneci/mantile@1d3c259); loss mean |log(sim/measured)| of mean TPOT; compute "
-            "efficiency and overhead held at the roofline floor's"
+            "bench/fit_mxfp4.py: grid search on the 1k/1k points of InferenceMAX run "
+            f"20662362255 (vLLM 0.13.0, gpt-oss-120b; agg_bmk.json sha256 {digest}, public "
+            f"mirror gminneci/mantile@1d3c259): memory efficiency on this chip's {len(units)} "
+            "points, loss mean |log(sim/measured)| of mean TPOT; compute efficiency one for "
+            f"the GH100 die on the {len(ttft_units)} points of H100-SXM and H200-SXM, loss "
+            "the same of TTFT p50; overlap 0 (weight read and multiply add); overhead held "
+            "at the roofline floor's"
         )
         if a.write:
-            entries.append(entry(best, hardware, covered_ranges(hardware), source, spread))
+            entries.append(entry(me, ce, hardware, covered_ranges(hardware), source, spread))
     print(json.dumps(report, indent=1))
     if a.write:
         doc = {"kind": "coefficients", "entries": entries}
