@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [choose([units[i] for i in rng.integers(0, len(units), len(units))])
                   for _ in range(RESAMPLES)]  # fmt: skip
         spread = {"memory_efficiency": grid_spread(me, GRID, chosen),
-                  "compute_efficiency": ce_spread}  # fmt: skip
+                  "compute_efficiency": list(ce_spread)}  # fmt: skip
         report[hardware] = {
             "best": me,
             "spread": spread,
