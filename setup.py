@@ -31,6 +31,13 @@ COMPILED = (
 )
 """The modules a step passes through outside the engine (``python bench/step_costs.py``):
 the kernel's instants and lookahead, the components' transitions and run-ahead, the
-ledger's per-report work, the scrape histograms and the step's price."""
+ledger's per-report work, the scrape histograms and the step's price.
+
+``contracts/shape.py`` (``StepShape``, built every step) is not compiled: pydantic
+validates it (``STEP_SHAPE_ADAPTER``, ``blis cost price --shape``) by making the instance
+through the type's ``__new__`` without arguments and then setting its fields, which a
+compiled dataclass refuses (its ``__new__`` runs an explicit ``__init__``; with the one
+``dataclasses`` writes it has neither ``__slots__`` nor ``__dict__``), and its JSON Schema
+(``blis schema``) would lose the item types and the descriptions."""
 
 setup(**mypyc_setup("blis-core", HERE, COMPILED, group="blis_core_native"))

@@ -27,7 +27,9 @@ is bypassed by compiled callers (count at a boundary called through Python inste
 compiled frozen dataclass cannot be pickled or copied unless it rebuilds through its
 constructor (``__reduce__``, as ``blis_core.contracts.request`` does); a module that
 declares ``@runtime_checkable`` Protocols does not load compiled; the ``__init__`` that
-``dataclasses`` writes stays interpreted (an explicit one is compiled).
+``dataclasses`` writes stays interpreted (an explicit one is compiled, and
+``blis_conformance.inits`` holds it to the fields); pydantic cannot validate into a
+compiled dataclass.
 """
 
 from __future__ import annotations

@@ -39,6 +39,14 @@ class PromptSegment:
     content_key: str
     num_tokens: int
 
+    # NOTE: an explicit __init__ (the fields in order, their defaults, then the check):
+    # compiled, the one `dataclasses` writes would stay interpreted for every segment
+    # of every request (tests/test_explicit_inits.py holds it to the fields).
+    def __init__(self, content_key: str, num_tokens: int) -> None:
+        object.__setattr__(self, "content_key", content_key)
+        object.__setattr__(self, "num_tokens", num_tokens)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
         if self.num_tokens < 0:
             raise ValueError(f"PromptSegment.num_tokens must be >= 0, got {self.num_tokens}")
@@ -75,6 +83,34 @@ class InferenceRequest:
     deadline_us: int | None = None
     headers: tuple[tuple[str, str], ...] = field(default=())
     kv_transfer_params: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def __init__(
+        self,
+        request_id: str,
+        arrival_us: int,
+        prompt: tuple[PromptSegment, ...],
+        max_output_tokens: int,
+        ignore_eos: bool = True,
+        priority: int = 0,
+        session_id: str | None = None,
+        turn: int = 0,
+        prefix_group: str | None = None,
+        deadline_us: int | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+        kv_transfer_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "arrival_us", arrival_us)
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "max_output_tokens", max_output_tokens)
+        object.__setattr__(self, "ignore_eos", ignore_eos)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "session_id", session_id)
+        object.__setattr__(self, "turn", turn)
+        object.__setattr__(self, "prefix_group", prefix_group)
+        object.__setattr__(self, "deadline_us", deadline_us)
+        object.__setattr__(self, "headers", headers)
+        object.__setattr__(self, "kv_transfer_params", kv_transfer_params)
 
     @property
     def input_tokens(self) -> int:

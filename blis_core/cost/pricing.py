@@ -114,6 +114,16 @@ class StepQuote:
     inside: list[list[bool]]
     totals: list[float]
 
+    # NOTE: an explicit __init__ (the fields in order): compiled, the one `dataclasses`
+    # writes would stay interpreted at every quote (tests/test_explicit_inits.py holds it
+    # to the fields).
+    def __init__(
+        self, seconds: list[list[float]], inside: list[list[bool]], totals: list[float]
+    ) -> None:
+        object.__setattr__(self, "seconds", seconds)
+        object.__setattr__(self, "inside", inside)
+        object.__setattr__(self, "totals", totals)
+
 
 class CompiledPlan:
     """A plan's pricing program: constant matrices plus resolved coefficient entries."""

@@ -58,6 +58,40 @@ class RequestRecord:
     instance: str = ""
     cached_tokens: int = -1
 
+    # NOTE: an explicit __init__ (the fields in order, their defaults; the gaps' factory
+    # field takes None for a fresh array): compiled, the one `dataclasses` writes would
+    # stay interpreted for every request (tests/test_explicit_inits.py holds it to the
+    # fields).
+    def __init__(
+        self,
+        arrival_us: int,
+        input_tokens: int,
+        dispatched_us: int = -1,
+        scheduled_us: int = -1,
+        first_token_us: int = -1,
+        last_token_us: int = -1,
+        output_tokens: int = 0,
+        chunk_gaps_us: array | None = None,  # type: ignore[type-arg]
+        fate: str = "",
+        reason: str = "",
+        timed_out_us: int = -1,
+        instance: str = "",
+        cached_tokens: int = -1,
+    ) -> None:
+        self.arrival_us = arrival_us
+        self.input_tokens = input_tokens
+        self.dispatched_us = dispatched_us
+        self.scheduled_us = scheduled_us
+        self.first_token_us = first_token_us
+        self.last_token_us = last_token_us
+        self.output_tokens = output_tokens
+        self.chunk_gaps_us = array(GAP_TYPECODE) if chunk_gaps_us is None else chunk_gaps_us
+        self.fate = fate
+        self.reason = reason
+        self.timed_out_us = timed_out_us
+        self.instance = instance
+        self.cached_tokens = cached_tokens
+
 
 class RequestLedger:
     """Records arrivals, progress and fates of every request of one replication."""

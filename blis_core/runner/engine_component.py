@@ -102,6 +102,15 @@ class _InFlight:
     end_us: int
     started: bool = False
 
+    # NOTE: an explicit __init__ (the fields in order, their defaults): compiled, the one
+    # `dataclasses` writes would stay interpreted at every step
+    # (tests/test_explicit_inits.py holds it to the fields).
+    def __init__(self, shape: StepShape, start_us: int, end_us: int, started: bool = False) -> None:
+        self.shape = shape
+        self.start_us = start_us
+        self.end_us = end_us
+        self.started = started
+
 
 class _SpanPricer:
     """The prices of a span's steps, quoted a chunk at a time in one pass each where the

@@ -16,6 +16,7 @@ from blis_conformance.cost import (
 from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
 from blis_conformance.golden import assert_golden
 from blis_conformance.identity import BothWays, run_both_ways
+from blis_conformance.inits import assert_init_follows_fields, explicit_init_dataclasses
 from blis_conformance.router import RouterConformance
 from blis_conformance.scoring import GroundTruthAdapterConformance, ScorerConformance
 
@@ -30,6 +31,8 @@ __all__ = [
     "RouterConformance",
     "ScorerConformance",
     "assert_golden",
+    "assert_init_follows_fields",
     "drive_engine",
+    "explicit_init_dataclasses",
     "run_both_ways",
 ]

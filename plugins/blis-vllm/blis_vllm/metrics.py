@@ -340,6 +340,23 @@ class MetricsSnapshot:
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
 
+    # NOTE: an explicit __init__ (the fields in order, their defaults; a factory's field
+    # takes None for a fresh object): compiled, the one `dataclasses` writes would stay
+    # interpreted at every step (tests/test_explicit_inits.py holds it to the fields).
+    def __init__(
+        self,
+        num_running: int = 0,
+        num_waiting: int = 0,
+        kv_cache_usage: float = 0.0,
+        prefix_cache_queries: int = 0,
+        prefix_cache_hits: int = 0,
+    ) -> None:
+        object.__setattr__(self, "num_running", num_running)
+        object.__setattr__(self, "num_waiting", num_waiting)
+        object.__setattr__(self, "kv_cache_usage", kv_cache_usage)
+        object.__setattr__(self, "prefix_cache_queries", prefix_cache_queries)
+        object.__setattr__(self, "prefix_cache_hits", prefix_cache_hits)
+
 
 @dataclass(slots=True)
 class _RequestState:
@@ -352,6 +369,24 @@ class _RequestState:
     last_token_us: int = 0
     num_generation_tokens: int = 0
     num_preemptions: int = 0
+
+    def __init__(
+        self,
+        request: Request,
+        arrival_us: int,
+        scheduled_us: int | None = None,
+        first_token_us: int | None = None,
+        last_token_us: int = 0,
+        num_generation_tokens: int = 0,
+        num_preemptions: int = 0,
+    ) -> None:
+        self.request = request
+        self.arrival_us = arrival_us
+        self.scheduled_us = scheduled_us
+        self.first_token_us = first_token_us
+        self.last_token_us = last_token_us
+        self.num_generation_tokens = num_generation_tokens
+        self.num_preemptions = num_preemptions
 
 
 class EngineMetrics:

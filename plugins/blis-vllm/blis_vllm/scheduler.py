@@ -91,6 +91,43 @@ class SchedulerOutput:
     (one decode token per request, nothing admitted or preempted): how many steps the
     general path had scheduled before it."""
 
+    # NOTE: an explicit __init__ (the fields in order, their defaults; a factory's field
+    # takes None for a fresh object): compiled, the one `dataclasses` writes would stay
+    # interpreted at every step (tests/test_explicit_inits.py holds it to the fields).
+    def __init__(
+        self,
+        step_id: int,
+        num_scheduled_tokens: dict[str, int] | None = None,
+        context_tokens: dict[str, int] | None = None,
+        scheduled_new_reqs: list[str] | None = None,
+        scheduled_resumed_reqs: list[str] | None = None,
+        preempted_req_ids: list[str] | None = None,
+        scheduled_spec_decode_tokens: dict[str, list[int]] | None = None,
+        sampling: list[str] | None = None,
+        finished_req_ids: set[str] | None = None,
+        has_sync_kv_loads: bool = False,
+        kv_connector_metadata: object | None = None,
+        skip_drafts: bool = False,
+        steady_epoch: int | None = None,
+    ) -> None:
+        self.step_id = step_id
+        self.num_scheduled_tokens = {} if num_scheduled_tokens is None else num_scheduled_tokens
+        self.context_tokens = {} if context_tokens is None else context_tokens
+        self.scheduled_new_reqs = [] if scheduled_new_reqs is None else scheduled_new_reqs
+        self.scheduled_resumed_reqs = (
+            [] if scheduled_resumed_reqs is None else scheduled_resumed_reqs
+        )
+        self.preempted_req_ids = [] if preempted_req_ids is None else preempted_req_ids
+        self.scheduled_spec_decode_tokens = (
+            {} if scheduled_spec_decode_tokens is None else scheduled_spec_decode_tokens
+        )
+        self.sampling = [] if sampling is None else sampling
+        self.finished_req_ids = set() if finished_req_ids is None else finished_req_ids
+        self.has_sync_kv_loads = has_sync_kv_loads
+        self.kv_connector_metadata = kv_connector_metadata
+        self.skip_drafts = skip_drafts
+        self.steady_epoch = steady_epoch
+
     @property
     def total_num_scheduled_tokens(self) -> int:
         """Tokens scheduled in this step."""
@@ -105,6 +142,14 @@ class ModelRunnerOutput:
     sampled_token_ids: dict[str, list[int]]
     kv_connector_output: KVConnectorOutput | None = None
 
+    def __init__(
+        self,
+        sampled_token_ids: dict[str, list[int]],
+        kv_connector_output: KVConnectorOutput | None = None,
+    ) -> None:
+        self.sampled_token_ids = sampled_token_ids
+        self.kv_connector_output = kv_connector_output
+
 
 @dataclass(slots=True)
 class StepResult:
@@ -113,6 +158,16 @@ class StepResult:
     new_tokens: dict[str, int] = field(default_factory=dict)
     finished: list[tuple[str, str, int]] = field(default_factory=list)
     kv_transfer_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        new_tokens: dict[str, int] | None = None,
+        finished: list[tuple[str, str, int]] | None = None,
+        kv_transfer_params: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        self.new_tokens = {} if new_tokens is None else new_tokens
+        self.finished = [] if finished is None else finished
+        self.kv_transfer_params = {} if kv_transfer_params is None else kv_transfer_params
 
 
 class Scheduler:

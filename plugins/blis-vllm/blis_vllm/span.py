@@ -55,6 +55,27 @@ class SpanOffer:
     due: dict[int, list[int]] | None = None
     """The calendar: boundary -> batch positions of the requests touched at it."""
 
+    # NOTE: an explicit __init__ (the fields in order, their defaults; a factory's field
+    # takes None for a fresh object): compiled, the one `dataclasses` writes would stay
+    # interpreted at every span offered (tests/test_explicit_inits.py holds it to the fields).
+    def __init__(
+        self,
+        requests: list[Request],
+        contexts: list[int],
+        num_steps: int,
+        first_step_id: int,
+        steps_in_flight: int,
+        taken: int = 0,
+        due: dict[int, list[int]] | None = None,
+    ) -> None:
+        self.requests = requests
+        self.contexts = contexts
+        self.num_steps = num_steps
+        self.first_step_id = first_step_id
+        self.steps_in_flight = steps_in_flight
+        self.taken = taken
+        self.due = due
+
 
 class SpanPlanner:
     """The decode spans of one scheduler whose steady path is ``steady``."""

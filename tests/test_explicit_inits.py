@@ -1,0 +1,95 @@
+"""Every explicit dataclass ``__init__`` in blis-core's compiled modules is the one
+``dataclasses`` would write (``blis_conformance.inits``).
+
+The per-step dataclasses of the modules ``setup.py`` compiles have ``__init__``s of their
+own, so that mypyc compiles them too; each is held here to ``dataclasses.fields`` of its
+class, and a class that gains one must be added to :data:`CASES`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+from blis_conformance.inits import (
+    assert_init_follows_fields,
+    explicit_init_dataclasses,
+    modules_compiled_by,
+)
+
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES: dict[str, dict[str, Any]] = {
+    "blis_core.contracts.request.PromptSegment": {"content_key": "k", "num_tokens": 3},
+    "blis_core.contracts.request.InferenceRequest": {
+        "request_id": "r",
+        "arrival_us": 5,
+        "prompt": (PromptSegment("k", 3),),
+        "max_output_tokens": 7,
+        "ignore_eos": False,
+        "priority": 2,
+        "session_id": "s",
+        "turn": 1,
+        "prefix_group": "g",
+        "deadline_us": 9000,
+        "headers": (("model", "m"),),
+        "kv_transfer_params": {"do_remote_decode": True},
+    },
+    "blis_core.metrics.ledger.RequestRecord": {
+        "arrival_us": 1000,
+        "input_tokens": 2000,
+        "dispatched_us": 3000,
+        "scheduled_us": 4000,
+        "first_token_us": 5000,
+        "last_token_us": 6000,
+        "output_tokens": 7000,
+        "chunk_gaps_us": array("i", [1]),
+        "fate": "completed",
+        "reason": "length",
+        "timed_out_us": 8000,
+        "instance": "i0",
+        "cached_tokens": 9000,
+    },
+    "blis_core.runner.engine_component._InFlight": {
+        "shape": StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 7),), 1),
+        "start_us": 1000,
+        "end_us": 2000,
+        "started": True,
+    },
+    "blis_core.cost.pricing.StepQuote": {
+        "seconds": [[1.0]],
+        "inside": [[True]],
+        "totals": [1.0],
+    },
+}
+"""Qualified class name -> a value for every field (distinct, so that a field's argument
+landing in another field shows)."""
+
+
+def _explicit() -> dict[str, type]:
+    classes = explicit_init_dataclasses(modules_compiled_by(ROOT / "setup.py"))
+    return {f"{c.__module__}.{c.__qualname__}": c for c in classes}
+
+
+def test_every_explicit_init_is_checked() -> None:
+    assert sorted(_explicit()) == sorted(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_explicit_init_follows_the_fields(name: str) -> None:
+    assert_init_follows_fields(_explicit()[name], **CASES[name])
+
+
+def test_prompt_segment_still_refuses_a_negative_count() -> None:
+    with pytest.raises(ValueError, match="num_tokens must be >= 0, got -1"):
+        PromptSegment("k", -1)
+
+
+def test_inference_request_still_ignores_kv_transfer_params_in_eq() -> None:
+    a = InferenceRequest("r", 0, (), 1, kv_transfer_params={"a": 1})
+    assert a == InferenceRequest("r", 0, (), 1) and hash(a) == hash(InferenceRequest("r", 0, (), 1))
