@@ -2,14 +2,16 @@
 
 Fitted by ``bench/fit_mxfp4.py`` on each GH100 chip's 1k/1k points of an InferenceMAX
 sweep of gpt-oss-120b; these tests check that they load with their source and ranges,
-price each chip's own MXFP4 decode at rank ``calibrated`` and its prefill as
-``transferred``, leave bf16 experts to the Mixtral-fitted entry, and carry what the fit
-found about the die: the H200's faster memory buys the expert GEMMs far less than its
-bandwidth ratio.
+price each chip's own MXFP4 decode and 1k prefill at rank ``calibrated`` and longer
+prefills as ``transferred``, leave bf16 experts to the Mixtral-fitted entry, and carry
+what the fit found about the die: the H200's faster memory buys the expert GEMMs far less
+than its bandwidth ratio, and the weight read and the multiply add (``overlap: 0``), with
+one compute efficiency for both chips.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from blis_core.contracts.cost import CoefficientRank
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.cost import Catalog, Registry, SimEnvironment, default_plan
+from blis_core.cost.registry import build_registry
 
 FILE = Path(__file__).resolve().parents[1] / "blis_cost_calibrated/data/calibrated-mxfp4.yaml"
 CHIPS = ("H100-SXM", "H200-SXM")
@@ -39,7 +42,8 @@ def test_one_entry_per_chip_with_source_range_and_spread(registry: Registry) -> 
         source = str(raw["source"])
         assert "bench/fit_mxfp4.py" in source and "sha256 e0a7f8f3" in source
         assert set(raw["covered"]) == {"flops", "bytes_moved"}  # type: ignore[arg-type]
-        assert set(raw["spread"]) == {"memory_efficiency"}  # type: ignore[arg-type]
+        assert set(raw["spread"]) == {"memory_efficiency", "compute_efficiency"}  # type: ignore[arg-type]
+        assert raw["params"]["overlap"] == 0.0  # type: ignore[index]
         found = registry.best("moe_gemm", "fused_moe_triton", str(raw["hardware"]), "fp4")
         assert found is not None and found.rank is CoefficientRank.CALIBRATED
         assert dict(found.params) == pytest.approx(raw["params"])
@@ -75,6 +79,36 @@ def test_the_h200s_memory_buys_mxfp4_decode_far_less_than_its_bandwidth(
     floor_ratio = _moe(floor, "H100-SXM", decode)[0] / _moe(floor, "H200-SXM", decode)[0]
     assert floor_ratio == pytest.approx(bandwidth, rel=0.05)
     assert h100 / h200 < 1 + (bandwidth - 1) / 5
-    # A 2,048-token prefill lies outside the decode range the fit covered.
+    # A 2,048-token prefill lies outside the range the fit covered (decode, 1k prefills).
     prefill = StepShape(2, StepMode.MIXED, (SeqChunk(2048, 0),), 2048)
     assert _moe(env, "H100-SXM", prefill)[1] is CoefficientRank.TRANSFERRED
+
+
+def test_a_short_prefill_pays_the_weight_read_and_the_multiply_alike_on_both_chips(
+    catalog: Catalog, registry: Registry
+) -> None:
+    """Inside the fitted range, a 600-token prefill's expert GEMMs cost the weight read
+    plus the multiply (the roofline's max would hide the smaller, the multiply); that
+    multiply is priced by one compute efficiency for the die, so it adds the same time on
+    both chips."""
+    as_max = build_registry(
+        [dataclasses.replace(e, params={**e.params, "overlap": 1.0})
+         if e.family == "moe_gemm" and e.dtype == "fp4" else e for e in registry.entries],
+        "test",
+    )  # fmt: skip
+    serial_env = SimEnvironment(catalog, registry, (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+    max_env = SimEnvironment(catalog, as_max, (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+    prefill = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(600, 0),), 600)
+    added = []
+    for chip in CHIPS:
+        plan = default_plan(
+            catalog.model("openai/gpt-oss-120b"), catalog.chip(chip), ParallelLayout(tp=2)
+        )
+        (part,) = [
+            p for p in serial_env.explain_step(plan, prefill).parts if p.family == "moe_gemm"
+        ]
+        assert part.rank is CoefficientRank.CALIBRATED
+        assert part.bound == "memory+compute"
+        added.append(part.seconds - _moe(max_env, chip, prefill)[0])
+    assert added[0] > 0
+    assert added[0] == pytest.approx(added[1], rel=1e-9)
