@@ -13,6 +13,7 @@ less specific than an exact impl), with one formula shared by all families::
 ``overlap`` (default 1, the roofline) is the fraction of the lesser resources' times
 that the kernel hides under the greatest: 0 for a kernel that reads its operands and
 then computes on them, so that the two add.
+
 ``items`` counts sequences or requests for the host families (``host_step``,
 ``host_request``) and is 0 otherwise. ``method: roofline`` entries hold achievable
 fractions of peak; what they price ranks ``roofline`` whatever the provenance
