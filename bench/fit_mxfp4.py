@@ -148,20 +148,29 @@ def offset_loss(pairs: list[tuple[float, float]]) -> tuple[float, float]:
     return float(np.mean([abs(math.log((p + best) / o)) for o, p in pairs])), best
 
 
+CODE_PATHS = ("blis_core", "plugins", "conformance", "buildtools", "setup.py",
+              "pyproject.toml", "bench/fit_mxfp4.py", "bench/planning.py")  # fmt: skip
+"""What a candidate's score is computed by: the simulator, its plugins and data, this
+script; not the docs or the other benches."""
+
+
 def code_key() -> str:
-    """What a scored candidate depends on besides the run and the candidate: the
-    checkout's commit and uncommitted changes (the cost packages' files among them), so
-    a cached score made by other code is never reused; ``nogit`` scores are not cached."""
+    """What a scored candidate depends on besides the run and the candidate: the content
+    of :data:`CODE_PATHS` at the checkout's commit (their tracked files' blob ids) and
+    their uncommitted changes, less ``FIT_FILE``; so a cached score made by other code is
+    never reused, and a commit that touches none of them (the docs) keeps the cache.
+    ``nogit`` scores are not cached."""
+    skip = f":!{(DATA_DIRS[1] / FIT_FILE).relative_to(REPO)}"
     try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, check=True
-        ).stdout
-        diff = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--", ".",
-                               f":!{(DATA_DIRS[1] / FIT_FILE).relative_to(REPO)}"],
-                              capture_output=True, check=True).stdout  # fmt: skip
+        tree = subprocess.run(["git", "-C", str(REPO), "ls-tree", "-r", "HEAD", "--",
+                               *CODE_PATHS], capture_output=True, check=True).stdout  # fmt: skip
+        diff = subprocess.run(["git", "-C", str(REPO), "diff", "HEAD", "--", *CODE_PATHS,
+                               skip], capture_output=True, check=True).stdout  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return "nogit"
-    return hashlib.sha256(head + diff).hexdigest()[:12]
+    fit_file = str((DATA_DIRS[1] / FIT_FILE).relative_to(REPO)).encode()
+    tree = b"\n".join(line for line in tree.splitlines() if not line.endswith(fit_file))
+    return hashlib.sha256(tree + diff).hexdigest()[:12]
 
 
 def loss(errors: list[float]) -> float:
