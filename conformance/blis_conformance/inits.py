@@ -10,7 +10,8 @@ field's parameter defaults to ``None``, which stands for the factory's product.
 
 :func:`assert_init_follows_fields` checks one class; :func:`explicit_init_dataclasses`
 lists the classes of some modules (:func:`modules_compiled_by`: those a ``setup.py``
-compiles) that have such an ``__init__``, so that a test can require each to be checked.
+compiles) that have such an ``__init__``, and :func:`explicit_inits_compiled_by` names
+those of one ``setup.py``, so that a test can require each to be checked.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 __all__ = [
     "assert_init_follows_fields",
     "explicit_init_dataclasses",
+    "explicit_inits_compiled_by",
     "has_explicit_init",
     "modules_compiled_by",
 ]
@@ -68,6 +70,13 @@ def modules_compiled_by(setup_py: Path) -> list[ModuleType]:
                 for path in paths
             ]
     raise ValueError(f"{setup_py}: no COMPILED = (...) assignment")
+
+
+def explicit_inits_compiled_by(setup_py: Path) -> dict[str, type]:
+    """The dataclasses with an ``__init__`` of their own in the modules ``setup_py``
+    compiles, by qualified name (``module.Class``)."""
+    classes = explicit_init_dataclasses(modules_compiled_by(setup_py))
+    return {f"{c.__module__}.{c.__qualname__}": c for c in classes}
 
 
 def _expected_default(f: dataclasses.Field[Any]) -> Any:

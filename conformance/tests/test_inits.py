@@ -11,6 +11,7 @@ import pytest
 from blis_conformance.inits import (
     assert_init_follows_fields,
     explicit_init_dataclasses,
+    explicit_inits_compiled_by,
     has_explicit_init,
     modules_compiled_by,
 )
@@ -114,3 +115,8 @@ def test_the_classes_with_their_own_init_are_found(tmp_path: Path) -> None:
     setup = tmp_path / "setup.py"
     setup.write_text('COMPILED = (\n    "blis_conformance/inits.py",\n)\n')
     assert [m.__name__ for m in modules_compiled_by(setup)] == ["blis_conformance.inits"]
+    assert explicit_inits_compiled_by(setup) == {}  # the module defines no dataclass
+    setup.write_text(f'COMPILED = (\n    "{__name__.replace(".", "/")}.py",\n)\n')
+    found = explicit_inits_compiled_by(setup)
+    assert found[f"{__name__}.Frozen"] is Frozen and f"{__name__}.Generated" not in found
+    assert sorted(found.values(), key=id) == sorted(explicit_init_dataclasses([module]), key=id)
