@@ -264,11 +264,10 @@ def main(argv: list[str] | None = None) -> int:
             new_me: dict[str, float] = {}
             for chip, hardware in CHIPS.items():
                 tpot[hardware] = {m: read_errors(scored(chip, m, new_ce)) for m in GRID}
-                for m in GRID:
-                    lo = loss(list(tpot[hardware][m].values()))
+                me_loss = {m: loss(list(tpot[hardware][m].values())) for m in GRID}
+                for m, lo in me_loss.items():
                     print(f"  round {round_}: {hardware} me {m:g}: TPOT loss {lo:.4f}",
                           file=sys.stderr)  # fmt: skip
-                me_loss = {m: loss(list(tpot[hardware][m].values())) for m in GRID}
                 new_me[hardware] = min(GRID, key=me_loss.__getitem__)
             settled = new_ce == ce and new_me == me_of
             ce, me_of = new_ce, new_me
