@@ -46,8 +46,10 @@ Entries come from the installed cost methods that are coefficient sets
 the floor, ``blis-cost-calibrated`` the fitted entries), each entry remembering its
 provider, or from a directory path that replaces them all; the content hash is over the
 canonical parsed entries (not their provider), so the same entries give the same hash
-however they were loaded. Refused, naming file, key and cause: two entries for one key,
-an unknown family, rank, method, parameter or unit, a coefficient for a chip the catalog
+however they were loaded. Refused, naming file, key and cause: two entries for one key
+whose covered ``ranks`` overlap (an absent range covers every count: one key may hold an
+entry per disjoint range of ranks, e.g. a collective fitted on 2-4 ranks and another on
+8), an unknown family, rank, method, parameter or unit, a coefficient for a chip the catalog
 lacks, and a negative or non-finite coefficient.
 """
 
@@ -147,6 +149,18 @@ class CoefficientEntry:
     def key(self) -> tuple[str, str, str, str, int]:
         """Uniqueness key: (family, impl, hardware, dtype, price rank)."""
         return (self.family, self.impl, self.hardware, self.dtype, int(self.price_rank))
+
+    @property
+    def rank_span(self) -> tuple[float, float]:
+        """The collective ranks the entry covers: its ``covered`` ``ranks``, else all."""
+        return self.covered.get("ranks", (0.0, math.inf))
+
+    def shares_slot(self, other: CoefficientEntry) -> bool:
+        """Whether ``other`` claims the work ``self`` does: one :attr:`key` and
+        overlapping :attr:`rank_span` (entries for one key on disjoint ranges of ranks,
+        e.g. a collective fitted on 2-4 ranks and another on 8, are distinct)."""
+        (alo, ahi), (blo, bhi) = self.rank_span, other.rank_span
+        return self.key == other.key and alo <= bhi and blo <= ahi
 
     def param(self, name: str, default: float) -> float:
         """Parameter ``name``, or ``default`` when the entry does not set it."""
@@ -455,24 +469,32 @@ def build_registry(
     label: str = "",
     providers: Sequence[str] = (),
 ) -> Registry:
-    """A Registry from entries; refuses two entries for one key."""
-    seen: dict[tuple[str, str, str, str, int], CoefficientEntry] = {}
+    """A Registry from entries; refuses two entries for one key and overlapping ranks
+    (:meth:`CoefficientEntry.shares_slot`)."""
+    seen: dict[tuple[str, str, str, str, int], list[CoefficientEntry]] = {}
     for e in entries:
-        if e.key in seen:
+        clash = next((o for o in seen.get(e.key, ()) if o.shares_slot(e)), None)
+        if clash is not None:
             raise InputRefused.one(
                 f"{e.family}/{e.impl}/{e.hardware}/{e.dtype}",
                 e.price_rank.name.lower(),
-                "two entries for one key" + _claimants(seen[e.key], e),
+                "two entries for one key" + _overlap(clash, e) + _claimants(clash, e),
                 label,
             )
-        seen[e.key] = e
-    ordered = tuple(sorted(entries, key=lambda e: e.key))
+        seen.setdefault(e.key, []).append(e)
+    ordered = tuple(sorted(entries, key=lambda e: (e.key, e.rank_span)))
     return Registry(
         entries=ordered,
         content_hash=content_hash([e.to_json() for e in ordered]),
         origin=origin,
         providers=tuple(providers) or tuple(sorted({e.provider for e in ordered})),
     )
+
+
+def _overlap(a: CoefficientEntry, b: CoefficientEntry) -> str:
+    if "ranks" not in a.covered and "ranks" not in b.covered:
+        return ""
+    return f" on overlapping ranks ({list(a.rank_span)} and {list(b.rank_span)})"
 
 
 def _claimants(a: CoefficientEntry, b: CoefficientEntry) -> str:
@@ -501,7 +523,7 @@ def load_registry(
         for cs in sets:
             documents.extend((cs.name, label, doc) for label, doc in cs.documents())
     entries: list[CoefficientEntry] = []
-    where: dict[tuple[str, str, str, str, int], str] = {}
+    where: dict[tuple[str, str, str, str, int], list[tuple[CoefficientEntry, str]]] = {}
     for provider, label, doc in documents:
         if not isinstance(doc, Mapping) or doc.get("kind") != "coefficients":
             raise InputRefused.one("kind", None, "expected 'kind: coefficients'", label)
@@ -510,14 +532,15 @@ def load_registry(
             raise InputRefused.one("entries", raw_entries, "expected a list", label)
         for i, raw in enumerate(raw_entries):
             e = _entry(raw, f"entries.{i}", label, cat, provider)
-            if e.key in where:
+            clash = next((w for w in where.get(e.key, ()) if w[0].shares_slot(e)), None)
+            if clash is not None:
                 raise InputRefused.one(
                     f"entries.{i}",
                     f"{e.family}/{e.impl}/{e.hardware}/{e.dtype}/{e.price_rank.name.lower()}",
-                    f"two entries for one key (first in {where[e.key]})",
+                    f"two entries for one key{_overlap(clash[0], e)} (first in {clash[1]})",
                     label,
                 )
-            where[e.key] = label
+            where.setdefault(e.key, []).append((e, label))
             entries.append(e)
     if path is not None:
         return build_registry(entries, str(path), providers=(PATH_PROVIDER,))

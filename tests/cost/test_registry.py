@@ -236,6 +236,58 @@ def test_on_a_die_sibling_a_collective_covering_the_ranks_beats_a_more_specific_
     assert reg.best("allreduce", "nccl", "H100-SXM", "bf16", 8) is profile
 
 
+def test_one_key_holds_an_entry_per_disjoint_range_of_ranks() -> None:
+    """A collective fitted on 2-4 ranks and another fitted on 8, for one key, are both
+    kept, each pricing its own ranks (on the chip and on its die sibling); overlapping
+    ranges, or a range beside an entry that states none, are refused."""
+
+    def entry(ranks: tuple[int, int] | None, latency_us: float) -> CoefficientEntry:
+        return CoefficientEntry(
+            family="allreduce", impl="nccl", hardware="H100-SXM", dtype="bf16",
+            rank=CoefficientRank.CALIBRATED, method="fitted",
+            params={"link_efficiency": 0.72, "overhead_us": latency_us},
+            covered={} if ranks is None else {"ranks": ranks}, source="test",
+        )  # fmt: skip
+
+    few, eight = entry((2, 4), 8.0), entry((8, 8), 9.0)
+    profile = CoefficientEntry(
+        family="allreduce", impl="*", hardware="H100-SXM", dtype="bf16",
+        rank=CoefficientRank.CALIBRATED, method="fitted",
+        params={"link_efficiency": 0.72, "overhead_us": 22.6}, covered={"ranks": (2, 8)},
+        source="test",
+    )  # fmt: skip
+    reg = build_registry([eight, profile, few], "test")
+    assert reg.best("allreduce", "nccl", "H100-SXM", "bf16", 4) is few
+    assert reg.best("allreduce", "nccl", "H100-SXM", "bf16", 8) is eight
+    assert reg.best("allreduce", "nccl", "H100-SXM", "bf16", 6) is profile
+    assert reg.best("allreduce", "nccl", "H200-SXM", "bf16", 8, ("H100-SXM",)) is eight
+    # The hash does not depend on the order the entries came in.
+    assert build_registry([few, profile, eight], "t").content_hash == reg.content_hash
+    for clash in (entry((4, 8), 9.0), entry(None, 9.0)):
+        with pytest.raises(InputRefused) as exc:
+            build_registry([few, clash], "test")
+        assert "two entries for one key on overlapping ranks" in exc.value.errors[0].cause
+
+
+def test_a_registry_file_with_overlapping_ranks_for_one_key_is_refused(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    d = tmp_path / "reg"
+    d.mkdir()
+    doc = {"kind": "coefficients", "entries": [
+        {"family": "allreduce", "impl": "nccl", "hardware": "H100-SXM", "dtype": "bf16",
+         "rank": "calibrated", "method": "fitted", "params": {"overhead_us": 8.0},
+         "covered": {"ranks": list(r)}, "source": "s"} for r in ((2, 4), (8, 8), (4, 6))]}  # fmt: skip
+    (d / "a.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with pytest.raises(InputRefused) as exc:
+        load_registry(d, catalog)
+    err = exc.value.errors[0]
+    assert err.path == "entries.2" and "overlapping ranks ([2.0, 4.0] and [4.0, 6.0])" in err.cause
+    doc["entries"].pop()
+    (d / "a.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert len(load_registry(d, catalog).entries) == 2
+
+
 def test_expert_gemms_without_a_fit_of_their_own_borrow_the_chips_fitted_gemm() -> None:
     def entry(family: str, dtype: str, eff: float, method: str = "fitted") -> CoefficientEntry:
         rank = CoefficientRank.CALIBRATED if method == "fitted" else CoefficientRank.ASSUMED
