@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             spread = {
                 "memory_efficiency": spread_of[hardware],
                 "compute_efficiency": list(ce_spread),
-                "overhead_us": spread_of["ovh"],
+                "overhead_us": list(spread_of["ovh"]),  # a copy: no YAML alias
             }
             cov = covered_ranges(hardware)
             entries.append(entry(p[hardware], ce, p["ovh"], hardware, cov["moe_gemm"], source,
