@@ -140,7 +140,9 @@ class PoolFacts:
     """per device with a pool: which of them carries its KV streamed back from the host"""
     relocate: tuple[tuple[int, int], ...] = ()
     """``-relocate`` on one device: the blocks it may send home, highest first, each with
-    its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home"""
+    its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home,
+    and the sets after them each placement again on the batched twin
+    (:func:`~blis_jitllm.kernels.part_set`)"""
     layer_position_bytes: int = 0
     """KV bytes one position takes in one layer (float32 K and V)"""
     cache_limit: int = 0
