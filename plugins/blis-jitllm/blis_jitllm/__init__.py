@@ -5,7 +5,8 @@ The engine (``jitllm@2026.12.3``) runs one model on a machine's devices and host
 memory budgets, the block placement with the output head rule and the device KV pools
 plan it; the host pager, KV eviction, ``-relocate``, the memory prefix cache and the
 server's step loop (admission with fairness and parking, the online prompt budget, the
-joint-or-separate probe) run it.
+joint-or-separate probe) run it; a pass of more rows than the decode matvec carries runs
+its projections on the batched twin (``kernels``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,15 @@ from blis_jitllm.budgets import DeviceBudget, device_budget, host_budget, unifie
 from blis_jitllm.engine import METRIC_NAMES, JitllmEngine, JitllmEngineFactory
 from blis_jitllm.fairness import DEFAULT_FAIRNESS, allot, fair_quantum, quantum
 from blis_jitllm.joint_choice import JointChoice, row_bucket
+from blis_jitllm.kernels import (
+    GROUP_TOK_MAX,
+    MATVEC_KERNEL,
+    PROJECTION_KINDS,
+    TILED_KERNEL,
+    part_set,
+    runs_tiled,
+    tiled_parts,
+)
 from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
 from blis_jitllm.memcache import MemCache
 from blis_jitllm.paging import BudgetPager, CyclicPager, cyclic_victim, next_use
@@ -36,9 +46,13 @@ __all__ = [
     "DEFAULT_FAIRNESS",
     "ENGINE",
     "ENGINE_KIND",
+    "GROUP_TOK_MAX",
+    "MATVEC_KERNEL",
     "MAX_STEP_ROWS",
     "METRIC_NAMES",
     "PLUGIN_VERSION",
+    "PROJECTION_KINDS",
+    "TILED_KERNEL",
     "UPSTREAM_RELEASE",
     "BudgetPager",
     "CyclicPager",
@@ -66,6 +80,7 @@ __all__ = [
     "next_use",
     "page_bytes",
     "page_positions",
+    "part_set",
     "place_blocks",
     "place_head",
     "plan_shares",
@@ -74,5 +89,7 @@ __all__ = [
     "rank_devices",
     "row_bucket",
     "row_pages",
+    "runs_tiled",
+    "tiled_parts",
     "unified_device_cap",
 ]

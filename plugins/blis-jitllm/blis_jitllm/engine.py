@@ -38,9 +38,12 @@ following the KV, and a step names the placement it ran on (``StepShape.part_set
 blocks come back, lowest first, when room returns. When neither frees room the run
 stops with that reason; so does a host history beyond the host's memory.
 
-Kernels: every layer is priced as ``jitllm:generated`` (no cost method has measured
-jitllm's generated kernels, so the floor prices them and the Result says so); host
-work is keyed ``jitllm-2026.12.3``.
+Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
+where ``measured-jitllm.yaml`` has them, the floor elsewhere, and the Result says no
+serving run backs them), except that a pass of more rows than the decode matvec carries
+runs its projections on the batched twin, ``jitllm:tiled``
+(:mod:`blis_jitllm.kernels`: the plan holds each placement on both, and a step names the
+one its rows take); host work is keyed ``jitllm-2026.12.3``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 from blis_jitllm.budgets import device_budget, host_budget
+from blis_jitllm.kernels import MATVEC_KERNEL, part_set, runs_tiled, tiled_parts
 from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
 from blis_jitllm.memcache import MemCache
 from blis_jitllm.paging import BudgetPager
@@ -92,7 +96,7 @@ METRIC_NAMES = (
     "jitllm_decode_seconds_sum",
     "jitllm_decode_seconds_count",
 )
-_KERNEL = "jitllm:generated"
+_KERNEL = MATVEC_KERNEL
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
 #: host KV pages hold float16 K and V on an AVX2 host (``-kv-f16``'s default there; both
 #: catalog machines' CPUs have AVX2)
@@ -136,7 +140,9 @@ class PoolFacts:
     """per device with a pool: which of them carries its KV streamed back from the host"""
     relocate: tuple[tuple[int, int], ...] = ()
     """``-relocate`` on one device: the blocks it may send home, highest first, each with
-    its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home"""
+    its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home,
+    and the sets after them each placement again on the batched twin
+    (:func:`~blis_jitllm.kernels.part_set`)"""
     layer_position_bytes: int = 0
     """KV bytes one position takes in one layer (float32 K and V)"""
     cache_limit: int = 0
@@ -144,6 +150,8 @@ class PoolFacts:
     cache_position_bytes: int = 0
     """what one position of every attention layer takes in it (host KV: float16 K and V)"""
     logits_bytes: int = 0
+    quantized: bool = False
+    """the weights are a quantized file (a few rows share the decode matvec, ``groupMV``)"""
 
     @property
     def layer_page_bytes(self) -> int:
@@ -475,6 +483,9 @@ def _plan(
         # with -relocate, room for the history of every block that may go home
         resident = min(host_weights, host_limit) + sum(c for _, c in relocate)
         host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
+    # every placement again with its device projections on the batched twin, which a
+    # pass of more rows than the decode matvec carries runs (kernels.part_set)
+    part_sets += tuple(tiled_parts(s, hw.id) for s in (parts.parts, *part_sets))
     on_card = sum(placement.used[d] - scratch for d in pooled) + (head if head_on_device else 0)
     plan = partial.model_copy(
         update={
@@ -519,6 +530,7 @@ def _plan(
         cache_limit=_cache_limit(settings, machine, host_weights),
         cache_position_bytes=n * kv_row * 2 * _HOST_KV_BYTES,
         logits_bytes=model.vocab_size * 4,
+        quantized=settings.weights is not None,
     )
     return plan, facts, settings, model
 
@@ -981,7 +993,9 @@ class JitllmEngine:
             padded_tokens=tokens,
             graph_mode=GraphMode.FULL,
             page_in_bytes=tuple(page_in) if any(page_in) else (),
-            part_set=self._moved,
+            part_set=part_set(
+                self._moved, len(self._facts.relocate), runs_tiled(tokens, self._facts.quantized)
+            ),
         )
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:

@@ -1,0 +1,157 @@
+"""The kernel a pass's projections run on, by its rows (``blis_jitllm.kernels``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PlanPart
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blis_jitllm import JitllmEngine, JitllmEngineFactory
+from blis_jitllm.kernels import (
+    GROUP_TOK_MAX,
+    MATVEC_KERNEL,
+    PROJECTION_KINDS,
+    TILED_KERNEL,
+    part_set,
+    runs_tiled,
+    tiled_parts,
+)
+
+V100 = "V100-SXM2-16GB"
+BOX = "v100-sxm2-8x-e5-2680v4"
+LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
+Q4 = "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+#: jitllm's measured weight-read rates on the V100 (docs/perf/current.md@05d794dd)
+TWIN_GBS, MATVEC_GBS = 530, 730
+
+
+def test_the_decode_matvec_carries_up_to_group_tok_max_rows_of_quantized_weights() -> None:
+    """rows.go ragStepMV: groupMV (the decode matvec over every row's token) for two to
+    groupTokMax rows, the batched twin above; groupKern declines float formats."""
+    assert GROUP_TOK_MAX == 4
+    assert [runs_tiled(n, quantized=True) for n in range(7)] == [False] * 5 + [True] * 2
+    assert [runs_tiled(n, quantized=False) for n in range(4)] == [False, False, True, True]
+    with pytest.raises(ValueError, match="rows -1"):
+        runs_tiled(-1, quantized=True)
+
+
+@given(st.integers(0, 40), st.data())
+def test_each_placement_has_a_matvec_and_a_twin_index(
+    relocations: int, data: st.DataObject
+) -> None:
+    moved = data.draw(st.integers(0, relocations))
+    plain, twin = part_set(moved, relocations, False), part_set(moved, relocations, True)
+    assert plain == moved  # part_sets[k-1] is still the placement with k blocks home
+    assert twin == relocations + 1 + moved
+    # every (moved, kernel) pair has its own index among the plan's 2 * relocations + 1
+    indexes = {part_set(m, relocations, t) for m in range(relocations + 1) for t in (False, True)}
+    assert indexes == set(range(2 * relocations + 2))
+
+
+def test_a_move_beyond_the_relocations_is_refused() -> None:
+    with pytest.raises(ValueError, match="moved 3: at most 2"):
+        part_set(3, 2, True)
+
+
+def _plan_parts(env: Environment) -> tuple[PlanPart, ...]:
+    spec = EnginePoolSpec(
+        "p",
+        LLAMA8,
+        "RTX3050Ti-Laptop-4GB",
+        ParallelLayout(),
+        {"load": Q4, "gpu-layers": 12},
+        machine="laptop-rtx3050ti-i9-12900hk",
+    )
+    return JitllmEngineFactory().plan(spec, env).parts
+
+
+def test_the_twin_keys_only_the_devices_projections(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    parts = _plan_parts(blis_environment("k-0"))
+    assert {p.hardware for p in parts} == {"RTX3050Ti-Laptop-4GB", "Core-i9-12900HK"}
+    twin = tiled_parts(parts, "RTX3050Ti-Laptop-4GB")
+    assert len(twin) == len(parts)
+    for before, after in zip(parts, twin, strict=True):
+        assert (after.hardware, after.link, after.page_link) == (
+            before.hardware,
+            before.link,
+            before.page_link,
+        )
+        for a, b in zip(before.layers, after.layers, strict=True):
+            on_device = before.hardware == "RTX3050Ti-Laptop-4GB"
+            want = TILED_KERNEL if on_device and a.kind in PROJECTION_KINDS else a.impl
+            assert (b.kind, b.count, b.impl) == (a.kind, a.count, want)
+    assert any(x.impl == TILED_KERNEL for p in twin for x in p.layers)
+    assert all(x.impl == MATVEC_KERNEL for p in parts for x in p.layers)
+
+
+def _v100(env: Environment, **args: object) -> JitllmEngine:
+    spec = EnginePoolSpec(
+        "p",
+        LLAMA8,
+        V100,
+        ParallelLayout(),
+        {"load": Q4, "max-queue": -1, "max-seq": 1024, "joint-steps": "always", **args},
+        machine=BOX,
+    )
+    return JitllmEngineFactory().build(spec, env, "p-0")
+
+
+def _decode_passes(engine: JitllmEngine, rows: int) -> list[StepShape]:
+    """The decode passes of ``rows`` requests admitted together (10 ms a step)."""
+    for i in range(rows):
+        engine.add_request(InferenceRequest(f"r{i}", 0, (PromptSegment(f"r{i}", 6),), 4), 0)
+    now, shapes = 0, []
+    while engine.num_unfinished():
+        shape = engine.schedule(now)
+        assert shape is not None
+        now += 10_000
+        engine.complete(shape, now)
+        shapes.append(shape)
+    return [s for s in shapes if s.mode is StepMode.DECODE_ONLY]
+
+
+@pytest.mark.parametrize(("rows", "tiled"), [(1, False), (4, False), (5, True), (16, True)])
+def test_a_pass_names_the_placement_on_the_kernel_its_rows_take(
+    blis_environment: Callable[[str], Environment], rows: int, tiled: bool
+) -> None:
+    engine = _v100(blis_environment("k-1"))
+    relocations = (len(engine.plan.part_sets) - 1) // 2
+    passes = _decode_passes(engine, rows)
+    assert passes and all(len(s.seqs) == rows for s in passes)
+    assert {s.part_set for s in passes} == {part_set(0, relocations, tiled)}
+    for s in passes:
+        parts = engine.plan.parts if s.part_set == 0 else engine.plan.part_sets[s.part_set - 1]
+        impls = {x.impl for p in parts for x in p.layers if x.kind is LayerKind.QKV_PROJ}
+        assert impls == {TILED_KERNEL if tiled else MATVEC_KERNEL}
+
+
+def _decode(rows: int, placement: int) -> StepShape:
+    seqs = tuple(SeqChunk(1, 70) for _ in range(rows))
+    return StepShape(1, StepMode.DECODE_ONLY, seqs, rows, GraphMode.FULL, part_set=placement)
+
+
+def test_sixteen_rows_read_the_weights_once_at_the_twins_measured_rate(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """A pass reads each block's weights once for all its rows (LayersRows): four rows on
+    the decode matvec cost about one row's weight reads; sixteen on the twin read the same
+    bytes at ~530 GB/s, not the matvec's ~730, which the projections' share of the step
+    shows (measured-jitllm.yaml)."""
+    env = blis_environment("k-2")
+    engine = _v100(env)
+    plan = engine.plan
+    twin = part_set(0, (len(plan.part_sets) - 1) // 2, True)
+    one, four = env.price_step(plan, _decode(1, 0)), env.price_step(plan, _decode(4, 0))
+    assert four < 1.05 * one  # groupMV: the weights read once for the four rows
+    on_matvec = env.price_step(plan, _decode(16, 0))
+    on_twin = env.price_step(plan, _decode(16, twin))
+    # slower by the read rates' ratio on the projections, the other kernels unchanged
+    assert 1.2 < on_twin / on_matvec < MATVEC_GBS / TWIN_GBS
