@@ -274,10 +274,13 @@ def test_a_registry_file_with_overlapping_ranks_for_one_key_is_refused(
 ) -> None:
     d = tmp_path / "reg"
     d.mkdir()
-    doc = {"kind": "coefficients", "entries": [
-        {"family": "allreduce", "impl": "nccl", "hardware": "H100-SXM", "dtype": "bf16",
-         "rank": "calibrated", "method": "fitted", "params": {"overhead_us": 8.0},
-         "covered": {"ranks": list(r)}, "source": "s"} for r in ((2, 4), (8, 8), (4, 6))]}  # fmt: skip
+
+    def raw(ranks: tuple[int, int]) -> dict[str, object]:
+        return {"family": "allreduce", "impl": "nccl", "hardware": "H100-SXM", "dtype": "bf16",
+                "rank": "calibrated", "method": "fitted", "params": {"overhead_us": 8.0},
+                "covered": {"ranks": list(ranks)}, "source": "s"}  # fmt: skip
+
+    doc = {"kind": "coefficients", "entries": [raw(r) for r in ((2, 4), (8, 8), (4, 6))]}
     (d / "a.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
     with pytest.raises(InputRefused) as exc:
         load_registry(d, catalog)
