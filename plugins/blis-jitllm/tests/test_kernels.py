@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from blis_core.contracts.cost import CoefficientRank
 from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
@@ -155,3 +156,28 @@ def test_sixteen_rows_read_the_weights_once_at_the_twins_measured_rate(
     on_twin = env.price_step(plan, _decode(16, twin))
     # slower by the read rates' ratio on the projections, the other kernels unchanged
     assert 1.2 < on_twin / on_matvec < MATVEC_GBS / TWIN_GBS
+
+
+def test_a_512_row_prompt_chunk_is_priced_mostly_at_gemmvoltas_measured_rate(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """A prompt chunk rides the twin (prefillSeqDevice); on a V100 its 512 rows run
+    GemmVolta, whose rate jitllm measured on the 8B's 14336-row matrices at that width
+    (measured-jitllm.yaml): the FFN's projections, most of the step, rank measured and
+    run at 34-37 TMAC/s."""
+    env = blis_environment("k-3")
+    plan = _v100(env).plan
+    twin = part_set(0, (len(plan.part_sets) - 1) // 2, True)
+    chunk = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(512, 0),), 512, GraphMode.FULL,
+                      part_set=twin)  # fmt: skip
+    price = env.explain_step(plan, chunk)
+    measured = [p for p in price.parts if p.rank is CoefficientRank.MEASURED]
+    assert {p.impl.rsplit("/", 1)[1] for p in measured} == {
+        f"gate_up_proj:{TILED_KERNEL}",
+        f"down_proj:{TILED_KERNEL}",
+    }
+    assert sum(p.seconds for p in measured) > 0.6 * price.duration_us * 1e-6
+    layers = env.model(LLAMA8).num_layers
+    ffn_flops = 2 * 3 * 14336 * 4096 * 512 * layers
+    tmac_s = ffn_flops / 2 / sum(p.seconds for p in measured) / 1e12
+    assert 34 <= tmac_s <= 37
