@@ -373,7 +373,7 @@ def build_real(sc: Scenario) -> Any:
     _SG["publish"](
         sa, role="scheduler", ranks=_SG["SpawnRanks"](world_rank=0, dp_rank=None, gpu_id=0)
     )
-    real = _SG["Scheduler"](sa, _SG["PortArgs"].init_new(sa))
+    real = _SG["Scheduler"](sa, _port_args(sa))
     _BUILT = True
     if sc.overlap:
         from collections import deque
@@ -381,6 +381,24 @@ def build_real(sc: Scenario) -> Any:
         real.enable_skip_finishing_decode = True
         real.result_queue = deque()
     return real
+
+
+_IPC_SCRATCH: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _port_args(sa: Any) -> Any:
+    """SGLang's ``PortArgs.init_new(sa)``, its IPC names made inside a folder this
+    process removes when it exits: SGLang 0.5.23 names each socket after a temporary file
+    it makes and never removes (``server_args.py``, ``NamedTemporaryFile(delete=False)``
+    in ``PortArgs.init_new``), six a Scheduler, which filled /tmp over an oracle run."""
+    if not _IPC_SCRATCH:
+        _IPC_SCRATCH.append(tempfile.TemporaryDirectory(prefix="blis-sglang-oracle-ipc-"))
+    before = tempfile.tempdir
+    tempfile.tempdir = _IPC_SCRATCH[0].name
+    try:
+        return _SG["PortArgs"].init_new(sa)
+    finally:
+        tempfile.tempdir = before
 
 
 def _real_request(r: OracleRequest) -> Any:
