@@ -95,6 +95,33 @@ def test_run_json_is_the_canonical_result(
     assert doc["content_hash"].startswith("sha256:")
 
 
+def test_only_the_console_script_freezes_what_the_imports_made(
+    install_plugins: Callable[..., None],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``blis run`` in the command's own process exempts the imports from the garbage
+    collector's scans; ``main`` called in a caller's process (as here) leaves it alone,
+    and the Result is the same either way."""
+    import gc
+
+    from blis_core import cli
+
+    install_plugins(TOY)
+    froze: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: froze.append(1))
+    monkeypatch.setattr(cli, "_ONE_SHOT", False)  # console() sets it; restored after
+    path = _write(tmp_path, SCENARIO)
+    assert main(["run", path, "--json"]) == 0
+    assert froze == []
+    plain = json.loads(capsys.readouterr().out)["content_hash"]
+    monkeypatch.setattr(sys, "argv", ["blis", "run", path, "--json"])
+    assert cli.console() == 0
+    assert froze == [1]
+    assert json.loads(capsys.readouterr().out)["content_hash"] == plain
+
+
 def test_engine_override_refuses_unmodelled_release(
     install_plugins: Callable[..., None], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
