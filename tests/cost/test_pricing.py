@@ -268,7 +268,8 @@ def test_price_seconds_is_its_vectorised_form_to_the_bit(
             "test",
         )  # fmt: skip
     cp = _fresh_env(catalog, registry).compiled(plan)
-    assert cp.any_serial or not overlaps
+    # the shipped entries' one serial kind: gpt-oss's MXFP4 experts on Hopper
+    assert cp.any_serial == (overlaps or model == "openai/gpt-oss-20b")
     rng = random.Random(f"{model}{layout}")
     outside = 0
     for _ in range(150):
