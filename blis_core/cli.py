@@ -1392,7 +1392,8 @@ def console() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``blis`` console script."""
+    """The ``blis`` command on ``argv`` (the command line when None), in the caller's
+    process (the console script is :func:`console`)."""
     import structlog
 
     # Logs go to stderr, so that --json output on stdout stays a document.
