@@ -1,0 +1,506 @@
+"""Time the kernels a vLLM decode step is made of, over the saturated runs' grid.
+
+Run on the accelerator machine (PyTorch and Triton, no vLLM, no network); it measures:
+
+* ``launch``: the time a kernel costs inside a CUDA graph when it does almost nothing
+  (``graph_kernels`` back-to-back ``add_`` on 256 floats, replayed): the floor under
+  every small launch of a graph-captured decode step;
+* ``gemm``: cuBLAS through ``torch.nn.functional.linear`` (what vLLM's unquantised
+  linear layers call) on the projections of Llama-2-70B at TP4, Mixtral-8x7B's dense
+  parts at TP2 and Llama-3.1-8B at TP1, batch rows 1-2,048;
+* ``moe``: vLLM 0.33.0's own Triton expert GEMM (``fused_moe_kernel``, gate-up then
+  down, with vLLM's tuned configs for the chip and its block assignment rule) for
+  Mixtral-8x7B at TP2 and TP1, 1-512 tokens routed uniformly at random to 2 of 8;
+* ``attention``: vLLM 0.33.0's own paged decode attention (``unified_attention``, the
+  ``TRITON_ATTN`` backend, called as ``TritonAttentionImpl.forward`` calls it: KV in
+  16-token blocks scattered over the pool, the 3D split-softmax path below vLLM's
+  threshold) for the GQA shapes of those models, batch 1-128 × context 256-4,096.
+
+Every kernel is timed as a CUDA graph of repeated launches over enough copies of its
+operands that none stays in L2 (a real step reads each layer's weights and KV once),
+replayed five times: ``s`` is the median seconds per launch, ``s_min`` the fastest.
+Bytes and FLOPs are those the kernel must move and do (distinct experts' weights for
+the MoE; every sequence's K and V for attention). Results go to ``--out`` as JSON,
+rewritten after every point, so a run cut short still returns what it measured.
+
+The vLLM kernels come from ``prepare_vllm_kernels.py`` (run here, where vLLM 0.33.0 is
+installed) in ``--vendor``. ``--smoke`` runs a tiny grid on any device (CPU with
+``TRITON_INTERPRET=1``) and checks each vLLM kernel's output against plain PyTorch.
+
+    .tox/oracle-vllm/bin/python bench/device/prepare_vllm_kernels.py
+    # on the accelerator (device tool, carry .devwork):
+    python3 bench/device/kernel_grid.py --vendor .devwork/vendor --out $OUT/kernel_grid.json
+    # here, a dry run:
+    TRITON_INTERPRET=1 .tox/oracle-vllm/bin/python bench/device/kernel_grid.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DTYPE = torch.bfloat16  # float32 in a --smoke run on the CPU (the interpreter has no bf16)
+L2_BYTES = 64 << 20  # H100/H200: 50/60 MB; operands rotate past this many bytes
+GRAPH_KERNELS = 500
+
+# (name, query heads, KV heads) per rank, head size 128
+ATTENTION_SHAPES = (
+    ("llama-2-70b/tp4", 16, 2),
+    ("mixtral-8x7b/tp2", 16, 4),
+    ("llama-3.1-8b/tp1", 32, 8),
+)
+BATCHES = (1, 8, 16, 32, 64, 100, 128)
+CONTEXTS = (256, 512, 1024, 1660, 2048, 4096)
+# vLLM's default CUDA-graph capture sizes (1, 2, 4, then multiples of 8 to 512)
+CAPTURE_SIZES = (1, 2, 4, *range(8, 513, 8))
+
+# (model, op, N, K): weight [N, K] per rank
+GEMM_SHAPES = (
+    ("llama-2-70b/tp4", "qkv", 2560, 8192),
+    ("llama-2-70b/tp4", "o", 8192, 2048),
+    ("llama-2-70b/tp4", "gate_up", 14336, 8192),
+    ("llama-2-70b/tp4", "down", 8192, 7168),
+    ("mixtral-8x7b/tp2", "qkv", 3072, 4096),
+    ("mixtral-8x7b/tp2", "o", 4096, 2048),
+    ("llama-3.1-8b/tp1", "qkv", 6144, 4096),
+    ("llama-3.1-8b/tp1", "gate_up", 28672, 4096),
+    ("llama-3.1-8b/tp1", "down", 4096, 14336),
+)
+GEMM_ROWS = (1, 8, 16, 32, 64, 100, 128, 256, 512, 1024, 2048)
+
+# (model, experts, hidden, intermediate per rank, top k)
+MOE_SHAPES = (("mixtral-8x7b/tp2", 8, 4096, 7168, 2), ("mixtral-8x7b/tp1", 8, 4096, 14336, 2))
+MOE_TOKENS = (1, 4, 8, 16, 32, 64, 100, 128, 256, 512, 1024, 2048)
+
+
+class Recorder:
+    """Collects results and rewrites the JSON file after every point."""
+
+    def __init__(self, out: Path | None, meta: dict[str, Any]) -> None:
+        self.out = out
+        self.doc: dict[str, Any] = {
+            "meta": meta,
+            "launch": None,
+            "gemm": [],
+            "moe": [],
+            "attention": [],
+            "sdpa": [],
+        }
+
+    def add(self, part: str, row: dict[str, Any]) -> None:
+        if part == "launch":
+            self.doc["launch"] = row
+        else:
+            self.doc[part].append(row)
+        print(part, json.dumps(row), flush=True)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.out is not None:
+            tmp = self.out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.doc, indent=1))
+            tmp.replace(self.out)
+
+
+def copies_for(nbytes: float) -> int:
+    return max(1, min(16, math.ceil(2 * L2_BYTES / max(nbytes, 1.0))))
+
+
+def time_calls(
+    calls: list[Callable[[], None]], reps: int, device: torch.device
+) -> tuple[float, float]:
+    """Median and fastest seconds per call of ``reps`` calls cycling through ``calls``."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for i in range(reps):
+            calls[i % len(calls)]()
+        dt = (time.perf_counter() - t0) / reps
+        return dt, dt
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for c in calls:
+            c()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(reps):
+            calls[i % len(calls)]()
+    graph.replay()
+    torch.cuda.synchronize()
+    seconds = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        seconds.append(start.elapsed_time(end) / 1e3 / reps)
+    del graph
+    return statistics.median(seconds), min(seconds)
+
+
+# ---------------------------------------------------------------- launch floor
+
+
+def measure_launch(rec: Recorder, device: torch.device, smoke: bool) -> None:
+    x = torch.zeros(256, device=device)
+    n = 20 if smoke else GRAPH_KERNELS
+    s, s_min = time_calls([lambda: x.add_(1.0)], n, device)
+    rec.add("launch", {"kernel": "add_ 256 fp32", "graph_kernels": n, "s": s, "s_min": s_min})
+
+
+# ---------------------------------------------------------------- dense GEMM
+
+
+def measure_gemm(rec: Recorder, device: torch.device, smoke: bool, deadline: float) -> None:
+    shapes = GEMM_SHAPES[:1] if smoke else GEMM_SHAPES
+    rows = (1, 8) if smoke else GEMM_ROWS
+    for model, op, n, k in shapes:
+        if smoke:
+            n, k = 64, 128
+        wbytes = n * k * 2
+        weights = [torch.randn(n, k, device=device, dtype=DTYPE) for _ in range(copies_for(wbytes))]
+        for m in rows:
+            if time.time() > deadline:
+                return
+            x = torch.randn(m, k, device=device, dtype=DTYPE)
+            outs = [torch.empty(m, n, device=device, dtype=DTYPE) for _ in weights]
+            calls = [
+                functools.partial(torch.matmul, x, w.t(), out=o)
+                for w, o in zip(weights, outs, strict=True)
+            ]
+            s, s_min = time_calls(calls, 3 if smoke else 40, device)
+            rec.add("gemm", {
+                "model": model, "op": op, "N": n, "K": k, "M": m, "s": s, "s_min": s_min,
+                "bytes": wbytes + (m * k + m * n) * 2, "flops": 2.0 * m * n * k,
+            })  # fmt: skip
+
+
+# ---------------------------------------------------------------- fused MoE
+
+
+def moe_config(vendor: Path, experts: int, inter: int, m: int) -> tuple[dict[str, int], str]:
+    """vLLM's ``try_get_optimal_moe_config``: the tuned entry whose key is nearest ``m``
+    in ``E=..,N=..,device_name=<chip>.json``; else ``get_default_config``'s bf16 rule."""
+    name = torch.cuda.get_device_name().replace(" ", "_") if torch.cuda.is_available() else "cpu"
+    path = vendor / "configs" / f"E={experts},N={inter},device_name={name}.json"
+    if path.exists():
+        table = {int(key): val for key, val in json.loads(path.read_text()).items()}
+        return dict(table[min(table, key=lambda x: abs(x - m))]), path.name
+    # vLLM 0.33.0 fused_moe.py get_default_config, unquantised path
+    if m <= 32:
+        cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
+    elif m <= 96:
+        cfg = {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1}
+    elif m <= 512:
+        cfg = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8}
+    else:
+        cfg = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8}
+    return cfg, "default"
+
+
+def align(
+    topk_ids: torch.Tensor, block: int, experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What vLLM's ``moe_align_block_size`` returns, computed with PyTorch: token slots
+    sorted by expert, each expert's run padded to ``block`` with the sentinel
+    ``numel``; one expert id per block; the padded total. Buffer sizes as upstream's."""
+    flat = topk_ids.flatten().to(torch.int64)
+    numel = flat.numel()
+    cap = numel + experts * (block - 1)
+    if numel < experts:
+        cap = min(numel * block, cap)
+    sorted_ids = torch.full((cap,), numel, dtype=torch.int32, device=flat.device)
+    expert_ids = torch.full((math.ceil(cap / block),), -1, dtype=torch.int32, device=flat.device)
+    counts = torch.bincount(flat, minlength=experts).tolist()
+    order = torch.argsort(flat, stable=True)
+    pos, blk, start = 0, 0, 0
+    for e, c in enumerate(counts):
+        if c == 0:
+            continue
+        sorted_ids[pos : pos + c] = order[start : start + c].to(torch.int32)
+        nblk = math.ceil(c / block)
+        expert_ids[blk : blk + nblk] = e
+        pos, blk, start = pos + nblk * block, blk + nblk, start + c
+    return sorted_ids, expert_ids, torch.tensor([pos], dtype=torch.int32, device=flat.device)
+
+
+def invoke_moe(
+    kernel: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+    weights: torch.Tensor | None, sorted_ids: torch.Tensor | None, expert_ids: torch.Tensor,
+    post: torch.Tensor, top_k: int, cfg: dict[str, int],
+) -> None:  # fmt: skip
+    """``invoke_fused_moe_triton_kernel`` (vLLM 0.33.0) for bf16 weights, no bias."""
+    import triton
+    import triton.language as tl
+
+    m = a.size(0)
+    if sorted_ids is not None:
+        em = sorted_ids.size(0)
+        if m < cfg["BLOCK_SIZE_M"]:
+            em = min(em, m * top_k * cfg["BLOCK_SIZE_M"])
+    else:
+        em = m * top_k * cfg["BLOCK_SIZE_M"]
+    grid = (triton.cdiv(em, cfg["BLOCK_SIZE_M"]) * triton.cdiv(b.size(1), cfg["BLOCK_SIZE_N"]),)
+    meta = {
+        key: val
+        for key, val in cfg.items()
+        if key in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "GROUP_SIZE_M")
+    }
+    extra = {key: val for key, val in cfg.items() if key in ("num_warps", "num_stages")}
+    kernel[grid](
+        a, b, c, None, None, None, weights, sorted_ids, expert_ids, post,
+        b.size(1), b.size(2), em, m * top_k,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(2), b.stride(1), c.stride(1), c.stride(2),
+        0, 0, 0, 0, 0, 0, 0, 0, 0,
+        naive_block_assignment=sorted_ids is None, MUL_ROUTED_WEIGHT=weights is not None,
+        top_k=top_k, compute_type=tl.float32 if a.dtype == torch.float32 else tl.bfloat16,
+        use_fp8_w8a8=False, use_int8_w8a8=False,
+        use_int8_w8a16=False, per_channel_quant=False, HAS_BIAS=False, SWAP_AB=False,
+        USE_TD=False, BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"], SPLIT_K=1, **meta, **extra,
+    )  # fmt: skip
+
+
+def measure_moe(
+    rec: Recorder, vendor: Path, device: torch.device, smoke: bool, deadline: float
+) -> None:
+    from vllm_fused_moe_kernel import fused_moe_kernel  # type: ignore[import-not-found]
+
+    shapes = MOE_SHAPES[:1] if smoke else MOE_SHAPES
+    for model, experts, hidden, inter, top_k in shapes:
+        if smoke:
+            hidden, inter = 64, 32
+        w13 = torch.randn(experts, 2 * inter, hidden, device=device, dtype=DTYPE) * 0.05
+        w2 = torch.randn(experts, hidden, inter, device=device, dtype=DTYPE) * 0.05
+        per_expert = (2 * inter * hidden + hidden * inter) * 2
+        for m in (1, 5) if smoke else MOE_TOKENS:
+            if time.time() > deadline:
+                return
+            gen = torch.Generator().manual_seed(m)
+            topk_ids = (
+                torch.rand(m, experts, generator=gen)
+                .topk(top_k, dim=1)
+                .indices.to(torch.int32)
+                .to(device)
+            )
+            topk_w = torch.rand(m, top_k, generator=gen).to(device=device, dtype=torch.float32)
+            cfg, source = moe_config(vendor, experts, inter, m)
+            naive = m * top_k * 4 <= experts  # _prepare_expert_assignment
+            if naive:
+                sorted_ids, expert_ids = None, topk_ids.view(-1)
+                post = torch.tensor(
+                    [topk_ids.numel() * cfg["BLOCK_SIZE_M"]], dtype=torch.int32, device=device
+                )
+            else:
+                sorted_ids, expert_ids, post = align(topk_ids, cfg["BLOCK_SIZE_M"], experts)
+            x = torch.randn(m, hidden, device=device, dtype=DTYPE)
+            c1 = torch.empty(m, top_k, 2 * inter, device=device, dtype=DTYPE)
+            a2 = torch.randn(m * top_k, inter, device=device, dtype=DTYPE)
+            c2 = torch.empty(m, top_k, hidden, device=device, dtype=DTYPE)
+
+            up = functools.partial(
+                invoke_moe, fused_moe_kernel, x, w13, c1, None, sorted_ids, expert_ids, post, top_k,
+                cfg,
+            )  # fmt: skip
+            down = functools.partial(
+                invoke_moe, fused_moe_kernel, a2, w2, c2, topk_w, sorted_ids, expert_ids, post, 1,
+                cfg,
+            )  # fmt: skip
+
+            if smoke:
+                up()
+                down()
+                ref1 = torch.einsum("mh,mknh->mkn", x.float(), w13[topk_ids.long()].float())
+                ref2 = torch.einsum("rn,rhn->rh", a2.float(), w2[topk_ids.view(-1).long()].float())
+                ref2 = (ref2 * topk_w.view(-1, 1)).view(m, top_k, hidden)
+                err = max(
+                    float((c1.float() - ref1).abs().max()), float((c2.float() - ref2).abs().max())
+                )
+                assert err < 0.05, f"fused_moe_kernel disagrees with PyTorch by {err}"
+            reps = 3 if smoke else 40
+            s_up, s_up_min = time_calls([up], reps, device)
+            s_down, s_down_min = time_calls([down], reps, device)
+            distinct = int(torch.unique(topk_ids).numel())
+            rec.add("moe", {
+                "model": model, "experts": experts, "hidden": hidden, "inter": inter,
+                "top_k": top_k, "tokens": m, "distinct_experts": distinct, "config": cfg,
+                "config_source": source,
+                "naive": naive, "s_up": s_up, "s_up_min": s_up_min, "s_down": s_down,
+                "s_down_min": s_down_min, "weight_bytes": distinct * per_expert,
+                "flops": 2.0 * m * top_k * 3 * inter * hidden,
+            })  # fmt: skip
+
+
+# ---------------------------------------------------------------- decode attention
+
+
+def measure_attention(rec: Recorder, device: torch.device, smoke: bool, deadline: float) -> None:
+    from vllm.v1.attention.ops.triton_unified_attention import unified_attention  # type: ignore[import-not-found]
+
+    head, block = 128, 16
+    shapes = ATTENTION_SHAPES[2:] if smoke else ATTENTION_SHAPES  # smoke: both paths
+    for model, hq, hkv in shapes:
+        threshold = min(CAPTURE_SIZES, key=lambda x: abs(x - 128 // hkv))  # triton_attn.py
+        rows3d = min(threshold, 128)
+        segm = 16
+        seg_out = torch.empty(rows3d, hq, segm, head, dtype=torch.float32, device=device)
+        seg_max = torch.empty(rows3d, hq, segm, dtype=torch.float32, device=device)
+        seg_sum = torch.empty(rows3d, hq, segm, dtype=torch.float32, device=device)
+        for batch in (1, 20) if smoke else BATCHES:
+            for ctx in (40,) if smoke else CONTEXTS:
+                if time.time() > deadline:
+                    return
+                nb = math.ceil(ctx / block)
+                kv_bytes = batch * ctx * hkv * head * 2 * 2
+                sets = []
+                for i in range(copies_for(kv_bytes)):
+                    # TritonAttentionImpl: the pool is (blocks, kv heads, block, 2 × head)
+                    # transposed and split into K and V views
+                    pool = torch.randn(
+                        batch * nb + 1, hkv, block, 2 * head, device=device, dtype=DTYPE
+                    )
+                    k, v = pool.transpose(1, 2).split(head, dim=-1)
+                    gen = torch.Generator().manual_seed(1000 * batch + i)
+                    table = torch.randperm(batch * nb, generator=gen)[: batch * nb].view(batch, nb)
+                    sets.append((k, v, table.to(device=device, dtype=torch.int32)))
+                q = torch.randn(batch, hq, head, device=device, dtype=DTYPE)
+                out = torch.empty_like(q)
+                cu_q = torch.arange(batch + 1, dtype=torch.int32, device=device)
+                seqused = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+                scale = torch.ones((), dtype=torch.float32, device=device).expand(batch, hkv)
+
+                call = functools.partial(
+                    unified_attention,
+                    q=q, out=out, cu_seqlens_q=cu_q, max_seqlen_q=1,
+                    seqused_k=seqused, max_seqlen_k=ctx, softmax_scale=head**-0.5,
+                    causal=True, window_size=(-1, -1), softcap=0,
+                    q_descale=None, k_descale=scale, v_descale=scale,
+                    seq_threshold_3D=threshold, num_par_softmax_segments=segm,
+                    softmax_segm_output=seg_out, softmax_segm_max=seg_max,
+                    softmax_segm_expsum=seg_sum,
+                )  # fmt: skip
+
+                if smoke:
+                    k, v, table = sets[0]
+                    call(k=k, v=v, block_table=table)
+                    idx = table.long()
+                    kk = k[idx].reshape(batch, nb * block, hkv, head)[:, :ctx].float()
+                    vv = v[idx].reshape(batch, nb * block, hkv, head)[:, :ctx].float()
+                    rep = hq // hkv
+                    kk, vv = kk.repeat_interleave(rep, dim=2), vv.repeat_interleave(rep, dim=2)
+                    att = torch.einsum("bhd,bthd->bht", q.float(), kk) * head**-0.5
+                    ref = torch.einsum("bht,bthd->bhd", att.softmax(-1), vv)
+                    err = float((out.float() - ref).abs().max())
+                    assert err < 0.05, f"unified_attention disagrees with PyTorch by {err}"
+                calls = [functools.partial(call, k=k, v=v, block_table=t) for k, v, t in sets]
+                s, s_min = time_calls(calls, 3 if smoke else 30, device)
+                rec.add("attention", {
+                    "model": model, "q_heads": hq, "kv_heads": hkv, "head": head, "block": block,
+                    "batch": batch, "context": ctx, "path": "3d" if batch <= threshold else "2d",
+                    "s": s, "s_min": s_min, "kv_bytes": kv_bytes,
+                    "flops": 4.0 * batch * hq * ctx * head,
+                })  # fmt: skip
+                del sets
+
+
+def measure_sdpa(rec: Recorder, device: torch.device, smoke: bool, deadline: float) -> None:
+    """PyTorch's own attention kernels on the same grid, KV contiguous per sequence (no
+    block table): FlashAttention-2 (which splits a long KV across blocks when the batch
+    leaves the SMs idle) and cuDNN, for the shape of the kernel family, not vLLM's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    if device.type != "cuda":
+        backends = {"math": SDPBackend.MATH}
+    head = 128
+    shapes = ATTENTION_SHAPES[:1] if smoke else ATTENTION_SHAPES
+    for model, hq, hkv in shapes:
+        for batch in (1, 3) if smoke else BATCHES:
+            for ctx in (40,) if smoke else CONTEXTS:
+                if time.time() > deadline:
+                    return
+                kv_bytes = batch * ctx * hkv * head * 2 * 2
+                sets = [
+                    (
+                        torch.randn(batch, hkv, ctx, head, device=device, dtype=DTYPE),
+                        torch.randn(batch, hkv, ctx, head, device=device, dtype=DTYPE),
+                    )
+                    for _ in range(copies_for(kv_bytes))
+                ]
+                q = torch.randn(batch, hq, 1, head, device=device, dtype=DTYPE)
+                for name, backend in backends.items():
+                    row: dict[str, Any] = {
+                        "model": model, "kernel": name, "q_heads": hq, "kv_heads": hkv,
+                        "head": head, "batch": batch, "context": ctx, "kv_bytes": kv_bytes,
+                    }  # fmt: skip
+                    try:
+                        with sdpa_kernel(backend):
+                            calls = [
+                                functools.partial(sdpa, q, k, v, enable_gqa=True) for k, v in sets
+                            ]
+                            row["s"], row["s_min"] = time_calls(calls, 3 if smoke else 30, device)
+                    except (RuntimeError, ValueError) as err:
+                        row["error"] = str(err).splitlines()[0][:200]
+                    rec.add("sdpa", row)
+                del sets
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vendor", type=Path, default=Path(".devwork/vendor"))
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--parts", default="launch,gemm,moe,attention,sdpa")
+    ap.add_argument(
+        "--budget-s", type=float, default=420.0, help="stop starting new points after this"
+    )
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(args.vendor.resolve()))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    global DTYPE
+    DTYPE = torch.bfloat16 if device.type == "cuda" else torch.float32
+    meta: dict[str, Any] = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "vendor": json.loads((args.vendor / "SOURCE.json").read_text()),
+    }  # fmt: skip
+    if device.type == "cuda":
+        import triton
+
+        props = torch.cuda.get_device_properties(0)
+        meta |= {"triton": triton.__version__, "sms": props.multi_processor_count,
+                 "memory_bytes": props.total_memory}  # fmt: skip
+    rec = Recorder(args.out, meta)
+    deadline = time.time() + args.budget_s
+    parts = args.parts.split(",")
+    torch.manual_seed(0)
+    if "launch" in parts:
+        measure_launch(rec, device, args.smoke)
+    if "attention" in parts:
+        measure_attention(rec, device, args.smoke, deadline)
+    if "moe" in parts:
+        measure_moe(rec, args.vendor, device, args.smoke, deadline)
+    if "gemm" in parts:
+        measure_gemm(rec, device, args.smoke, deadline)
+    if "sdpa" in parts:
+        measure_sdpa(rec, device, args.smoke, deadline)
+    rec.doc["meta"]["complete"] = time.time() <= deadline
+    rec.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
