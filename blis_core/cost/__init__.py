@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from blis_core.cost.catalog import Catalog, load_catalog, model_from_hf_config, write_model
 from blis_core.cost.environment import SimEnvironment
-from blis_core.cost.fit import FitReport, fit_vidur
+from blis_core.cost.fit import FitReport, Samples, fit_entry, fit_vidur
 from blis_core.cost.plans import default_plan
 from blis_core.cost.registry import CoefficientEntry, RankTotals, Registry, load_registry
 from blis_core.cost.roofline import RegistryMethod, RooflineMethod
@@ -22,8 +22,10 @@ __all__ = [
     "Registry",
     "RegistryMethod",
     "RooflineMethod",
+    "Samples",
     "SimEnvironment",
     "default_plan",
+    "fit_entry",
     "fit_vidur",
     "load_catalog",
     "load_registry",

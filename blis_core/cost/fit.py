@@ -34,7 +34,7 @@ from blis_core.cost.catalog import Catalog
 from blis_core.cost.registry import CoefficientEntry, Registry
 from blis_core.cost.roofline import entry_constants, link_bandwidth
 
-__all__ = ["FitReport", "Samples", "fit_vidur", "load_vidur"]
+__all__ = ["FitReport", "Samples", "fit_entry", "fit_vidur", "load_vidur"]
 
 VIDUR_SOURCE = "microsoft/vidur data/profiling @ 7d47513 (operator medians)"
 _CHIPS = {"h100": "H100-SXM", "a100": "A100-80GB-SXM"}
@@ -316,8 +316,11 @@ def _entry(
     chip: str,
     params: dict[str, float],
     s: Samples,
-    n: int,
+    source: str,
     spread: dict[str, tuple[float, float]] | None = None,
+    rank: CoefficientRank = CoefficientRank.CALIBRATED,
+    impl: str = "*",
+    dtype: str = "bf16",
 ) -> CoefficientEntry:
     flops, nbytes, link, _ = s.arrays()
     covered: dict[str, tuple[float, float]] = {}
@@ -330,19 +333,59 @@ def _entry(
             covered["flops"] = (float(flops.min()), float(flops.max()))
     return CoefficientEntry(
         family=family,
-        impl="*",
+        impl=impl,
         hardware=chip,
-        dtype="bf16",
-        rank=CoefficientRank.CALIBRATED,
+        dtype=dtype,
+        rank=rank,
         method="fitted",
         params={k: round(v, 6) for k, v in sorted(params.items())},
         covered={k: (round(lo, 3), round(hi, 3)) for k, (lo, hi) in covered.items()},
-        source=f"blis cost fit: least squares on {n} measurements, {VIDUR_SOURCE}",
+        source=source,
         spread={
             k: (min(round(lo, 6), round(params[k], 6)), max(round(hi, 6), round(params[k], 6)))
             for k, (lo, hi) in sorted((spread or {}).items())
         },
     )
+
+
+def _vidur_source(n: int) -> str:
+    return f"blis cost fit: least squares on {n} measurements, {VIDUR_SOURCE}"
+
+
+def fit_entry(
+    samples: Samples,
+    family: str,
+    chip: str,
+    catalog: Catalog,
+    *,
+    source: str,
+    rank: CoefficientRank = CoefficientRank.CALIBRATED,
+    impl: str = "*",
+    dtype: str = "bf16",
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> tuple[CoefficientEntry, float]:
+    """One registry entry of ``family`` on ``chip`` fitted to ``samples``, and its
+    in-sample mean absolute relative error.
+
+    The model is the registry's formula (overhead plus the roofline's max; compute
+    efficiency fitted for ``gemm`` only, link efficiency for collectives), fitted by
+    least squares on relative error over :data:`EFFICIENCY_GRID`, the overhead solved in
+    closed form. ``samples`` must hold each launch's work as the pricing defines it (a
+    plan's :meth:`~blis_core.cost.pricing.CompiledPlan.work_of`); the peak is the chip's
+    for ``dtype``. ``spread`` is the 5th-95th percentile over ``resamples`` seeded
+    bootstrap refits (0: none); ``covered`` the range of the samples' work. Refuses
+    samples with no positive time.
+    """
+    if not samples.seconds:
+        raise InputRefused.one("samples", f"{family}@{chip}", "no measurement with a positive time")
+    hw = catalog.chip(chip)
+    if dtype not in hw.peak_flops:
+        raise InputRefused.one("dtype", dtype, f"{chip} has no peak for it in the catalog")
+    consts = (hw.peak_flops[dtype], hw.memory_bandwidth_bytes_per_s, link_bandwidth(catalog, hw))
+    params = _fit(samples, *consts, family)
+    spread = _bootstrap_spread(samples, *consts, family, params, resamples) if resamples else None
+    entry = _entry(family, chip, params, samples, source, spread, rank, impl, dtype)
+    return entry, _mape(_predict(entry, samples, catalog, chip), np.asarray(samples.seconds))
 
 
 def fit_vidur(
@@ -373,14 +416,11 @@ def fit_vidur(
     for (family, chip), s in sorted(samples.items()):
         if not s.seconds:
             continue
-        hw = catalog.chip(chip)
-        consts = (hw.peak_flops["bf16"], hw.memory_bandwidth_bytes_per_s,
-                  link_bandwidth(catalog, hw))  # fmt: skip
-        params = _fit(s, *consts, family)
-        spread = _bootstrap_spread(s, *consts, family, params, resamples) if resamples else None
-        e = _entry(family, chip, params, s, len(s.seconds), spread)
+        e, err = fit_entry(
+            s, family, chip, catalog, source=_vidur_source(len(s.seconds)), resamples=resamples
+        )
         entries.append(e)
-        in_sample[f"{family}@{chip}"] = _mape(_predict(e, s, catalog, chip), np.asarray(s.seconds))
+        in_sample[f"{family}@{chip}"] = err
     report = FitReport(entries=entries, in_sample=in_sample, loo_chip=leave_one_out)
     if leave_one_out is None:
         return report
@@ -393,7 +433,9 @@ def fit_vidur(
         # transfer: average the other chips' fitted parameters
         keys = set().union(*(e.params for e in others))
         mean_params = {k: float(np.mean([e.params.get(k, 0.0) for e in others])) for k in keys}
-        transferred = _entry(family, leave_one_out, mean_params, held, len(held.seconds))
+        transferred = _entry(
+            family, leave_one_out, mean_params, held, _vidur_source(len(held.seconds))
+        )
         floor = registry.roofline(family, "*", leave_one_out, "bf16")
         result = {"transferred": _mape(_predict(transferred, held, catalog, leave_one_out), y)}
         if floor is not None:

@@ -169,17 +169,18 @@ def test_a_die_siblings_fitted_entry_prices_a_chip_with_none_of_its_own_transfer
     assert catalog.die_siblings("H100-SXM") == ("H200-SXM",)
     assert catalog.die_siblings("L40S") == ()
     siblings = catalog.die_siblings("H200-SXM")
-    # Without siblings the H200 has only the floor; with them, the H100's fitted GEMM.
-    floor = registry.best("gemm", "cublas", "H200-SXM", "bf16")
+    # Without siblings the H200 has only the floor for a norm; with them, the H100's
+    # fitted elementwise entry (its GEMMs have an entry of their own, measured on it).
+    floor = registry.best("elementwise", "rms_norm", "H200-SXM", "bf16")
     assert floor is not None and floor.price_rank is CoefficientRank.ROOFLINE
-    moved = registry.best("gemm", "cublas", "H200-SXM", "bf16", None, siblings)
-    h100 = registry.best("gemm", "cublas", "H100-SXM", "bf16")
+    moved = registry.best("elementwise", "rms_norm", "H200-SXM", "bf16", None, siblings)
+    h100 = registry.best("elementwise", "rms_norm", "H100-SXM", "bf16")
     assert moved is h100 and moved is not None and moved.method == "fitted"
     assert effective_rank(moved, "H200-SXM") == CoefficientRank.TRANSFERRED
     assert effective_rank(moved, "H100-SXM") == CoefficientRank.CALIBRATED
     # Priced against the H200's own peaks, at rank transferred even inside the range.
-    work = PrimitiveWork("gemm", "cublas", "H200-SXM", "bf16", flops=2 * 256 * 4096 * 4096,
-                         bytes_moved=4096 * 4096 * 2.0 + 256 * 8192 * 2)  # fmt: skip
+    work = PrimitiveWork("elementwise", "rms_norm", "H200-SXM", "bf16", flops=4 * 256 * 8192,
+                         bytes_moved=3 * 256 * 8192 * 2.0)  # fmt: skip
     answer = RegistryMethod(catalog, registry).price(work)
     assert answer is not None and answer[1] is CoefficientRank.TRANSFERRED
     c = entry_constants(
@@ -187,7 +188,7 @@ def test_a_die_siblings_fitted_entry_prices_a_chip_with_none_of_its_own_transfer
     )
     assert answer[0] == pytest.approx(c.seconds(work.flops, work.bytes_moved, 0.0, 0.0))
     on_h100 = RegistryMethod(catalog, registry).price(
-        PrimitiveWork("gemm", "cublas", "H100-SXM", "bf16", work.flops, work.bytes_moved)
+        PrimitiveWork("elementwise", "rms_norm", "H100-SXM", "bf16", work.flops, work.bytes_moved)
     )
     assert on_h100 is not None and answer[0] < on_h100[0]  # the H200's HBM3e is faster
 
