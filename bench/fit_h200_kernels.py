@@ -1,16 +1,19 @@
 """Fit the H200's dense GEMM entry to the cuBLAS timings measured on an H200.
 
-``data/measurements/h200-kernels/kernel_grid_sdpa.json`` holds cuBLAS bf16 GEMMs
-(``torch.nn.functional.linear``, what vLLM's unquantised linear layers call) on the
-projections of Llama-2-70B at TP4, Mixtral-8x7B at TP2 and Llama-3.1-8B at TP1, 1 to
-2,048 rows, timed on a lent H200 (``bench/device/kernel_grid.py``). Each timing is set
-against the work BLIS's pricing gives that launch (the plan's own term for the layer, on
-``H200-SXM``, through ``SimEnvironment.compiled(...).work_of``), and one ``gemm`` entry
-for bf16 on ``H200-SXM`` is fitted to them with ``blis_core.cost.fit_entry`` (the
-registry's formula: overhead plus the roofline's max; least squares on relative error;
-bootstrap spread), rank ``measured``. ``--write`` writes it to blis-cost-calibrated's
+``data/measurements/h200-kernels/`` (``kernel_grid_sdpa.json``,
+``kernel_grid_gptoss.json``) holds cuBLAS bf16 GEMMs (``torch.nn.functional.linear``,
+what vLLM's unquantised linear layers call) on the projections of Llama-2-70B at TP4,
+Mixtral-8x7B at TP2, Llama-3.1-8B at TP1 and gpt-oss-120b at TP1-8 (with its logits
+and expert router), 1 to 2,048 rows, timed on a lent H200
+(``bench/device/kernel_grid.py``). Each timing is set against the work BLIS's pricing
+gives that launch (the plan's own term for the layer, on ``H200-SXM``, through
+``SimEnvironment.compiled(...).work_of``), and one ``gemm`` entry for bf16 on
+``H200-SXM`` is fitted to them with ``blis_core.cost.fit_entry`` (the registry's
+formula: overhead plus the roofline's max; least squares on relative error; bootstrap
+spread), rank ``measured``. ``--write`` writes it to blis-cost-calibrated's
 ``measured-h200-kernels.yaml``. Without it, prints the entry, its in-sample error and
-BLIS's error on the same launches before (the installed entries) and after.
+BLIS's error on the same launches before (the installed entries but this one) and
+after.
 
     python bench/fit_h200_kernels.py [--write]
 
@@ -38,20 +41,30 @@ from blis_core.cost.registry import build_registry
 from blis_core.runner import installed_registry
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "data" / "measurements" / "h200-kernels" / "kernel_grid_sdpa.json"
+DATA_DIR = ROOT / "data" / "measurements" / "h200-kernels"
+FILES = ("kernel_grid_sdpa.json", "kernel_grid_gptoss.json")
 OUT = ROOT / "plugins/cost-calibrated/blis_cost_calibrated/data/measured-h200-kernels.yaml"
 CHIP = "H200-SXM"
 MODELS = {
     "llama-2-70b/tp4": ("meta-llama/Llama-2-70b-hf", 4),
     "mixtral-8x7b/tp2": ("mistralai/Mixtral-8x7B-v0.1", 2),
     "llama-3.1-8b/tp1": ("meta-llama/Llama-3.1-8B", 1),
+    **{f"gpt-oss-120b/tp{tp}": ("openai/gpt-oss-120b", tp) for tp in (1, 2, 4, 8)},
 }
-TERMS = {"qkv": "qkv_proj", "o": "o_proj", "gate_up": "gate_up_proj", "down": "down_proj"}
+#: measured op -> (the pricing's term layer, the lowered layer kind it repeats with)
+TERMS = {
+    "qkv": ("qkv_proj", "qkv_proj"),
+    "o": ("o_proj", "o_proj"),
+    "gate_up": ("gate_up_proj", "mlp"),
+    "down": ("down_proj", "mlp"),
+    "lm_head": ("lm_head", "logits"),
+    "router": ("router", "moe"),
+}
 
 
 def launches(env: SimEnvironment) -> tuple[Samples, list[tuple[str, str, int, float]]]:
     """The measured GEMMs as samples (BLIS's work per launch, measured seconds)."""
-    rows = json.loads(DATA.read_text())["gemm"]
+    rows = [r for name in FILES for r in json.loads((DATA_DIR / name).read_text())["gemm"]]
     samples = Samples()
     keys = []
     for r in rows:
@@ -65,7 +78,7 @@ def launches(env: SimEnvironment) -> tuple[Samples, list[tuple[str, str, int, fl
         cp = env.compiled(plan)
         ev = cp.evaluate(shape)
         (j,) = [
-            j for j, t in enumerate(cp.terms) if t.family == "gemm" and t.layer == TERMS[r["op"]]
+            j for j, t in enumerate(cp.terms) if t.family == "gemm" and t.layer == TERMS[r["op"]][0]
         ]
         work = cp.work_of(j, ev, CHIP)
         samples.add(work.flops, work.bytes_moved, 0.0, 1, r["s"])
@@ -86,13 +99,9 @@ def errors(env: SimEnvironment, keys: list[tuple[str, str, int, float]]) -> list
         (part,) = [
             p
             for p in env.explain_step(plan, shape).parts
-            if p.family == "gemm" and p.impl.split(":", 1)[0] == TERMS[op]
+            if p.family == "gemm" and p.impl.split(":", 1)[0] == TERMS[op][0]
         ]
-        (layer,) = [
-            x
-            for x in plan.layers
-            if x.kind.value == ("mlp" if op in ("gate_up", "down") else f"{op}_proj")
-        ]
+        (layer,) = [x for x in plan.layers if x.kind.value == TERMS[op][1]]
         out.append(part.seconds / layer.count / seconds)
     return out
 
@@ -108,20 +117,29 @@ def main(argv: list[str] | None = None) -> int:
         registry = build_registry(entries, "fit_h200_kernels")
         return SimEnvironment(catalog, registry, (), lambda p, e: None)  # type: ignore[arg-type,return-value]
 
-    before = environment(list(installed.entries))
+    # before: what prices these launches without this file's entry (the H100's, transferred)
+    others = [
+        e for e in installed.entries
+        if not (e.family == "gemm" and e.hardware == CHIP and e.rank is CoefficientRank.MEASURED)
+    ]  # fmt: skip
+    before = environment(others)
     samples, keys = launches(before)
-    digest = hashlib.sha256(DATA.read_bytes()).hexdigest()
+    digests = ", ".join(
+        f"{name} sha256 {hashlib.sha256((DATA_DIR / name).read_bytes()).hexdigest()}"
+        for name in FILES
+    )
     source = (
         f"bench/fit_h200_kernels.py: least squares on {len(samples.seconds)} cuBLAS bf16 GEMMs "
         "(torch.nn.functional.linear, torch 2.11.0+cu130) timed on an H200 by "
-        "bench/device/kernel_grid.py (data/measurements/h200-kernels/kernel_grid_sdpa.json, "
-        f"sha256 {digest}): Llama-2-70B TP4, Mixtral-8x7B TP2 and Llama-3.1-8B TP1 "
-        "projections, 1-2,048 rows, each a CUDA graph over operands that do not stay in L2"
+        f"bench/device/kernel_grid.py (data/measurements/h200-kernels: {digests}): the "
+        "projections of Llama-2-70B TP4, Mixtral-8x7B TP2, Llama-3.1-8B TP1 and gpt-oss-120b "
+        "TP1-8 (its logits and router too), 1-2,048 rows, each a CUDA graph over operands "
+        "that do not stay in L2"
     )
     entry, mape = fit_entry(
         samples, "gemm", CHIP, catalog, source=source, rank=CoefficientRank.MEASURED
     )
-    after = environment([*installed.entries, entry])
+    after = environment([*others, entry])
     old, new = errors(before, keys), errors(after, keys)
     print(yaml.safe_dump({"entries": [entry.to_document()]}, sort_keys=False, width=100))
     print(f"in-sample mean |error| {mape:.1%}")

@@ -40,6 +40,7 @@ MODELS = {
     "mixtral-8x7b/tp2": ("mistralai/Mixtral-8x7B-v0.1", 2),
     "mixtral-8x7b/tp1": ("mistralai/Mixtral-8x7B-v0.1", 1),
     "llama-3.1-8b/tp1": ("meta-llama/Llama-3.1-8B", 1),
+    **{f"gpt-oss-120b/tp{tp}": ("openai/gpt-oss-120b", tp) for tp in (1, 2, 4, 8)},
 }
 #: the lowered layer kind whose count a term's layer name repeats
 LAYER_KIND = {
@@ -49,8 +50,17 @@ LAYER_KIND = {
     "o_proj": "o_proj",
     "gate_up_proj": "mlp",
     "down_proj": "mlp",
+    "lm_head": "logits",
+    "router": "moe",
 }
-GEMM_TERMS = {"qkv": "qkv_proj", "o": "o_proj", "gate_up": "gate_up_proj", "down": "down_proj"}
+GEMM_TERMS = {
+    "qkv": "qkv_proj",
+    "o": "o_proj",
+    "gate_up": "gate_up_proj",
+    "down": "down_proj",
+    "lm_head": "lm_head",
+    "router": "router",
+}
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,8 @@ def comparisons(data: Path = DATA) -> Iterator[Comparison]:
     for r in sdpa["moe"]:
         blis = pricer.term(r["model"], "experts", r["tokens"], 1)
         yield Comparison("moe", r["model"], r["tokens"], 0, r["s_up"] + r["s_down"], blis)
-    for r in sdpa["gemm"]:
+    gptoss = json.loads((data / "kernel_grid_gptoss.json").read_text())
+    for r in sdpa["gemm"] + gptoss["gemm"]:
         blis = pricer.term(r["model"], GEMM_TERMS[r["op"]], r["M"], 1)
         yield Comparison(f"gemm:{r['op']}", r["model"], r["M"], 0, r["s"], blis)
 

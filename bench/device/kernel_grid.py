@@ -7,7 +7,8 @@ Run on the accelerator machine (PyTorch and Triton, no vLLM, no network); it mea
   every small launch of a graph-captured decode step;
 * ``gemm``: cuBLAS through ``torch.nn.functional.linear`` (what vLLM's unquantised
   linear layers call) on the projections of Llama-2-70B at TP4, Mixtral-8x7B's dense
-  parts at TP2 and Llama-3.1-8B at TP1, batch rows 1-2,048;
+  parts at TP2 and Llama-3.1-8B at TP1, batch rows 1-2,048 (``gemm-gptoss``, not run by
+  default: gpt-oss-120b's attention projections, logits and router at TP 1-8);
 * ``moe``: vLLM 0.33.0's own Triton expert GEMM (``fused_moe_kernel``, gate-up then
   down, with vLLM's tuned configs for the chip and its block assignment rule) for
   Mixtral-8x7B at TP2 and TP1, 1-512 tokens routed uniformly at random to 2 of 8;
@@ -77,6 +78,21 @@ GEMM_SHAPES = (
     ("llama-3.1-8b/tp1", "down", 4096, 14336),
 )
 GEMM_ROWS = (1, 8, 16, 32, 64, 100, 128, 256, 512, 1024, 2048)
+# gpt-oss-120b (hidden 2880, 64 query and 8 KV heads of 64, vocabulary 201,088) at TP 1-8,
+# and its expert router (128 experts, replicated): the projections of the InferenceMAX runs
+GPTOSS_GEMM_SHAPES = (
+    *(
+        (f"gpt-oss-120b/tp{tp}", op, n, k)
+        for tp in (1, 2, 4, 8)
+        for op, n, k in (
+            ("qkv", 5120 // tp, 2880),
+            ("o", 2880, 4096 // tp),
+            ("lm_head", 201088 // tp, 2880),
+        )
+    ),
+    ("gpt-oss-120b/tp1", "router", 128, 2880),
+)
+GPTOSS_GEMM_ROWS = (1, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 2048)
 
 # (model, experts, hidden, intermediate per rank, top k)
 MOE_SHAPES = (("mixtral-8x7b/tp2", 8, 4096, 7168, 2), ("mixtral-8x7b/tp1", 8, 4096, 14336, 2))
@@ -164,9 +180,12 @@ def measure_launch(rec: Recorder, device: torch.device, smoke: bool) -> None:
 # ---------------------------------------------------------------- dense GEMM
 
 
-def measure_gemm(rec: Recorder, device: torch.device, smoke: bool, deadline: float) -> None:
-    shapes = GEMM_SHAPES[:1] if smoke else GEMM_SHAPES
-    rows = (1, 8) if smoke else GEMM_ROWS
+def measure_gemm(
+    rec: Recorder, device: torch.device, smoke: bool, deadline: float, gptoss: bool = False
+) -> None:
+    shapes = GPTOSS_GEMM_SHAPES if gptoss else GEMM_SHAPES
+    shapes = shapes[:1] if smoke else shapes
+    rows = (1, 8) if smoke else GPTOSS_GEMM_ROWS if gptoss else GEMM_ROWS
     for model, op, n, k in shapes:
         if smoke:
             n, k = 64, 128
@@ -495,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_moe(rec, args.vendor, device, args.smoke, deadline)
     if "gemm" in parts:
         measure_gemm(rec, device, args.smoke, deadline)
+    if "gemm-gptoss" in parts:
+        measure_gemm(rec, device, args.smoke, deadline, gptoss=True)
     if "sdpa" in parts:
         measure_sdpa(rec, device, args.smoke, deadline)
     rec.doc["meta"]["complete"] = time.time() <= deadline

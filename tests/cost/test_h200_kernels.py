@@ -34,6 +34,7 @@ MODELS = {
     "mixtral-8x7b/tp2": ("mistralai/Mixtral-8x7B-v0.1", 2),
     "mixtral-8x7b/tp1": ("mistralai/Mixtral-8x7B-v0.1", 1),
     "llama-3.1-8b/tp1": ("meta-llama/Llama-3.1-8B", 1),
+    **{f"gpt-oss-120b/tp{tp}": ("openai/gpt-oss-120b", tp) for tp in (1, 2, 4, 8)},
 }
 
 
@@ -105,24 +106,33 @@ def test_the_h200s_dense_gemms_are_priced_by_the_entry_measured_on_it(
     env: SimEnvironment, catalog: Catalog, registry: Registry
 ) -> None:
     """``measured-h200-kernels.yaml`` (``bench/fit_h200_kernels.py``) prices every measured
-    cuBLAS launch; the H100's fitted entry, transferred, had been 14 % dear (median)."""
+    cuBLAS launch (mean |error| 11 %); the H100's fitted entry, transferred, had been 14 %
+    dear (median) and up to 2.2x on gpt-oss's small projections."""
     entry = registry.best("gemm", "QKVParallelLinear", "H200-SXM", "bf16")
     assert entry is not None and entry.rank is CoefficientRank.MEASURED
-    kinds = {"qkv": "qkv_proj", "o": "o_proj", "gate_up": "mlp", "down": "mlp"}
+    terms = {  # measured op -> (term layer, lowered layer kind)
+        "qkv": ("qkv_proj", "qkv_proj"),
+        "o": ("o_proj", "o_proj"),
+        "gate_up": ("gate_up_proj", "mlp"),
+        "down": ("down_proj", "mlp"),
+        "lm_head": ("lm_head", "logits"),
+        "router": ("router", "moe"),
+    }
     ratios = []
-    for r in _load("kernel_grid_sdpa.json")["gemm"]:
-        plan = _plan(catalog, r["model"])
-        shape = StepShape(
-            1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, 1) for _ in range(r["M"])), r["M"]
-        )
-        layer = {"gate_up": "gate_up_proj", "down": "down_proj"}.get(r["op"], kinds[r["op"]])
-        (part,) = [
-            p
-            for p in env.explain_step(plan, shape).parts
-            if p.family == "gemm" and p.impl.split(":", 1)[0] == layer
-        ]
-        (lowered,) = [x for x in plan.layers if x.kind.value == kinds[r["op"]]]
-        ratios.append(part.seconds / lowered.count / r["s"])
-    assert len(ratios) == 99
+    for name in ("kernel_grid_sdpa.json", "kernel_grid_gptoss.json"):
+        for r in _load(name)["gemm"]:
+            plan = _plan(catalog, r["model"])
+            shape = StepShape(
+                1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, 1) for _ in range(r["M"])), r["M"]
+            )
+            layer, kind = terms[r["op"]]
+            (part,) = [
+                p
+                for p in env.explain_step(plan, shape).parts
+                if p.family == "gemm" and p.impl.split(":", 1)[0] == layer
+            ]
+            (lowered,) = [x for x in plan.layers if x.kind.value == kind]
+            ratios.append(part.seconds / lowered.count / r["s"])
+    assert len(ratios) == 99 + 182
     assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.0, abs=0.05)
-    assert sum(abs(x - 1) for x in ratios) / len(ratios) < 0.09
+    assert sum(abs(x - 1) for x in ratios) / len(ratios) < 0.13
