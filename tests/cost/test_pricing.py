@@ -312,7 +312,8 @@ def test_pairwise_sum_is_numpys_sum_to_the_bit() -> None:
 def test_explain_names_every_resource_of_a_term_whose_resources_add(catalog: Catalog) -> None:
     """An entry with overlap 0 prices compute plus memory, and explain_step names both,
     the greater first; the same term under the roofline's max names one."""
-    plan = _plan(catalog, "mistralai/Mixtral-8x7B-v0.1", tp=2)  # bf16 experts: the roofline's max
+    # bf16 experts on vLLM's Triton path (the serving-fitted entry): the roofline's max
+    plan = _with_moe(_plan(catalog, "mistralai/Mixtral-8x7B-v0.1", tp=2), "FusedMoE:triton", 6)
     shape = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(900, 0),), 900)
     registry = installed_registry(catalog)
     serial = build_registry(
