@@ -292,3 +292,14 @@ def test_an_mtp_drafters_moe_layer_takes_the_targets_path(env: SimEnvironment) -
     (target,) = [x for x in plan.layers if x.kind is LayerKind.MOE]
     assert (draft.impl, draft.kernels) == (target.impl, target.kernels) == ("FusedMoE:triton", 9)
     assert draft.count == 1
+
+
+def test_blis_plan_prints_the_expert_path_and_its_launches(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from blis_core.cli import main
+
+    argv = ["plan", "--engine", "vllm@0.33.0", "--model", OSS120, "--hardware", "H100-SXM",
+            "--tp", "2", "--moe-backend", "marlin"]  # fmt: skip
+    assert main(argv) == 0
+    assert "layer             moe x36 impl=FusedMoE:marlin kernels=7\n" in capsys.readouterr().out
