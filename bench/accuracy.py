@@ -365,6 +365,14 @@ HOST_WORK = "vllm-0.33.0/async"
 # their own, NO_MOE_ENTRY, so the chip's Vidur-fitted GEMM prices them by the registry's
 # family transfer).
 NO_MOE_ENTRY = 0.0
+#: the expert GEMMs' entry: keyed to the expert path the Mixtral runs take in blis-vllm
+#: (vLLM 0.33.0's default for BF16 experts on Hopper, its Triton fused-MoE path; the
+#: runs' own vLLM had no other), its fixed cost written per kernel launch: the 8 us the
+#: layer was fitted at as one launch, over the path's launches (:func:`moe_path`), so the
+#: fitted prices stay as they were; a refit may fit it per launch.
+MOE_IMPL = "FusedMoE:triton"
+MOE_MODEL = "mistralai/Mixtral-8x7B-v0.1"
+MOE_LAYER_OVERHEAD_US = 8.0
 PRIOR: dict[str, float] = {
     "attn": 0.6, "host": 300.0, "allreduce": 22.600351, "moe": NO_MOE_ENTRY
 }  # fmt: skip
@@ -396,7 +404,7 @@ BOOTSTRAP_RESAMPLES = 200
 #: fitted parameter -> (entry family, impl, registry parameter) it sets
 SPREAD_TARGETS: dict[str, tuple[str, str, str]] = {
     "attn": ("attention_decode", "*", "memory_efficiency"),
-    "moe": ("moe_gemm", "*", "memory_efficiency"),
+    "moe": ("moe_gemm", MOE_IMPL, "memory_efficiency"),
     "host": ("host_step", HOST_WORK, "overhead_us"),
     "allreduce": ("allreduce", "nccl", "overhead_us"),
     "fe_fixed": ("host_request", "frontend:", "overhead_us"),
@@ -440,11 +448,30 @@ def relevant(model: str, tp: int) -> tuple[str, ...]:
     return tuple(names)
 
 
+def moe_path() -> int:
+    """The kernel launches of one expert layer on the path blis-vllm lowers the serving
+    runs' Mixtral on (``MOE_IMPL``, checked), counted in ``blis_vllm/moe_backend.py``."""
+    from blis_vllm.moe_backend import ExpertPath, resolve_expert_path
+
+    from blis_core.cost import load_catalog
+
+    catalog = load_catalog()
+    path = resolve_expert_path("auto", catalog.model(MOE_MODEL), catalog.chip(HARDWARE))
+    assert isinstance(path, ExpertPath) and path.impl == MOE_IMPL, path
+    return path.kernels
+
+
 def fitted_entries(params: dict[str, float], covered: dict[str, Any] | None = None,
                    source: str = "") -> list[dict[str, Any]]:  # fmt: skip
     """The calibrated registry entries for one parameter vector (YAML-ready dicts)."""
     cov = covered or {}
     src = source or "bench/accuracy.py --fit (candidate)"
+    launches = moe_path()
+    moe_src = (
+        f"{src}; overhead_us per kernel launch: the {MOE_LAYER_OVERHEAD_US:g} us the expert "
+        f"layer was fitted at as one launch, over the {launches} launches of vLLM's Triton "
+        "path for Mixtral (blis_vllm/moe_backend.py), so its prices do not move"
+    )
     entries = [
         *frontend_entries(params, cov, source),
         {"family": "attention_decode", "impl": "*", "hardware": HARDWARE, "dtype": "bf16",
@@ -452,11 +479,11 @@ def fitted_entries(params: dict[str, float], covered: dict[str, Any] | None = No
          "params": {"compute_efficiency": 0.5, "memory_efficiency": params["attn"],
                     "overhead_us": 5.0},
          "covered": cov.get("attention_decode", {}), "source": src},
-        {"family": "moe_gemm", "impl": "*", "hardware": HARDWARE, "dtype": "bf16",
+        {"family": "moe_gemm", "impl": MOE_IMPL, "hardware": HARDWARE, "dtype": "bf16",
          "rank": "calibrated", "method": "fitted",
          "params": {"compute_efficiency": 0.5, "memory_efficiency": params["moe"],
-                    "overhead_us": 8.0},
-         "covered": cov.get("moe_gemm", {}), "source": src},
+                    "overhead_us": MOE_LAYER_OVERHEAD_US / launches},
+         "covered": cov.get("moe_gemm", {}), "source": moe_src},
         {"family": "host_step", "impl": HOST_WORK, "hardware": HARDWARE, "dtype": "*",
          "rank": "calibrated", "method": "fitted",
          "params": {"overhead_us": params["host"], "per_item_us": 5.0, "per_kernel_us": 4.0},

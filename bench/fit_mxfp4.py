@@ -33,12 +33,16 @@ What is fitted, with every point of the fit role simulated whole (``blis score
 
 - one **fixed cost** of the expert layer for the die (``overhead_us`` of the same entry),
   on TPOT with the memory efficiencies: vLLM's Marlin MoE path launches, besides the two
-  expert GEMMs, the alignment of tokens to expert blocks, the activation between the
-  GEMMs and the sum over the top-k (read in vLLM 0.33.0's
+  expert GEMMs, the top-k, the alignment of tokens to expert blocks, the activation
+  between the GEMMs and the sum over the top-k (read in vLLM 0.33.0's
   ``model_executor/layers/fused_moe/experts/marlin_moe.py``: ``moe_align_block_size``,
-  ``apply_moe_activation``, ``ops.moe_sum``), each a few microseconds whatever the batch,
-  which the floor's one launch (8 us) leaves out. It sets the decode step's intercept;
-  the memory efficiency its slope with the experts a batch touches.
+  ``apply_moe_activation``, ``ops.moe_sum``), each a few microseconds whatever the batch.
+  It sets the decode step's intercept; the memory efficiency its slope with the experts a
+  batch touches. The grid is the layer's fixed cost (:data:`OVH_GRID`); the entry, keyed
+  to the Marlin path (``impl`` :data:`EXPERT_IMPL`, which the InferenceMAX adapter passes
+  for these Hopper runs as ``moe_backend: marlin``), holds it per kernel launch: divided
+  by the path's launches (:func:`marlin_launches`, counted in
+  ``blis_vllm/moe_backend.py``), which the plan charges back per layer.
 - the **all-reduce latency at 8 ranks** on the die (an ``allreduce`` entry for 8 ranks
   only, ``link_efficiency`` held at the operator profile's 0.72), on the TP8 points'
   TPOT: the decode step's 72 all-reduces of a few kilobytes are vLLM's own in-graph
@@ -83,7 +87,8 @@ FIT_FILE = "calibrated-mxfp4.yaml"
 MODEL = "openai/gpt-oss-120b"
 GRID = tuple(round(0.35 + 0.05 * i, 2) for i in range(14))  # 0.35-1.0
 CE_GRID = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
-OVH_GRID = (8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 36.0, 40.0, 48.0)  # 8: the floor's
+OVH_GRID = (8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 36.0, 40.0, 48.0)  # per layer
+EXPERT_IMPL = "FusedMoE:marlin"  # the expert path the runs' launch selects on Hopper
 AR8_GRID = (6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 20.0, 22.6)  # 22.6: the NCCL profile's
 AR8_LINK_EFFICIENCY = 0.72  # calibrated-vidur.yaml's and the serving fit's, held
 CHIPS = {"h100": "H100-SXM", "h200": "H200-SXM"}  # InferenceMAX's names -> the catalog's
@@ -94,6 +99,23 @@ START = {"H100-SXM": 0.85, "H200-SXM": 0.65, "ovh": 32.0, "ar8": 8.0, "ce": 0.25
 RESAMPLES = 200
 
 
+def marlin_launches() -> int:
+    """The kernel launches of one gpt-oss-120b expert layer on vLLM 0.33.0's Marlin MXFP4
+    path (``blis_vllm/moe_backend.py``), the same on both chips of the die."""
+    from blis_vllm.moe_backend import ExpertPath, resolve_expert_path
+
+    from blis_core.cost import load_catalog
+
+    catalog = load_catalog()
+    counts = set()
+    for hardware in CHIPS.values():
+        path = resolve_expert_path("marlin", catalog.model(MODEL), catalog.chip(hardware))
+        assert isinstance(path, ExpertPath) and path.impl == EXPERT_IMPL, path
+        counts.add(path.kernels)
+    (count,) = counts
+    return count
+
+
 def fit_role(record: dict[str, Any]) -> bool:
     """The fit role: 1k in and 1k out (on each chip)."""
     return record["hw"] in CHIPS and record["isl"] == 1024 and record["osl"] == 1024
@@ -102,13 +124,14 @@ def fit_role(record: dict[str, Any]) -> bool:
 def entry(me: float, ce: float, ovh: float, hardware: str,
           covered: dict[str, list[float]] | None = None, source: str = "",
           spread: dict[str, list[float]] | None = None) -> dict[str, Any]:  # fmt: skip
-    """The expert-GEMM entry for memory efficiency ``me``, compute efficiency ``ce``
-    (resources adding: ``overlap: 0``) and fixed cost ``ovh`` us on ``hardware``."""
+    """The expert-GEMM entry of the Marlin path for memory efficiency ``me``, compute
+    efficiency ``ce`` (resources adding: ``overlap: 0``) and the layer's fixed cost ``ovh``
+    us on ``hardware``, written per kernel launch (``ovh`` over :func:`marlin_launches`)."""
     out: dict[str, Any] = {
-        "family": "moe_gemm", "impl": "*", "hardware": hardware, "dtype": "fp4",
+        "family": "moe_gemm", "impl": EXPERT_IMPL, "hardware": hardware, "dtype": "fp4",
         "rank": "calibrated", "method": "fitted",
         "params": {"memory_efficiency": me, "compute_efficiency": ce, "overlap": 0.0,
-                   "overhead_us": ovh},
+                   "overhead_us": ovh / marlin_launches()},
         "covered": covered or {}, "source": source or "bench/fit_mxfp4.py (candidate)",
     }  # fmt: skip
     if spread:
@@ -234,7 +257,8 @@ def covered_ranges(hardware: str) -> dict[str, dict[str, list[float]]]:
     lo: dict[str, dict[str, float]] = {f: {k: math.inf for k in ks} for f, ks in what.items()}
     hi: dict[str, dict[str, float]] = {f: {k: 0.0 for k in ks} for f, ks in what.items()}
     for tp in (1, 2, 4, 8):
-        plan, data = engine_plan(MODEL, hardware, tp, {"max_num_seqs": 64, "max_model_len": 4096})
+        args = {"max_num_seqs": 64, "max_model_len": 4096, "moe_backend": "marlin"}
+        plan, data = engine_plan(MODEL, hardware, tp, args)
         cp = compile_plan(plan, data.catalog, data.registry)
         dec = plan.graph_policy.decode_mode
         shapes = [StepShape(step_id=1, mode=StepMode.DECODE_ONLY,
@@ -387,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     entries = []
     if a.write:
+        launches = marlin_launches()
         for hardware in CHIPS.values():
             n = sum(1 for u in units if CHIPS.get(u.split("/")[-1].split("-")[0]) == hardware)
             source = (
@@ -394,12 +419,16 @@ def main(argv: list[str] | None = None) -> int:
                 "expert layer's alignment, activation and top-k sum launches) on the "
                 f"{len(units)} points of H100-SXM and H200-SXM, loss mean |log(sim/measured)| "
                 "of mean TPOT; compute efficiency one for the GH100 die on the same points, "
-                "the same loss of TTFT p50; overlap 0 (weight read and multiply add)"
+                "the same loss of TTFT p50; overlap 0 (weight read and multiply add); "
+                "overhead_us per kernel launch: the expert layer's fitted fixed cost "
+                f"({p['ovh']:g} us) over the {launches} launches of vLLM's Marlin MXFP4 path "
+                "for gpt-oss-120b (blis_vllm/moe_backend.py), which the plan charges back "
+                "per layer: the fitted prices are unchanged"
             )
             spread = {
                 "memory_efficiency": spread_of[hardware],
                 "compute_efficiency": list(ce_spread),
-                "overhead_us": list(spread_of["ovh"]),  # a copy: no YAML alias
+                "overhead_us": [v / launches for v in spread_of["ovh"]],
             }
             cov = covered_ranges(hardware)
             entries.append(entry(p[hardware], ce, p["ovh"], hardware, cov["moe_gemm"], source,

@@ -994,7 +994,8 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"GPU KV blocks     {budget.num_gpu_blocks} x {budget.block_size_tokens} tokens")
             print(f"KV bytes / rank   {budget.kv_bytes}")
         for layer in plan.layers:
-            print(f"layer             {layer.kind.value} x{layer.count} impl={layer.impl}")
+            kernels = f" kernels={layer.kernels}" if layer.kernels != 1 else ""
+            print(f"layer             {layer.kind.value} x{layer.count} impl={layer.impl}{kernels}")
         for i, part in enumerate(plan.parts):
             kinds = ", ".join(f"{x.kind.value} x{x.count}" for x in part.layers)
             via = f" via {part.link}" if part.link else ""

@@ -50,13 +50,18 @@ class CoefficientRank(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class PrimitivePrice:
-    """Time of one primitive family in one step, and the rank that priced it."""
+    """Time of one primitive family in one step, and the rank that priced it.
+
+    ``launches`` is the kernels one launch of the term issues (an MoE layer's expert path,
+    :attr:`~blis_core.contracts.plan.LoweredLayer.kernels`): ``seconds`` holds its fixed
+    cost that many times per launch."""
 
     family: str
     impl: str
     seconds: float
     rank: CoefficientRank
     bound: str = ""  # compute | memory | link | overhead (or e.g. compute+memory where they add)
+    launches: int = 1
 
 
 @dataclass(frozen=True, slots=True)

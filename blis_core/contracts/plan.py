@@ -67,15 +67,29 @@ class LoweredLayer(Document):
     """One kind of layer, repeated ``count`` times per pipeline stage, with its kernel.
 
     ``impl`` names the exact kernel implementation the engine selected (for attention,
-    the backend: ``FLASH_ATTN``, ``FLASHINFER``, ``TRITON_ATTN``, ``FLASHMLA`` …); the
-    cost model keys coefficients by it. ``kv_group`` names the KV group an attention
-    layer reads.
+    the backend: ``FLASH_ATTN``, ``FLASHINFER``, ``TRITON_ATTN``, ``FLASHMLA`` …; for an
+    MoE layer, e.g. ``FusedMoE:marlin``); the cost model keys coefficients by it.
+    ``kv_group`` names the KV group an attention layer reads. ``kernels`` is the number
+    of kernel launches one instance of the layer's main operation issues on that path:
+    for an MoE layer, its routed-expert path from the top-k selection (and token
+    alignment) to the weighted sum over the top-k, the router GEMM and any shared
+    experts being priced as kernels of their own. The cost model charges the kernel
+    entry's per-launch fixed cost (``overhead_us``) ``kernels`` times per layer instance
+    and the path's work (FLOPs, bytes) once. Only MoE layers may state more than one; a
+    plan that sets it on another kind is refused when priced.
     """
 
     kind: LayerKind
     impl: str
     count: int = Field(gt=0)
     kv_group: str | None = None
+    kernels: int = Field(
+        default=1,
+        gt=0,
+        description="kernel launches one instance of the layer's main operation issues on "
+        "the selected path (MoE: top-k through the weighted sum); the per-launch fixed cost "
+        "is charged this many times, the work once",
+    )
 
 
 class KVGroup(Document):

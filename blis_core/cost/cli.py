@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from blis_core.contracts.errors import FieldError, InputRefused
-from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
+from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import STEP_SHAPE_ADAPTER, StepShape
 from blis_core.cost import memory
 from blis_core.cost.catalog import (
@@ -110,6 +110,19 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         if name == "price":
             p.add_argument("--shape", type=Path, required=True, help="StepShape JSON/YAML file")
             p.add_argument("--graph-mode", choices=[m.value for m in GraphMode], default="none")
+            p.add_argument(
+                "--moe-impl",
+                default=None,
+                help="kernel implementation of the MoE layers (default: fused_moe_triton), "
+                "e.g. FusedMoE:marlin as blis-vllm names vLLM's Marlin path",
+            )
+            p.add_argument(
+                "--moe-kernels",
+                type=_positive,
+                default=1,
+                help="kernel launches of one MoE layer's expert path (each pays the "
+                "entry's fixed cost; blis-vllm states its selected path's count)",
+            )
         p.set_defaults(func=_guard(func))
     p = cost_sub.add_parser("fit", help="fit calibrated entries from Vidur operator profiles")
     p.add_argument("data_dir", type=Path)
@@ -270,6 +283,22 @@ def _read_shape(path: Path) -> StepShape:
 def _cost_price(args: argparse.Namespace) -> int:
     c, env = _env(args)
     plan = _plan(args, c, GraphMode(args.graph_mode))
+    if args.moe_impl is not None or args.moe_kernels != 1:
+        if not any(layer.kind is LayerKind.MOE for layer in plan.layers):
+            raise InputRefused.one(
+                "--moe-impl" if args.moe_impl is not None else "--moe-kernels",
+                args.moe_impl if args.moe_impl is not None else args.moe_kernels,
+                f"model {args.model} has no MoE layer",
+            )
+        layers = tuple(
+            layer.model_copy(
+                update={"impl": args.moe_impl or layer.impl, "kernels": args.moe_kernels}
+            )
+            if layer.kind is LayerKind.MOE
+            else layer
+            for layer in plan.layers
+        )
+        plan = plan.model_copy(update={"layers": layers})
     shape = _read_shape(args.shape)
     price = env.explain_step(plan, shape)
     if args.json:
@@ -277,7 +306,7 @@ def _cost_price(args: argparse.Namespace) -> int:
             "duration_us": price.duration_us,
             "parts": [
                 {"family": p.family, "impl": p.impl, "seconds": p.seconds,
-                 "rank": p.rank.name.lower(), "bound": p.bound}
+                 "rank": p.rank.name.lower(), "bound": p.bound, "launches": p.launches}
                 for p in price.parts
             ],
         }  # fmt: skip
@@ -285,8 +314,9 @@ def _cost_price(args: argparse.Namespace) -> int:
         return 0
     print(f"step {shape.step_id} ({shape.mode.value}): {price.duration_us} us")
     for p in price.parts:
+        launches = f" ({p.launches} launches)" if p.launches != 1 else ""
         print(f"  {p.family:18} {p.impl:32} {p.seconds * 1e6:10.1f} us  "
-              f"{p.rank.name.lower():11} {p.bound}")  # fmt: skip
+              f"{p.rank.name.lower():11} {p.bound}{launches}")  # fmt: skip
     return 0
 
 

@@ -276,7 +276,8 @@ class SimEnvironment:
         """The same price as :meth:`price_step` with its per-kernel breakdown and ranks.
 
         Does not count toward the rank totals. ``family`` of a part is the primitive
-        family; ``impl`` is ``<layer>:<kernel impl>``.
+        family; ``impl`` is ``<layer>:<kernel impl>``; ``launches`` the kernels one launch
+        of it issues (each paying the entry's fixed cost).
         """
         cp = self.compiled(plan, shape.part_set)
         ev = cp.evaluate(shape)
@@ -295,6 +296,7 @@ class SimEnvironment:
                     seconds=secs,
                     rank=CoefficientRank(int(ev.ranks[j])),
                     bound=bound,
+                    launches=term.launches,
                 )
             )
         return StepPrice(duration_us=seconds_to_us(ev.total_s), parts=tuple(parts))

@@ -75,7 +75,11 @@ Linear = dict[int, float]
 
 @dataclass
 class Term:
-    """One kernel of the plan: family, impl, dtype key, and its per-launch work."""
+    """One kernel of the plan: family, impl, dtype key, and its per-launch work.
+
+    ``launches`` is how many kernels one launch of the term issues (an MoE layer's expert
+    path, :attr:`LoweredLayer.kernels`): its entry's fixed cost (``overhead_us``) is
+    charged that many times, its work once."""
 
     family: str
     impl: str
@@ -92,6 +96,8 @@ class Term:
     """the processor that runs it (a split plan's part); None: the plan's hardware"""
     link: str | None = None
     """the fabric its link bytes cross; None: the processor's scale-up, else PCIe"""
+    launches: int = 1
+    """kernels one launch of the term issues; the entry's overhead is charged per kernel"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +215,9 @@ class CompiledPlan:
             self.entries.append(entry)
             c = entry_constants(entry, thw, term.dtype, link_bw)
             inv[:, j] = (c.s_per_flop, c.s_per_byte, c.s_per_link_byte)
-            over[j] = c.overhead_s
+            # The fixed cost is per kernel launch: a term that issues several kernels
+            # (an MoE layer's expert path) pays it once per kernel, its work once.
+            over[j] = c.overhead_s * term.launches
             per_item[j] = c.per_item_s
             serial[j] = c.serial
             for r, key in enumerate(("flops", "bytes_moved", "link_bytes")):
@@ -237,6 +245,9 @@ class CompiledPlan:
         self.counts = counts.astype(np.float64)
         # Launch overhead by graph mode: eager launches every kernel; piecewise replays
         # graphs but launches attention eagerly; full graphs launch nothing per kernel.
+        # The host's eager launch count is one per term, as for every layer (a term's
+        # own ``launches`` are charged at the entry's overhead, not here), so the host
+        # entries fitted with that count keep their prices.
         one_pass = self.terms[: n_base + draft_first_terms]
         kernels = float(
             sum(
@@ -706,6 +717,7 @@ def _shift(term: Term, offset: int, prefix: str) -> Term:
         items=moved(term.items),
         where=term.where,
         ranks=term.ranks,
+        launches=term.launches,
     )
 
 
@@ -769,13 +781,33 @@ def _check_names(plan: PoolPlan) -> None:
             problem = impl_problem(layer.impl)
             if problem is not None:
                 raise InputRefused.one(f"{where}.{i}.impl", layer.impl, problem)
+    every: list[tuple[str, tuple[LoweredLayer, ...]]] = [
+        ("plan.layers", plan.layers),
+        ("plan.draft_policy.layers", draft),
+        *((f"plan.parts.{k}.layers", part.layers) for k, part in enumerate(plan.parts)),
+        *(
+            (f"plan.part_sets.{s}.{k}.layers", part.layers)
+            for s, part_set in enumerate(plan.part_sets)
+            for k, part in enumerate(part_set)
+        ),
+    ]
+    for where, layers in every:
+        for i, layer in enumerate(layers):
+            if layer.kernels != 1 and layer.kind is not LayerKind.MOE:
+                raise InputRefused.one(
+                    f"{where}.{i}.kernels",
+                    layer.kernels,
+                    f"only an MoE layer's kernel count is priced; a {layer.kind.value} layer "
+                    "is priced as one launch",
+                )
 
 
 def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> CompiledPlan:
     """Lower ``plan`` into priced terms for its model and chip (see module doc).
 
     Refuses a host-work key or a kernel implementation name that breaks the rules of
-    :mod:`blis_core.contracts.lowering`, naming the plan's field.
+    :mod:`blis_core.contracts.lowering`, and a kernel count above one
+    (:attr:`LoweredLayer.kernels`) on a layer that is not MoE, naming the plan's field.
     """
     _check_names(plan)
     model = catalog.model(plan.model)
@@ -1007,6 +1039,7 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
                             MOEF: local * 3 * h * width * exp_b,
                             T: k * routed * (2 * h + 3 * width) * act,
                         },
+                        launches=layer.kernels,
                     )
                 )
                 if moe.num_shared_experts:

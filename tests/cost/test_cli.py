@@ -53,6 +53,32 @@ def test_cost_price(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["duration_us"] > 0 and {p["rank"] for p in doc["parts"]} >= {"calibrated"}
 
 
+def test_cost_price_names_an_expert_paths_launches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--moe-impl``/``--moe-kernels`` price the MoE layers as an engine's selected
+    expert path; the breakdown names its launches, and more launches cost more."""
+    f = tmp_path / "shape.json"
+    f.write_text(json.dumps({"step_id": 1, "mode": "decode_only", "padded_tokens": 8,
+                             "seqs": [{"new_tokens": 1, "context_tokens": 500}] * 8}))  # fmt: skip
+    base = ["cost", "price", "--model", "mistralai/Mixtral-8x7B-v0.1", "--hardware", "H100-SXM",
+            "--tp", "2", "--shape", str(f), "--json", "--moe-impl", "FusedMoE:triton"]  # fmt: skip
+    durations = {}
+    for kernels in (1, 6):
+        assert main([*base, "--moe-kernels", str(kernels)]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        (moe,) = [p for p in doc["parts"] if p["family"] == "moe_gemm"]
+        assert (moe["impl"], moe["launches"]) == ("experts:FusedMoE:triton", kernels)
+        durations[kernels] = doc["duration_us"]
+    assert durations[6] > durations[1]
+    assert main([a for a in base if a != "--json"] + ["--moe-kernels", "6"]) == 0
+    assert "(6 launches)" in capsys.readouterr().out
+    dense = ["cost", "price", "--model", "meta-llama/Llama-2-7b-hf", "--hardware", "H100-SXM",
+             "--shape", str(f), "--moe-kernels", "3"]  # fmt: skip
+    assert main(dense) == 2
+    assert "--moe-kernels" in capsys.readouterr().err
+
+
 def test_refusals_exit_2_without_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

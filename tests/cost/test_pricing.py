@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from blis_core.contracts.cost import CoefficientRank
 from blis_core.contracts.errors import InputRefused
-from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
+from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog
@@ -30,6 +30,18 @@ def _plan(
     return default_plan(
         catalog.model(model), catalog.chip(chip), ParallelLayout(**layout), max_num_seqs=256
     )
+
+
+def _with_moe(plan: PoolPlan, impl: str, kernels: int) -> PoolPlan:
+    """``plan`` with its MoE layers on kernel implementation ``impl``, ``kernels``
+    launches an instance (as an engine states its selected expert path)."""
+    layers = tuple(
+        layer.model_copy(update={"impl": impl, "kernels": kernels})
+        if layer.kind is LayerKind.MOE
+        else layer
+        for layer in plan.layers
+    )
+    return plan.model_copy(update={"layers": layers})
 
 
 def _decode(batch: int, context: int) -> StepShape:
@@ -253,10 +265,14 @@ def test_price_seconds_is_its_vectorised_form_to_the_bit(
     catalog: Catalog, model: str, layout: dict[str, int], overlaps: bool
 ) -> None:
     """The term-by-term hot path gives every step's seconds and adds to the running
-    totals exactly what the vectorised form gave (dense, TP, PP stages, MoE, MLA, a
-    sliding window; every graph mode; steps inside and outside the covered ranges;
-    with ``overlaps``, entries whose resources add in part or whole)."""
+    totals exactly what the vectorised form gave (dense, TP, PP stages, MoE, an expert
+    path of several launches, MLA, a sliding window; every graph mode; steps inside and
+    outside the covered ranges; with ``overlaps``, entries whose resources add in part or
+    whole)."""
     plan = _plan(catalog, model, **layout)
+    if model == "openai/gpt-oss-20b":
+        # as blis-vllm states vLLM's Marlin MXFP4 path on Hopper: 6 launches an expert layer
+        plan = _with_moe(plan, "FusedMoE:marlin", 6)
     registry = installed_registry(catalog)
     if overlaps:
         registry = build_registry(
@@ -296,7 +312,8 @@ def test_pairwise_sum_is_numpys_sum_to_the_bit() -> None:
 def test_explain_names_every_resource_of_a_term_whose_resources_add(catalog: Catalog) -> None:
     """An entry with overlap 0 prices compute plus memory, and explain_step names both,
     the greater first; the same term under the roofline's max names one."""
-    plan = _plan(catalog, "mistralai/Mixtral-8x7B-v0.1", tp=2)  # bf16 experts: the roofline's max
+    # bf16 experts on vLLM's Triton path (the serving-fitted entry): the roofline's max
+    plan = _with_moe(_plan(catalog, "mistralai/Mixtral-8x7B-v0.1", tp=2), "FusedMoE:triton", 6)
     shape = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(900, 0),), 900)
     registry = installed_registry(catalog)
     serial = build_registry(
@@ -317,3 +334,47 @@ def test_explain_names_every_resource_of_a_term_whose_resources_add(catalog: Cat
     assert moe_after.seconds > moe_before.seconds
     rest = [(p.family, p.impl, p.seconds) for p in before.parts if p.family != "moe_gemm"]
     assert rest == [(p.family, p.impl, p.seconds) for p in after.parts if p.family != "moe_gemm"]
+
+
+@pytest.mark.parametrize("kernels", [2, 7])
+def test_an_expert_path_of_several_launches_pays_the_fixed_cost_per_launch(
+    catalog: Catalog, kernels: int
+) -> None:
+    """``LoweredLayer.kernels`` on an MoE layer charges its entry's ``overhead_us`` that
+    many times per layer instance and its work once: the expert term's seconds grow by
+    exactly the extra launches' overhead, every other term (and the work) is unchanged,
+    and explain_step names the launches."""
+    base = _with_moe(_plan(catalog, "mistralai/Mixtral-8x7B-v0.1", tp=2), "FusedMoE:triton", 1)
+    more = _with_moe(base, "FusedMoE:triton", kernels)
+    env = _fresh_env(catalog, installed_registry(catalog))
+    for shape in (_decode(16, 700), StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(900, 0),), 900)):
+        one = env.explain_step(base, shape)
+        many = env.explain_step(more, shape)
+        (e1,) = [p for p in one.parts if p.family == "moe_gemm"]
+        (ek,) = [p for p in many.parts if p.family == "moe_gemm"]
+        assert (e1.launches, ek.launches) == (1, kernels)
+        cp = env.compiled(more)
+        (j,) = [i for i, t in enumerate(cp.terms) if t.family == "moe_gemm"]
+        entry = cp.entries[j]
+        layers = next(x.count for x in more.layers if x.kind is LayerKind.MOE)
+        extra = (kernels - 1) * entry.params["overhead_us"] * 1e-6 * layers
+        assert entry.params["overhead_us"] > 0
+        assert ek.seconds - e1.seconds == pytest.approx(extra, rel=1e-9)
+        rest = [(p.family, p.impl, p.seconds) for p in one.parts if p.family != "moe_gemm"]
+        assert rest == [(p.family, p.impl, p.seconds) for p in many.parts if p.family != "moe_gemm"]
+        ev1, evk = env.compiled(base).evaluate(shape), cp.evaluate(shape)
+        assert np.array_equal(ev1.work, evk.work)  # the work is counted once
+        assert env.price_step(more, shape) == many.duration_us > one.duration_us
+
+
+def test_a_kernel_count_on_a_layer_that_is_not_moe_is_refused(catalog: Catalog) -> None:
+    plan = _plan(catalog)
+    i = next(k for k, x in enumerate(plan.layers) if x.kind is LayerKind.ATTENTION)
+    layers = list(plan.layers)
+    layers[i] = layers[i].model_copy(update={"kernels": 3})
+    bad = plan.model_copy(update={"layers": tuple(layers)})
+    with pytest.raises(InputRefused) as exc:
+        _fresh_env(catalog, installed_registry(catalog)).price_step(bad, _decode(4, 100))
+    (err,) = exc.value.errors
+    assert (err.path, err.value) == (f"plan.layers.{i}.kernels", 3)
+    assert "only an MoE layer" in err.cause

@@ -7,7 +7,8 @@ Ports the defaulting and validation of ``vllm/engine/arg_utils.py``
 0.92, prefix caching on), ``vllm/config/model.py`` (``_get_and_verify_max_len``,
 ``verify_with_parallel_config``), ``vllm/config/vllm.py`` (async scheduling default,
 ``_set_cudagraph_sizes``) and ``vllm/config/compilation.py`` (mode and CUDA-graph
-mode defaults), all at vLLM 0.33.0.
+mode defaults) and ``vllm/config/kernel.py`` (``moe_backend``, checked by the MoE kernel
+oracles as :mod:`blis_vllm.moe_backend` ports them), all at vLLM 0.33.0.
 
 The usage context is the OpenAI API server (``vllm serve``), which is how every
 deployment BLIS simulates is started. Arguments use upstream ``EngineArgs`` names.
@@ -38,6 +39,7 @@ from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchit
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
+from blis_vllm.moe_backend import MOE_BACKENDS, normalize_moe_backend, resolve_expert_path
 from blis_vllm.surface import field_list, surface_lists
 
 __all__ = [
@@ -80,6 +82,7 @@ MODELLED_ARGS: frozenset[str] = frozenset(
         "tensor_parallel_size",
         "pipeline_parallel_size",
         "data_parallel_size",
+        "moe_backend",
     }
 )
 """EngineArgs fields this port resolves and models."""
@@ -184,6 +187,9 @@ class VllmSettings:
     covers (``num_prefill_lookahead_tokens`` for EAGLE/EAGLE3/MTP with prefix caching,
     no KV connector and neither ``disable_eagle_block_drop`` nor
     ``disable_lookahead_block_hashes``; else 0)."""
+    moe_backend: str = "auto"
+    """``KernelConfig.moe_backend`` normalized (lower case, ``_``): the MoE layers' expert
+    path (:mod:`blis_vllm.moe_backend`); checked against the pool's model and chip."""
     use_eagle_block_drop: bool = False
     """The scheduler's ``use_eagle_block_drop``: EAGLE/EAGLE3/MTP without
     ``disable_eagle_block_drop`` and without lookahead block hashes (which prove the
@@ -438,6 +444,15 @@ def resolve_settings(
                 )
                 draft = None
             draft_model = _resolve_draft_model(method, draft, num_spec, model, errors)
+            if spec.get("moe_backend") is not None:
+                errors.append(
+                    FieldError(
+                        _arg_path("speculative_config.moe_backend"),
+                        spec["moe_backend"],
+                        "not modelled by blis-vllm: the drafter takes the target's moe_backend "
+                        "(SpeculativeConfig.moe_backend None)",
+                    )
+                )
             for key in ("disable_eagle_block_drop", "disable_lookahead_block_hashes"):
                 flag = spec.get(key, False)
                 if not isinstance(flag, bool):
@@ -451,6 +466,28 @@ def resolve_settings(
     kv_connector, kv_role, kv_policy, kv_threshold = _resolve_kv_transfer(
         args.get("kv_transfer_config"), errors
     )
+
+    # -- MoE kernels (KernelConfig.moe_backend, fused_moe/oracle/) ---------------------
+    moe_arg = _typed(args, "moe_backend", str, errors)
+    moe_backend = "auto" if moe_arg is None else normalize_moe_backend(moe_arg)
+    if moe_backend not in MOE_BACKENDS:
+        errors.append(
+            FieldError(
+                _arg_path("moe_backend"),
+                moe_arg,
+                f"must be one of {', '.join(MOE_BACKENDS)} (KernelConfig.moe_backend)",
+            )
+        )
+    elif model.moe is not None:
+        path = resolve_expert_path(moe_backend, model, hw, layout.dp)
+        if isinstance(path, str):
+            errors.append(
+                FieldError(
+                    _arg_path("moe_backend"),
+                    moe_arg if moe_arg is not None else "auto",
+                    f"{path} ({model.hf_id} on {hw.id})",
+                )
+            )
 
     # -- scheduler -----------------------------------------------------------------------
     reserve = _typed(args, "scheduler_reserve_full_isl", bool, errors)
@@ -666,6 +703,7 @@ def resolve_settings(
         kv_role=kv_role,
         kv_load_failure_policy=kv_policy,
         kv_recompute_threshold=kv_threshold,
+        moe_backend=moe_backend,
     )
 
 

@@ -6,6 +6,9 @@
   ``FLASH_ATTN_MLA`` for MLA; Blackwell (SM10x) → ``FLASHINFER`` or
   ``FLASHINFER_MLA``; Ampere → ``FLASH_ATTN``, with ``TRITON_ATTN`` for sinks (FA2
   has none) and ``TRITON_MLA`` for MLA; SM12x → ``TRITON_MLA`` for MLA.
+* MoE layers: the expert path vLLM 0.33.0's oracle selects for ``moe_backend`` (the
+  model's quantization on the chip, :mod:`blis_vllm.moe_backend`), lowered as
+  ``FusedMoE:<backend>`` with its kernel launches (``LoweredLayer.kernels``).
 * KV groups: one plan group per attention type (``full``, ``sliding_window``,
   ``mla``) with its layers and bytes per token; the engine's block tables follow
   0.33.0's grouping rule (``kv_cache_utils.get_kv_cache_groups``: groups of equal
@@ -45,6 +48,7 @@ from blis_core.contracts.plan import (
 
 from blis_vllm.config import VllmSettings
 from blis_vllm.kv_cache_utils import KVCacheGroupSpec, get_kv_cache_groups, pool_bytes_per_block
+from blis_vllm.moe_backend import resolve_expert_path
 from blis_vllm.version import ENGINE_KIND, UPSTREAM_RELEASE
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "draft_layers",
     "graph_policy",
     "kv_groups",
+    "moe_layer",
     "scheduler_kv_cache_groups",
     "select_attention_backend",
 ]
@@ -208,8 +213,28 @@ def graph_policy(settings: VllmSettings) -> GraphPolicy:
     )
 
 
+def moe_layer(
+    settings: VllmSettings, model: ModelArchitecture, hw: HardwareSpec, count: int
+) -> LoweredLayer:
+    """``count`` MoE layers of ``model`` on the expert path ``moe_backend`` selects on
+    ``hw``; refused (``engine.args.moe_backend``) where blis-vllm models no such path."""
+    path = resolve_expert_path(settings.moe_backend, model, hw, settings.layout.dp)
+    if isinstance(path, str):
+        raise InputRefused.one(
+            "engine.args.moe_backend",
+            settings.moe_backend,
+            f"{path} ({model.hf_id} on {hw.id})",
+            f"vllm@{UPSTREAM_RELEASE}",
+        )
+    return LoweredLayer(kind=LayerKind.MOE, impl=path.impl, count=count, kernels=path.kernels)
+
+
 def _lowered_layers(
-    model: ModelArchitecture, settings: VllmSettings, backend: str, groups: tuple[KVGroup, ...]
+    model: ModelArchitecture,
+    settings: VllmSettings,
+    hw: HardwareSpec,
+    backend: str,
+    groups: tuple[KVGroup, ...],
 ) -> tuple[LoweredLayer, ...]:
     # The target's own layers per group (the groups' counts include a drafter's layers).
     own: dict[str, int] = {}
@@ -234,7 +259,7 @@ def _lowered_layers(
                     kind=LayerKind.MLP, impl="MergedColumnParallelLinear+SiluAndMul", count=dense
                 )
             )
-        layers.append(LoweredLayer(kind=LayerKind.MOE, impl="FusedMoE", count=n - dense))
+        layers.append(moe_layer(settings, model, hw, n - dense))
     else:
         layers.append(
             LoweredLayer(kind=LayerKind.MLP, impl="MergedColumnParallelLinear+SiluAndMul", count=n)
@@ -245,7 +270,11 @@ def _lowered_layers(
 
 
 def draft_layers(
-    settings: VllmSettings, draft: ModelArchitecture, backend: str, groups: tuple[KVGroup, ...]
+    settings: VllmSettings,
+    draft: ModelArchitecture,
+    hw: HardwareSpec,
+    backend: str,
+    groups: tuple[KVGroup, ...],
 ) -> tuple[LoweredLayer, ...]:
     """One forward pass of the drafter (``TargetDependentARSpeculator``, vLLM 0.33.0).
 
@@ -253,7 +282,9 @@ def draft_layers(
     after ``combine_hidden_states``, MTP ``eh_proj``), the decoder layers a pass runs
     (one MTP layer per pass: ``n_predict`` layers serve the drafts in turn; all of an
     EAGLE head's layers), its norms, logits over the draft vocabulary and the
-    draft sampler. The embedding lookup is the target's (shared, not re-lowered).
+    draft sampler. The embedding lookup is the target's (shared, not re-lowered). An MoE
+    drafter layer takes the path ``moe_backend`` selects for the drafter's own weights
+    (the speculative config inherits the target's ``moe_backend``).
     """
     kind, _ = _draft_kv_layers(settings, draft)
     n = 1 if settings.speculative_method == "mtp" else draft.num_layers
@@ -268,7 +299,7 @@ def draft_layers(
     moe = draft.moe
     index = draft.num_layers if settings.speculative_method == "mtp" else 0
     if moe is not None and index >= moe.first_dense_layers:
-        layers.append(LoweredLayer(kind=LayerKind.MOE, impl="FusedMoE", count=n))
+        layers.append(moe_layer(settings, draft, hw, n))
     else:
         layers.append(
             LoweredLayer(kind=LayerKind.MLP, impl="MergedColumnParallelLinear+SiluAndMul", count=n)
@@ -291,7 +322,7 @@ def build_partial_plan(
             method=settings.speculative_method,
             num_speculative_tokens=settings.num_speculative_tokens,
             draft_model=settings.speculative_model,
-            layers=draft_layers(settings, drafter, backend, groups) if drafter else (),
+            layers=draft_layers(settings, drafter, hw, backend, groups) if drafter else (),
         )
     return PoolPlan(
         engine=f"{ENGINE_KIND}@{UPSTREAM_RELEASE}",
@@ -302,7 +333,7 @@ def build_partial_plan(
         weights_dtype=model.dtype,
         kv_cache_dtype=kv_cache_dtype(settings, model),
         quantization=model.quantization,
-        layers=_lowered_layers(model, settings, backend, groups),
+        layers=_lowered_layers(model, settings, hw, backend, groups),
         kv_groups=groups,
         graph_policy=graph_policy(settings),
         draft_policy=draft,

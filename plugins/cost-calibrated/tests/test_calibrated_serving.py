@@ -64,7 +64,7 @@ def test_inside_calibrated_outside_transferred(
     cov = raw["covered"]
     ranks = int(cov["ranks"][0]) if "ranks" in cov else 1
     work = {k: _middle(cov[k]) if k in cov else 0.0 for k in ("flops", "bytes_moved", "link_bytes")}
-    impl = "nccl" if family == "allreduce" else "FLASH_ATTN"
+    impl = {"allreduce": "nccl", "moe_gemm": "FusedMoE:triton"}.get(family, "FLASH_ATTN")
     inside = _work(family, impl, ranks, work)
     method = RegistryMethod(catalog, registry)
     got = method.price(inside)
@@ -92,3 +92,54 @@ def test_other_chips_keep_their_previous_rank(registry: Registry) -> None:
     assert effective_rank(moe, "A100-80GB-SXM", None, "moe_gemm") == CoefficientRank.TRANSFERRED
     host = registry.best("host_step", "vllm-0.33.0/sync", "H100-SXM", "*")
     assert host is not None and host.rank is CoefficientRank.ASSUMED
+
+
+def test_the_expert_entry_prices_mixtrals_triton_layer_as_fitted_to_the_bit(
+    catalog: Catalog, registry: Registry
+) -> None:
+    """The expert GEMMs' entry is keyed to the path the Mixtral runs take in blis-vllm
+    (vLLM's Triton fused-MoE path, ``FusedMoE:triton``, 6 launches a layer for 8 experts:
+    blis_vllm/moe_backend.py) with its fixed cost per launch (8/6 us): every step prices
+    as the entry as fitted (impl ``*``, 8 us, one launch) did, term by term."""
+    import dataclasses
+
+    from blis_core.contracts.plan import LayerKind, ParallelLayout
+    from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+    from blis_core.cost import SimEnvironment, default_plan
+    from blis_core.cost.registry import build_registry
+
+    (raw,) = [e for e in _doc()["entries"] if e["family"] == "moe_gemm"]  # type: ignore[attr-defined]
+    assert raw["impl"] == "FusedMoE:triton" and "per kernel launch" in raw["source"]
+    assert raw["params"]["overhead_us"] == 8.0 / 6
+    as_fitted = build_registry(
+        [dataclasses.replace(e, impl="*", params={**e.params, "overhead_us": 8.0})
+         if e.family == "moe_gemm" and e.provider == "calibrated" and e.dtype == "bf16"
+         and e.hardware == "H100-SXM" else e for e in registry.entries],
+        "as fitted",
+    )  # fmt: skip
+    base = default_plan(
+        catalog.model("mistralai/Mixtral-8x7B-v0.1"), catalog.chip("H100-SXM"),
+        ParallelLayout(tp=2),
+    )  # fmt: skip
+
+    def on(impl: str, kernels: int) -> object:
+        layers = tuple(
+            x.model_copy(update={"impl": impl, "kernels": kernels})
+            if x.kind is LayerKind.MOE else x
+            for x in base.layers
+        )  # fmt: skip
+        return base.model_copy(update={"layers": layers})
+
+    shipped = SimEnvironment(catalog, registry, (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+    fitted = SimEnvironment(catalog, as_fitted, (), lambda p, e: None)  # type: ignore[arg-type,return-value]
+    for shape in (
+        StepShape(1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, 900) for _ in range(32)), 32),
+        StepShape(2, StepMode.MIXED, (SeqChunk(700, 0), SeqChunk(1, 300)), 701),
+    ):
+        a = shipped.explain_step(on("FusedMoE:triton", 6), shape)  # type: ignore[arg-type]
+        b = fitted.explain_step(on("fused_moe_triton", 1), shape)  # type: ignore[arg-type]
+        assert [(p.family, p.seconds, p.rank) for p in a.parts] == [
+            (p.family, p.seconds, p.rank) for p in b.parts
+        ]
+        moe = [p for p in a.parts if p.family == "moe_gemm"]
+        assert moe and moe[0].rank is CoefficientRank.CALIBRATED and moe[0].launches == 6

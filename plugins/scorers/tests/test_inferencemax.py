@@ -94,15 +94,55 @@ def test_gpt_oss_on_hopper_with_vllm_0_13_runs_inferencemax_launch_arguments(
     assert args == {
         "max_num_seqs": 16, "enable_prefix_caching": False, "async_scheduling": True,
         "max_cudagraph_capture_size": 2048, "max_num_batched_tokens": 8192,
-        "max_model_len": 1024 + 8192 + 200,
+        "max_model_len": 1024 + 8192 + 200, "moe_backend": "marlin",
     }  # fmt: skip
     assert "gptoss_fp4_h200_slurm.sh" in h200.estimated["server arguments"]
-    assert h100.scenario.deployment.pools[0].args["max_model_len"] == 10240
+    h100_args = h100.scenario.deployment.pools[0].args
+    assert (h100_args["max_model_len"], h100_args["moe_backend"]) == (10240, "marlin")
+    assert (
+        "VLLM_MXFP4_USE_MARLIN=1, the expert kernel, passed as moe_backend marlin"
+        in (h100.estimated["server arguments"])
+    )
     older_args = older.scenario.deployment.pools[0].args
     assert older_args == {"max_num_seqs": 4, "enable_prefix_caching": False}
     b200_args = b200.scenario.deployment.pools[0].args
     assert (b200_args["kv_cache_dtype"], b200_args["max_num_seqs"]) == ("fp8", 512)
-    assert "fuse_allreduce_rms" in b200.estimated["server arguments"]  # named, not passed
+    assert b200_args["moe_backend"] == "flashinfer_trtllm"
+    b200_text = b200.estimated["server arguments"]
+    assert "fuse_allreduce_rms" in b200_text  # named, not passed
+    assert "kernel passed as moe_backend flashinfer_trtllm" in b200_text
+    assert "MXFP8 activations of VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8" in b200_text  # not passed
+
+
+def test_gpt_oss_launch_arguments_plan_the_expert_kernel_each_launch_selected(
+    tmp_path: Path,
+) -> None:
+    """The vLLM port takes the passed ``moe_backend``: the Hopper points' experts run
+    vLLM's Marlin MXFP4 path (the fitted entries' key), the B200's FlashInfer TRT-LLM."""
+    from blis_core.contracts.engine import EnginePoolSpec
+    from blis_core.contracts.plan import LayerKind
+    from blis_core.runner import DataSources, make_host
+    from blis_core.runner.environment import make_environment
+    from blis_core.sim.rng import RandomStreams
+
+    gptoss = {
+        "model": "openai/gpt-oss-120b",
+        "precision": "fp4",
+        "image": "vllm/vllm-openai:v0.13.0",
+    }
+    entries = [_entry(hw=hw, isl=1024, osl=1024, conc=4, tp=2, **gptoss) for hw in ("h100", "b200")]
+    host = make_host()
+    sources = DataSources.load(None, None, host)
+    factory = host.select_engine("vllm", "0.33.0")
+    got = {}
+    for point in ADAPTER.load(_write(tmp_path / "d", entries), tmp_path):
+        spec = point.scenario.deployment.pools[0]
+        pool = EnginePoolSpec(pool="p", model=spec.model, hardware=spec.hardware,
+                              layout=spec.layout, args=dict(spec.args))  # fmt: skip
+        plan = factory.plan(pool, make_environment(sources, "plan", RandomStreams(0)))
+        (moe,) = [x for x in plan.layers if x.kind is LayerKind.MOE]
+        got[spec.hardware] = (moe.impl, moe.kernels)
+    assert got == {"H100-SXM": ("FusedMoE:marlin", 7), "B200": ("FusedMoE:flashinfer_trtllm", 4)}
 
 
 def test_blis_score_scores_what_it_can_and_grades_the_rest_g5(

@@ -58,12 +58,20 @@ CHIPS: Final = {
 _GPTOSS_SCRIPTS: Final = "InferenceX@4e52ed4c6 (2026-01-02, the first with vLLM 0.13.0)"
 _B200_UNPASSED: Final = (
     "the fuse_allreduce_rms and eliminate_noops compilation passes (blis-vllm models no "
-    "compilation pass) and VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 (the expert kernel; the "
-    "floor prices FP4 experts at the chip's FP4 rate)"
+    "compilation pass) and the MXFP8 activations of VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8 "
+    "(its FlashInfer TRT-LLM MXFP4 kernel is passed as moe_backend flashinfer_trtllm; in "
+    "vLLM 0.33.0 that backend runs BF16 activations unless quantization_config asks for "
+    "MXFP8, which blis-vllm does not model: the BF16-activation path is priced, one "
+    "activation-quantize launch fewer)"
 )
 """What InferenceMAX's gpt-oss vLLM 0.13.0 launch on the B200 (``gptoss_fp4_b200_*.sh``
 at :data:`_GPTOSS_SCRIPTS`) sets that the adapter does not pass (named in each point's
 estimate)."""
+_MOE_BACKENDS: Final = {"h100": "marlin", "h200": "marlin", "b200": "flashinfer_trtllm"}
+"""``moe_backend`` (vLLM 0.33.0) of the expert kernel each gpt-oss 0.13.0 launch selects:
+``VLLM_MXFP4_USE_MARLIN=1`` on the Hopper chips (vLLM 0.33.0 has no such variable; its
+``moe_backend: marlin`` selects the same Marlin MXFP4 path), FlashInfer's TRT-LLM MXFP4
+kernel on the B200 (``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``)."""
 
 
 def _gptoss_max_model_len(hw: str, isl: int, osl: int) -> int:
@@ -85,27 +93,31 @@ def _vllm_launch(
     gpt-oss on the H100, H200 and B200 with the vLLM 0.13.0 image: InferenceMAX's launch
     (``gptoss_fp4_<chip>_*.sh`` at :data:`_GPTOSS_SCRIPTS`; unchanged in what it passes
     to vLLM until the scripts were merged on 2026-01-22; earlier images ran other
-    scripts, e.g. ``cudagraph_mode PIECEWISE`` with 0.11.0 at ``d22bf9c``). Its
+    scripts, e.g. ``cudagraph_mode PIECEWISE`` with 0.11.0 at ``d22bf9c``). The expert
+    kernel each launch selects is passed as ``moe_backend`` (:data:`_MOE_BACKENDS`):
     ``VLLM_MXFP4_USE_MARLIN=1`` (the H200 from that commit, the H100 from ``2ee1e0018``)
-    picks the MXFP4 expert kernel, which the cost model prices as one ``moe_gemm`` entry
-    per chip; what the B200's sets that blis-vllm does not model is named
-    (:data:`_B200_UNPASSED`). Elsewhere: vLLM's defaults with ``max_num_seqs`` = the
-    concurrency and prefix caching off."""
+    is vLLM's Marlin MXFP4 path, ``marlin``, whose launches the chip's fitted ``moe_gemm``
+    entry prices; the B200's FlashInfer MXFP4 kernel is ``flashinfer_trtllm``. What the
+    B200's sets that blis-vllm does not model is named (:data:`_B200_UNPASSED`).
+    Elsewhere: vLLM's defaults with ``max_num_seqs`` = the concurrency and prefix caching
+    off."""
     if model.startswith("openai/gpt-oss") and hw in ("h100", "h200", "b200") and tag == "0.13.0":
         b200 = hw == "b200"
         args: dict[str, Any] = {
             "max_num_seqs": 512 if b200 else conc, "enable_prefix_caching": False,
             "async_scheduling": True, "max_cudagraph_capture_size": 2048,
             "max_num_batched_tokens": 8192, "max_model_len": _gptoss_max_model_len(hw, isl, osl),
-            **({"kv_cache_dtype": "fp8"} if b200 else {}),
+            **({"kv_cache_dtype": "fp8"} if b200 else {}), "moe_backend": _MOE_BACKENDS[hw],
         }  # fmt: skip
         shown = ", ".join(f"{k} {v}" for k, v in args.items())
         script = "gptoss_fp4_b200_*.sh" if b200 else f"gptoss_fp4_{hw}_slurm.sh"
         marlin = "exports" if hw == "h200" else "exports from 2ee1e0018 (2026-01-12)"
         extra = (
-            f"; also sets {_B200_UNPASSED}: not passed"
+            "; its FlashInfer MXFP4 expert kernel passed as moe_backend flashinfer_trtllm; "
+            f"also sets {_B200_UNPASSED}: not passed"
             if b200
-            else f"; {marlin} VLLM_MXFP4_USE_MARLIN=1, the expert kernel (priced by the "
+            else f"; {marlin} VLLM_MXFP4_USE_MARLIN=1, the expert kernel, passed as "
+            "moe_backend marlin (vLLM 0.33.0's Marlin MXFP4 path, priced per launch by the "
             "chip's fitted moe_gemm entry)"
         )
         return args, f"InferenceMAX's gpt-oss launch ({_GPTOSS_SCRIPTS} {script}): {shown}{extra}"
