@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from blis_core.contracts.plan import ParallelLayout, PoolPlan
+from blis_core.contracts.plan import LayerKind, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.cost import SimEnvironment, default_plan, load_catalog
 from blis_core.runner import installed_registry
@@ -53,6 +53,9 @@ LAYER_KIND = {
     "lm_head": "logits",
     "router": "moe",
 }
+#: Mixtral's experts as blis-vllm lowers them on Hopper (vLLM 0.33.0's Triton path for
+#: bf16 experts: top-k, alignment, two GEMMs, activation, sum)
+MIXTRAL_EXPERTS = {"impl": "FusedMoE:triton", "kernels": 6}
 GEMM_TERMS = {
     "qkv": "qkv_proj",
     "o": "o_proj",
@@ -95,12 +98,19 @@ class Pricer:
     def plan(self, model: str) -> PoolPlan:
         if model not in self._plans:
             hf_id, tp = MODELS[model]
-            self._plans[model] = default_plan(
+            plan = default_plan(
                 self.catalog.model(hf_id),
                 self.catalog.chip(CHIP),
                 ParallelLayout(tp=tp),
                 max_num_seqs=4096,
             )
+            layers = tuple(
+                layer.model_copy(update=MIXTRAL_EXPERTS)
+                if layer.kind is LayerKind.MOE and hf_id.startswith("mistralai/Mixtral")
+                else layer
+                for layer in plan.layers
+            )
+            self._plans[model] = plan.model_copy(update={"layers": layers})
         return self._plans[model]
 
     def term(self, model: str, layer: str, batch: int, context: int) -> float:
