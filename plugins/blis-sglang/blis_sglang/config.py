@@ -14,7 +14,10 @@ Ports the parts of ``ServerArgs.resolve_once`` (``sglang/srt/arg_groups/pipeline
 * ``model_override_base.py`` default attention backend: ``fa3`` on Hopper, ``trtllm_mha``
   on SM100 (``fa4`` for unequal K/V widths), ``flashinfer`` elsewhere (``triton`` with
   attention sinks); MLA: ``fa3`` on Hopper, ``flashinfer`` on SM100, ``triton`` elsewhere;
-* ``validation_hook.py:check_server_args`` (exact messages for the checks it makes here).
+* ``validation_hook.py:check_server_args`` (exact messages for the checks it makes here);
+* ``moe_runner_backend`` (``arg_groups/choices.py``), resolved for the pool's MoE model on
+  its chip as :mod:`blis_sglang.moe_runner` ports it (refused where the runner it selects
+  is not counted).
 
 The device's memory is the runtime's total for one accelerator
 (:meth:`~blis_core.contracts.engine.Environment.device_memory_bytes`); upstream reads
@@ -53,6 +56,7 @@ from blis_sglang.buckets import (
     latency_bounds,
     token_count_bounds,
 )
+from blis_sglang.moe_runner import MOE_RUNNER_BACKENDS, RunnerPath, resolve_runner
 from blis_sglang.version import ENGINE, UPSTREAM_RELEASE
 
 __all__ = [
@@ -201,6 +205,12 @@ class SglangSettings:
     kv_events: bool = False
     """``kv_events_config`` is set: the tree records KV events (``kv_cache_builder``'s
     ``enable_kv_cache_events``) and the reporter publishes them."""
+    moe_runner_backend: str = "auto"
+    """``moe_runner_backend`` as the server arguments resolve it (``auto`` stays ``auto``
+    unless a model override sets it)."""
+    moe_path: RunnerPath | None = None
+    """The MoE layers' expert path (:func:`~blis_sglang.moe_runner.resolve_runner`);
+    ``None`` for a model without MoE layers."""
 
 
 def decode_capture_sizes(max_bs: int, *, no_padding: bool = False) -> tuple[int, ...]:
@@ -414,6 +424,7 @@ def resolve_settings(
     no_padding = _typed(args, "disable_cuda_graph_padding", bool, errors) or False
     kv_dtype = _typed(args, "kv_cache_dtype", str, errors) or "auto"
     backend = _typed(args, "attention_backend", str, errors)
+    moe_arg = _typed(args, "moe_runner_backend", str, errors)
     eviction = _typed(args, "radix_eviction_policy", str, errors) or "lru"
     bs_list = args.get("cuda_graph_bs_decode")
     buckets = _metric_buckets(args, errors)
@@ -495,6 +506,29 @@ def resolve_settings(
                     _path("attention_backend"), backend, f"not modelled by blis-sglang: {status}"
                 )
             )
+    moe_runner_backend = moe_arg if moe_arg is not None else "auto"
+    moe_path: RunnerPath | None = None
+    if moe_runner_backend not in MOE_RUNNER_BACKENDS:
+        errors.append(
+            FieldError(
+                _path("moe_runner_backend"),
+                moe_runner_backend,
+                f"invalid choice (choose from {', '.join(MOE_RUNNER_BACKENDS)})",
+            )
+        )
+    elif model.moe is not None:
+        resolved = resolve_runner(moe_runner_backend, model, hw)
+        if isinstance(resolved, str):
+            errors.append(
+                FieldError(
+                    _path("moe_runner_backend"),
+                    moe_runner_backend,
+                    f"{resolved} ({model.hf_id} on {hw.id})",
+                )
+            )
+        else:
+            moe_path = resolved
+            moe_runner_backend = resolved.server_arg
     if conservativeness is not None and conservativeness < 0:
         errors.append(
             FieldError(
@@ -617,5 +651,7 @@ def resolve_settings(
         retraction_policy=retraction,
         metric_buckets=buckets,
         kv_events=bool(kv_events_config),
+        moe_runner_backend=moe_runner_backend,
+        moe_path=moe_path,
         **flags,
     )

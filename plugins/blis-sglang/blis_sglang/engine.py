@@ -52,6 +52,7 @@ from blis_sglang.config import (
     resolve_settings,
 )
 from blis_sglang.metrics import SglangMetrics
+from blis_sglang.moe_runner import MODELLED_BACKENDS, MOE_RUNNER_BACKENDS
 from blis_sglang.planning import PoolSizes, build_plan
 from blis_sglang.req import Req
 from blis_sglang.scheduler import PRIORITY_REFUSED, Batch, Scheduler
@@ -368,6 +369,7 @@ class SglangEngineFactory:
             "page_size": s.page_size,
             "kv_cache_dtype": s.kv_cache_dtype,
             "attention_backend": s.attention_backend,
+            "moe_runner_backend": s.moe_runner_backend,
             "schedule_policy": s.schedule_policy,
             "schedule_conservativeness": s.schedule_conservativeness,
             "disable_overlap_schedule": not s.enable_overlap,
@@ -386,7 +388,9 @@ class SglangEngineFactory:
 
     def surface(self) -> Mapping[str, Mapping[str, str]]:
         """``blis surface sglang``: every ServerArgs field, scheduling policy, attention
-        backend and prefix-cache kind of SGLang 0.5.23 with its status."""
+        backend, MoE runner backend and prefix-cache kind of SGLang 0.5.23 with its
+        status (a MoE runner backend is ``modelled`` where some catalog MoE model runs on
+        it on some chip, :mod:`blis_sglang.moe_runner`)."""
         fields = {name: str(entry["status"]) for name, entry in field_list().items()}
         policies = {p: "modelled" if p in POLICIES else "refused" for p in UPSTREAM_POLICIES}
         backends = {
@@ -399,5 +403,8 @@ class SglangEngineFactory:
             "fields": fields,
             "schedule_policies": policies,
             "attention_backends": backends,
+            "moe_runner_backends": {
+                b: "modelled" if b in MODELLED_BACKENDS else "refused" for b in MOE_RUNNER_BACKENDS
+            },
             "cache_kinds": dict(CACHE_KINDS),
         }

@@ -4,7 +4,9 @@
   (:meth:`~blis_core.contracts.engine.Environment.lower`) with SGLang's attention
   backend as the attention kernel, one KV page of ``page_size`` tokens, and the decode
   CUDA-graph sizes as the capture sizes (decode: ``FULL`` graphs; extend batches:
-  breakable prefill graphs, recorded as ``PIECEWISE``).
+  breakable prefill graphs, recorded as ``PIECEWISE``); MoE layers on the expert path
+  ``moe_runner_backend`` selects (:mod:`blis_sglang.moe_runner`), lowered as
+  ``FusedMoE:<runner>`` with that path's kernel launches (``LoweredLayer.kernels``).
 * Pool sizing (``mem_cache/kv_cache_configurator.py`` 0.5.23):
   ``_profile_available_bytes`` (``:2990``): the KV pool gets the memory free after the
   weights load minus ``pre_model_load_memory x (1 - mem_fraction_static)``, where
@@ -32,7 +34,14 @@ from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchit
 from blis_core.contracts.engine import Environment
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.lowering import LoweringRequest
-from blis_core.contracts.plan import GraphMode, GraphPolicy, KVBudget, LayerKind, PoolPlan
+from blis_core.contracts.plan import (
+    GraphMode,
+    GraphPolicy,
+    KVBudget,
+    LayerKind,
+    LoweredLayer,
+    PoolPlan,
+)
 
 from blis_sglang.config import SglangSettings
 from blis_sglang.version import ENGINE, ENGINE_KIND, UPSTREAM_RELEASE
@@ -91,12 +100,31 @@ def _graph_policy(settings: SglangSettings) -> GraphPolicy:
     )
 
 
+def _moe_lowered(settings: SglangSettings, layers: tuple[LoweredLayer, ...]) -> dict[str, object]:
+    """The plan's layers with the MoE layers on the resolved expert path (their impl is
+    the request's; the launches are set here, the lowering request carrying none)."""
+    path = settings.moe_path
+    if path is None:
+        return {}
+    return {
+        "layers": tuple(
+            layer.model_copy(update={"kernels": path.kernels})
+            if layer.kind is LayerKind.MOE
+            else layer
+            for layer in layers
+        )
+    }
+
+
 def build_plan(
     settings: SglangSettings, model: ModelArchitecture, hw: HardwareSpec, env: Environment
 ) -> tuple[PoolPlan, PoolSizes]:
     """The run-phase PoolPlan and the pool sizes, or InputRefused with upstream's words."""
     attention = _attention_kind(model, settings)
     dtype = kv_cache_dtype(settings, model)
+    impls = {LayerKind.ATTENTION: settings.attention_backend}
+    if settings.moe_path is not None:
+        impls[LayerKind.MOE] = settings.moe_path.impl
     partial = env.lower(
         LoweringRequest(
             engine=ENGINE,
@@ -108,13 +136,14 @@ def build_plan(
             max_num_batched_tokens=settings.chunked_prefill_size or settings.max_prefill_tokens,
             max_num_seqs=settings.max_running_requests or 1,
             max_model_len=settings.context_len,
-            impls={LayerKind.ATTENTION: settings.attention_backend},
+            impls=impls,
             graph_policy=_graph_policy(settings),
             host_work=f"{ENGINE_KIND}-{UPSTREAM_RELEASE}/"
             + ("overlap" if settings.enable_overlap else "normal"),
             steps_in_flight=2 if settings.enable_overlap else 1,
         )
     )
+    partial = partial.model_copy(update=_moe_lowered(settings, partial.layers))
     layers = sum(g.num_layers for g in partial.kv_groups)
     cell = env.kv_bytes_per_token_per_layer(model, settings.layout, dtype, attention) * layers
     weights = env.weight_bytes_per_rank(partial)

@@ -197,6 +197,8 @@ def test_an_sglang_point_on_a_b200_keeps_its_launch_and_is_refused_by_the_field(
     assert main(["score", str(folder), "--json", "-", "--jobs", "1"]) == 0
     (scored,) = json.loads(capsys.readouterr().out)["points"].values()
     assert scored["grade"] == "G5" and "moe_runner_backend" in scored["reason"]
+    # the field is modelled; the value selects FlashInfer's TRT-LLM runner, not counted
+    assert "moe_runner_backend=flashinfer_trtllm with fp8_block experts" in scored["reason"]
 
 
 def test_a_framework_without_a_port_keeps_its_own_release_and_is_refused_by_name(

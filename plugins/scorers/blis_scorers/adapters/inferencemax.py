@@ -147,7 +147,9 @@ def _entries(path: Path) -> list[Mapping[str, Any]] | None:
 def _sglang_launch(hw: str, conc: int, isl: int, osl: int, ep: int) -> tuple[dict[str, Any], str]:
     """InferenceMAX's SGLang (DeepSeek-R1 FP8) launch arguments on chip ``hw``, read from
     ``SemiAnalysisAI/InferenceX@d22bf9c`` ``benchmarks/``; ``--cuda-graph-max-bs`` has no
-    field in the modelled release and is left at its default."""
+    field in the modelled release and is left at its default. The H200's script names no
+    ``--moe-runner-backend`` (``auto``: SGLang's Triton runner there); the B200's
+    ``flashinfer_trtllm`` is passed, and refused by blis-sglang by its value."""
     if hw == "h200":  # dsr1_fp8_h200_slurm.sh
         running = 512 if (isl, osl) == (1024, 1024) else 256
         return {
