@@ -103,6 +103,7 @@ class Pricer:
                 self.catalog.chip(CHIP),
                 ParallelLayout(tp=tp),
                 max_num_seqs=4096,
+                max_num_batched_tokens=8192,
             )
             layers = tuple(
                 layer.model_copy(update=MIXTRAL_EXPERTS)
@@ -113,17 +114,26 @@ class Pricer:
             self._plans[model] = plan.model_copy(update={"layers": layers})
         return self._plans[model]
 
-    def term(self, model: str, layer: str, batch: int, context: int) -> float:
+    def term(self, model: str, layer: str, batch: int, context: int, prefill: int = 0) -> float:
+        """Seconds a launch of ``layer``'s term takes in a decode step of ``batch``
+        sequences at ``context`` tokens, or (``prefill``) in the prefill of one sequence of
+        that many new tokens."""
         plan = self.plan(model)
-        shape = StepShape(
-            1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, context) for _ in range(batch)), batch
-        )
+        if prefill:
+            shape = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(prefill, 0),), prefill)
+            family = "attention_prefill"
+        else:
+            shape = StepShape(
+                1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, context) for _ in range(batch)), batch
+            )
+            family = {"attention": "attention_decode", "experts": "moe_gemm"}.get(layer, "gemm")
         price = self.env.explain_step(plan, shape)
-        family = {"attention": "attention_decode", "experts": "moe_gemm"}.get(layer, "gemm")
-        (part,) = [
-            p for p in price.parts if p.family == family and p.impl.split(":", 1)[0] == layer
-        ]
-        (lay,) = [x for x in plan.layers if x.kind.value == LAYER_KIND[layer]]
+        parts = [p for p in price.parts if p.family == family and p.impl.split(":", 1)[0] == layer]
+        lays = [x for x in plan.layers if x.kind.value == LAYER_KIND[layer]]
+        # gpt-oss alternates full and 128-token sliding-window attention (two KV groups of
+        # one layer count each): the measured kernel is full causal attention, the dearer
+        assert len(parts) == len(lays) and len({x.count for x in lays}) == 1, (parts, lays)
+        part, lay = max(parts, key=lambda p: p.seconds), lays[0]
         return part.seconds / lay.count
 
 
@@ -142,6 +152,12 @@ def comparisons(data: Path = DATA) -> Iterator[Comparison]:
     for r in sdpa["moe"]:
         blis = pricer.term(r["model"], "experts", r["tokens"], 1)
         yield Comparison("moe", r["model"], r["tokens"], 0, r["s_up"] + r["s_down"], blis)
+    prefill = json.loads((data / "kernel_grid_prefill.json").read_text())
+    for r in prefill["prefill"]:
+        if "s" in r:
+            blis = pricer.term(r["model"], "attention", 1, 0, prefill=r["tokens"])
+            family = f"prefill attention:torch-{r['kernel']}"
+            yield Comparison(family, r["model"], r["tokens"], r["tokens"], r["s"], blis)
     gptoss = json.loads((data / "kernel_grid_gptoss.json").read_text())
     for r in sdpa["gemm"] + gptoss["gemm"]:
         blis = pricer.term(r["model"], GEMM_TERMS[r["op"]], r["M"], 1)
@@ -149,6 +165,8 @@ def comparisons(data: Path = DATA) -> Iterator[Comparison]:
 
 
 def _regime(c: Comparison) -> str:
+    if c.family.startswith("prefill"):
+        return "≥ 2,048 tokens" if c.rows >= 2048 else "< 2,048 tokens"
     if c.family.startswith("attention"):
         return "batch×context ≥ 64×1,024" if c.rows * c.context >= 65536 else "smaller"
     return "decode (≤ 128 rows)" if c.rows <= 128 else "prefill-sized (≥ 256 rows)"

@@ -12,6 +12,8 @@ Run on the accelerator machine (PyTorch and Triton, no vLLM, no network); it mea
 * ``moe``: vLLM 0.33.0's own Triton expert GEMM (``fused_moe_kernel``, gate-up then
   down, with vLLM's tuned configs for the chip and its block assignment rule) for
   Mixtral-8x7B at TP2 and TP1, 1-512 tokens routed uniformly at random to 2 of 8;
+* ``prefill`` (not run by default): causal prefill attention of one sequence of
+  256-8,192 tokens with PyTorch's FlashAttention-2 and cuDNN kernels;
 * ``attention``: vLLM 0.33.0's own paged decode attention (``unified_attention``, the
   ``TRITON_ATTN`` backend, called as ``TritonAttentionImpl.forward`` calls it: KV in
   16-token blocks scattered over the pool, the 3D split-softmax path below vLLM's
@@ -111,6 +113,7 @@ class Recorder:
             "moe": [],
             "attention": [],
             "sdpa": [],
+            "prefill": [],
         }
 
     def add(self, part: str, row: dict[str, Any]) -> None:
@@ -477,6 +480,55 @@ def measure_sdpa(rec: Recorder, device: torch.device, smoke: bool, deadline: flo
                 del sets
 
 
+PREFILL_SHAPES = (  # (name, query heads, KV heads, head size) per rank
+    ("llama-2-70b/tp4", 16, 2, 128),
+    ("llama-3.1-8b/tp1", 32, 8, 128),
+    ("gpt-oss-120b/tp1", 64, 8, 64),
+    ("gpt-oss-120b/tp8", 8, 1, 64),
+)
+PREFILL_TOKENS = (256, 512, 1024, 2048, 4096, 8192)
+
+
+def measure_prefill(rec: Recorder, device: torch.device, smoke: bool, deadline: float) -> None:
+    """Causal prefill attention of one sequence of 256-8,192 tokens with PyTorch's own
+    kernels (FlashAttention-2 and cuDNN), for the shape of the prefill's attention time."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    backends = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    if device.type != "cuda":
+        backends = {"math": SDPBackend.MATH}
+    shapes = PREFILL_SHAPES[:1] if smoke else PREFILL_SHAPES
+    for model, hq, hkv, head in shapes:
+        for n in (40,) if smoke else PREFILL_TOKENS:
+            if time.time() > deadline:
+                return
+            kv_bytes = n * hkv * head * 2 * 2
+            q = torch.randn(1, hq, n, head, device=device, dtype=DTYPE)
+            sets = [
+                (
+                    torch.randn(1, hkv, n, head, device=device, dtype=DTYPE),
+                    torch.randn(1, hkv, n, head, device=device, dtype=DTYPE),
+                )
+                for _ in range(copies_for(kv_bytes))
+            ]
+            for name, backend in backends.items():
+                row: dict[str, Any] = {
+                    "model": model, "kernel": name, "q_heads": hq, "kv_heads": hkv,
+                    "head": head, "tokens": n, "flops": 2.0 * hq * n * n * head,
+                }  # fmt: skip
+                try:
+                    with sdpa_kernel(backend):
+                        calls = [
+                            functools.partial(sdpa, q, k, v, is_causal=True, enable_gqa=True)
+                            for k, v in sets
+                        ]
+                        row["s"], row["s_min"] = time_calls(calls, 3 if smoke else 20, device)
+                except (RuntimeError, ValueError) as err:
+                    row["error"] = str(err).splitlines()[0][:200]
+                rec.add("prefill", row)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vendor", type=Path, default=Path(".devwork/vendor"))
@@ -518,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_gemm(rec, device, args.smoke, deadline, gptoss=True)
     if "sdpa" in parts:
         measure_sdpa(rec, device, args.smoke, deadline)
+    if "prefill" in parts:
+        measure_prefill(rec, device, args.smoke, deadline)
     rec.doc["meta"]["complete"] = time.time() <= deadline
     rec.flush()
     return 0
