@@ -41,6 +41,7 @@ MODELS = {
     "mixtral-8x7b/tp1": ("mistralai/Mixtral-8x7B-v0.1", 1),
     "llama-3.1-8b/tp1": ("meta-llama/Llama-3.1-8B", 1),
     **{f"gpt-oss-120b/tp{tp}": ("openai/gpt-oss-120b", tp) for tp in (1, 2, 4, 8)},
+    "deepseek-r1/tp8": ("deepseek-ai/DeepSeek-R1-0528", 8),
 }
 #: the lowered layer kind whose count a term's layer name repeats
 LAYER_KIND = {
@@ -56,6 +57,8 @@ LAYER_KIND = {
 #: Mixtral's experts as blis-vllm lowers them on Hopper (vLLM 0.33.0's Triton path for
 #: bf16 experts: top-k, alignment, two GEMMs, activation, sum)
 MIXTRAL_EXPERTS = {"impl": "FusedMoE:triton", "kernels": 6}
+#: DeepSeek-R1's experts on the same Triton kernel, counted as the two GEMMs measured
+DEEPSEEK_EXPERTS = {"impl": "FusedMoE:triton", "kernels": 2}
 GEMM_TERMS = {
     "qkv": "qkv_proj",
     "o": "o_proj",
@@ -105,9 +108,10 @@ class Pricer:
                 max_num_seqs=4096,
                 max_num_batched_tokens=8192,
             )
+            experts = MIXTRAL_EXPERTS if hf_id.startswith("mistralai") else DEEPSEEK_EXPERTS
             layers = tuple(
-                layer.model_copy(update=MIXTRAL_EXPERTS)
-                if layer.kind is LayerKind.MOE and hf_id.startswith("mistralai/Mixtral")
+                layer.model_copy(update=experts)
+                if layer.kind is LayerKind.MOE and not hf_id.startswith("openai")
                 else layer
                 for layer in plan.layers
             )
@@ -152,6 +156,9 @@ def comparisons(data: Path = DATA) -> Iterator[Comparison]:
     for r in sdpa["moe"]:
         blis = pricer.term(r["model"], "experts", r["tokens"], 1)
         yield Comparison("moe", r["model"], r["tokens"], 0, r["s_up"] + r["s_down"], blis)
+    for r in json.loads((data / "kernel_grid_fp8.json").read_text())["moe_fp8"]:
+        blis = pricer.term(r["model"], "experts", r["tokens"], 1)
+        yield Comparison("moe fp8", r["model"], r["tokens"], 0, r["s_up"] + r["s_down"], blis)
     prefill = json.loads((data / "kernel_grid_prefill.json").read_text())
     for r in prefill["prefill"]:
         if "s" in r:

@@ -12,6 +12,8 @@ Run on the accelerator machine (PyTorch and Triton, no vLLM, no network); it mea
 * ``moe``: vLLM 0.33.0's own Triton expert GEMM (``fused_moe_kernel``, gate-up then
   down, with vLLM's tuned configs for the chip and its block assignment rule) for
   Mixtral-8x7B at TP2 and TP1, 1-512 tokens routed uniformly at random to 2 of 8;
+* ``moe-fp8`` (not run by default): the same expert GEMM with FP8 weights and
+  activations in 128x128 blocks, for DeepSeek-R1 at TP8 (256 experts, top 8);
 * ``prefill`` (not run by default): causal prefill attention of one sequence of
   256-8,192 tokens with PyTorch's FlashAttention-2 and cuDNN kernels;
 * ``attention``: vLLM 0.33.0's own paged decode attention (``unified_attention``, the
@@ -114,6 +116,7 @@ class Recorder:
             "attention": [],
             "sdpa": [],
             "prefill": [],
+            "moe_fp8": [],
         }
 
     def add(self, part: str, row: dict[str, Any]) -> None:
@@ -213,11 +216,14 @@ def measure_gemm(
 # ---------------------------------------------------------------- fused MoE
 
 
-def moe_config(vendor: Path, experts: int, inter: int, m: int) -> tuple[dict[str, int], str]:
+def moe_config(
+    vendor: Path, experts: int, inter: int, m: int, suffix: str = ""
+) -> tuple[dict[str, int], str]:
     """vLLM's ``try_get_optimal_moe_config``: the tuned entry whose key is nearest ``m``
-    in ``E=..,N=..,device_name=<chip>.json``; else ``get_default_config``'s bf16 rule."""
+    in ``E=..,N=..,device_name=<chip><suffix>.json``; else ``get_default_config``'s bf16
+    rule (``suffix`` e.g. ``,dtype=fp8_w8a8,block_shape=[128,128]``)."""
     name = torch.cuda.get_device_name().replace(" ", "_") if torch.cuda.is_available() else "cpu"
-    path = vendor / "configs" / f"E={experts},N={inter},device_name={name}.json"
+    path = vendor / "configs" / f"E={experts},N={inter},device_name={name}{suffix}.json"
     if path.exists():
         table = {int(key): val for key, val in json.loads(path.read_text()).items()}
         return dict(table[min(table, key=lambda x: abs(x - m))]), path.name
@@ -293,6 +299,139 @@ def invoke_moe(
         use_int8_w8a16=False, per_channel_quant=False, HAS_BIAS=False, SWAP_AB=False,
         USE_TD=False, BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"], SPLIT_K=1, **meta, **extra,
     )  # fmt: skip
+
+
+FP8_MOE = ("deepseek-r1/tp8", 256, 7168, 256, 8)  # experts, hidden, intermediate a rank, top k
+FP8_MOE_TOKENS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+FP8_BLOCK = 128
+
+
+def invoke_moe_fp8(
+    kernel: Any, a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+    c: torch.Tensor, weights: torch.Tensor | None, sorted_ids: torch.Tensor | None,
+    expert_ids: torch.Tensor, post: torch.Tensor, top_k: int, cfg: dict[str, int],
+) -> None:  # fmt: skip
+    """``invoke_fused_moe_triton_kernel`` (vLLM 0.33.0) for FP8 weights and activations in
+    128x128 blocks (``use_fp8_w8a8``, ``block_shape`` [128, 128]), as DeepSeek-R1's run."""
+    import triton
+    import triton.language as tl
+
+    swap = (
+        torch.cuda.is_available()
+        and torch.cuda.get_device_capability() == (9, 0)
+        and cfg["BLOCK_SIZE_M"] < 64
+        and cfg["BLOCK_SIZE_N"] >= 64
+    )  # utils.py enable_swap_ab
+    m = a.size(0)
+    if sorted_ids is not None:
+        em = sorted_ids.size(0)
+        if m < cfg["BLOCK_SIZE_M"]:
+            em = min(em, m * top_k * cfg["BLOCK_SIZE_M"])
+    else:
+        em = m * top_k * cfg["BLOCK_SIZE_M"]
+    grid = (triton.cdiv(em, cfg["BLOCK_SIZE_M"]) * triton.cdiv(b.size(1), cfg["BLOCK_SIZE_N"]),)
+    meta = {k: v for k, v in cfg.items() if k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "GROUP_SIZE_M")}
+    extra = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages")}
+    kernel[grid](
+        a, b, c, None, a_scale, b_scale, weights, sorted_ids, expert_ids, post,
+        b.size(1), b.size(2), em, m * top_k,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(2), b.stride(1), c.stride(1), c.stride(2),
+        a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(2),
+        b_scale.stride(1), 0, 0, FP8_BLOCK, FP8_BLOCK,
+        naive_block_assignment=sorted_ids is None, MUL_ROUTED_WEIGHT=weights is not None,
+        top_k=top_k, compute_type=tl.bfloat16, use_fp8_w8a8=True, use_int8_w8a8=False,
+        use_int8_w8a16=False, per_channel_quant=False, HAS_BIAS=False, SWAP_AB=swap,
+        USE_TD=False, BLOCK_SIZE_K=min(cfg["BLOCK_SIZE_K"], FP8_BLOCK), SPLIT_K=1,
+        **meta, **extra,
+    )  # fmt: skip
+
+
+def _fp8(shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return (torch.randn(shape, device=device) * 0.5).to(torch.float8_e4m3fn)
+
+
+def _dequant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``x`` (rows x cols, FP8) times its block scales: a row's one a 128 columns for
+    activations (``scale`` rows x cols/128), one a 128x128 block for weights."""
+    rows, cols = x.shape
+    if scale.shape[0] == rows:
+        return x.float() * scale.repeat_interleave(FP8_BLOCK, dim=1)[:, :cols]
+    s = scale.repeat_interleave(FP8_BLOCK, dim=0)[:rows].repeat_interleave(FP8_BLOCK, dim=1)
+    return x.float() * s[:, :cols]
+
+
+def measure_moe_fp8(
+    rec: Recorder, vendor: Path, device: torch.device, smoke: bool, deadline: float
+) -> None:
+    """vLLM's Triton expert GEMMs with FP8 weights and activations in 128x128 blocks for
+    DeepSeek-R1 at TP8 (gate-up then down), 1-2,048 tokens routed uniformly to 8 of 256
+    experts; the 4-token point's outputs are checked against a dequantised PyTorch
+    product (``check_rel_err``, the largest relative error of an output row)."""
+    from vllm_fused_moe_kernel import fused_moe_kernel  # type: ignore[import-not-found]
+
+    model, experts, hidden, inter, top_k = FP8_MOE
+    blk = FP8_BLOCK
+    w13 = _fp8((experts, 2 * inter, hidden), device)
+    w13_s = torch.rand(experts, 2 * inter // blk, hidden // blk, device=device) * 0.02 + 0.01
+    w2 = _fp8((experts, hidden, inter), device)
+    w2_s = torch.rand(experts, hidden // blk, inter // blk, device=device) * 0.02 + 0.01
+    per_expert = 3 * inter * hidden  # FP8: one byte a weight (scales not counted)
+    suffix = ",dtype=fp8_w8a8,block_shape=[128,128]"
+    for m in FP8_MOE_TOKENS[:2] if smoke else FP8_MOE_TOKENS:
+        if time.time() > deadline:
+            return
+        gen = torch.Generator().manual_seed(m)
+        ids = torch.rand(m, experts, generator=gen).topk(top_k, dim=1).indices.to(torch.int32)
+        topk_ids = ids.to(device)
+        topk_w = torch.rand(m, top_k, generator=gen).to(device=device, dtype=torch.float32)
+        cfg, source = moe_config(vendor, experts, inter, m, suffix)
+        naive = m * top_k * 4 <= experts  # _prepare_expert_assignment
+        if naive:
+            sorted_ids, expert_ids = None, topk_ids.view(-1)
+            post = torch.tensor(
+                [topk_ids.numel() * cfg["BLOCK_SIZE_M"]], dtype=torch.int32, device=device
+            )
+        else:
+            sorted_ids, expert_ids, post = align(topk_ids, cfg["BLOCK_SIZE_M"], experts)
+        x = _fp8((m, hidden), device)
+        x_s = torch.rand(m, hidden // blk, device=device) * 0.02 + 0.01
+        c1 = torch.empty(m, top_k, 2 * inter, device=device, dtype=torch.bfloat16)
+        a2 = _fp8((m * top_k, inter), device)
+        a2_s = torch.rand(m * top_k, inter // blk, device=device) * 0.02 + 0.01
+        c2 = torch.empty(m, top_k, hidden, device=device, dtype=torch.bfloat16)
+        up = functools.partial(
+            invoke_moe_fp8, fused_moe_kernel, x, x_s, w13, w13_s, c1, None, sorted_ids,
+            expert_ids, post, top_k, cfg,
+        )  # fmt: skip
+        down = functools.partial(
+            invoke_moe_fp8, fused_moe_kernel, a2, a2_s, w2, w2_s, c2, topk_w, sorted_ids,
+            expert_ids, post, 1, cfg,
+        )  # fmt: skip
+        row: dict[str, Any] = {
+            "model": model, "experts": experts, "hidden": hidden, "inter": inter,
+            "top_k": top_k, "tokens": m, "config": cfg, "config_source": source, "naive": naive,
+        }  # fmt: skip
+        if m == FP8_MOE_TOKENS[1]:
+            up()
+            down()
+            xd = _dequant(x, x_s)
+            a2d = _dequant(a2, a2_s)
+            errs = []
+            for t in range(m):
+                for j in range(top_k):
+                    e = int(ids[t, j])
+                    ref1 = xd[t] @ _dequant(w13[e], w13_s[e]).T
+                    ref2 = (a2d[t * top_k + j] @ _dequant(w2[e], w2_s[e]).T) * topk_w[t, j]
+                    for got, ref in ((c1[t, j].float(), ref1), (c2[t, j].float(), ref2)):
+                        errs.append(float((got - ref).norm() / ref.norm()))
+            row["check_rel_err"] = max(errs)
+        reps = 3 if smoke else 40
+        row["s_up"], row["s_up_min"] = time_calls([up], reps, device)
+        row["s_down"], row["s_down_min"] = time_calls([down], reps, device)
+        row["distinct_experts"] = int(torch.unique(topk_ids).numel())
+        row["weight_bytes"] = row["distinct_experts"] * per_expert
+        row["flops"] = 2.0 * m * top_k * 3 * inter * hidden
+        rec.add("moe_fp8", row)
 
 
 def measure_moe(
@@ -572,6 +711,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_sdpa(rec, device, args.smoke, deadline)
     if "prefill" in parts:
         measure_prefill(rec, device, args.smoke, deadline)
+    if "moe-fp8" in parts:
+        measure_moe_fp8(rec, args.vendor, device, args.smoke, deadline)
     rec.doc["meta"]["complete"] = time.time() <= deadline
     rec.flush()
     return 0

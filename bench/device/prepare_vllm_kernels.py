@@ -34,10 +34,14 @@ ATTENTION = (
 )
 FUSED_MOE = "model_executor/layers/fused_moe/fused_moe.py"
 MOE_FUNCTIONS = ("write_zeros_to_output", "fused_moe_kernel")
-CONFIGS = tuple(
-    f"E=8,N={n},device_name={dev}.json"
-    for n in (7168, 14336)
-    for dev in ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H200")
+CONFIGS = (
+    *(
+        f"E=8,N={n},device_name={dev}.json"
+        for n in (7168, 14336)
+        for dev in ("NVIDIA_H100_80GB_HBM3", "NVIDIA_H200")
+    ),
+    # DeepSeek-V3/R1 at TP8: 256 experts of 2,048 / 8, FP8 in 128x128 blocks
+    "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json",
 )
 
 STUBS = {

@@ -145,3 +145,31 @@ def test_the_h200s_dense_gemms_are_priced_by_the_entry_measured_on_it(
     assert len(ratios) == 99 + 182
     assert sorted(ratios)[len(ratios) // 2] == pytest.approx(1.0, abs=0.05)
     assert sum(abs(x - 1) for x in ratios) / len(ratios) < 0.13
+
+
+def test_deepseeks_fp8_expert_gemms_are_priced_near_vllms_triton_kernel(
+    env: SimEnvironment, catalog: Catalog
+) -> None:
+    """DeepSeek-R1's block-FP8 experts at TP8 have no fitted entry: the floor prices them
+    (FP8 peak, assumed fractions). Held to vLLM's Triton kernel timed on the H200 for
+    1-1,024 tokens, its two GEMMs as two launches of the path."""
+    plan = default_plan(
+        catalog.model("deepseek-ai/DeepSeek-R1-0528"),
+        catalog.chip("H200-SXM"),
+        ParallelLayout(tp=8),
+        max_num_seqs=4096,
+    )
+    layers = tuple(
+        layer.model_copy(update={"impl": "FusedMoE:triton", "kernels": 2})
+        if layer.kind is LayerKind.MOE
+        else layer
+        for layer in plan.layers
+    )
+    plan = plan.model_copy(update={"layers": layers})
+    rows = [r for r in _load("kernel_grid_fp8.json")["moe_fp8"] if r["tokens"] <= 1024]
+    assert len(rows) == 10 and rows[1]["check_rel_err"] < 0.01
+    ratios = [
+        _per_launch(env, plan, "moe_gemm", "moe", r["tokens"], 1) / (r["s_up"] + r["s_down"])
+        for r in rows
+    ]
+    assert 0.75 <= min(ratios) and max(ratios) <= 1.25, ratios
