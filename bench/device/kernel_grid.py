@@ -14,6 +14,8 @@ Run on the accelerator machine (PyTorch and Triton, no vLLM, no network); it mea
   Mixtral-8x7B at TP2 and TP1, 1-512 tokens routed uniformly at random to 2 of 8;
 * ``moe-fp8`` (not run by default): the same expert GEMM with FP8 weights and
   activations in 128x128 blocks, for DeepSeek-R1 at TP8 (256 experts, top 8);
+* ``small`` (not run by default): small PyTorch ops of an expert path (top-k, softmax,
+  gather, SiLU-and-multiply, top-k sum, bincount) at a decode batch of 4, in a graph;
 * ``prefill`` (not run by default): causal prefill attention of one sequence of
   256-8,192 tokens with PyTorch's FlashAttention-2 and cuDNN kernels;
 * ``attention``: vLLM 0.33.0's own paged decode attention (``unified_attention``, the
@@ -117,6 +119,7 @@ class Recorder:
             "sdpa": [],
             "prefill": [],
             "moe_fp8": [],
+            "small": [],
         }
 
     def add(self, part: str, row: dict[str, Any]) -> None:
@@ -668,6 +671,34 @@ def measure_prefill(rec: Recorder, device: torch.device, smoke: bool, deadline: 
                 rec.add("prefill", row)
 
 
+def measure_small(rec: Recorder, device: torch.device, smoke: bool) -> None:
+    """What a small kernel of an expert path costs inside a CUDA graph at a decode batch
+    of 4 sequences (top-8 of 256 experts, hidden 7,168): PyTorch's top-k, softmax,
+    a row gather, SiLU-and-multiply, the top-k sum and a bincount, each replayed
+    back to back (one PyTorch op may launch more than one kernel: ``s`` is per op)."""
+    tokens, experts, top_k, hidden, inter = 4, 256, 8, 7168, 256
+    logits = torch.randn(tokens, experts, device=device)
+    h = torch.randn(tokens * top_k, 2 * inter, device=device, dtype=DTYPE)
+    y = torch.randn(tokens, top_k, hidden, device=device, dtype=DTYPE)
+    x = torch.randn(tokens, hidden, device=device, dtype=DTYPE)
+    ids = torch.randint(0, experts, (tokens * top_k,), device=device)
+    rows = torch.randint(0, tokens, (tokens * top_k,), device=device)
+    ops = {
+        "topk 8 of 256": lambda: torch.topk(logits, top_k, dim=1),
+        "softmax 4x256": lambda: torch.softmax(logits, dim=1),
+        "gather rows 32x7168": lambda: x.index_select(0, rows),
+        "silu_and_mul 32x256": lambda: torch.nn.functional.silu(h[:, :inter]) * h[:, inter:],
+        "sum over top-k 4x8x7168": lambda: y.sum(dim=1),
+        "bincount 32 ids": lambda: torch.bincount(ids, minlength=experts),
+    }
+    for name, op in ops.items():
+        try:
+            s, s_min = time_calls([op], 5 if smoke else 200, device)
+            rec.add("small", {"op": name, "s": s, "s_min": s_min})
+        except RuntimeError as err:  # an op that cannot be captured (host sync)
+            rec.add("small", {"op": name, "error": str(err).splitlines()[0][:200]})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vendor", type=Path, default=Path(".devwork/vendor"))
@@ -711,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_sdpa(rec, device, args.smoke, deadline)
     if "prefill" in parts:
         measure_prefill(rec, device, args.smoke, deadline)
+    if "small" in parts:
+        measure_small(rec, device, args.smoke)
     if "moe-fp8" in parts:
         measure_moe_fp8(rec, args.vendor, device, args.smoke, deadline)
     rec.doc["meta"]["complete"] = time.time() <= deadline
