@@ -103,6 +103,10 @@ GPTOSS_GEMM_ROWS = (1, 4, 8, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 204
 # (model, experts, hidden, intermediate per rank, top k)
 MOE_SHAPES = (("mixtral-8x7b/tp2", 8, 4096, 7168, 2), ("mixtral-8x7b/tp1", 8, 4096, 14336, 2))
 MOE_TOKENS = (1, 4, 8, 16, 32, 64, 100, 128, 256, 512, 1024, 2048)
+# DeepSeek-R1 at TP8: experts, hidden, intermediate a rank, top k; FP8 in 128x128 blocks
+FP8_MOE = ("deepseek-r1/tp8", 256, 7168, 256, 8)
+FP8_MOE_TOKENS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+FP8_BLOCK = 128
 
 
 class Recorder:
@@ -272,59 +276,21 @@ def invoke_moe(
     kernel: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     weights: torch.Tensor | None, sorted_ids: torch.Tensor | None, expert_ids: torch.Tensor,
     post: torch.Tensor, top_k: int, cfg: dict[str, int],
+    a_scale: torch.Tensor | None = None, b_scale: torch.Tensor | None = None,
 ) -> None:  # fmt: skip
-    """``invoke_fused_moe_triton_kernel`` (vLLM 0.33.0) for bf16 weights, no bias."""
+    """``invoke_fused_moe_triton_kernel`` (vLLM 0.33.0), no bias: bf16 weights, or with
+    ``a_scale`` and ``b_scale`` FP8 weights and activations in 128x128 blocks
+    (``use_fp8_w8a8``, ``block_shape`` [128, 128], as DeepSeek-R1 runs)."""
     import triton
     import triton.language as tl
 
-    m = a.size(0)
-    if sorted_ids is not None:
-        em = sorted_ids.size(0)
-        if m < cfg["BLOCK_SIZE_M"]:
-            em = min(em, m * top_k * cfg["BLOCK_SIZE_M"])
-    else:
-        em = m * top_k * cfg["BLOCK_SIZE_M"]
-    grid = (triton.cdiv(em, cfg["BLOCK_SIZE_M"]) * triton.cdiv(b.size(1), cfg["BLOCK_SIZE_N"]),)
-    meta = {
-        key: val
-        for key, val in cfg.items()
-        if key in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "GROUP_SIZE_M")
-    }
-    extra = {key: val for key, val in cfg.items() if key in ("num_warps", "num_stages")}
-    kernel[grid](
-        a, b, c, None, None, None, weights, sorted_ids, expert_ids, post,
-        b.size(1), b.size(2), em, m * top_k,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(2), b.stride(1), c.stride(1), c.stride(2),
-        0, 0, 0, 0, 0, 0, 0, 0, 0,
-        naive_block_assignment=sorted_ids is None, MUL_ROUTED_WEIGHT=weights is not None,
-        top_k=top_k, compute_type=tl.float32 if a.dtype == torch.float32 else tl.bfloat16,
-        use_fp8_w8a8=False, use_int8_w8a8=False,
-        use_int8_w8a16=False, per_channel_quant=False, HAS_BIAS=False, SWAP_AB=False,
-        USE_TD=False, BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"], SPLIT_K=1, **meta, **extra,
-    )  # fmt: skip
-
-
-FP8_MOE = ("deepseek-r1/tp8", 256, 7168, 256, 8)  # experts, hidden, intermediate a rank, top k
-FP8_MOE_TOKENS = (1, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
-FP8_BLOCK = 128
-
-
-def invoke_moe_fp8(
-    kernel: Any, a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
-    c: torch.Tensor, weights: torch.Tensor | None, sorted_ids: torch.Tensor | None,
-    expert_ids: torch.Tensor, post: torch.Tensor, top_k: int, cfg: dict[str, int],
-) -> None:  # fmt: skip
-    """``invoke_fused_moe_triton_kernel`` (vLLM 0.33.0) for FP8 weights and activations in
-    128x128 blocks (``use_fp8_w8a8``, ``block_shape`` [128, 128]), as DeepSeek-R1's run."""
-    import triton
-    import triton.language as tl
-
-    swap = (
+    fp8 = a_scale is not None and b_scale is not None
+    swap = fp8 and (
         torch.cuda.is_available()
         and torch.cuda.get_device_capability() == (9, 0)
         and cfg["BLOCK_SIZE_M"] < 64
         and cfg["BLOCK_SIZE_N"] >= 64
-    )  # utils.py enable_swap_ab
+    )  # utils.py enable_swap_ab, taken for FP8 only
     m = a.size(0)
     if sorted_ids is not None:
         em = sorted_ids.size(0)
@@ -335,17 +301,24 @@ def invoke_moe_fp8(
     grid = (triton.cdiv(em, cfg["BLOCK_SIZE_M"]) * triton.cdiv(b.size(1), cfg["BLOCK_SIZE_N"]),)
     meta = {k: v for k, v in cfg.items() if k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "GROUP_SIZE_M")}
     extra = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages")}
+    scales = (
+        (a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(2),
+         b_scale.stride(1), 0, 0, FP8_BLOCK, FP8_BLOCK)
+        if a_scale is not None and b_scale is not None
+        else (0, 0, 0, 0, 0, 0, 0, 0, 0)
+    )  # fmt: skip
+    compute = tl.float32 if a.dtype == torch.float32 else tl.bfloat16
     kernel[grid](
         a, b, c, None, a_scale, b_scale, weights, sorted_ids, expert_ids, post,
         b.size(1), b.size(2), em, m * top_k,
         a.stride(0), a.stride(1), b.stride(0), b.stride(2), b.stride(1), c.stride(1), c.stride(2),
-        a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(2),
-        b_scale.stride(1), 0, 0, FP8_BLOCK, FP8_BLOCK,
+        *scales,
         naive_block_assignment=sorted_ids is None, MUL_ROUTED_WEIGHT=weights is not None,
-        top_k=top_k, compute_type=tl.bfloat16, use_fp8_w8a8=True, use_int8_w8a8=False,
-        use_int8_w8a16=False, per_channel_quant=False, HAS_BIAS=False, SWAP_AB=swap,
-        USE_TD=False, BLOCK_SIZE_K=min(cfg["BLOCK_SIZE_K"], FP8_BLOCK), SPLIT_K=1,
-        **meta, **extra,
+        top_k=top_k, compute_type=tl.bfloat16 if fp8 else compute, use_fp8_w8a8=fp8,
+        use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False, HAS_BIAS=False,
+        SWAP_AB=swap, USE_TD=False,
+        BLOCK_SIZE_K=min(cfg["BLOCK_SIZE_K"], FP8_BLOCK) if fp8 else cfg["BLOCK_SIZE_K"],
+        SPLIT_K=1, **meta, **extra,
     )  # fmt: skip
 
 
@@ -403,12 +376,12 @@ def measure_moe_fp8(
         a2_s = torch.rand(m * top_k, inter // blk, device=device) * 0.02 + 0.01
         c2 = torch.empty(m, top_k, hidden, device=device, dtype=torch.bfloat16)
         up = functools.partial(
-            invoke_moe_fp8, fused_moe_kernel, x, x_s, w13, w13_s, c1, None, sorted_ids,
-            expert_ids, post, top_k, cfg,
+            invoke_moe, fused_moe_kernel, x, w13, c1, None, sorted_ids, expert_ids, post,
+            top_k, cfg, a_scale=x_s, b_scale=w13_s,
         )  # fmt: skip
         down = functools.partial(
-            invoke_moe_fp8, fused_moe_kernel, a2, a2_s, w2, w2_s, c2, topk_w, sorted_ids,
-            expert_ids, post, 1, cfg,
+            invoke_moe, fused_moe_kernel, a2, w2, c2, topk_w, sorted_ids, expert_ids, post, 1,
+            cfg, a_scale=a2_s, b_scale=w2_s,
         )  # fmt: skip
         row: dict[str, Any] = {
             "model": model, "experts": experts, "hidden": hidden, "inter": inter,
