@@ -272,6 +272,19 @@ def align(
     return sorted_ids, expert_ids, torch.tensor([pos], dtype=torch.int32, device=flat.device)
 
 
+def assign(
+    topk_ids: torch.Tensor, block: int, experts: int
+) -> tuple[bool, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """vLLM 0.33.0's ``_prepare_expert_assignment`` (no expert map): the naive
+    assignment (one block a routed token, no alignment) when the tokens' routes are at
+    most a quarter of the experts, else :func:`align`'s. Returns (naive, sorted token
+    ids or None, expert id a block, the padded total)."""
+    if topk_ids.numel() * 4 <= experts:
+        post = torch.tensor([topk_ids.numel() * block], dtype=torch.int32, device=topk_ids.device)
+        return True, None, topk_ids.view(-1), post
+    return (False, *align(topk_ids, block, experts))
+
+
 def invoke_moe(
     kernel: Any, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
     weights: torch.Tensor | None, sorted_ids: torch.Tensor | None, expert_ids: torch.Tensor,
@@ -361,14 +374,7 @@ def measure_moe_fp8(
         topk_ids = ids.to(device)
         topk_w = torch.rand(m, top_k, generator=gen).to(device=device, dtype=torch.float32)
         cfg, source = moe_config(vendor, experts, inter, m, suffix)
-        naive = m * top_k * 4 <= experts  # _prepare_expert_assignment
-        if naive:
-            sorted_ids, expert_ids = None, topk_ids.view(-1)
-            post = torch.tensor(
-                [topk_ids.numel() * cfg["BLOCK_SIZE_M"]], dtype=torch.int32, device=device
-            )
-        else:
-            sorted_ids, expert_ids, post = align(topk_ids, cfg["BLOCK_SIZE_M"], experts)
+        naive, sorted_ids, expert_ids, post = assign(topk_ids, cfg["BLOCK_SIZE_M"], experts)
         x = _fp8((m, hidden), device)
         x_s = torch.rand(m, hidden // blk, device=device) * 0.02 + 0.01
         c1 = torch.empty(m, top_k, 2 * inter, device=device, dtype=torch.bfloat16)
@@ -434,14 +440,7 @@ def measure_moe(
             )
             topk_w = torch.rand(m, top_k, generator=gen).to(device=device, dtype=torch.float32)
             cfg, source = moe_config(vendor, experts, inter, m)
-            naive = m * top_k * 4 <= experts  # _prepare_expert_assignment
-            if naive:
-                sorted_ids, expert_ids = None, topk_ids.view(-1)
-                post = torch.tensor(
-                    [topk_ids.numel() * cfg["BLOCK_SIZE_M"]], dtype=torch.int32, device=device
-                )
-            else:
-                sorted_ids, expert_ids, post = align(topk_ids, cfg["BLOCK_SIZE_M"], experts)
+            naive, sorted_ids, expert_ids, post = assign(topk_ids, cfg["BLOCK_SIZE_M"], experts)
             x = torch.randn(m, hidden, device=device, dtype=DTYPE)
             c1 = torch.empty(m, top_k, 2 * inter, device=device, dtype=DTYPE)
             a2 = torch.randn(m * top_k, inter, device=device, dtype=DTYPE)
