@@ -7,7 +7,7 @@ Mixtral-8x7B at TP2, Llama-3.1-8B at TP1 and gpt-oss-120b at TP1-8 (with its log
 and expert router), 1 to 2,048 rows, timed on a lent H200
 (``bench/device/kernel_grid.py``). Each timing is set against the work BLIS's pricing
 gives that launch (the plan's own term for the layer, on ``H200-SXM``, through
-``SimEnvironment.compiled(...).work_of``), and one ``gemm`` entry for bf16 on
+``kernel_check.Pricer.gemm_work``), and one ``gemm`` entry for bf16 on
 ``H200-SXM`` is fitted to them with ``blis_core.cost.fit_entry`` (the registry's
 formula: overhead plus the roofline's max; least squares on relative error; bootstrap
 spread), rank ``measured``. ``--write`` writes it to blis-cost-calibrated's
@@ -32,11 +32,10 @@ import sys
 from pathlib import Path
 
 import yaml
+from kernel_check import CHIP, GEMM_TERMS, Pricer
 
 from blis_core.contracts.cost import CoefficientRank
-from blis_core.contracts.plan import ParallelLayout
-from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
-from blis_core.cost import Samples, SimEnvironment, default_plan, fit_entry, load_catalog
+from blis_core.cost import Samples, SimEnvironment, fit_entry, load_catalog
 from blis_core.cost.registry import build_registry
 from blis_core.runner import installed_registry
 
@@ -44,66 +43,23 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = ROOT / "data" / "measurements" / "h200-kernels"
 FILES = ("kernel_grid_sdpa.json", "kernel_grid_gptoss.json")
 OUT = ROOT / "plugins/cost-calibrated/blis_cost_calibrated/data/measured-h200-kernels.yaml"
-CHIP = "H200-SXM"
-MODELS = {
-    "llama-2-70b/tp4": ("meta-llama/Llama-2-70b-hf", 4),
-    "mixtral-8x7b/tp2": ("mistralai/Mixtral-8x7B-v0.1", 2),
-    "llama-3.1-8b/tp1": ("meta-llama/Llama-3.1-8B", 1),
-    **{f"gpt-oss-120b/tp{tp}": ("openai/gpt-oss-120b", tp) for tp in (1, 2, 4, 8)},
-}
-#: measured op -> (the pricing's term layer, the lowered layer kind it repeats with)
-TERMS = {
-    "qkv": ("qkv_proj", "qkv_proj"),
-    "o": ("o_proj", "o_proj"),
-    "gate_up": ("gate_up_proj", "mlp"),
-    "down": ("down_proj", "mlp"),
-    "lm_head": ("lm_head", "logits"),
-    "router": ("router", "moe"),
-}
 
 
-def launches(env: SimEnvironment) -> tuple[Samples, list[tuple[str, str, int, float]]]:
+def launches(pricer: Pricer) -> tuple[Samples, list[tuple[str, str, int, float]]]:
     """The measured GEMMs as samples (BLIS's work per launch, measured seconds)."""
     rows = [r for name in FILES for r in json.loads((DATA_DIR / name).read_text())["gemm"]]
     samples = Samples()
     keys = []
     for r in rows:
-        hf_id, tp = MODELS[r["model"]]
-        plan = default_plan(
-            env.catalog.model(hf_id), env.catalog.chip(CHIP), ParallelLayout(tp=tp),
-            max_num_seqs=4096,
-        )  # fmt: skip
-        m = r["M"]
-        shape = StepShape(1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, 1) for _ in range(m)), m)
-        cp = env.compiled(plan)
-        ev = cp.evaluate(shape)
-        (j,) = [
-            j for j, t in enumerate(cp.terms) if t.family == "gemm" and t.layer == TERMS[r["op"]][0]
-        ]
-        work = cp.work_of(j, ev, CHIP)
+        work = pricer.gemm_work(r["model"], GEMM_TERMS[r["op"]], r["M"])
         samples.add(work.flops, work.bytes_moved, 0.0, 1, r["s"])
-        keys.append((r["model"], r["op"], m, r["s"]))
+        keys.append((r["model"], r["op"], r["M"], r["s"]))
     return samples, keys
 
 
-def errors(env: SimEnvironment, keys: list[tuple[str, str, int, float]]) -> list[float]:
-    """BLIS / measured for each measured GEMM, priced by ``env``'s registry."""
-    out = []
-    for model, op, m, seconds in keys:
-        hf_id, tp = MODELS[model]
-        plan = default_plan(
-            env.catalog.model(hf_id), env.catalog.chip(CHIP), ParallelLayout(tp=tp),
-            max_num_seqs=4096,
-        )  # fmt: skip
-        shape = StepShape(1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, 1) for _ in range(m)), m)
-        (part,) = [
-            p
-            for p in env.explain_step(plan, shape).parts
-            if p.family == "gemm" and p.impl.split(":", 1)[0] == TERMS[op][0]
-        ]
-        (layer,) = [x for x in plan.layers if x.kind.value == TERMS[op][1]]
-        out.append(part.seconds / layer.count / seconds)
-    return out
+def errors(pricer: Pricer, keys: list[tuple[str, str, int, float]]) -> list[float]:
+    """BLIS / measured for each measured GEMM, priced by ``pricer``'s registry."""
+    return [pricer.term(model, GEMM_TERMS[op], m, 1) / s for model, op, m, s in keys]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         e for e in installed.entries
         if not (e.family == "gemm" and e.hardware == CHIP and e.rank is CoefficientRank.MEASURED)
     ]  # fmt: skip
-    before = environment(others)
+    before = Pricer(environment(others))
     samples, keys = launches(before)
     digests = ", ".join(
         f"{name} sha256 {hashlib.sha256((DATA_DIR / name).read_bytes()).hexdigest()}"
@@ -139,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     entry, mape = fit_entry(
         samples, "gemm", CHIP, catalog, source=source, rank=CoefficientRank.MEASURED
     )
-    after = environment([*others, entry])
+    after = Pricer(environment([*others, entry]))
     old, new = errors(before, keys), errors(after, keys)
     print(yaml.safe_dump({"entries": [entry.to_document()]}, sort_keys=False, width=100))
     print(f"in-sample mean |error| {mape:.1%}")

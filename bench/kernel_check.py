@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from blis_core.contracts.cost import PrimitiveWork
 from blis_core.contracts.plan import LayerKind, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.cost import SimEnvironment, default_plan, load_catalog
@@ -86,16 +87,20 @@ class Comparison:
 
 
 class Pricer:
-    """Per-launch seconds of one term of a decode step, priced by the installed methods."""
+    """Per-launch seconds (and work) of one term of a step, priced by ``env``'s registry
+    (default: the installed cost methods)."""
 
-    def __init__(self) -> None:
-        self.catalog = load_catalog()
-        self.env = SimEnvironment(
-            self.catalog,
-            installed_registry(self.catalog),
-            (),
-            lambda plan, engine: None,  # type: ignore[arg-type,return-value]
-        )
+    def __init__(self, env: SimEnvironment | None = None) -> None:
+        if env is None:
+            catalog = load_catalog()
+            env = SimEnvironment(
+                catalog,
+                installed_registry(catalog),
+                (),
+                lambda plan, engine: None,  # type: ignore[arg-type,return-value]
+            )
+        self.env = env
+        self.catalog = env.catalog
         self._plans: dict[str, PoolPlan] = {}
 
     def plan(self, model: str) -> PoolPlan:
@@ -139,6 +144,15 @@ class Pricer:
         assert len(parts) == len(lays) and len({x.count for x in lays}) == 1, (parts, lays)
         part, lay = max(parts, key=lambda p: p.seconds), lays[0]
         return part.seconds / lay.count
+
+    def gemm_work(self, model: str, layer: str, rows: int) -> PrimitiveWork:
+        """The work BLIS's pricing gives one launch of GEMM ``layer`` at ``rows`` rows (a
+        decode step of that many sequences)."""
+        shape = StepShape(1, StepMode.DECODE_ONLY, tuple(SeqChunk(1, 1) for _ in range(rows)), rows)
+        cp = self.env.compiled(self.plan(model))
+        ev = cp.evaluate(shape)
+        (j,) = [j for j, t in enumerate(cp.terms) if t.family == "gemm" and t.layer == layer]
+        return cp.work_of(j, ev, CHIP)
 
 
 def comparisons(data: Path = DATA) -> Iterator[Comparison]:
