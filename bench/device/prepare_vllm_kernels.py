@@ -50,24 +50,17 @@ STUBS = {
     "logger.py": (
         "import logging\n\n\n"
         "class _Logger(logging.LoggerAdapter):\n"
-        "    def debug_once(self, *a, **k):\n        self.debug(*a)\n\n"
-        "    def info_once(self, *a, **k):\n        self.info(*a)\n\n"
-        "    def warning_once(self, *a, **k):\n        self.warning(*a)\n\n\n"
+        "    def debug_once(self, *a, **k):\n        self.debug(*a)\n\n\n"
         "def init_logger(name):\n    return _Logger(logging.getLogger(name), {})\n"
     ),
     "platforms/__init__.py": (
         "import torch\n\n\n"
         "class _Platform:\n"
         "    def fp8_dtype(self):\n        return torch.float8_e4m3fn\n\n"
-        "    def is_cuda(self):\n        return torch.cuda.is_available()\n\n"
-        "    def is_rocm(self):\n        return False\n\n"
         "    def is_device_capability_family(self, family):\n"
         "        if not torch.cuda.is_available():\n            return False\n"
         "        major, _ = torch.cuda.get_device_capability()\n"
-        "        return major * 10 == family\n\n"
-        "    def is_device_capability(self, cap):\n"
-        "        available = torch.cuda.is_available()\n"
-        "        return available and torch.cuda.get_device_capability() == tuple(cap)\n\n\n"
+        "        return major * 10 == family\n\n\n"
         "current_platform = _Platform()\n"
     ),
     "triton_utils/__init__.py": (
