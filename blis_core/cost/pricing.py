@@ -51,6 +51,10 @@ __all__ = ["CompiledPlan", "StepEvaluation", "StepQuote", "Term", "compile_plan"
 
 # Step aggregates (indices into the aggregate vector).
 ONE, T, S, SD, KD, QD, SP, NP, PP, KP, KDW, PPW, KPW, R, MOEF, NEWREQ = range(16)
+#: grouped GEMM launches in an MoE layer's expert path (w13 and w2) of every path the
+#: engine plugins count (blis_vllm/moe_backend.py, blis_sglang/moe_runner.py)
+EXPERT_PATH_GEMMS = 2
+
 N_AGG = 16
 AGG_NAMES = (
     "one", "padded_tokens", "seqs", "decode_seqs", "decode_kv_tokens", "decode_query_tokens",
@@ -218,6 +222,8 @@ class CompiledPlan:
             # The fixed cost is per kernel launch: a term that issues several kernels
             # (an MoE layer's expert path) pays it once per kernel, its work once.
             over[j] = c.overhead_s * term.launches
+            if entry.family != term.family and term.launches > EXPERT_PATH_GEMMS:
+                over[j] = _lent_gemm_overhead_s(registry, term, thw.id, c.overhead_s)
             per_item[j] = c.per_item_s
             serial[j] = c.serial
             for r, key in enumerate(("flops", "bytes_moved", "link_bytes")):
@@ -697,6 +703,17 @@ def _gemm(
         bytes_moved={ONE: n * k * wb, rows: (k + n) * ab},
         where=where,
     )  # fmt: skip
+
+
+def _lent_gemm_overhead_s(registry: Registry, term: Term, hardware: str, gemm_s: float) -> float:
+    """Fixed cost of an expert path priced by a dense GEMM entry lent to it
+    (:data:`~blis_core.cost.registry.FAMILY_TRANSFER`): the GEMM's fixed cost is a GEMM
+    launch's, paid by the path's ``EXPERT_PATH_GEMMS`` grouped GEMMs; its other launches
+    (routing, alignment, activation, sum: small kernels, 1.6-2.4 us each on an H200,
+    data/measurements/h200-kernels) pay the family floor's per-launch cost."""
+    floor = registry.roofline(term.family, term.impl, hardware, term.dtype)
+    small_s = 0.0 if floor is None else floor.param("overhead_us", 0.0) * 1e-6
+    return gemm_s * EXPERT_PATH_GEMMS + small_s * (term.launches - EXPERT_PATH_GEMMS)
 
 
 def _shift(term: Term, offset: int, prefix: str) -> Term:

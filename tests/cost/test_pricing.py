@@ -367,6 +367,32 @@ def test_an_expert_path_of_several_launches_pays_the_fixed_cost_per_launch(
         assert env.price_step(more, shape) == many.duration_us > one.duration_us
 
 
+def test_a_lent_dense_gemm_entry_prices_the_paths_two_gemms_not_its_small_kernels(
+    catalog: Catalog,
+) -> None:
+    """An expert path priced by the chip's dense GEMM entry (no expert entry of its own:
+    the family transfer) pays the GEMM's fixed cost for its two grouped GEMMs only; its
+    other launches are small kernels at the moe_gemm floor's per-launch cost."""
+    registry = installed_registry(catalog)
+    env = _fresh_env(catalog, registry)
+    plan = _plan(catalog, "mistralai/Mixtral-8x7B-v0.1", tp=2)
+    layers = next(x.count for x in plan.layers if x.kind is LayerKind.MOE)
+    gemm = registry.best("gemm", "*", "H100-SXM", "bf16")
+    floor = registry.roofline("moe_gemm", "*", "H100-SXM", "bf16")
+    assert gemm is not None and floor is not None
+    g_us, f_us = gemm.params["overhead_us"], floor.params["overhead_us"]
+    assert g_us > f_us > 0
+    shape = _decode(16, 700)
+    secs = {}
+    for kernels in (1, 2, 6):
+        price = env.explain_step(_with_moe(plan, "FusedMoE:acme", kernels), shape)
+        (moe,) = [p for p in price.parts if p.family == "moe_gemm"]
+        assert moe.rank is CoefficientRank.TRANSFERRED
+        secs[kernels] = moe.seconds
+    assert secs[2] - secs[1] == pytest.approx(g_us * 1e-6 * layers, rel=1e-9)
+    assert secs[6] - secs[2] == pytest.approx(4 * f_us * 1e-6 * layers, rel=1e-9)
+
+
 def test_a_kernel_count_on_a_layer_that_is_not_moe_is_refused(catalog: Catalog) -> None:
     plan = _plan(catalog)
     i = next(k for k, x in enumerate(plan.layers) if x.kind is LayerKind.ATTENTION)
