@@ -144,6 +144,7 @@ class ModelArchitecture(Document):
     Keyed by the Hugging Face id. ``layer_types`` lists, per layer, ``full_attention`` or
     ``sliding_attention`` when the model mixes them (gpt-oss); empty means every layer
     is full attention (or every layer sliding when ``attention`` is sliding_window).
+    ``tokenizer`` is the one fact not in config.json: which tokenizer encodes its prompts.
     """
 
     hf_id: str
@@ -174,6 +175,12 @@ class ModelArchitecture(Document):
         gt=1,
         description="EAGLE3 draft heads: rows of the head's own LM head (config "
         "draft_vocab_size); None: the full vocabulary",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="the tokenizer that encodes its prompts in the API server (a key of the "
+        "host_request tokenize:<tokenizer> entries, e.g. llama-2, o200k_harmony); None: its "
+        "tokenisation is not priced",
     )
     source: str
 

@@ -75,8 +75,11 @@ class SimEnvironment:
         self._compiled: dict[int, CompiledPlan] = {}
         # (plan, part set) -> the plan it was made for and its compiled placement
         self._part_sets: dict[tuple[int, int], tuple[PoolPlan, CompiledPlan]] = {}
-        # (path, host_work, hardware) -> (overhead_us, per_item_us, entry)
-        self._host_path: dict[tuple[str, str, str], tuple[float, float, CoefficientEntry | None]]
+        # (path, host_work or engine and model, hardware) -> (overhead_us, per_item_us,
+        # per_item_sq_us, entry)
+        self._host_path: dict[
+            tuple[str, str, str], tuple[float, float, float, CoefficientEntry | None]
+        ]
         self._host_path = {}
         self.totals = RankTotals()
 
@@ -357,46 +360,72 @@ class SimEnvironment:
     # -- outside the engine core --------------------------------------------------------
 
     def frontend_delay_us(self, plan: PoolPlan, input_tokens: int) -> int:
-        """Client send to engine-core arrival: HTTP, tokenisation, IPC (``host_request``,
-        impl ``frontend:<plan.host_work>``: ``overhead_us + per_item_us x input_tokens``)."""
-        overhead, per_item, _ = self._host_coeffs("frontend", plan)
-        return seconds_to_us((overhead + per_item * max(input_tokens, 0)) * 1e-6)
+        """Client send to engine-core arrival: HTTP, IPC and the API server's fixed work
+        (``host_request``, impl ``frontend:<plan.host_work>``: ``overhead_us + per_item_us
+        x input_tokens``), plus the tokenisation of the prompt by the model's tokenizer
+        in the engine's API server (impl ``tokenize:<engine kind>/<tokenizer>``, any chip:
+        ``per_item_us x n + per_item_sq_us x n^2``; nothing when the catalog names no
+        tokenizer or no entry prices it)."""
+        n = max(input_tokens, 0)
+        total_us = 0.0
+        for path in ("frontend", "tokenize"):
+            overhead, per_item, per_item_sq, _ = self._host_coeffs(path, plan)
+            total_us += overhead + per_item * n + per_item_sq * n * n
+        return seconds_to_us(total_us * 1e-6)
 
     def stream_delay_us(self, plan: PoolPlan) -> int:
         """Step end to the client's receipt of its chunk: output processing,
         detokenisation, SSE (``host_request``, impl ``stream:<plan.host_work>``)."""
-        overhead, _, _ = self._host_coeffs("stream", plan)
+        overhead, _, _, _ = self._host_coeffs("stream", plan)
         return seconds_to_us(overhead * 1e-6)
 
     def explain_host_path(self, plan: PoolPlan, path: str, items: int = 0) -> PrimitivePrice:
-        """The price of ``path`` (``frontend`` with ``items`` input tokens, or ``stream``)
-        with the rank that priced it; ``transferred`` outside a calibrated ``items`` range."""
-        overhead, per_item, entry = self._host_coeffs(path, plan)
+        """The price of ``path`` (``frontend`` or ``tokenize`` with ``items`` input tokens,
+        or ``stream``) with the rank that priced it; ``transferred`` outside a calibrated
+        ``items`` range."""
+        overhead, per_item, per_item_sq, entry = self._host_coeffs(path, plan)
         rank = CoefficientRank.ROOFLINE if entry is None else entry.price_rank
         rng = None if entry is None else entry.covered.get("items")
         if rng is not None and not rng[0] <= items <= rng[1]:
             rank = max(rank, CoefficientRank.TRANSFERRED)
+        n = max(items, 0)
         return PrimitivePrice(
             family="host_request",
-            impl=f"{path}:{plan.host_work}",
-            seconds=(overhead + per_item * max(items, 0)) * 1e-6,
+            impl=self._host_impl(path, plan),
+            seconds=(overhead + per_item * n + per_item_sq * n * n) * 1e-6,
             rank=CoefficientRank(rank),
             bound="overhead",
         )
 
+    def _host_impl(self, path: str, plan: PoolPlan) -> str:
+        if path == "tokenize":
+            tokenizer = self.catalog.model(plan.model).tokenizer
+            kind = plan.engine.partition("@")[0]
+            return f"tokenize:{kind}/{tokenizer}" if tokenizer else "tokenize:-"
+        return f"{path}:{plan.host_work}"
+
     def _host_coeffs(
         self, path: str, plan: PoolPlan
-    ) -> tuple[float, float, CoefficientEntry | None]:
-        key = (path, plan.host_work, plan.hardware)
+    ) -> tuple[float, float, float, CoefficientEntry | None]:
+        """``(overhead_us, per_item_us, per_item_sq_us, entry)`` of a host path; zeros
+        and no entry where only the per-step admission entry matches (floor 0)."""
+        key = (path, plan.host_work if path != "tokenize" else f"{plan.engine} {plan.model}",
+               plan.hardware)  # fmt: skip
         found = self._host_path.get(key)
         if found is None:
-            impl = f"{path}:{plan.host_work}"
-            entry = self.registry.best("host_request", impl, plan.hardware, "*")
+            impl = self._host_impl(path, plan)
+            entry = None
+            if impl != "tokenize:-":
+                entry = self.registry.best("host_request", impl, plan.hardware, "*")
             if entry is None or entry.impl == "*":
-                # Only the per-step admission entry matched: nothing priced (floor 0).
-                found = (0.0, 0.0, None)
+                found = (0.0, 0.0, 0.0, None)
             else:
-                found = (entry.param("overhead_us", 0.0), entry.param("per_item_us", 0.0), entry)
+                found = (
+                    entry.param("overhead_us", 0.0),
+                    entry.param("per_item_us", 0.0),
+                    entry.param("per_item_sq_us", 0.0),
+                    entry,
+                )
             self._host_path[key] = found
         return found
 
