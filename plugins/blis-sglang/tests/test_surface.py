@@ -21,8 +21,6 @@ _INERT_VALUES = {
     "log_level": "debug",
     "log_level_http": "warning",
     "served_model_name": "my-model",
-    "tokenizer_path": "/models/tok",
-    "skip_tokenizer_init": True,
     "trust_remote_code": True,
     "load_format": "dummy",
     "enable_metrics": True,
