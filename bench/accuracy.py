@@ -393,7 +393,7 @@ STEP_PARAMS: dict[str, float] = {"attn": 0.9, "host": 50.0, "allreduce": 8.0, "m
 STREAM_US = 500.0
 FE_PRIOR: dict[str, float] = {"fe_fixed": 0.0, "fe_per_token": 0.0}
 FE_GRID: dict[str, tuple[float, ...]] = {
-    "fe_fixed": (4500.0, 5500.0, 6500.0),
+    "fe_fixed": (4500.0, 5000.0, 5500.0, 6000.0, 6500.0),
     "fe_per_token": (0.0, 3.0),
 }
 FE_PATHS = ("vllm-0.33.0/async", "vllm-0.33.0/sync")
