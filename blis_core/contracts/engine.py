@@ -326,6 +326,12 @@ class Environment(Protocol):
         by ``plan.host_work``. Never refuses (a floor prices any host work)."""
         ...
 
+    def tokenize_us(self, plan: PoolPlan, input_tokens: int) -> int:
+        """Microseconds the API server's tokenizer works on a text prompt of
+        ``input_tokens`` tokens: the part of :meth:`frontend_delay_us` that one tokenizer
+        does one prompt at a time (0 where tokenisation is not priced)."""
+        ...
+
     def stream_delay_us(self, plan: PoolPlan) -> int:
         """Microseconds from a step's end to the client receiving its streamed chunk
         (output processing, detokenisation, SSE); keyed by ``plan.host_work``."""

@@ -373,6 +373,13 @@ class SimEnvironment:
             total_us += overhead + per_item * n + per_item_sq * n * n
         return seconds_to_us(total_us * 1e-6)
 
+    def tokenize_us(self, plan: PoolPlan, input_tokens: int) -> int:
+        """The tokenisation part of :meth:`frontend_delay_us` (impl
+        ``tokenize:<engine kind>/<tokenizer>``)."""
+        _, per_item, per_item_sq, _ = self._host_coeffs("tokenize", plan)
+        n = max(input_tokens, 0)
+        return seconds_to_us((per_item * n + per_item_sq * n * n) * 1e-6)
+
     def stream_delay_us(self, plan: PoolPlan) -> int:
         """Step end to the client's receipt of its chunk: output processing,
         detokenisation, SSE (``host_request``, impl ``stream:<plan.host_work>``)."""

@@ -16,7 +16,9 @@ instant a step ends joins the step scheduled at that instant.
 The path outside the engine core is priced by the Environment. An arriving request
 first spends ``env.frontend_delay_us(plan, input_tokens)`` in the instance's frontend
 (API server: HTTP parsing, tokenisation, IPC; a small heap, released by an internal
-event at its due time) and only then reaches ``engine.add_request``; a release counts as
+event at its due time) and only then reaches ``engine.add_request``; the tokenisation
+part (``env.tokenize_us``) is one tokenizer's work, one prompt at a time, so a prompt
+also waits for the prompts that entered before it; a release counts as
 an input, so it precedes a step boundary at the same instant. With a zero delay the
 request is added at once, as before. Step reports reach the client
 ``env.stream_delay_us(plan)`` after the step ends (output processing, detokenisation,
@@ -242,6 +244,8 @@ class EngineComponent(Component):
         # Requests in the frontend: (due_us, seq, request); released to add_request when due.
         self._frontend: list[tuple[int, int, InferenceRequest]] = []
         self._frontend_seq = 0
+        # When the API server's tokenizer is next free (it tokenises one prompt at a time).
+        self._tokenizer_free_us = 0
         # Scheduled steps in order, each with its timeline through the pipeline stages.
         self._in_flight: deque[_InFlight] = deque()
         self._stage_free_us = [0] * engine.plan.layout.pp
@@ -397,6 +401,15 @@ class EngineComponent(Component):
 
     def _enter_frontend(self, req: InferenceRequest, now_us: int) -> None:
         delay_us = self._env.frontend_delay_us(self._plan, req.input_tokens)
+        tokenize_us = self._env.tokenize_us(self._plan, req.input_tokens)
+        if tokenize_us > 0:
+            # One tokenizer, one prompt at a time (vLLM 0.33.0's renderer pool has one
+            # worker, SGLang 0.5.23's TokenizerManager tokenises on its event loop): a
+            # prompt waits for those before it. A prompt aborted in the frontend keeps
+            # its turn (the tokenizer's work is not taken back).
+            start_us = max(now_us, self._tokenizer_free_us)
+            self._tokenizer_free_us = start_us + tokenize_us
+            delay_us += start_us - now_us
         if delay_us <= 0:
             self._add(req, now_us)
         else:

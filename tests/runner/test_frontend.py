@@ -131,6 +131,31 @@ def test_abort_in_the_frontend_removes_the_request(
     assert comp.internal(FE_US + PER_TOKEN_US * 100) != FE_US + PER_TOKEN_US * 100
 
 
+def test_prompts_wait_for_the_one_tokenizer(
+    install_plugins: Callable[..., None], priced: DataSources
+) -> None:
+    """The tokenisation part of the frontend is one tokenizer's work, one prompt at a
+    time: a prompt entering while another is tokenised starts after it; one entering
+    once the tokenizer is free does not wait."""
+    install_plugins(TOY)
+    tok_us = 10
+    entry = _entry("tokenize:toy/llama-2", per_item_us=tok_us)
+    data = dataclasses.replace(
+        priced, registry=build_registry([*priced.registry.entries, entry], "test")
+    )
+    comp = _component(data)
+    assert comp._env.tokenize_us(comp._plan, 100) == 100 * tok_us
+    comp.external(0, [_msg("request", _req("r1"), 0), _msg("request", _req("r2", 50), 1)])
+    r1 = FE_US + PER_TOKEN_US * 100 + tok_us * 100
+    r2 = FE_US + PER_TOKEN_US * 50 + tok_us * 50 + tok_us * 100  # after r1's tokenisation
+    assert comp.internal(0) == r1  # alone, r2 (50 tokens) would be due first
+    assert comp.internal(r1) == r2
+    late = 10 * r2
+    comp.external(late, [_msg("request", _req("r3", 50), 2)])
+    (due,) = [d for d, _, req in comp._frontend if req.request_id == "r3"]
+    assert due == late + FE_US + PER_TOKEN_US * 50 + tok_us * 50
+
+
 def test_request_in_the_frontend_at_the_horizon_is_queued(
     install_plugins: Callable[..., None], plain: DataSources
 ) -> None:

@@ -61,6 +61,9 @@ class StagePrices:
         assert shape.num_stages == 2
         return STAGE_US[shape.stage]
 
+    def tokenize_us(self, plan: PoolPlan, input_tokens: int) -> int:
+        return 0
+
     def stream_delay_us(self, plan: PoolPlan) -> int:
         return 0
 

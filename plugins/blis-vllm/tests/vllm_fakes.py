@@ -139,6 +139,9 @@ class FakeEnvironment:
     def frontend_delay_us(self, plan: PoolPlan, input_tokens: int) -> int:
         return 0
 
+    def tokenize_us(self, plan: PoolPlan, input_tokens: int) -> int:
+        return 0
+
     def stream_delay_us(self, plan: PoolPlan) -> int:
         return 0
 
