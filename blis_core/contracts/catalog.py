@@ -178,9 +178,9 @@ class ModelArchitecture(Document):
     )
     tokenizer: str | None = Field(
         default=None,
-        description="the tokenizer that encodes its prompts in the API server (a key of the "
-        "host_request tokenize:<tokenizer> entries, e.g. llama-2, o200k_harmony); None: its "
-        "tokenisation is not priced",
+        description="the tokenizer that encodes its prompts in the API server (keys the "
+        "host_request tokenize:<engine kind>/<tokenizer> entries, e.g. llama-2, "
+        "o200k_harmony); None: its tokenisation is not priced",
     )
     source: str
 

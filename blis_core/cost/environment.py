@@ -363,46 +363,42 @@ class SimEnvironment:
         """Client send to engine-core arrival: HTTP, IPC and the API server's fixed work
         (``host_request``, impl ``frontend:<plan.host_work>``: ``overhead_us + per_item_us
         x input_tokens``), plus the tokenisation of the prompt by the model's tokenizer
-        in the engine's API server (impl ``tokenize:<engine kind>/<tokenizer>``, any chip:
-        ``per_item_us x n + per_item_sq_us x n^2``; nothing when the catalog names no
-        tokenizer or no entry prices it)."""
-        n = max(input_tokens, 0)
-        total_us = 0.0
-        for path in ("frontend", "tokenize"):
-            overhead, per_item, per_item_sq, _ = self._host_coeffs(path, plan)
-            total_us += overhead + per_item * n + per_item_sq * n * n
-        return seconds_to_us(total_us * 1e-6)
+        in the engine's API server (:meth:`tokenize_us`)."""
+        us = self._host_us("frontend", plan, input_tokens)
+        return seconds_to_us((us + self._host_us("tokenize", plan, input_tokens)) * 1e-6)
 
     def tokenize_us(self, plan: PoolPlan, input_tokens: int) -> int:
-        """The tokenisation part of :meth:`frontend_delay_us` (impl
-        ``tokenize:<engine kind>/<tokenizer>``)."""
-        _, per_item, per_item_sq, _ = self._host_coeffs("tokenize", plan)
-        n = max(input_tokens, 0)
-        return seconds_to_us((per_item * n + per_item_sq * n * n) * 1e-6)
+        """The tokenisation part of :meth:`frontend_delay_us` (impl ``tokenize:<engine
+        kind>/<tokenizer>``, any chip: ``per_item_us x n + per_item_sq_us x n^2``; 0 when
+        the catalog names no tokenizer or no entry prices it)."""
+        return seconds_to_us(self._host_us("tokenize", plan, input_tokens) * 1e-6)
 
     def stream_delay_us(self, plan: PoolPlan) -> int:
         """Step end to the client's receipt of its chunk: output processing,
         detokenisation, SSE (``host_request``, impl ``stream:<plan.host_work>``)."""
-        overhead, _, _, _ = self._host_coeffs("stream", plan)
-        return seconds_to_us(overhead * 1e-6)
+        return seconds_to_us(self._host_us("stream", plan, 0) * 1e-6)
 
     def explain_host_path(self, plan: PoolPlan, path: str, items: int = 0) -> PrimitivePrice:
         """The price of ``path`` (``frontend`` or ``tokenize`` with ``items`` input tokens,
         or ``stream``) with the rank that priced it; ``transferred`` outside a calibrated
         ``items`` range."""
-        overhead, per_item, per_item_sq, entry = self._host_coeffs(path, plan)
+        entry = self._host_coeffs(path, plan)[3]
         rank = CoefficientRank.ROOFLINE if entry is None else entry.price_rank
         rng = None if entry is None else entry.covered.get("items")
         if rng is not None and not rng[0] <= items <= rng[1]:
             rank = max(rank, CoefficientRank.TRANSFERRED)
-        n = max(items, 0)
         return PrimitivePrice(
             family="host_request",
             impl=self._host_impl(path, plan),
-            seconds=(overhead + per_item * n + per_item_sq * n * n) * 1e-6,
+            seconds=self._host_us(path, plan, items) * 1e-6,
             rank=CoefficientRank(rank),
             bound="overhead",
         )
+
+    def _host_us(self, path: str, plan: PoolPlan, items: int) -> float:
+        overhead, per_item, per_item_sq, _ = self._host_coeffs(path, plan)
+        n = max(items, 0)
+        return overhead + per_item * n + per_item_sq * n * n
 
     def _host_impl(self, path: str, plan: PoolPlan) -> str:
         if path == "tokenize":

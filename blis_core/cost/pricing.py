@@ -49,12 +49,12 @@ from blis_core.cost.roofline import entry_constants, link_bandwidth
 
 __all__ = ["CompiledPlan", "StepEvaluation", "StepQuote", "Term", "compile_plan"]
 
-# Step aggregates (indices into the aggregate vector).
-ONE, T, S, SD, KD, QD, SP, NP, PP, KP, KDW, PPW, KPW, R, MOEF, NEWREQ = range(16)
 #: grouped GEMM launches in an MoE layer's expert path (w13 and w2) of every path the
 #: engine plugins count (blis_vllm/moe_backend.py, blis_sglang/moe_runner.py)
 EXPERT_PATH_GEMMS = 2
 
+# Step aggregates (indices into the aggregate vector).
+ONE, T, S, SD, KD, QD, SP, NP, PP, KP, KDW, PPW, KPW, R, MOEF, NEWREQ = range(16)
 N_AGG = 16
 AGG_NAMES = (
     "one", "padded_tokens", "seqs", "decode_seqs", "decode_kv_tokens", "decode_query_tokens",

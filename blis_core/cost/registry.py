@@ -40,9 +40,9 @@ and is not hashed; ``--coefficient-draws`` draws from it
 IPC, the API server's fixed work), ``tokenize:<engine kind>/<tokenizer>`` (the catalog
 model's ``tokenizer`` encoding the prompt in that engine's API server: ``per_item_us`` x
 n + ``per_item_sq_us`` x n^2 for n input tokens, any chip since it runs on the host CPU)
-and ``stream:<host_work>``
-(``overhead_us`` per streamed step: output processing, detokenisation, SSE). Their floor
-is the ``frontend:*``/``tokenize:*``/``stream:*`` entries of ``roofline.yaml``.
+and ``stream:<host_work>`` (``overhead_us`` per streamed step: output processing,
+detokenisation, SSE). Their floor is the ``frontend:*``/``tokenize:*``/``stream:*``
+entries of ``roofline.yaml``.
 
 Entries come from the installed cost methods that are coefficient sets
 (:class:`~blis_core.contracts.cost.CoefficientSet` plugins: ``blis-cost-roofline`` ships
