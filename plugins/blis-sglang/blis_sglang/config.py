@@ -339,6 +339,8 @@ def _field_errors(args: Mapping[str, Any], model: ModelArchitecture) -> list[Fie
         status = str(entry["status"])
         if status in ("modelled", "proven_inert"):
             continue
+        if name == "tokenizer_path" and value == model.hf_id:
+            continue  # SGLang's default tokenizer_path is the model path
         default = entry.get("default")
         plain = not (isinstance(default, str) and default.startswith("<"))
         if plain and value == default and isinstance(value, bool) == isinstance(default, bool):

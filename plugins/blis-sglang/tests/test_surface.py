@@ -60,6 +60,23 @@ def test_every_inert_field_is_listed_and_changes_no_decision(
         assert _trace(blis_environment("surface-0"), {name: value}) == base, name
 
 
+def test_the_models_own_tokenizer_is_accepted_and_another_refused(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """The tokenisation is priced with the catalog model's tokenizer: SGLang's default
+    tokenizer_path (the model path) changes nothing; another one, or token-id prompts,
+    are refused by name."""
+    base = _trace(blis_environment("surface-0"), {})
+    own = {"tokenizer_path": "meta-llama/Llama-2-7b-hf"}
+    assert _trace(blis_environment("surface-0"), own) == base
+    for name, value in (("tokenizer_path", "/models/tok"), ("skip_tokenizer_init", True)):
+        with pytest.raises(InputRefused) as exc:
+            _trace(blis_environment("surface-0"), {name: value})
+        assert any(e.path.endswith(name) and "tokenis" in e.cause for e in exc.value.errors), (
+            exc.value.errors
+        )
+
+
 def test_modelled_fields_change_decisions(blis_environment: Callable[[str], Environment]) -> None:
     env = blis_environment("surface-0")
     base = _trace(env, {})

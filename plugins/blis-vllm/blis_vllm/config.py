@@ -333,6 +333,8 @@ def resolve_settings(
         elif name in NOT_MODELLED_ARGS:
             if is_upstream_default(name, args[name]):
                 continue  # the default is what this port models (module docstring)
+            if name == "tokenizer" and args[name] == model.hf_id:
+                continue  # vLLM's default tokenizer is the model's own
             errors.append(
                 FieldError(
                     _arg_path(name),

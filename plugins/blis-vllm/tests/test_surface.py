@@ -184,6 +184,18 @@ def test_not_modelled_field_is_refused_by_name(name: str) -> None:
         assert _resolve(**{name: FIELDS[name]["default"]}) == _resolve()
 
 
+def test_the_models_own_tokenizer_is_accepted_and_another_refused() -> None:
+    """The tokenisation is priced with the catalog model's tokenizer: naming the model's
+    own (vLLM's default) changes nothing; another tokenizer or token-id prompts are
+    refused by name."""
+    assert _resolve(tokenizer=LLAMA2_7B.hf_id) == _resolve()
+    for name, value in (("tokenizer", "acme/tok"), ("skip_tokenizer_init", True)):
+        with pytest.raises(InputRefused) as exc:
+            _resolve(**{name: value})
+        (err,) = exc.value.errors
+        assert err.path == f"engine.args.{name}" and "tokenis" in err.cause
+
+
 @pytest.mark.parametrize("name", _fields_with("proven_inert"))
 def test_inert_field_changes_no_decision(name: str) -> None:
     """Proof for every ``proven_inert`` field: accepted, with settings and plan unchanged.
