@@ -424,6 +424,7 @@ def resolve_settings(
     mixed = _typed(args, "enable_mixed_chunk", bool, errors) or False
     no_graph = _typed(args, "disable_cuda_graph", bool, errors) or False
     no_padding = _typed(args, "disable_cuda_graph_padding", bool, errors) or False
+    no_prefill_graph = _typed(args, "disable_prefill_cuda_graph", bool, errors) or False
     kv_dtype = _typed(args, "kv_cache_dtype", str, errors) or "auto"
     backend = _typed(args, "attention_backend", str, errors)
     moe_arg = _typed(args, "moe_runner_backend", str, errors)
@@ -598,7 +599,8 @@ def resolve_settings(
         prefill_max = min(prefill_max, ints["max_total_tokens"])
     if "llama-2" in model.hf_id.lower():
         prefill_max = min(prefill_max, 4096)  # memory_hook.py:260, a workaround upstream
-    prefill_sizes = () if no_graph or prefill_max <= 0 else prefill_capture_sizes(prefill_max)
+    eager_prefill = no_graph or no_prefill_graph or prefill_max <= 0
+    prefill_sizes = () if eager_prefill else prefill_capture_sizes(prefill_max)
     if chunk > 0 and chunk % page_size:
         errors.append(
             FieldError(

@@ -133,6 +133,15 @@ def test_chunking_off_and_graphs_off(env: Environment) -> None:
     assert s.mem_fraction_static == 0.8
 
 
+def test_prefill_graphs_off_keeps_the_decode_graphs(env: Environment) -> None:
+    """``disable_prefill_cuda_graph`` (exec_.py: the prefill-phase graph off): every
+    prefill runs eager, the decode graphs stay."""
+    on = _resolve(env)
+    off = _resolve(env, disable_prefill_cuda_graph=True)
+    assert on.prefill_graph_sizes and off.prefill_graph_sizes == ()
+    assert off.decode_graph_sizes == on.decode_graph_sizes != ()
+
+
 def test_hicache_and_disaggregation_are_refused_with_their_reason(env: Environment) -> None:
     with pytest.raises(InputRefused) as err:
         _resolve(

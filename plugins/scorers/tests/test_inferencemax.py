@@ -184,6 +184,9 @@ def test_an_sglang_point_runs_on_the_sglang_port_with_inferencemax_launch_argume
     assert pool.args["max_running_requests"] == 256  # 512 only at 1k/1k
     assert "max_num_seqs" not in pool.args
     assert "dsr1_fp8_h200" in p.estimated["server arguments"]
+    # SGLang 0.5.6 runs the prefill eager; the modelled 0.5.23 is told to, and says why
+    assert pool.args["disable_prefill_cuda_graph"] is True
+    assert "enable_piecewise_cuda_graph" in p.estimated["server arguments"]
 
 
 def test_an_sglang_point_on_a_b200_keeps_its_launch_and_is_refused_by_the_field(

@@ -144,6 +144,12 @@ def _entries(path: Path) -> list[Mapping[str, Any]] | None:
     return doc
 
 
+#: SGLang releases whose prefill runs without CUDA graphs by default (read in the 0.5.6
+#: wheel's ``srt/server_args.py``: ``enable_piecewise_cuda_graph: bool = False``); the
+#: modelled 0.5.23 captures prefill graphs unless ``disable_prefill_cuda_graph`` is set
+SGLANG_EAGER_PREFILL = frozenset({"0.5.6"})
+
+
 def _sglang_launch(hw: str, conc: int, isl: int, osl: int, ep: int) -> tuple[dict[str, Any], str]:
     """InferenceMAX's SGLang (DeepSeek-R1 FP8) launch arguments on chip ``hw``, read from
     ``SemiAnalysisAI/InferenceX@d22bf9c`` ``benchmarks/``; ``--cuda-graph-max-bs`` has no
@@ -182,7 +188,15 @@ def _server_args(
     if framework == "sglang":
         args, script = _sglang_launch(hw, conc, isl, osl, ep)
         shown = ", ".join(f"{k} {v}" for k, v in args.items())
-        return args, f"InferenceMAX's SGLang launch (InferenceX@d22bf9c {script}): {shown}"
+        how = f"InferenceMAX's SGLang launch (InferenceX@d22bf9c {script}): {shown}"
+        if tag in SGLANG_EAGER_PREFILL:
+            args = {**args, "disable_prefill_cuda_graph": True}
+            how += (
+                f"; disable_prefill_cuda_graph True: SGLang {tag} runs the prefill without "
+                "CUDA graphs (server_args.py enable_piecewise_cuda_graph False by default), "
+                "the modelled release graphs it unless told not to"
+            )
+        return args, how
     return _vllm_launch(hw, model, tag, conc, isl, osl)
 
 
