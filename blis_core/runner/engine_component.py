@@ -403,10 +403,11 @@ class EngineComponent(Component):
         delay_us = self._env.frontend_delay_us(self._plan, req.input_tokens)
         tokenize_us = self._env.tokenize_us(self._plan, req.input_tokens)
         if tokenize_us > 0:
-            # One tokenizer, one prompt at a time (vLLM 0.33.0's renderer pool has one
-            # worker, SGLang 0.5.23's TokenizerManager tokenises on its event loop): a
-            # prompt waits for those before it. A prompt aborted in the frontend keeps
-            # its turn (the tokenizer's work is not taken back).
+            # One tokenizer, one prompt at a time (vLLM 0.33.0 vllm/renderers/base.py: the
+            # renderer's pool of renderer_num_workers = 1 runs tokenizer(prompt); SGLang
+            # 0.5.23 srt/managers/tokenizer_manager.py _tokenize_texts: on its event
+            # loop): a prompt waits for those before it. A prompt aborted in the
+            # frontend keeps its turn (the tokenizer's work is not taken back).
             start_us = max(now_us, self._tokenizer_free_us)
             self._tokenizer_free_us = start_us + tokenize_us
             delay_us += start_us - now_us

@@ -599,6 +599,8 @@ def resolve_settings(
         prefill_max = min(prefill_max, ints["max_total_tokens"])
     if "llama-2" in model.hf_id.lower():
         prefill_max = min(prefill_max, 4096)  # memory_hook.py:260, a workaround upstream
+    # srt/arg_groups/fields/exec_.py disable_prefill_cuda_graph (= --cuda-graph-backend-
+    # prefill=disabled): no prefill graph, the decode graphs stay
     eager_prefill = no_graph or no_prefill_graph or prefill_max <= 0
     prefill_sizes = () if eager_prefill else prefill_capture_sizes(prefill_max)
     if chunk > 0 and chunk % page_size:
