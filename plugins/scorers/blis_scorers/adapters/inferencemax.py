@@ -21,7 +21,9 @@ random --random-input-len ISL --random-output-len OSL --random-range-ratio 0.8
   SGLang the arguments of InferenceMAX's
   DeepSeek-R1 launch script for the point's chip (``SemiAnalysisAI/InferenceX@d22bf9c``,
   ``benchmarks/dsr1_fp8_<chip>_*.sh``, :func:`_sglang_launch`; arguments blis-sglang
-  refuses are kept, so such a point is refused by name); the chip's id in the
+  refuses are kept, so such a point is refused by name; for SGLang 0.5.6 points also
+  ``disable_prefill_cuda_graph``, since that release runs the prefill without CUDA
+  graphs: :data:`SGLANG_EAGER_PREFILL`); the chip's id in the
   catalog. A framework is simulated by the release its engine plugin models
   (:data:`MODELLED`); the measured release is the point's ``engine``.
 * A point BLIS cannot run (a framework without an engine plugin, a chip or model not in
