@@ -27,7 +27,6 @@ from typing import Annotated, Literal
 import numpy as np
 import numpy.typing as npt
 from pydantic import Field
-from scipy import stats  # type: ignore[import-untyped, unused-ignore]
 
 from blis_core.contracts.base import Document
 from blis_core.contracts.workload import (
@@ -191,6 +190,9 @@ def _split(
 
 
 def _fit_family(family: LengthFamily, train: IntArray) -> LengthSpec:
+    # SciPy's stats are imported where a fit needs them: every run imports this module.
+    from scipy import stats  # type: ignore[import-untyped, unused-ignore]
+
     x = train.astype(np.float64)
     if family == "fixed":
         return FixedLength(value=max(1, int(np.floor(np.median(x) + 0.5))))
@@ -217,6 +219,8 @@ def _fit_family(family: LengthFamily, train: IntArray) -> LengthSpec:
 
 def _chi2_discrete(spec: LengthSpec, test: IntArray) -> tuple[float, float, int, int]:
     """Pearson chi-square of integer ``test`` rows against ``spec``: (stat, p, dof, bins)."""
+    from scipy import stats  # type: ignore[import-untyped, unused-ignore]
+
     n = len(test)
     k = int(max(2, min(50, n // 5)))
     cuts = np.unique(length_from_uniform(spec, np.arange(1, k) / k))
@@ -322,6 +326,8 @@ def fit_arrivals(
     training mean (the Gamma MLE with location 0 keeps it); the Gamma shape is fitted
     on the positive gaps. Raises :class:`ValueError` for fewer than 4 arrivals.
     """
+    from scipy import stats  # type: ignore[import-untyped, unused-ignore]
+
     if not 0.0 < holdout_fraction < 1.0:
         raise ValueError(f"holdout_fraction must be in (0, 1), got {holdout_fraction}")
     times = np.sort(np.asarray(arrival_us, dtype=np.int64))

@@ -16,7 +16,6 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special, stats  # type: ignore[import-untyped, unused-ignore]
 
 from blis_core.contracts.workload import (
     EmpiricalLength,
@@ -72,13 +71,13 @@ def length_from_uniform(spec: LengthSpec, u: FloatArray) -> IntArray:
     if isinstance(spec, NormalLength):
         if spec.std == 0:  # 0 * ndtri(0) would be nan
             return _round_clip(np.full(u.shape, spec.mean), spec.min, spec.max)
-        z = np.asarray(special.ndtri(u), dtype=np.float64)
+        z = _ndtri(u)
         return _round_clip(spec.mean + spec.std * z, spec.min, spec.max)
     if isinstance(spec, LogNormalLength):
         with np.errstate(over="ignore"):
             if spec.sigma == 0:
                 return _round_clip(np.full(u.shape, np.exp(spec.mu)), spec.min, spec.max)
-            x = np.exp(spec.mu + spec.sigma * np.asarray(special.ndtri(u), dtype=np.float64))
+            x = np.exp(spec.mu + spec.sigma * _ndtri(u))
         return _round_clip(x, spec.min, spec.max)
     if isinstance(spec, ExponentialLength):
         return _round_clip(spec.offset - spec.scale * np.log1p(-u), spec.min, spec.max)
@@ -92,7 +91,16 @@ def sample_lengths(spec: LengthSpec, rng: np.random.Generator, n: int) -> IntArr
     return length_from_uniform(spec, rng.random(n))
 
 
+def _ndtri(u: FloatArray) -> FloatArray:
+    # SciPy is imported where a family needs it, not by every run (it costs ~0.3 s).
+    from scipy import special  # type: ignore[import-untyped, unused-ignore]
+
+    return np.asarray(special.ndtri(u), dtype=np.float64)
+
+
 def _continuous_cdf(spec: LengthSpec, x: FloatArray) -> FloatArray:
+    from scipy import stats  # type: ignore[import-untyped, unused-ignore]
+
     if isinstance(spec, NormalLength):
         if spec.std == 0:
             return (x >= spec.mean).astype(np.float64)
