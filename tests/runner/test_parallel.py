@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -133,3 +134,28 @@ def test_the_terminal_bar_counts_requests_across_replications() -> None:
         view.tick(RunProgress(1, 2_000_000, 900, 30))
         assert view.bar.tasks[0].completed == 130
         assert "simulated 2.0 s, 30 requests done" in view.bar.tasks[0].fields["detail"]
+
+
+def test_a_run_scans_young_objects_less_often_and_gives_the_thresholds_back(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY)
+    scenario = parse_scenario(_scenario(), "t")
+    before = gc.get_threshold()
+    during: list[tuple[int, int, int]] = []
+    try:
+        gc.set_threshold(700, 9, 8)
+        run_scenario(
+            scenario, make_host(), data, on_progress=lambda _: during.append(gc.get_threshold())
+        )
+        assert during and set(during) == {(run_module.YOUNG_COLLECTION_ALLOCATIONS, 9, 8)}
+        assert gc.get_threshold() == (700, 9, 8)
+        # A caller's own higher threshold is kept.
+        gc.set_threshold(10**6, 9, 8)
+        during.clear()
+        run_scenario(
+            scenario, make_host(), data, on_progress=lambda _: during.append(gc.get_threshold())
+        )
+        assert set(during) == {(10**6, 9, 8)}
+    finally:
+        gc.set_threshold(*before)
