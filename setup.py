@@ -26,6 +26,8 @@ COMPILED = (
     "blis_core/runner/router_component.py",
     "blis_core/metrics/ledger.py",
     "blis_core/contracts/request.py",
+    "blis_core/contracts/outcome.py",
+    "blis_core/runner/messages.py",
     "blis_core/contracts/scrape.py",
     "blis_core/cost/pricing.py",
 )

@@ -29,11 +29,26 @@ sys.path.insert(0, str(STEADY_TESTS))
 
 from pure_hashes import compiled, differing_from_source  # noqa: E402
 
-from blis_core.contracts import request, scrape  # noqa: E402
+from blis_core.contracts import outcome, request, scrape  # noqa: E402
+from blis_core.contracts.engine import (  # noqa: E402
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    FinishedRequest,
+    PrefixHit,
+    StepOutcome,
+    TokenEmission,
+)
 from blis_core.contracts.request import InferenceRequest, PromptSegment  # noqa: E402
 from blis_core.cost import pricing  # noqa: E402
 from blis_core.metrics import ledger  # noqa: E402
-from blis_core.runner import client_component, engine_component, router_component  # noqa: E402
+from blis_core.runner import (  # noqa: E402
+    client_component,
+    engine_component,
+    messages,
+    router_component,
+)
+from blis_core.runner.messages import MetricsScrape, StepReport  # noqa: E402
 from blis_core.sim import kernel  # noqa: E402
 
 SCENARIOS = range(1, 200, 2)
@@ -42,7 +57,7 @@ SCENARIOS = range(1, 200, 2)
 
 def test_compiled_core_keeps_every_result_byte() -> None:
     modules = (kernel, engine_component, client_component, router_component, ledger)
-    modules += (request, scrape, pricing)
+    modules += (request, scrape, pricing, outcome, messages)
     if os.environ.get("BLIS_MYPYC") == "1":
         assert all(compiled(m) for m in modules), [m.__file__ for m in modules]
     differ, source = differing_from_source(SCENARIOS, ROOT)
@@ -56,3 +71,16 @@ def test_compiled_frozen_contracts_survive_pickle_and_copy() -> None:
     req = InferenceRequest("r", 0, (PromptSegment("k", 3),), 2, headers=(("model", "m"),))
     for again in (pickle.loads(pickle.dumps(req)), copy.deepcopy(req)):
         assert again == req and again.prompt[0] == PromptSegment("k", 3)
+    made = StepOutcome(
+        7,
+        ("a",),
+        (TokenEmission("a", 1),),
+        (FinishedRequest("b", "length", 3, {"x": 1}),),
+        kv_events=(BlockStored((1,), None, (5, 6), 16), BlockRemoved((2,)), AllBlocksCleared()),
+        prefix_hits=(PrefixHit("a", 16),),
+    )
+    report = StepReport("i0", 100, made)
+    scrape_ = MetricsScrape("i0", {"m": 1.0}, 200)
+    for obj in (made, report, scrape_):
+        for again in (pickle.loads(pickle.dumps(obj)), copy.deepcopy(obj), copy.copy(obj)):
+            assert again == obj

@@ -15,8 +15,15 @@ from typing import Any
 import pytest
 from blis_conformance.inits import assert_init_follows_fields, explicit_inits_compiled_by
 
+from blis_core.contracts.outcome import (
+    BlockRemoved,
+    FinishedRequest,
+    PrefixHit,
+    StepOutcome,
+    TokenEmission,
+)
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape, Transfer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +63,63 @@ CASES: dict[str, dict[str, Any]] = {
         "start_us": 1000,
         "end_us": 2000,
         "started": True,
+    },
+    "blis_core.contracts.outcome.BlockStored": {
+        "block_hashes": (1, 2),
+        "parent_block_hash": 3,
+        "token_ids": (4, 5),
+        "block_size": 16,
+        "lora_id": 6,
+        "medium": "CPU",
+        "group_idx": 7,
+        "kv_cache_spec_kind": "sliding_window",
+        "kv_cache_spec_sliding_window": 4096,
+    },
+    "blis_core.contracts.outcome.BlockRemoved": {
+        "block_hashes": (1, 2),
+        "medium": "CPU",
+        "group_idx": 3,
+    },
+    "blis_core.contracts.outcome.TokenEmission": {"request_id": "r", "num_tokens": 2},
+    "blis_core.contracts.outcome.FinishedRequest": {
+        "request_id": "r",
+        "reason": "stop",
+        "output_tokens": 9,
+        "kv_transfer_params": {"do_remote_decode": True},
+    },
+    "blis_core.contracts.outcome.PrefixHit": {"request_id": "r", "cached_tokens": 32},
+    "blis_core.contracts.outcome.StepOutcome": {
+        "step_id": 4,
+        "first_scheduled": ("a",),
+        "emitted": (TokenEmission("a", 1),),
+        "finished": (FinishedRequest("b", "length", 3),),
+        "preempted": ("c",),
+        "kv_events": (BlockRemoved((1,)),),
+        "transfers": (Transfer("t", "r", "gpu", "cpu", "g", 16, 1),),
+        "prefix_hits": (PrefixHit("a", 16),),
+    },
+    "blis_core.runner.messages.StepReport": {
+        "instance": "i0",
+        "step_start_us": 1000,
+        "outcome": StepOutcome(3),
+    },
+    "blis_core.runner.messages.Dropped": {"request_id": "r", "reason": "queue full"},
+    "blis_core.runner.messages.MetricsScrape": {
+        "instance": "i0",
+        "metrics": {"m": 1.0},
+        "scraped_at_us": 2000,
+    },
+    "blis_core.runner.messages.DisaggDispatch": {
+        "request": InferenceRequest("r", 0, (), 1),
+        "prefill_instance": "p0",
+    },
+    "blis_core.runner.messages.PrefillLeg": {
+        "request": InferenceRequest("r", 0, (), 1),
+        "reply_to": "d0",
+    },
+    "blis_core.runner.messages.PrefillDone": {
+        "request_id": "r",
+        "kv_transfer_params": {"remote_engine_id": "e"},
     },
     "blis_core.cost.pricing.StepQuote": {
         "seconds": [[1.0]],

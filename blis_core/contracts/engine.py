@@ -38,6 +38,16 @@ from blis_core.contracts.catalog import FabricSpec, HardwareSpec, MachineSpec, M
 from blis_core.contracts.cost import StepPrice
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.lowering import LoweringRequest
+from blis_core.contracts.outcome import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    FinishedRequest,
+    KVEvent,
+    PrefixHit,
+    StepOutcome,
+    TokenEmission,
+)
 from blis_core.contracts.plan import KVBudget, ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.scenario import AcceptanceModel
@@ -110,97 +120,6 @@ def fast_forward_enabled() -> bool:
 
     Read when an engine is built, so a run never mixes the two paths in one instance."""
     return os.environ.get(FAST_FORWARD_ENV, "1") != "0"
-
-
-@dataclass(frozen=True, slots=True)
-class BlockStored:
-    """KV blocks became cached (vLLM ``BlockStored``)."""
-
-    block_hashes: tuple[int, ...]
-    parent_block_hash: int | None
-    token_ids: tuple[int, ...]
-    block_size: int
-    lora_id: int | None = None
-    medium: str | None = "GPU"
-    group_idx: int | None = None
-    """The KV cache group the blocks were cached for (vLLM ``group_idx``; a hybrid
-    model caches one token chain once per group)."""
-    kv_cache_spec_kind: str | None = None
-    """The group's KV cache spec kind (vLLM ``kv_cache_spec_kind``: ``full_attention``,
-    ``mla_attention``, ``sliding_window``, ...), so consumers can tell prefix-reusable
-    groups from sliding-window ones."""
-    kv_cache_spec_sliding_window: int | None = None
-    """The group's sliding window in tokens, for a sliding-window group."""
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
-    """Cached KV blocks were evicted (vLLM ``BlockRemoved``)."""
-
-    block_hashes: tuple[int, ...]
-    medium: str | None = "GPU"
-    group_idx: int | None = None
-    """The KV cache group the blocks were cached for (vLLM ``group_idx``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
-    """The whole prefix cache was reset (vLLM ``AllBlocksCleared``)."""
-
-
-KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEmission:
-    """``num_tokens`` output tokens of ``request_id`` reach the client at this step's end."""
-
-    request_id: str
-    num_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedRequest:
-    """A request the engine finished; ``reason`` is ``length``, ``stop`` or ``abort``.
-
-    ``kv_transfer_params`` is what the response carries back for a P/D prefill leg (the
-    connector's ``request_finished`` parameters: where the decode side reads the KV).
-    """
-
-    request_id: str
-    reason: str
-    output_tokens: int
-    kv_transfer_params: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixHit:
-    """Prompt tokens of a first-scheduled request the engine did not compute: found in its
-    prefix cache or loaded by its KV connector (what the response's usage reports as
-    ``prompt_tokens_details.cached_tokens``; vLLM's ``num_cached_tokens``)."""
-
-    request_id: str
-    cached_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
-    """What one completed step produced.
-
-    ``first_scheduled`` lists requests this step computed for the first time (their
-    scheduling delay ends at the step's start), and ``prefix_hits`` how many of their
-    prompt tokens were cached; ``emitted`` the output tokens streamed; ``finished`` the
-    requests done; ``preempted`` those sent back to waiting.
-    """
-
-    step_id: int
-    first_scheduled: tuple[str, ...] = ()
-    emitted: tuple[TokenEmission, ...] = ()
-    finished: tuple[FinishedRequest, ...] = ()
-    preempted: tuple[str, ...] = ()
-    kv_events: tuple[KVEvent, ...] = ()
-    transfers: tuple[Transfer, ...] = ()
-    prefix_hits: tuple[PrefixHit, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

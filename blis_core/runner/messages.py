@@ -1,4 +1,8 @@
-"""Payloads of the messages the cluster's components exchange (slotted, per event)."""
+"""Payloads of the messages the cluster's components exchange (slotted, per event).
+
+Compiled with mypyc (``setup.py``): each class has an ``__init__`` of its own, which mypyc
+compiles too (the one ``dataclasses`` writes would stay interpreted at every step), and a
+``__reduce__`` that rebuilds it through that constructor."""
 
 from __future__ import annotations
 
@@ -6,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from blis_core.contracts.engine import StepOutcome
-from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.outcome import StepOutcome
+from blis_core.contracts.request import InferenceRequest, _rebuilt
 
 __all__ = [
     "DisaggDispatch",
@@ -27,6 +31,14 @@ class StepReport:
     step_start_us: int
     outcome: StepOutcome
 
+    def __init__(self, instance: str, step_start_us: int, outcome: StepOutcome) -> None:
+        object.__setattr__(self, "instance", instance)
+        object.__setattr__(self, "step_start_us", step_start_us)
+        object.__setattr__(self, "outcome", outcome)
+
+    def __reduce__(self) -> tuple[type[StepReport], tuple[Any, ...]]:
+        return _rebuilt(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
@@ -34,6 +46,13 @@ class Dropped:
 
     request_id: str
     reason: str
+
+    def __init__(self, request_id: str, reason: str) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "reason", reason)
+
+    def __reduce__(self) -> tuple[type[Dropped], tuple[Any, ...]]:
+        return _rebuilt(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +62,14 @@ class MetricsScrape:
     instance: str
     metrics: Mapping[str, float]
     scraped_at_us: int
+
+    def __init__(self, instance: str, metrics: Mapping[str, float], scraped_at_us: int) -> None:
+        object.__setattr__(self, "instance", instance)
+        object.__setattr__(self, "metrics", metrics)
+        object.__setattr__(self, "scraped_at_us", scraped_at_us)
+
+    def __reduce__(self) -> tuple[type[MetricsScrape], tuple[Any, ...]]:
+        return _rebuilt(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +81,13 @@ class DisaggDispatch:
     request: InferenceRequest
     prefill_instance: str
 
+    def __init__(self, request: InferenceRequest, prefill_instance: str) -> None:
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "prefill_instance", prefill_instance)
+
+    def __reduce__(self) -> tuple[type[DisaggDispatch], tuple[Any, ...]]:
+        return _rebuilt(self)
+
 
 @dataclass(frozen=True, slots=True)
 class PrefillLeg:
@@ -61,6 +95,13 @@ class PrefillLeg:
 
     request: InferenceRequest
     reply_to: str
+
+    def __init__(self, request: InferenceRequest, reply_to: str) -> None:
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "reply_to", reply_to)
+
+    def __reduce__(self) -> tuple[type[PrefillLeg], tuple[Any, ...]]:
+        return _rebuilt(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +111,10 @@ class PrefillDone:
 
     request_id: str
     kv_transfer_params: Mapping[str, Any] | None
+
+    def __init__(self, request_id: str, kv_transfer_params: Mapping[str, Any] | None) -> None:
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "kv_transfer_params", kv_transfer_params)
+
+    def __reduce__(self) -> tuple[type[PrefillDone], tuple[Any, ...]]:
+        return _rebuilt(self)
