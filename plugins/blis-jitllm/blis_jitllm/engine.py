@@ -791,6 +791,19 @@ class JitllmEngine:
         ]
 
     def _take_host(self, units: list[Unit]) -> None:
+        """The pass's positions in the host blocks' history; a history beyond the host
+        memory the weights leave stops the run. Nothing spills there: ``jitllmd serve``
+        runs a ``model_id`` generate on an ephemeral session made with no KV store and
+        no budget (``server/engine.go@ccdb11a9`` ``resolveSession``: ``CreateSession``
+        with the model id alone), so ``kvCache.trim`` never evicts its pages
+        (``engine/model/kvpage.go@2e3f7300``: a zero budget never evicts), and
+        ``-kv-cache`` is the prompt store only of sessions created with
+        ``prompt_cache`` (``server/engine.go``, ``SessionOptions.check`` and
+        ``CreateSession``). Spilling under a budget is ``jitllm run``'s ``-kv-budget``
+        (``cmd/jitllm/main.go@0358625``), a flag ``jitllmd serve`` does not have. What
+        serve does instead is take the sessions' committed history out of the weight
+        pager's budget, down to one byte (``server/engine.go@ccdb11a9``
+        ``applyPageBudget``, ``pagerBudget``): not modelled here."""
         for u in units:
             rid = u.row.request_id
             end = u.start + u.tokens
@@ -803,8 +816,12 @@ class JitllmEngine:
             raise SimulationError(
                 f"{ENGINE}: the history of the blocks on the host ({held / 2**30:.2f} GiB) "
                 f"outgrows the host memory the weights leave "
-                f"({self._facts.host_kv_limit_bytes / 2**30:.2f} GiB); jitllm would spill "
-                "sealed pages to its -kv-cache store, which is not modelled by blis-jitllm yet"
+                f"({self._facts.host_kv_limit_bytes / 2**30:.2f} GiB); jitllmd serve gives "
+                "a generate no KV store or budget (-kv-cache serves only sessions created "
+                "with prompt_cache), so no page would spill to disk: jitllm takes the history "
+                "out of its weight pager's budget (applyPageBudget) and the history outgrows "
+                "the host, which blis-jitllm does not model; lower max-seq or max-batch, or "
+                "give the host more memory (host-mem)"
             )
 
     # -- requests ------------------------------------------------------------------------

@@ -96,8 +96,17 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
             "not modelled by blis-jitllm yet: float16 V beside float32 K is no KV dtype the "
             "cost model prices; the device pool is taken as float32",
         ),
-        "kv-cache": ("refused", "not modelled by blis-jitllm yet: KV pages on disk"),
-        "kv-cache-max": ("refused", "not modelled by blis-jitllm yet: KV pages on disk"),
+        "kv-cache": (
+            "proven_inert",
+            "the prompt store of sessions created over the control plane with prompt_cache; "
+            "a model_id generate (every request BLIS sends) runs on an ephemeral session "
+            "with no store and no KV budget, so no page of it goes to disk",
+        ),
+        "kv-cache-max": (
+            "proven_inert",
+            "the -kv-cache directory's bound (default 8G, 0 unbounded): a bad size is "
+            "refused where -kv-cache is given, as jitllmd exits on it",
+        ),
     }
 )
 
@@ -235,6 +244,24 @@ def _bytes(text: str) -> int:
     return int(value * scale)
 
 
+def _kv_cache(args: Mapping[str, Any], errors: list[FieldError]) -> None:
+    """``-kv-cache DIR`` and ``-kv-cache-max``: checked as ``jitllmd serve`` checks them
+    (``server/cmd/jitllmd/main.go@0358625`` ``serve``: with a directory, the bound is
+    parsed by ``tier.ParseBytes``, ``0`` unbounded, and a bad one stops the daemon), and
+    otherwise inert (see ``FLAGS``)."""
+    directory = args.get("kv-cache")
+    if directory is not None and not isinstance(directory, str):
+        errors.append(FieldError("engine.args.kv-cache", directory, "must be a directory name"))
+        return
+    bound = args.get("kv-cache-max")
+    if not directory or bound is None or str(bound).strip() == "0":
+        return
+    try:
+        _bytes(str(bound))
+    except ValueError as err:
+        errors.append(FieldError("engine.args.kv-cache-max", bound, str(err)))
+
+
 #: BLIS common engine argument -> the ``jitllmd serve`` flag of the same meaning
 COMMON_ARGS: Mapping[str, str] = MappingProxyType(
     {"max_num_seqs": "max-batch", "max_model_len": "max-seq"}
@@ -292,6 +319,7 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
         errors.append(FieldError("engine.args.no-mem-cache", no_cache, "must be true or false"))
         no_cache = False
     cache_max = _size(args, "mem-cache-max", errors)
+    _kv_cache(args, errors)
     width = _int(args, "max-batch", 0, errors)
     chunk = _int(args, "prompt-chunk", 0, errors)
     fixed = _int(args, "step-prompt-tokens", 0, errors)

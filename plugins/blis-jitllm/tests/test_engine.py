@@ -54,7 +54,7 @@ def _run(engine: JitllmEngine, step_us: int = 10_000) -> list[tuple[StepShape, S
         (_spec("meta-llama/Llama-2-70b-hf"), "32 of 80 blocks run on the host .*name the machine"),
         (_spec("mistralai/Mixtral-8x7B-v0.1"), "mixture-of-experts"),
         (_spec(layout=ParallelLayout(tp=2)), "not by tensor"),
-        (_spec(**{"kv-cache": "/tmp/kv"}), "KV pages on disk"),
+        (_spec(**{"kv-budget": "2G"}), "not a flag of jitllmd serve"),
         (_spec(**{"max-batches": 4}), "not a flag of jitllmd serve"),
         (_spec(**{"devices": "cuda:0,cuda:1"}), "a pool without a machine has one device"),
         (_spec(**{"joint-steps": "sometimes"}), "auto, always or never"),
