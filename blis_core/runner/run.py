@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import multiprocessing
@@ -18,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import structlog
 
@@ -579,6 +581,10 @@ nothing freed). Nothing the simulation computes depends on when the collector ru
 (``docs/speed.md`` gives the times)."""
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
 @contextlib.contextmanager
 def _fewer_young_collections() -> Iterator[None]:
     """The collector's first threshold raised to :data:`YOUNG_COLLECTION_ALLOCATIONS`
@@ -589,6 +595,17 @@ def _fewer_young_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+def _collecting_less(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fn`` run under :func:`_fewer_young_collections` (looked up at each call)."""
+
+    @functools.wraps(fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _fewer_young_collections():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def _run_until_done(
@@ -623,6 +640,7 @@ def _run_until_done(
     return sim.now_us if end_us is None else end_us
 
 
+@_collecting_less
 def _replicate(
     scenario: Scenario,
     replication: int,
@@ -635,36 +653,9 @@ def _replicate(
     on_progress: Callable[[RunProgress], None] | None = None,
     on_timeline: TimelineCallback | None = None,
 ) -> ReplicationResult:
-    """One replication: its cluster built and run, its figures made. The collector scans
-    young objects less often meanwhile (:func:`_fewer_young_collections`): building 64
-    instances spent most of its time in full collections that freed nothing."""
-    with _fewer_young_collections():
-        return _replicate_now(
-            scenario,
-            replication,
-            host,
-            data,
-            base_dir,
-            stamps,
-            points,
-            on_requests,
-            on_progress,
-            on_timeline,
-        )
-
-
-def _replicate_now(
-    scenario: Scenario,
-    replication: int,
-    host: PluginHost,
-    data: DataSources,
-    base_dir: Path | None,
-    stamps: dict[str, PluginStamp],
-    points: list[RunPoint],
-    on_requests: RequestsCallback | None = None,
-    on_progress: Callable[[RunProgress], None] | None = None,
-    on_timeline: TimelineCallback | None = None,
-) -> ReplicationResult:
+    """One replication: its cluster built and run, its figures made, with the collector's
+    young scans fewer (:func:`_collecting_less`: building 64 instances spent most of its
+    time in full collections that freed nothing)."""
     seed = replication_seed(scenario.seed, replication)
     recorder = TimelineRecorder(replication) if on_timeline is not None else None
     cluster = _build(scenario, seed, host, data, base_dir, stamps, recorder)
