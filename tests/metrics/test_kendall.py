@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
 from blis_core.metrics.kendall import kendall_tau_b
+from tests.runner.test_run import TOY, _scenario
 
 
 def _samples(rng: np.random.Generator, kind: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -55,21 +59,28 @@ def test_lengths_must_agree() -> None:
         kendall_tau_b([1.0, 2.0, 3.0], [1.0, 2.0])
 
 
-def test_a_run_imports_no_scipy_stats() -> None:
-    """scipy.stats costs ~0.3 s of every start: a run (two replications, so the
-    Student-t interval is made too) must not import it."""
+def test_a_run_imports_no_scipy_stats(install_plugins: Callable[..., None], tmp_path: Path) -> None:
+    """scipy.stats costs ~0.3 s of every start: a run (two replications, so the overload
+    test and the Student-t interval are both made) must not import it."""
+    install_plugins(TOY)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(_scenario()), encoding="utf-8")
+    out = tmp_path / "result.json"
     code = (
         "import sys\n"
         "from blis_core.cli import main\n"
-        "import blis_core.runner, blis_core.workload, blis_core.metrics\n"
-        "main(['run', '--replications', '2', '--out', sys.argv[1]])\n"
+        "code = main(['run', sys.argv[1], '--out', sys.argv[2]])\n"
         "print(sorted(m for m in sys.modules if m.startswith('scipy.stats')))\n"
+        "sys.exit(code)\n"
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(out)], capture_output=True, text=True, check=False
-        )
-        assert done.returncode == 0, done.stderr
-        assert out.exists()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(scenario), str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text(encoding="utf-8"))["replications"]
     assert done.stdout.strip().splitlines()[-1] == "[]"
