@@ -792,18 +792,19 @@ class JitllmEngine:
 
     def _take_host(self, units: list[Unit]) -> None:
         """The pass's positions in the host blocks' history; a history beyond the host
-        memory the weights leave stops the run. Nothing spills there: ``jitllmd serve``
-        runs a ``model_id`` generate on an ephemeral session made with no KV store and
-        no budget (``server/engine.go@ccdb11a9`` ``resolveSession``: ``CreateSession``
-        with the model id alone), so ``kvCache.trim`` never evicts its pages
-        (``engine/model/kvpage.go@2e3f7300``: a zero budget never evicts), and
+        memory the weights leave stops the run, as nothing in ``jitllmd serve`` bounds
+        it. Nothing spills: a ``model_id`` generate runs on an ephemeral session made
+        with no KV store and no budget (``server/engine.go@ccdb11a9`` ``resolveSession``:
+        ``CreateSession`` with the model id alone), so ``kvCache.trim`` never evicts its
+        pages (``engine/model/kvpage.go@2e3f7300``: a zero budget never evicts), and
         ``-kv-cache`` is the prompt store only of sessions created with
-        ``prompt_cache`` (``server/engine.go``, ``SessionOptions.check`` and
-        ``CreateSession``). Spilling under a budget is ``jitllm run``'s ``-kv-budget``
-        (``cmd/jitllm/main.go@0358625``), a flag ``jitllmd serve`` does not have. What
-        serve does instead is take the sessions' committed history out of the weight
-        pager's budget, down to one byte (``server/engine.go@ccdb11a9``
-        ``applyPageBudget``, ``pagerBudget``): not modelled here."""
+        ``prompt_cache``; spilling under a budget is ``jitllm run``'s ``-kv-budget``
+        (``cmd/jitllm/main.go@0358625``). Nor does the weight pager make room:
+        ``applyPageBudget`` (``server/engine.go@00860835``) takes the sessions'
+        histories out of its share only as their snapshots give them, and a request's
+        snapshot is taken when its session is created (an empty history) and when its
+        generate ends, just before ``CloseSession`` gives the history back
+        (:meth:`_rebudget`)."""
         for u in units:
             rid = u.row.request_id
             end = u.start + u.tokens
@@ -816,13 +817,31 @@ class JitllmEngine:
             raise SimulationError(
                 f"{ENGINE}: the history of the blocks on the host ({held / 2**30:.2f} GiB) "
                 f"outgrows the host memory the weights leave "
-                f"({self._facts.host_kv_limit_bytes / 2**30:.2f} GiB); jitllmd serve gives "
-                "a generate no KV store or budget (-kv-cache serves only sessions created "
-                "with prompt_cache), so no page would spill to disk: jitllm takes the history "
-                "out of its weight pager's budget (applyPageBudget) and the history outgrows "
-                "the host, which blis-jitllm does not model; lower max-seq or max-batch, or "
+                f"({self._facts.host_kv_limit_bytes / 2**30:.2f} GiB), and jitllmd serve "
+                "would outgrow its host too: a generate gets no KV store or budget "
+                "(-kv-cache serves only sessions created with prompt_cache), so no page "
+                "spills to disk, and applyPageBudget takes a history out of the weight "
+                "pager's budget only once its generate has ended (the session's snapshot "
+                "is taken when it is created and when it finishes), so the pager never "
+                "makes room for a history still growing; lower max-seq or max-batch, or "
                 "give the host more memory (host-mem)"
             )
+
+    def _rebudget(self, history: int) -> None:
+        """A generate ended: ``applyPageBudget`` twice (``server/engine.go@00860835``).
+        After its last token the session's snapshot takes its history (``refresh``,
+        ``KVBytes``) and the host weight pager's budget is re-divided: the share less
+        the history, at least one byte (``pagerBudget``), which evicts down to it at
+        once (:meth:`~blis_jitllm.paging.BudgetPager.set_budget`). The request's session
+        is ephemeral and ``CloseSession`` follows at once: the history is given back and
+        the share returns, reading nothing; the blocks evicted are read again as the
+        next passes reach them. A running generate's history never shrinks the budget:
+        its snapshot is the one ``CreateSession`` took, before it had any."""
+        if self._pager is None or not history:
+            return
+        share = self._facts.host_page_budget
+        self._pager.set_budget(max(share - history, 1))
+        self._pager.set_budget(share)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -968,7 +987,9 @@ class JitllmEngine:
             for home in self._home:
                 home.pop(rid, None)
             self._room_changed = True
-            self._host_total -= self._host_positions.pop(rid, 0)
+            positions = self._host_positions.pop(rid, 0)
+            self._host_total -= positions
+            self._rebudget(positions * self._host_position)
             if reason == "cancelled" and rid not in self._reported:
                 self._retire(rid, now_us, n)
                 # the client has the tokens it was sent, one more than were fed when the

@@ -17,7 +17,13 @@ about one page-in a token, as jitllm's design notes say.
 
 :class:`BudgetPager` is the host pager's form (``guides/memory.mdx``, "What gets paged,
 and how"): a page is one block of the model file, each charged its own size against a
-byte budget, victims chosen by the same cyclic rule until the block being read fits.
+byte budget, victims chosen by the same cyclic rule until the block being read fits; one
+block always fits, however small the budget (``File.makeRoom``: "thrashing one page is
+strictly better than failing the read"). :meth:`BudgetPager.set_budget` is
+``File.SetBudget`` (package ``jlm``'s ``file.go``, the version the index holds beside
+``server/engine.go@00860835``): narrowing evicts the excess at once, the most recently
+used block first and then the lowest-numbered resident one (``evictOne``), widening
+reads nothing, and what was evicted faults back in as the scan reaches it.
 """
 
 from __future__ import annotations
@@ -98,6 +104,8 @@ class BudgetPager:
     page_ins: int = 0
     page_outs: int = 0
     page_in_bytes: int = 0
+    recent: int = -1
+    """the block used most recently (``File.recent``), -1 for none"""
 
     def __post_init__(self) -> None:
         if self.sizes and max(self.sizes) > self.budget:
@@ -107,15 +115,16 @@ class BudgetPager:
 
     def touch(self, li: int) -> int:
         """The scan reaches block ``li``: 0 on a hit, else the bytes read to page it in,
-        after giving up victims until it fits."""
+        after giving up victims until it fits (or nothing is left to give up)."""
+        self.recent = li
         if li in self.resident:
             return 0
         size = self.sizes[li]
         while self.used + size > self.budget:
             victim = cyclic_victim(li, 0, len(self.sizes), self.resident.__contains__)
-            self.resident.discard(victim)
-            self.used -= self.sizes[victim]
-            self.page_outs += 1
+            if victim < 0:
+                break  # one block always fits
+            self._evict(victim)
         self.resident.add(li)
         self.used += size
         self.page_ins += 1
@@ -125,3 +134,24 @@ class BudgetPager:
     def run_pass(self) -> int:
         """One forward pass over every block; returns the bytes it paged in."""
         return sum(self.touch(li) for li in range(len(self.sizes)))
+
+    def set_budget(self, budget: int) -> int:
+        """``File.SetBudget``: a new budget (at least one byte: ``pagerBudget``); a
+        smaller one evicts down to it at once, the most recently used block first, then
+        the lowest-numbered. Returns the blocks it evicted."""
+        if budget < 1:
+            raise ValueError(f"a pager's budget is at least one byte, got {budget}")
+        self.budget = budget
+        evicted = 0
+        while self.used > budget and self.resident:
+            victim = self.recent if self.recent in self.resident else min(self.resident)
+            self._evict(victim)
+            evicted += 1
+        return evicted
+
+    def _evict(self, li: int) -> None:
+        self.resident.discard(li)
+        self.used -= self.sizes[li]
+        self.page_outs += 1
+        if self.recent == li:
+            self.recent = -1

@@ -1,0 +1,179 @@
+"""The host weight pager's budget as ``jitllmd serve`` re-divides it (``applyPageBudget``,
+``server/engine.go@00860835``): a generate's history is taken out of the share when it
+ends, down to one byte, evicting at once, and given back when its session closes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import SimulationError
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import StepShape
+
+from blis_jitllm import JitllmEngine, JitllmEngineFactory
+from blis_jitllm.paging import BudgetPager
+
+GPU = "RTX3050Ti-Laptop-4GB"
+LAPTOP = "laptop-rtx3050ti-i9-12900hk"
+
+
+def test_a_smaller_budget_evicts_at_once_the_most_recent_block_then_the_lowest() -> None:
+    """Four blocks of 10 bytes through 30: warm passes read 10, 10, 20 (the cyclic
+    victim); shrinking to 15 evicts block 3 (used last) and block 0 (the lowest), and
+    widening back reads nothing: the next pass reads both again, 30 bytes where it would
+    have read 10."""
+    pager = BudgetPager(30, (10, 10, 10, 10))
+    assert [pager.run_pass() for _ in range(4)] == [40, 10, 10, 20]
+    assert pager.resident == {0, 1, 3} and pager.recent == 3
+    assert pager.set_budget(15) == 2
+    assert pager.resident == {1} and pager.used == 10
+    assert pager.set_budget(30) == 0  # widening reads nothing
+    assert pager.page_in_bytes == 80
+    assert [pager.run_pass() for _ in range(4)] == [30, 10, 10, 20]
+    assert pager.resident == {0, 1, 3}  # back on the steady cycle
+
+
+def test_the_one_byte_floor_holds_one_block_at_a_time() -> None:
+    """``pagerBudget``: a share the history took all of becomes one byte, not zero (the
+    pager's unlimited): everything goes at once and a pass reads every block, each one
+    evicting the one before (``makeRoom``: one page always fits)."""
+    pager = BudgetPager(30, (10, 10, 10, 10))
+    pager.run_pass()
+    assert pager.set_budget(1) == 3 and not pager.resident
+    assert pager.run_pass() == 40
+    assert pager.resident == {3} and pager.used == 10
+    with pytest.raises(ValueError, match="at least one byte"):
+        pager.set_budget(0)
+
+
+def _paged(max_seq: int = 1024) -> EnginePoolSpec:
+    """``test_host_blocks``' 70B case: 79 host blocks of ~0.5 GiB through ~23.4 GiB."""
+    return EnginePoolSpec(
+        "p",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        GPU,
+        ParallelLayout(),
+        {
+            "load": "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+            "devices": "cuda:0=2G",
+            "maxmem": "24G",
+            "max-seq": max_seq,
+            "gpu-layers": 1,
+        },
+        machine=LAPTOP,
+    )
+
+
+def _run(engine: JitllmEngine, now: int) -> tuple[list[StepShape], int]:
+    shapes = []
+    while engine.num_unfinished():
+        shape = engine.schedule(now)
+        assert shape is not None
+        shapes.append(shape)
+        now += 1000
+        engine.complete(shape, now)
+    return shapes, now
+
+
+def _reads(engine: JitllmEngine, shapes: list[StepShape]) -> list[int]:
+    """What each pass read over the disk (the host pager's part)."""
+    slot = engine._facts.pager_slot
+    assert slot is not None
+    return [s.page_in_bytes[slot] if s.page_in_bytes else 0 for s in shapes if s.seqs]
+
+
+def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_back(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Two generates one after the other: the first's 904 positions of host history
+    (0.54 GiB, more than the 0.39 GiB the pager has free) are taken out of the share
+    when it ends, which evicts at once; its session closes and the share returns, so
+    the second's first pass reads those blocks again, and nothing else changes.
+    Replayed on a pager of the plan's budget and blocks, with and without the
+    re-division."""
+    env = blis_environment("p-0")
+    engine = JitllmEngineFactory().build(_paged(), env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    facts = engine._facts
+    share = facts.host_page_budget
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 900),), 4), 0)
+    first, now = _run(engine, 0)
+    engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
+    second, _ = _run(engine, now)
+
+    history = 904 * facts.host_position_bytes  # the prompt and the tokens fed after it
+    upstream = BudgetPager(share, facts.host_block_sizes)
+    never = BudgetPager(share, facts.host_block_sizes)
+    for p in (upstream, never):
+        p.run_pass()  # the warm-up generate
+    for read in _reads(engine, first):
+        assert read == upstream.run_pass() == never.run_pass()
+    assert history > share - upstream.used  # more than the pager's slack: it evicts
+    evicted = upstream.set_budget(share - history)
+    assert evicted >= 1
+    upstream.set_budget(share)
+    reads = _reads(engine, second)
+    expected = [upstream.run_pass() for _ in reads]
+    steady = [never.run_pass() for _ in reads]
+    assert reads == expected
+    assert expected != steady
+    # the pass after reads the blocks evicted on top of what the cycle reads
+    extra = expected[0] - steady[0]
+    assert extra >= min(facts.host_block_sizes)
+    assert engine._pager is not None and engine._pager.budget == share  # given back
+
+
+def test_a_running_generates_history_does_not_shrink_the_pager(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """While a generate runs, its session's snapshot is the empty one ``CreateSession``
+    took: however long its history, its passes read what the share gives (an engine
+    that charged the growing history would read more on every pass after the first)."""
+    env = blis_environment("p-0")
+    engine = JitllmEngineFactory().build(_paged(), env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    facts = engine._facts
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 900),), 60), 0)
+    shapes, _ = _run(engine, 0)
+    replay = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
+    replay.run_pass()
+    reads = _reads(engine, shapes)
+    assert len(reads) > 60
+    assert reads == [replay.run_pass() for _ in reads]
+
+
+def test_a_history_past_the_host_still_stops_and_says_why_jitllm_would_too(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """The pager never makes room for a history still growing, so a history past the
+    memory the weights leave outgrows jitllmd's host as well: the run stops, naming
+    applyPageBudget's timing as the reason."""
+    env = blis_environment("p-0")
+    spec = EnginePoolSpec(
+        "p",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        GPU,
+        ParallelLayout(),
+        {
+            "max-seq": 4096,
+            "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            "maxmem": "30G",
+            "gpu-layers": 13,
+            "host-mem": "3G",
+            "max-queue": -1,
+        },
+        machine=LAPTOP,
+    )
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    for i in range(2):
+        engine.add_request(InferenceRequest(f"r{i}", 0, (PromptSegment(f"r{i}", 3000),), 200), 0)
+    with pytest.raises(SimulationError, match="outgrows the host memory") as err:
+        _run(engine, 0)
+    message = str(err.value)
+    assert "applyPageBudget" in message
+    assert "only once its generate has ended" in message
+    assert "jitllmd serve would outgrow its host too" in message
