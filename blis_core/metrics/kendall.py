@@ -7,7 +7,7 @@ needs one Kendall tau; ``scipy.stats`` costs ~0.4 s to import, a quarter of a sm
 computes it, so the figures a Result prints do not move: tau-b from the concordant minus
 discordant pairs with the tie corrections (Kendall, *Rank Correlation Methods*, 1970);
 the p-value exact (Kendall's recursion for the count of permutations by inversions) when
-neither sample has ties and there are at most 33 pairs of values or at most one pair is
+neither sample has ties and there are at most 33 observations or at most one pair is
 out of order, else from the normal approximation with the tie-corrected variance.
 ``tests/metrics/test_kendall.py`` holds it to SciPy's on random and tied samples.
 """
@@ -112,7 +112,7 @@ def _inversions(values: npt.NDArray[np.intp]) -> int:
         left_end = np.minimum((right_pair * 2 + 1) * width, n) - right_pair * width
         above = np.searchsorted(left, right, side="right")
         total += int((left_end - above).sum())
-        vals = np.sort(keyed) - (index // (2 * width)) * stride
+        vals = np.sort(keyed) - pair * stride
         width *= 2
     return total
 
