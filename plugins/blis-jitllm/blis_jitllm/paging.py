@@ -8,7 +8,7 @@ the block needed next and, once the scan is longer than the budget, hit nothing 
 most recently used pins a prefix and hits ``held - 1`` blocks a pass.
 
 Port of ``NextUse`` and ``CyclicVictim`` (``engine/sched/cyclic.go``; the device tier's
-``victim`` in ``jit/gpu/tier/page.go`` and the host pager use them; see
+``victim`` in ``jit/gpu/tier/page.go`` uses them, the host pager does not: see below and
 ``docs/upstream/jitllm.md`` §2). :class:`CyclicPager` replays a scan through a fixed
 number of slots and counts what it reads: once warm, a pass of ``blocks`` blocks through
 ``slots < blocks`` slots pages in ``blocks - slots`` or ``blocks - slots + 1`` of them
@@ -17,13 +17,23 @@ about one page-in a token, as jitllm's design notes say.
 
 :class:`BudgetPager` is the host pager's form (``guides/memory.mdx``, "What gets paged,
 and how"): a page is one block of the model file, each charged its own size against a
-byte budget, victims chosen by the same cyclic rule until the block being read fits; one
-block always fits, however small the budget (``File.makeRoom``: "thrashing one page is
-strictly better than failing the read"). :meth:`BudgetPager.set_budget` is
-``File.SetBudget`` (package ``jlm``'s ``file.go``, the version the index holds beside
-``server/engine.go@00860835``): narrowing evicts the excess at once, the most recently
-used block first and then the lowest-numbered resident one (``evictOne``), widening
-reads nothing, and what was evicted faults back in as the scan reaches it.
+byte budget; one block always fits, however small the budget (``File.makeRoom``:
+"thrashing one page is strictly better than failing the read"). Its victims are not the
+cyclic scan's: package ``jlm``'s ``File.evictOne`` (``file.go``, the version the index
+holds beside ``server/engine.go@00860835``) gives up the block used most recently
+(``File.recent``, which ``claim`` sets on every hit and after every page-in), and once
+that one is gone (``recent`` is then -1) the lowest-numbered resident block, never the
+block being read (``makeRoom`` hides it while it evicts). A page-in (``claim`` ->
+``makeRoom``, ``ranges.go``'s ``EnsureRanges``/``planRuns``) and a narrowed budget
+(``File.SetBudget``) take victims the same way. Where one eviction makes room this is the
+cyclic victim (the block read just before is the furthest next use); where a page-in
+needs two or more (blocks of different sizes) or a shrink evicts several, the second and
+later victims are the lowest-numbered blocks, not the ones further behind the cursor.
+:meth:`BudgetPager.set_budget` is ``File.SetBudget``: narrowing evicts the excess at
+once, widening reads nothing, and what was evicted faults back in as the scan reaches
+it. Expert pages (evicted first, least recently used), pins (a page being read) and a
+frame reused for a block up to a quarter smaller, charged the frame's size (``take``),
+are not modelled: expert models are refused, and a frame is charged its block's size.
 """
 
 from __future__ import annotations
@@ -114,14 +124,15 @@ class BudgetPager:
             )
 
     def touch(self, li: int) -> int:
-        """The scan reaches block ``li``: 0 on a hit, else the bytes read to page it in,
-        after giving up victims until it fits (or nothing is left to give up)."""
-        self.recent = li
+        """The scan reaches block ``li`` (``File.claim``): 0 on a hit, else the bytes
+        read to page it in, after giving up victims (:meth:`victim`) until it fits or
+        nothing is left to give up. Either way ``li`` becomes the most recent block."""
         if li in self.resident:
+            self.recent = li
             return 0
         size = self.sizes[li]
         while self.used + size > self.budget:
-            victim = cyclic_victim(li, 0, len(self.sizes), self.resident.__contains__)
+            victim = self.victim()
             if victim < 0:
                 break  # one block always fits
             self._evict(victim)
@@ -129,7 +140,16 @@ class BudgetPager:
         self.used += size
         self.page_ins += 1
         self.page_in_bytes += size
+        self.recent = li
         return size
+
+    def victim(self) -> int:
+        """``File.evictOne``'s choice among the resident blocks: the most recently used
+        one, else the lowest-numbered; -1 when none is resident. (The block being read
+        is not resident yet, so it is never chosen.)"""
+        if self.recent in self.resident:
+            return self.recent
+        return min(self.resident, default=-1)
 
     def run_pass(self) -> int:
         """One forward pass over every block; returns the bytes it paged in."""
@@ -137,15 +157,14 @@ class BudgetPager:
 
     def set_budget(self, budget: int) -> int:
         """``File.SetBudget``: a new budget (at least one byte: ``pagerBudget``); a
-        smaller one evicts down to it at once, the most recently used block first, then
-        the lowest-numbered. Returns the blocks it evicted."""
+        smaller one evicts down to it at once, by :meth:`victim` (the most recently used
+        block first, then the lowest-numbered). Returns the blocks it evicted."""
         if budget < 1:
             raise ValueError(f"a pager's budget is at least one byte, got {budget}")
         self.budget = budget
         evicted = 0
         while self.used > budget and self.resident:
-            victim = self.recent if self.recent in self.resident else min(self.resident)
-            self._evict(victim)
+            self._evict(self.victim())
             evicted += 1
         return evicted
 

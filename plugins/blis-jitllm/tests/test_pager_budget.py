@@ -36,6 +36,35 @@ def test_a_smaller_budget_evicts_at_once_the_most_recent_block_then_the_lowest()
     assert pager.resident == {0, 1, 3}  # back on the steady cycle
 
 
+def test_a_page_in_that_needs_two_victims_gives_up_the_most_recent_then_the_lowest() -> None:
+    """``File.claim`` -> ``makeRoom`` -> ``evictOne`` (package ``jlm``): a read evicts the
+    block used last and, once that one is gone, the lowest-numbered resident block, not
+    the one next behind the cursor (the cyclic rule would keep 0 and give up 2, leaving
+    0, 1 and 4). Four blocks of 10 and one of 20 through 40: block 4 needs two victims,
+    3 (the most recent) and 0 (the lowest); each warm pass then reads 0, 3 and 4."""
+    pager = BudgetPager(40, (10, 10, 10, 10, 20))
+    assert pager.run_pass() == 60
+    assert pager.resident == {1, 2, 4} and pager.recent == 4
+    assert [pager.run_pass() for _ in range(3)] == [40, 40, 40]
+    assert pager.resident == {1, 2, 4}
+    # block 0's read into a full budget gives up 4, the most recent, and then fits
+    pager = BudgetPager(40, (10, 10, 10, 10, 20))
+    pager.run_pass()
+    pager.touch(0)
+    assert pager.resident == {0, 1, 2} and pager.recent == 0
+
+
+def test_a_hit_makes_a_block_the_most_recent_and_a_shrink_gives_it_up_first() -> None:
+    """``claim`` sets ``recent`` on a hit as on a read: after a pass that ends on hits,
+    narrowing gives up the last block the scan touched, then the lowest."""
+    pager = BudgetPager(40, (10, 10, 10, 10))
+    pager.run_pass()
+    pager.touch(1)  # a hit
+    assert pager.recent == 1
+    assert pager.set_budget(20) == 2
+    assert pager.resident == {2, 3}
+
+
 def test_the_one_byte_floor_holds_one_block_at_a_time() -> None:
     """``pagerBudget``: a share the history took all of becomes one byte, not zero (the
     pager's unlimited): everything goes at once and a pass reads every block, each one
@@ -88,41 +117,43 @@ def _reads(engine: JitllmEngine, shapes: list[StepShape]) -> list[int]:
 def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_back(
     blis_environment: Callable[[str], Environment],
 ) -> None:
-    """Two generates one after the other: the first's 904 positions of host history
-    (0.54 GiB, more than the 0.39 GiB the pager has free) are taken out of the share
-    when it ends, which evicts at once; its session closes and the share returns, so
-    the second's first pass reads those blocks again, and nothing else changes.
-    Replayed on a pager of the plan's budget and blocks, with and without the
+    """Two generates one after the other: the first's 1504 positions of host history
+    (0.97 GB, more than the pager's free 0.07 GB and the last block's 0.54 GB together)
+    are taken out of the share when it ends, which evicts at once the block used last
+    (78) and the lowest-numbered resident one; its session closes and the share
+    returns, so the second's first pass reads that block again, and nothing else
+    changes. Replayed on a pager of the plan's budget and blocks, with and without the
     re-division."""
     env = blis_environment("p-0")
-    engine = JitllmEngineFactory().build(_paged(), env, "p-0")
+    engine = JitllmEngineFactory().build(_paged(max_seq=2048), env, "p-0")
     assert isinstance(engine, JitllmEngine)
     facts = engine._facts
     share = facts.host_page_budget
-    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 900),), 4), 0)
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1500),), 4), 0)
     first, now = _run(engine, 0)
     engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
     second, _ = _run(engine, now)
 
-    history = 904 * facts.host_position_bytes  # the prompt and the tokens fed after it
+    history = 1504 * facts.host_position_bytes  # the prompt and the tokens fed after it
     upstream = BudgetPager(share, facts.host_block_sizes)
     never = BudgetPager(share, facts.host_block_sizes)
     for p in (upstream, never):
         p.run_pass()  # the warm-up generate
     for read in _reads(engine, first):
         assert read == upstream.run_pass() == never.run_pass()
-    assert history > share - upstream.used  # more than the pager's slack: it evicts
-    evicted = upstream.set_budget(share - history)
-    assert evicted >= 1
+    last = len(facts.host_block_sizes) - 1
+    lowest = min(upstream.resident)
+    assert upstream.recent == last
+    assert history > share - upstream.used + facts.host_block_sizes[last]  # two victims
+    assert upstream.set_budget(share - history) == 2
+    assert never.resident - upstream.resident == {last, lowest}
     upstream.set_budget(share)
     reads = _reads(engine, second)
     expected = [upstream.run_pass() for _ in reads]
     steady = [never.run_pass() for _ in reads]
     assert reads == expected
-    assert expected != steady
-    # the pass after reads the blocks evicted on top of what the cycle reads
-    extra = expected[0] - steady[0]
-    assert extra >= min(facts.host_block_sizes)
+    # the pass after reads the lowest block again, on top of what the cycle reads
+    assert expected[0] - steady[0] == facts.host_block_sizes[lowest]
     assert engine._pager is not None and engine._pager.budget == share  # given back
 
 
