@@ -828,15 +828,27 @@ class JitllmEngine:
             )
 
     def _rebudget(self, history: int) -> None:
-        """A generate ended: ``applyPageBudget`` twice (``server/engine.go@00860835``).
-        After its last token the session's snapshot takes its history (``refresh``,
-        ``KVBytes``) and the host weight pager's budget is re-divided: the share less
-        the history, at least one byte (``pagerBudget``), which evicts down to it at
-        once (:meth:`~blis_jitllm.paging.BudgetPager.set_budget`). The request's session
-        is ephemeral and ``CloseSession`` follows at once: the history is given back and
-        the share returns, reading nothing; the blocks evicted are read again as the
-        next passes reach them. A running generate's history never shrinks the budget:
-        its snapshot is the one ``CreateSession`` took, before it had any."""
+        """Generates ended: ``applyPageBudget`` (``server/engine.go@00860835``) as their
+        sessions refresh and close. ``history`` is the host history of every row retired
+        since the last pass, charged together. Upstream, each row's goroutine wakes when
+        the loop retires it (``stepLoop.finish`` closes ``r.done``; ``server/batch.go``,
+        index id 70867434586, ``generateBatched``), publishes its snapshot
+        (``refresh``: ``snapKV`` = ``KVBytes``) and re-divides: the share less the SUM of
+        every registered session's ``snapKV``, at least one byte (``pagerBudget``),
+        which evicts down to it at once (:meth:`~blis_jitllm.paging.BudgetPager.
+        set_budget`). Only then does it send its Finished event and return, and
+        ``Generate``'s deferred ``CloseSession`` gives the history back (re-dividing
+        again). The loop retires the rows of one iteration within microseconds of each
+        other, while each one's window from ``refresh`` to ``CloseSession`` spans an
+        HTTP write and the State's close, so each re-division counts the siblings that
+        refreshed before it: the deepest is the share less their sum (the order of the
+        goroutines is the scheduler's; this is the port's reading of it, not a
+        sequence the code fixes). Evictions go in ``evictOne``'s fixed order and nothing
+        is read in between, so the smaller budgets on the way change nothing: the sum
+        is charged once and the share returns, reading nothing; the blocks evicted are
+        read again as the next passes reach them. A running generate's history never
+        shrinks the budget: its snapshot is the one ``CreateSession`` took, before it
+        had any (still 0: ``RestorePrefix`` runs after it and refreshes nothing)."""
         if self._pager is None or not history:
             return
         share = self._facts.host_page_budget
@@ -903,14 +915,19 @@ class JitllmEngine:
         if not self._passes:
             # ``serve``: admit and iterate until a step runs or no row is left (an
             # iteration that only retired rows frees room for the next admission)
+            history = 0  # host history of the rows retired before the next pass
             while True:
-                it = self.loop.iterate(now_us * 1000)
-                if it is None:
-                    return None
-                self._retired(it.finished, now_us)
+                nxt = self.loop.iterate(now_us * 1000)
+                if nxt is None:
+                    break
+                it = nxt
+                history += self._retired(it.finished, now_us)
                 swaps = (len(it.parked), len(it.resumed))
                 if it.passes or any(swaps):
                     break
+            self._rebudget(history)
+            if nxt is None:
+                return None
             self._passes = list(it.passes)
             self._iteration_start_us = now_us
             if self._moved and self._room_changed:
@@ -979,9 +996,11 @@ class JitllmEngine:
         rows = {u.row.request_id for u in self._passes[0]}
         return sum(1 for rid in rows if any(home.get(rid) for home in self._home)) >= 2
 
-    def _retired(self, finished: list[tuple[str, str, int]], now_us: int) -> None:
+    def _retired(self, finished: list[tuple[str, str, int]], now_us: int) -> int:
         """Rows the iteration retired: their pages return to the pool; a cancelled one
-        is reported as an abort at the next outcome."""
+        is reported as an abort at the next outcome. Returns the bytes of their host
+        history, which :meth:`_rebudget` charges together."""
+        history = 0
         for rid, reason, n in finished:
             self._held.pop(rid, None)
             for home in self._home:
@@ -989,13 +1008,14 @@ class JitllmEngine:
             self._room_changed = True
             positions = self._host_positions.pop(rid, 0)
             self._host_total -= positions
-            self._rebudget(positions * self._host_position)
+            history += positions * self._host_position
             if reason == "cancelled" and rid not in self._reported:
                 self._retire(rid, now_us, n)
                 # the client has the tokens it was sent, one more than were fed when the
                 # cancel came at the instant a token was sampled (see the module doc)
                 self._aborted.append(FinishedRequest(rid, "abort", self._sent.get(rid, 0)))
             self._forget(rid)
+        return history
 
     def _shape(self, units: list[Unit]) -> StepShape:
         self._step_id += 1

@@ -157,6 +157,53 @@ def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_ba
     assert engine._pager is not None and engine._pager.budget == share  # given back
 
 
+def test_rows_retired_together_are_charged_their_histories_summed(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Two generates decoding in lockstep retire in one iteration. ``applyPageBudget``
+    subtracts the sum of every registered session's snapshot, and each generate's
+    snapshot is taken before its re-division and given back only when its session
+    closes after it, so the re-division counts both: 850 positions each (0.55 GB: past
+    the pager's 0.43 GB slack, which alone evicts only the block used last, and that
+    one the next pass's first read would give up anyway), 1.1 GB together, which also
+    evicts the lowest-numbered resident block. The third request's first pass reads that
+    one again; charged one at a time (the share less the largest), it would not."""
+    env = blis_environment("p-0")
+    engine = JitllmEngineFactory().build(_paged(), env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    facts = engine._facts
+    share = facts.host_page_budget
+    for rid in "ab":
+        engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 250),), 600), 0)
+    both, now = _run(engine, 0)
+    # both prompts in the first pass, then one token each an iteration (jointly or in
+    # separate passes, as the joint choice probes): both feed their last token in the
+    # same iteration and retire at the next
+    assert len(both[0].seqs) == 2
+    assert sum(1 for s in both for c in s.seqs if c.context_tokens == 849) == 2
+    engine.add_request(InferenceRequest("c", now, (PromptSegment("c", 16),), 4), now)
+    after, _ = _run(engine, now)
+
+    history = 850 * facts.host_position_bytes  # each row's prompt and the tokens fed
+    summed = BudgetPager(share, facts.host_block_sizes)
+    apart = BudgetPager(share, facts.host_block_sizes)
+    for p in (summed, apart):
+        p.run_pass()  # the warm-up generate
+    for read in _reads(engine, both):
+        assert read == summed.run_pass() == apart.run_pass()
+    room = share - summed.used + facts.host_block_sizes[summed.recent]
+    assert history < room < 2 * history  # one victim alone, two together
+    assert summed.set_budget(share - 2 * history) == 2
+    summed.set_budget(share)
+    for _ in "ab":  # one at a time: the block used last only
+        assert apart.set_budget(share - history) <= 1
+        apart.set_budget(share)
+    reads = _reads(engine, after)
+    expected = [summed.run_pass() for _ in reads]
+    assert reads == expected
+    assert reads != [apart.run_pass() for _ in reads]
+
+
 def test_a_running_generates_history_does_not_shrink_the_pager(
     blis_environment: Callable[[str], Environment],
 ) -> None:
