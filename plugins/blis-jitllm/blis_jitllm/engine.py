@@ -32,7 +32,8 @@ A row's KV pages are taken as it writes positions; the pool grows by doubling (e
 exactly) and keeps released pages. Where it cannot grow, rows' oldest wholly written
 pages go home (``kvevict.go``: other rows first, in the order they were admitted) and
 every later pass of such a row streams them back over the device's link, alone. With
-``-relocate`` (on in ``jitllmd serve``; modelled on one device without the host pager)
+``-relocate`` (on in ``jitllmd serve``; modelled on one device where the host's budget
+holds every block)
 the highest block goes home with its history before any history does, the seam
 following the KV, and a step names the placement it ran on (``StepShape.part_set``);
 blocks come back, lowest first, when room returns. When neither frees room the run
@@ -125,7 +126,8 @@ class PoolFacts:
     host_kv_limit_bytes: int = 0
     """host memory left for their history: the machine's less the host's weights"""
     host_page_budget: int = 0
-    """bytes the host pager holds the host's blocks in (0: every host block resident)"""
+    """bytes the host pager holds the host's blocks in (0: no pager: no host block, or no
+    disk to read one from); at least their sum where the budget holds them all"""
     host_block_sizes: tuple[int, ...] = ()
     """the host's blocks in scan order, for the pager"""
     page_link: str | None = None
@@ -381,6 +383,7 @@ def _plan(
     host_limit = 0
     page_budget = 0
     page_link: str | None = None
+    over = False  # the host's blocks exceed its budget: the pager evicts from the start
     split = on_device < n or not head_on_device or len({o for o in owner}) > 1
     if split:
         parts = _Parts((), None, ())
@@ -407,11 +410,14 @@ def _plan(
                 source,
             )
         host_limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
-        if host_weights > host_limit:
-            # the host pager: the embedding and a host head stay resident, the blocks are
-            # paged from the model file through what the budget has left
-            page_budget = host_limit - (host_weights - sum(host_sizes))
-            page_link = machine.storage
+        # the host pager: the embedding and a host head stay resident, the blocks are
+        # paged from the model file through what the budget has left. jitllm has no
+        # paging-off mode (``File.SetBudget``): where the budget holds every host block
+        # it evicts nothing until applyPageBudget narrows it below them
+        page_budget = host_limit - (host_weights - sum(host_sizes)) if host_sizes else 0
+        page_link = machine.storage if host_sizes else None
+        over = host_weights > host_limit
+        if over:
             refusal = None
             if page_link is None:
                 refusal = f"machine {machine.id} names no disk to page the model file from"
@@ -436,10 +442,11 @@ def _plan(
     pooled = [d for d in range(len(devices)) if any(o == d for o in owner)]
     # -relocate (on in jitllmd serve): with one device, blocks go home one at a time, the
     # highest first, when its pool can neither grow nor send history home; modelled where
-    # the host's budget holds every block beside the embedding and head (no pager)
+    # the host's budget holds every block beside the embedding and head (a pager there
+    # holds the plan's host blocks; the blocks sent home are not in it)
     relocate: tuple[tuple[int, int], ...] = ()
     part_sets: tuple[tuple[PlanPart, ...], ...] = ()
-    if machine is not None and len(pooled) == 1 and not page_budget:
+    if machine is not None and len(pooled) == 1 and not over:
         limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
         if embedding + sum(blocks) + head <= limit:
             host_limit = host_limit or limit
@@ -459,7 +466,7 @@ def _plan(
                         hw.id,
                         machine.host,
                         link,
-                        None,
+                        page_link,  # the pager's part, where the plan has one
                         len(devices),
                     ).parts
                 )
@@ -518,8 +525,8 @@ def _plan(
         host_weight_bytes=host_weights if host_limit else 0,
         host_position_bytes=host_position if machine is not None else 0,
         host_kv_limit_bytes=host_kv_limit,
-        host_page_budget=page_budget,
-        host_block_sizes=host_sizes if page_budget else (),
+        host_page_budget=page_budget if page_link is not None else 0,
+        host_block_sizes=host_sizes if page_budget and page_link is not None else (),
         page_link=page_link,
         devices=len(pooled),
         paging_parts=sum(1 for x in parts.parts if x.page_link is not None),
@@ -604,7 +611,10 @@ class JitllmEngine:
         self._pager: BudgetPager | None = None
         if facts.host_page_budget:
             self._pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
-            if settings.warm:
+            # a budget that holds every host block starts with them all: the server's
+            # load preloads the pages (``LoadModel``: ``model.WithPreload``,
+            # ``server/engine.go`` index id 70901474045) and nothing evicts them
+            if settings.warm or sum(facts.host_block_sizes) <= facts.host_page_budget:
                 self._pager.run_pass()  # the warm-up generate before serving
         # per device with a pool: pages a layer, the dummy included
         self._pool_pages = [1] * len(facts.device_layers)
@@ -717,8 +727,8 @@ class JitllmEngine:
                 "wholly written page left to send home; jitllm would move a block home "
                 "(-relocate)"
                 + (
-                    ", which is not modelled by blis-jitllm on several devices or with the "
-                    "host pager"
+                    ", which is not modelled by blis-jitllm on several devices or where the "
+                    "host pager cannot hold every block"
                     if not f.relocate
                     else ", and every block but the first has gone: it would demote every "
                     "block to the host, which is not modelled by blis-jitllm"
@@ -1138,9 +1148,17 @@ class JitllmEngine:
 
 def _paging(facts: PoolFacts) -> dict[str, object]:
     """The host pager's budget and what it reads a pass once past its first passes (the
-    mean of 16 passes after two)."""
+    mean of 16 passes after two); where the budget holds every host block, the slack a
+    finished history may take before ``applyPageBudget`` evicts."""
     if not facts.host_page_budget:
-        return {"host pager": "off: every host block resident"}
+        return {"host pager": "off: no host block, or no disk to page from"}
+    slack = facts.host_page_budget - sum(facts.host_block_sizes)
+    if slack >= 0:
+        return {
+            "host pager budget": facts.host_page_budget,
+            "host pager": f"holds every host block; histories ending together past "
+            f"{slack} bytes evict blocks, read again over {facts.page_link}",
+        }
     pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
     for _ in range(2):
         pager.run_pass()
@@ -1197,7 +1215,8 @@ class JitllmEngineFactory:
             "relocate": (
                 f"on: up to {len(facts.relocate)} blocks go home as the history grows"
                 if facts.relocate
-                else "not modelled for this placement (several devices, the host pager, no machine)"
+                else "not modelled for this placement (several devices, more blocks than "
+                "the host budget holds, no machine)"
             ),
             "kv page positions": facts.page,
             "kv pages a layer": budget.num_gpu_blocks if budget is not None else 0,

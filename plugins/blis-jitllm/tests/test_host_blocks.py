@@ -70,8 +70,9 @@ def test_blocks_that_do_not_fit_the_card_run_on_the_host(
 def test_a_card_filled_with_blocks_beside_the_host_pager_is_refused_naming_where_to_cut(
     blis_environment: Callable[[str], Environment],
 ) -> None:
-    """-relocate is modelled without the host pager only: with the pager on, a card
-    that fill-first left without a KV page is refused, naming the -gpu-layers to use."""
+    """-relocate is modelled only where the host's budget holds every block: with a
+    pager that evicts from the start (2 GiB), a card that fill-first left without a KV
+    page is refused, naming the -gpu-layers to use."""
     with pytest.raises(InputRefused) as exc:
         JitllmEngineFactory().plan(_spec(maxmem="2G"), blis_environment("p-0"))
     err = exc.value.errors[0]

@@ -255,3 +255,64 @@ def test_a_history_past_the_host_still_stops_and_says_why_jitllm_would_too(
     assert "applyPageBudget" in message
     assert "only once its generate has ended" in message
     assert "jitllmd serve would outgrow its host too" in message
+
+
+def _fits(maxmem: int, warm: bool = True) -> EnginePoolSpec:
+    """The 8B on the laptop, 19 blocks on the host within ``-maxmem``."""
+    return EnginePoolSpec(
+        "p",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        GPU,
+        ParallelLayout(),
+        {
+            "max-seq": 4096,
+            "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            "maxmem": str(maxmem),
+            "gpu-layers": 13,
+            "warm": warm,
+        },
+        machine=LAPTOP,
+    )
+
+
+def test_where_the_budget_holds_every_host_block_a_long_history_still_evicts(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """jitllm has no paging-off mode (``File.SetBudget``): the host's blocks fit
+    ``-maxmem`` with 100 MiB to spare, so the pager holds them all (preloaded at load,
+    ``-warm`` or not) and reads nothing; a generate that ends with 1004 positions of
+    host history (156 MB) narrows the share below them, which evicts the block used
+    last, and the next request's first pass reads it back over the disk, then nothing."""
+    env = blis_environment("p-0")
+    probe = JitllmEngineFactory().build(_fits(30 * 2**30), env, "p-0")
+    assert isinstance(probe, JitllmEngine)
+    weights = probe._facts.host_weight_bytes
+    engine = JitllmEngineFactory().build(_fits(weights + 100 * 2**20, warm=False), env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    facts = engine._facts
+    sizes = facts.host_block_sizes
+    assert len(sizes) == 19 and facts.page_link == "nvme-gen4"
+    assert facts.host_page_budget - sum(sizes) == 100 * 2**20
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1000),), 4), 0)
+    first, now = _run(engine, 0)
+    assert not any(_reads(engine, first))  # every block resident from the load
+    assert 1004 * facts.host_position_bytes > 100 * 2**20
+    engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
+    second, _ = _run(engine, now)
+    assert _reads(engine, second) == [sizes[-1], 0, 0, 0, 0]
+
+
+def test_where_histories_fit_the_slack_the_pager_never_reads(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """The same with 30 GiB: the re-division narrows the share and evicts nothing."""
+    env = blis_environment("p-0")
+    engine = JitllmEngineFactory().build(_fits(30 * 2**30), env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    for rid in "ab":
+        engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 1000),), 4), 0)
+    shapes, now = _run(engine, 0)
+    engine.add_request(InferenceRequest("c", now, (PromptSegment("c", 16),), 4), now)
+    more, _ = _run(engine, now)
+    assert engine._pager is not None and engine._pager.page_outs == 0
+    assert not any(_reads(engine, shapes + more))
