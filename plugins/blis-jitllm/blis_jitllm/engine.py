@@ -858,7 +858,10 @@ class JitllmEngine:
         is charged once and the share returns, reading nothing; the blocks evicted are
         read again as the next passes reach them. A running generate's history never
         shrinks the budget: its snapshot is the one ``CreateSession`` took, before it
-        had any (still 0: ``RestorePrefix`` runs after it and refreshes nothing)."""
+        had any (still 0: ``RestorePrefix`` runs after it and refreshes nothing). Not
+        modelled: a row the fair scheduler parked has the snapshot ``parkLocked``'s
+        ``refresh`` took of its parked State (``server/preempt.go``, index id
+        70975914774), which counts in every re-division until its generate ends."""
         if self._pager is None or not history:
             return
         share = self._facts.host_page_budget
