@@ -842,26 +842,26 @@ class JitllmEngine:
         sessions refresh and close. ``history`` is the host history of every row retired
         since the last pass, charged together. Upstream, each row's goroutine wakes when
         the loop retires it (``stepLoop.finish`` closes ``r.done``; ``server/batch.go``,
-        index id 70867434586, ``generateBatched``), publishes its snapshot
-        (``refresh``: ``snapKV`` = ``KVBytes``) and re-divides: the share less the SUM of
-        every registered session's ``snapKV``, at least one byte (``pagerBudget``),
-        which evicts down to it at once (:meth:`~blis_jitllm.paging.BudgetPager.
-        set_budget`). Only then does it send its Finished event and return, and
-        ``Generate``'s deferred ``CloseSession`` gives the history back (re-dividing
-        again). The loop retires the rows of one iteration within microseconds of each
-        other, while each one's window from ``refresh`` to ``CloseSession`` spans an
-        HTTP write and the State's close, so each re-division counts the siblings that
-        refreshed before it: the deepest is the share less their sum (the order of the
-        goroutines is the scheduler's; this is the port's reading of it, not a
-        sequence the code fixes). Evictions go in ``evictOne``'s fixed order and nothing
-        is read in between, so the smaller budgets on the way change nothing: the sum
-        is charged once and the share returns, reading nothing; the blocks evicted are
-        read again as the next passes reach them. A running generate's history never
-        shrinks the budget: its snapshot is the one ``CreateSession`` took, before it
-        had any (still 0: ``RestorePrefix`` runs after it and refreshes nothing). Not
-        modelled: a row the fair scheduler parked has the snapshot ``parkLocked``'s
-        ``refresh`` took of its parked State (``server/preempt.go``, index id
-        70975914774), which counts in every re-division until its generate ends."""
+        index id 70867434586, ``generateBatched``), publishes its snapshot (``refresh``:
+        ``snapKV`` = ``KVBytes``) and re-divides: the share less the SUM of every
+        registered session's ``snapKV``, at least one byte (``pagerBudget``), which
+        evicts down to it at once (``BudgetPager.set_budget``). Only then does it send
+        its Finished event and return, and ``Generate``'s deferred ``CloseSession``
+        gives the history back (re-dividing again). The loop retires the rows of one
+        iteration within microseconds of each other, while each one's window from
+        ``refresh`` to ``CloseSession`` spans an HTTP write and the State's close, so
+        each re-division counts the siblings that refreshed before it: the deepest is
+        the share less their sum (the order of the goroutines is the scheduler's; this
+        is the port's reading of it, not a sequence the code fixes). Evictions go in
+        ``evictOne``'s fixed order and nothing is read in between, so the smaller
+        budgets on the way change nothing: the sum is charged once and the share
+        returns, reading nothing; the blocks evicted are read again as the next passes
+        reach them. A running generate's history never shrinks the budget: its snapshot
+        is the one ``CreateSession`` took, before it had any (still 0: ``RestorePrefix``
+        runs after it and refreshes nothing). Not modelled: a row the fair scheduler
+        parked has the snapshot ``parkLocked``'s ``refresh`` took of its parked State
+        (``server/preempt.go``, index id 70975914774), which counts in every re-division
+        until its generate ends."""
         if self._pager is None or not history:
             return
         share = self._facts.host_page_budget
