@@ -19,6 +19,7 @@ import numpy as np
 
 from blis_core.contracts.result import BatchMeans, Estimate, FateCounts, WarmupFound
 from blis_core.contracts.scenario import ExperimentalFrame
+from blis_core.metrics.gaps import GapSamples
 from blis_core.metrics.kendall import kendall_tau_b
 from blis_core.metrics.ledger import Fate, RequestLedger, RequestRecord
 from blis_core.metrics.registry import LATENCY_METRICS
@@ -70,7 +71,9 @@ def _t_quantile(q: float, df: int) -> float:
     return float(stdtrit(df, q))
 
 
-def _summary(values_ms: np.ndarray, percentiles: Sequence[float]) -> dict[str, float]:
+def _summary(values_ms: np.ndarray | GapSamples, percentiles: Sequence[float]) -> dict[str, float]:
+    if isinstance(values_ms, GapSamples):
+        return values_ms.summary(percentiles)
     if values_ms.size == 0:
         return {"count": 0.0}
     out = {
@@ -197,11 +200,12 @@ def _completed(ledger: RequestLedger, warmup_us: int) -> list[RequestRecord]:
     ]
 
 
-def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
+def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, np.ndarray | GapSamples]:
     """Every latency metric's samples (ms) of ``done``, request by request.
 
-    The inter-chunk gaps (one per streamed token) are joined as arrays, never as Python
-    floats: at 50,000 requests of 512 tokens the list alone took about 0.8 GB."""
+    The inter-chunk gaps (one per streamed token) stay the ledger's integer arrays,
+    read through :class:`~blis_core.metrics.gaps.GapSamples`: at 50,000 requests of 512
+    tokens a float per gap took 200 MB, and each percentile copied it again."""
     samples: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS if m != "itl"}
     for r in done:
         ttft = (r.first_token_us - r.arrival_us) / _US_PER_MS
@@ -213,16 +217,10 @@ def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
             samples["tpot"].append((e2e - ttft) / (r.output_tokens - 1))
         if r.scheduled_us >= 0:
             samples["scheduling_delay"].append((r.scheduled_us - r.arrival_us) / _US_PER_MS)
-    out = {name: np.asarray(values, dtype=float) for name, values in samples.items()}
-    gaps = [
-        np.frombuffer(r.chunk_gaps_us, dtype=f"i{r.chunk_gaps_us.itemsize}")
-        for r in done
-        if r.chunk_gaps_us
-    ]
-    # int -> float64 is exact below 2**53 us, and the division rounds as Python's does.
-    itl = np.concatenate(gaps, dtype=np.float64) if gaps else np.empty(0, dtype=np.float64)
-    itl /= _US_PER_MS
-    out["itl"] = itl
+    out: dict[str, np.ndarray | GapSamples] = {
+        name: np.asarray(values, dtype=float) for name, values in samples.items()
+    }
+    out["itl"] = GapSamples([r.chunk_gaps_us for r in done])
     return out
 
 
@@ -233,7 +231,7 @@ BATCH_MEANS_LAG1_Z = 1.645
 above ``BATCH_MEANS_LAG1_Z / sqrt(batches)`` one time in twenty."""
 
 
-def batch_means(values: Sequence[float] | np.ndarray, confidence: float) -> BatchMeans:
+def batch_means(values: Sequence[float] | np.ndarray | GapSamples, confidence: float) -> BatchMeans:
     """The batch-means interval of a series' mean (Law, *Simulation Modeling and
     Analysis*, §9.5.3): :data:`BATCH_MEANS_BATCHES` batches of equal size (a remainder
     at the end left out), a Student-t half-width from the batch means' variance, centred
@@ -253,8 +251,13 @@ def batch_means(values: Sequence[float] | np.ndarray, confidence: float) -> Batc
             cause=f"{len(values)} observations: {k} batches need at least "
             f"{k * BATCH_MEANS_MIN_SIZE}",
         )
-    arr = np.asarray(values, dtype=float)
-    z = arr[: k * size].reshape(k, size).mean(axis=1)
+    if isinstance(values, GapSamples):
+        z = values.batch_means_ms(k, size)
+        mean = values.mean_ms()
+    else:
+        arr = np.asarray(values, dtype=float)
+        z = arr[: k * size].reshape(k, size).mean(axis=1)
+        mean = float(arr.mean())
     dev = z - z.mean()
     denom = float((dev * dev).sum())
     lag1 = float((dev[:-1] * dev[1:]).sum() / denom) if denom > 0 else 0.0
@@ -268,7 +271,6 @@ def batch_means(values: Sequence[float] | np.ndarray, confidence: float) -> Batc
             lag1=lag1,
             cause=f"batch means correlated (lag-1 {lag1:.2f}, more than {bound:.2f}): run longer",
         )
-    mean = float(arr.mean())
     half = _t_quantile(0.5 + confidence / 2.0, k - 1) * float(z.std(ddof=1)) / math.sqrt(k)
     return BatchMeans(
         batches=k, batch_size=size, ci_low=mean - half, ci_high=mean + half, lag1=lag1
