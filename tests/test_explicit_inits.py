@@ -57,6 +57,8 @@ CASES: dict[str, dict[str, Any]] = {
         "timed_out_us": 8000,
         "instance": "i0",
         "cached_tokens": 9000,
+        "gaps_at": 10000,
+        "gap_count": 11000,
     },
     "blis_core.runner.engine_component._InFlight": {
         "shape": StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 7),), 1),

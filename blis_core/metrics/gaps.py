@@ -2,12 +2,13 @@
 replication without a float per streamed token.
 
 A run of 50,000 requests of 512 tokens streams 25.6 M gaps. The ledger holds them as
-4-byte integers (one array a request); joined into one float array of milliseconds
-they took 8 bytes a gap again, and each percentile and the standard deviation copied
-that array once more, so the statistics needed three to five times the memory the
-gaps themselves hold. :class:`GapSamples` reads the ledger's arrays in place, a bounded
-chunk at a time, into a histogram of distinct values with their counts, and computes
-every figure from it exactly:
+4-byte integers (one array a request, spilled to a file once the request has its fate);
+joined into one float array of milliseconds they took 8 bytes a gap again, and each
+percentile and the standard deviation copied that array once more, so the statistics
+needed three to five times the memory the gaps themselves hold. :class:`GapSamples`
+reads the arrays one request at a time, a bounded chunk joined at once, into a
+histogram of distinct values with their counts, and computes every figure from it
+exactly:
 
 * count, minimum and maximum, each the value itself;
 * the mean and the (population) standard deviation from the exact integer sums of the
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -40,18 +41,26 @@ integers; sorting them takes a few times that)."""
 _US_PER_MS = 1000
 
 
+GapSource = Callable[[], Iterable[array]]  # type: ignore[type-arg]
+"""Gives the gap arrays of the requests, in order, each time it is called."""
+
+
 class GapSamples:
-    """The gaps of some requests, in order: a histogram and the arrays themselves."""
+    """The gaps of some requests, in order: a histogram, and where to read them again.
 
-    __slots__ = ("_arrays", "_cum", "counts", "size", "values_us")
+    ``source`` is read once here and once more for batch means; no array is kept."""
 
-    def __init__(self, arrays: Sequence[array]) -> None:  # type: ignore[type-arg]
-        self._arrays = [a for a in arrays if a]
+    __slots__ = ("_cum", "_source", "counts", "size", "values_us")
+
+    def __init__(self, source: GapSource) -> None:
+        self._source = source
         values = np.empty(0, dtype=np.int64)
         counts = np.empty(0, dtype=np.int64)
         pending: list[np.ndarray] = []
         held = 0
-        for a in self._arrays:
+        for a in source():
+            if not a:
+                continue
             pending.append(np.frombuffer(a, dtype=f"i{a.itemsize}"))
             held += len(a)
             if held >= GAP_CHUNK:
@@ -122,7 +131,7 @@ class GapSamples:
         sums = [0] * batches
         pos = 0
         end = batches * size
-        for a in self._arrays:
+        for a in self._source():
             if pos >= end:
                 break
             arr = np.frombuffer(a, dtype=f"i{a.itemsize}").astype(np.int64)

@@ -4,19 +4,36 @@ The ledger is the one place a request's life is recorded (design §8.7). A fate 
 written exactly once; writing a second is a SimulationError. At the end of a run every
 arrival must have a fate: :meth:`RequestLedger.close` assigns the horizon fates and
 asserts that arrivals equal fates.
+
+A request's inter-chunk gaps (one 4-byte integer a streamed token) are most of what the
+ledger holds: a run of a million requests of 512 tokens streams 2 GB of them. Once a
+request has its fate they never change, so they leave the record (:class:`GapSpill`):
+into a buffer, which goes to an unnamed temporary file each time it reaches
+:data:`SPILL_BUFFER_BYTES` (a run with fewer gaps than that never touches the disk;
+the file has no name, so nothing is left behind however the process ends). Read them
+with :meth:`RequestLedger.gaps`.
 """
 
 from __future__ import annotations
 
+import tempfile
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import IO, Final
 
 from blis_core.contracts.engine import TokenEmission
 from blis_core.contracts.errors import SimulationError
 
-__all__ = ["GAP_TYPECODE", "MAX_NARROW_GAP_US", "Fate", "RequestLedger", "RequestRecord"]
+__all__ = [
+    "GAP_TYPECODE",
+    "MAX_NARROW_GAP_US",
+    "SPILL_BUFFER_BYTES",
+    "Fate",
+    "GapSpill",
+    "RequestLedger",
+    "RequestRecord",
+]
 
 
 class Fate:
@@ -37,6 +54,64 @@ GAP_TYPECODE = next(code for code in "ilq" if array(code).itemsize == 4)
 MAX_NARROW_GAP_US = 2**31 - 1
 """The longest gap a 4-byte integer holds (about 35 minutes)."""
 
+SPILL_BUFFER_BYTES = 8 << 20
+"""Gaps of fated requests held in memory before they are written to the spill file."""
+
+
+class GapSpill:
+    """Append-only store of gap arrays: an in-memory buffer flushed to an unnamed
+    temporary file (made at the first flush) whenever it reaches ``buffer_bytes``.
+    :meth:`put` returns the byte offset an array is read back from."""
+
+    __slots__ = ("_buffer", "_buffer_bytes", "_file", "_flushed")
+
+    def __init__(self, buffer_bytes: int | None = None) -> None:
+        self._buffer = bytearray()
+        self._buffer_bytes = SPILL_BUFFER_BYTES if buffer_bytes is None else buffer_bytes
+        self._file: IO[bytes] | None = None
+        self._flushed = 0
+
+    @property
+    def on_disk(self) -> int:
+        """Bytes written to the file so far."""
+        return self._flushed
+
+    def put(self, gaps: array) -> int:  # type: ignore[type-arg]
+        """Keep ``gaps``; returns its offset."""
+        offset = self._flushed + len(self._buffer)
+        self._buffer += gaps.tobytes()
+        if len(self._buffer) >= self._buffer_bytes:
+            if self._file is None:
+                # held open for the ledger's life; unnamed, so never left behind
+                self._file = tempfile.TemporaryFile(prefix="blis-gaps-")  # noqa: SIM115
+            self._file.seek(0, 2)
+            self._file.write(self._buffer)
+            self._file.flush()
+            self._flushed += len(self._buffer)
+            self._buffer = bytearray()
+        return offset
+
+    def get(self, offset: int, count: int, typecode: str) -> array:  # type: ignore[type-arg]
+        """The ``count`` gaps of ``typecode`` kept at ``offset``."""
+        out = array(typecode)
+        size = count * out.itemsize
+        if offset >= self._flushed:
+            start = offset - self._flushed
+            out.frombytes(bytes(self._buffer[start : start + size]))
+        else:
+            assert self._file is not None
+            self._file.seek(offset)
+            out.frombytes(self._file.read(size))
+        return out
+
+    def close(self) -> None:
+        """Free the buffer and the file (the store is empty after)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._buffer = bytearray()
+        self._flushed = 0
+
 
 @dataclass(slots=True)
 class RequestRecord:
@@ -51,12 +126,18 @@ class RequestRecord:
     output_tokens: int = 0
     chunk_gaps_us: array = field(default_factory=lambda: array(GAP_TYPECODE))  # type: ignore[type-arg]
     """Gaps between consecutive streamed chunks: 4-byte integers, widened to 8 bytes for a
-    request that waits more than :data:`MAX_NARROW_GAP_US` between two chunks."""
+    request that waits more than :data:`MAX_NARROW_GAP_US` between two chunks. Emptied
+    when the request's gaps are spilled (``gaps_at``): read them with
+    :meth:`RequestLedger.gaps`."""
     fate: str = ""
     reason: str = ""
     timed_out_us: int = -1
     instance: str = ""
     cached_tokens: int = -1
+    gaps_at: int = -1
+    """Offset of the gaps in the ledger's spill (-1: still in ``chunk_gaps_us``)."""
+    gap_count: int = 0
+    """How many gaps were spilled."""
 
     # NOTE: an explicit __init__ (the fields in order, their defaults; the gaps' factory
     # field takes None for a fresh array): compiled, the one `dataclasses` writes would
@@ -77,6 +158,8 @@ class RequestRecord:
         timed_out_us: int = -1,
         instance: str = "",
         cached_tokens: int = -1,
+        gaps_at: int = -1,
+        gap_count: int = 0,
     ) -> None:
         self.arrival_us = arrival_us
         self.input_tokens = input_tokens
@@ -91,15 +174,29 @@ class RequestRecord:
         self.timed_out_us = timed_out_us
         self.instance = instance
         self.cached_tokens = cached_tokens
+        self.gaps_at = gaps_at
+        self.gap_count = gap_count
 
 
 class RequestLedger:
     """Records arrivals, progress and fates of every request of one replication."""
 
-    def __init__(self) -> None:
+    def __init__(self, spill: GapSpill | None = None) -> None:
         self.records: dict[str, RequestRecord] = {}
         self.backlog_samples: list[tuple[int, int]] = []
         self._in_system = 0
+        self._spill = GapSpill() if spill is None else spill
+
+    def gaps(self, rec: RequestRecord) -> array:  # type: ignore[type-arg]
+        """The record's inter-chunk gaps (µs), spilled or not (a spilled record's are read
+        back as a new array)."""
+        if rec.gaps_at < 0:
+            return rec.chunk_gaps_us
+        return self._spill.get(rec.gaps_at, rec.gap_count, rec.chunk_gaps_us.typecode)
+
+    def release(self) -> None:
+        """Free the spilled gaps (the ledger's records stay, their gaps unreadable)."""
+        self._spill.close()
 
     @property
     def in_system(self) -> int:
@@ -168,6 +265,12 @@ class RequestLedger:
             )
         rec.fate, rec.reason = fate, reason
         self._in_system -= 1
+        gaps = rec.chunk_gaps_us
+        if gaps:
+            # Final now (tokens after a fate are discarded): out of the record.
+            rec.gaps_at = self._spill.put(gaps)
+            rec.gap_count = len(gaps)
+            rec.chunk_gaps_us = array(gaps.typecode)
 
     def has_fate(self, request_id: str) -> bool:
         """Whether the request's fate is written."""

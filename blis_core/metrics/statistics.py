@@ -158,7 +158,7 @@ def replication_metrics(
     if warmup_us is None:
         warmup_us = round(frame.warmup_s * 1e6)
     done = _completed(ledger, warmup_us)
-    samples = _latency_samples(done)
+    samples = _latency_samples(ledger, done)
     slo = frame.slo
     good = 0
     in_tokens = out_tokens = 0
@@ -200,12 +200,15 @@ def _completed(ledger: RequestLedger, warmup_us: int) -> list[RequestRecord]:
     ]
 
 
-def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, np.ndarray | GapSamples]:
+def _latency_samples(
+    ledger: RequestLedger, done: Sequence[RequestRecord]
+) -> dict[str, np.ndarray | GapSamples]:
     """Every latency metric's samples (ms) of ``done``, request by request.
 
     The inter-chunk gaps (one per streamed token) stay the ledger's integer arrays,
-    read through :class:`~blis_core.metrics.gaps.GapSamples`: at 50,000 requests of 512
-    tokens a float per gap took 200 MB, and each percentile copied it again."""
+    read a request at a time through :class:`~blis_core.metrics.gaps.GapSamples`: at
+    50,000 requests of 512 tokens a float per gap took 200 MB, and each percentile
+    copied it again."""
     samples: dict[str, list[float]] = {m: [] for m in LATENCY_METRICS if m != "itl"}
     for r in done:
         ttft = (r.first_token_us - r.arrival_us) / _US_PER_MS
@@ -220,7 +223,8 @@ def _latency_samples(done: Sequence[RequestRecord]) -> dict[str, np.ndarray | Ga
     out: dict[str, np.ndarray | GapSamples] = {
         name: np.asarray(values, dtype=float) for name, values in samples.items()
     }
-    out["itl"] = GapSamples([r.chunk_gaps_us for r in done])
+    gaps = ledger.gaps
+    out["itl"] = GapSamples(lambda: (gaps(r) for r in done))
     return out
 
 
@@ -282,7 +286,7 @@ def replication_batch_means(
 ) -> dict[str, BatchMeans]:
     """Batch means of every latency metric the frame asks for, over the completed
     requests after the warm-up in arrival order (inter-token gaps request by request)."""
-    samples = _latency_samples(_completed(ledger, warmup_us))
+    samples = _latency_samples(ledger, _completed(ledger, warmup_us))
     return {
         name: batch_means(samples[name], frame.confidence)
         for name in frame.metrics

@@ -748,7 +748,7 @@ def request_outcomes(ledger: RequestLedger) -> tuple[RequestOutcome, ...]:
             last_token_us=rec.last_token_us,
             fate=rec.fate,
             reason=rec.reason,
-            chunk_gaps_us=tuple(rec.chunk_gaps_us),
+            chunk_gaps_us=tuple(ledger.gaps(rec)),
             instance=rec.instance,
             cached_tokens=rec.cached_tokens,
         )

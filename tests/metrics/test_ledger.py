@@ -7,7 +7,7 @@ import pytest
 from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.scenario import ExperimentalFrame, ServiceLevelObjectives
 from blis_core.metrics import RequestLedger, detect_overload, fate_counts, replication_metrics
-from blis_core.metrics.ledger import MAX_NARROW_GAP_US
+from blis_core.metrics.ledger import MAX_NARROW_GAP_US, GapSpill
 
 
 def _ledger() -> RequestLedger:
@@ -89,10 +89,62 @@ def test_a_gap_beyond_four_bytes_widens_the_record_and_keeps_every_value() -> No
     led.completed("a", "length")
     led.completed("b", "length")
     led.close(2)
-    gaps = led.records["a"].chunk_gaps_us
+    gaps = led.gaps(led.records["a"])
     assert gaps.itemsize == 8 and list(gaps) == [2_000, long_gap, 5]
-    assert led.records["b"].chunk_gaps_us.itemsize == 4
+    assert led.gaps(led.records["b"]).itemsize == 4
     m = replication_metrics(led, ExperimentalFrame(), end_us=3_000 + long_gap + 5, overloaded=False)
     assert m["itl"]["count"] == 4
     assert m["itl"]["max"] == long_gap / 1000.0
     assert m["itl"]["mean"] == pytest.approx((2_000 + long_gap + 5 + 500) / 4 / 1000.0)
+
+
+def test_a_fated_requests_gaps_leave_the_record_and_read_back_the_same() -> None:
+    # A buffer of 64 bytes: the first requests' gaps go to the file, the last stay in
+    # the buffer, one wide array among them.
+    spill = GapSpill(buffer_bytes=64)
+    led = RequestLedger(spill)
+    want: dict[str, list[int]] = {}
+    t = 0
+    for i in range(12):
+        rid = f"r{i}"
+        led.arrived(rid, t, 10)
+        gaps = [100 + i + k for k in range(i + 2)]
+        if i == 5:
+            gaps[1] = MAX_NARROW_GAP_US + 3
+        led.tokens(rid, 1, t)
+        for g in gaps:
+            t += g
+            led.tokens(rid, 1, t)
+        want[rid] = gaps
+        if i % 3:
+            led.completed(rid, "length")
+        else:
+            led.timed_out(rid, t)
+    led.tokens("r0", 1, t + 1)  # after its fate: discarded, nothing appended
+    assert spill.on_disk > 0  # some went to the file
+    for rid, gaps in want.items():
+        rec = led.records[rid]
+        assert rec.gaps_at >= 0 and len(rec.chunk_gaps_us) == 0  # out of the record
+        got = led.gaps(rec)
+        assert list(got) == gaps
+        assert got.itemsize == (8 if rid == "r5" else 4)
+    # The statistics read them back (the completed requests' gaps).
+    led.close(12)
+    m = replication_metrics(led, ExperimentalFrame(), end_us=t, overloaded=False)
+    assert m["itl"]["count"] == sum(len(g) for i, g in enumerate(want.values()) if i % 3)
+    assert m["itl"]["max"] == (MAX_NARROW_GAP_US + 3) / 1000.0
+    led.release()
+    assert spill.on_disk == 0
+
+
+def test_gaps_in_flight_at_the_horizon_stay_in_the_record() -> None:
+    led = RequestLedger(GapSpill(buffer_bytes=1))
+    led.arrived("a", 0, 10)
+    led.dispatched("a", 0)
+    led.scheduled("a", 0)
+    for t in (10, 30, 60):
+        led.tokens("a", 1, t)
+    led.close(1)
+    rec = led.records["a"]
+    assert rec.fate == "in_flight_at_horizon" and rec.gaps_at == -1
+    assert list(led.gaps(rec)) == [20, 30]

@@ -1,0 +1,50 @@
+"""A run whose gaps go to the spill file gives the Result and requests of one that keeps them."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+import blis_core.metrics.ledger as ledger_module
+from blis_core.contracts.result import RequestOutcome
+from blis_core.io.scenario import parse_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+from tests.runner.test_run import TOY, _scenario
+
+
+def _run(data: DataSources) -> tuple[Any, list[RequestOutcome]]:
+    doc = _scenario()
+    doc["frame"] = {"replications": 2}
+    outcomes: list[RequestOutcome] = []
+
+    def keep(_: int, got: Sequence[RequestOutcome]) -> None:
+        outcomes.extend(got)
+
+    result = run_scenario(parse_scenario(doc, "t"), make_host(), data, on_requests=keep)
+    return result, outcomes
+
+
+def test_spilled_gaps_give_the_same_result(
+    install_plugins: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    data = DataSources.load()
+    kept, kept_requests = _run(data)
+    files: list[object] = []
+    real = tempfile.TemporaryFile
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        f = real(*args, **kwargs)
+        files.append(f)
+        return f
+
+    monkeypatch.setattr(ledger_module, "SPILL_BUFFER_BYTES", 16)
+    monkeypatch.setattr(ledger_module.tempfile, "TemporaryFile", counted)
+    spilled, spilled_requests = _run(data)
+    assert files, "the gaps never reached the spill file"
+    assert spilled.content_hash == kept.content_hash
+    assert spilled_requests == kept_requests
+    assert any(o.chunk_gaps_us for o in spilled_requests)
