@@ -230,21 +230,7 @@ def test_a_history_past_the_host_still_stops_and_says_why_jitllm_would_too(
     memory the weights leave outgrows jitllmd's host as well: the run stops, naming
     applyPageBudget's timing as the reason."""
     env = blis_environment("p-0")
-    spec = EnginePoolSpec(
-        "p",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        GPU,
-        ParallelLayout(),
-        {
-            "max-seq": 4096,
-            "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            "maxmem": "30G",
-            "gpu-layers": 13,
-            "host-mem": "3G",
-            "max-queue": -1,
-        },
-        machine=LAPTOP,
-    )
+    spec = _laptop_8b({"maxmem": "30G", "host-mem": "3G", "max-queue": -1})
     engine = JitllmEngineFactory().build(spec, env, "p-0")
     assert isinstance(engine, JitllmEngine)
     for i in range(2):
@@ -257,22 +243,26 @@ def test_a_history_past_the_host_still_stops_and_says_why_jitllm_would_too(
     assert "jitllmd serve would outgrow its host too" in message
 
 
-def _fits(maxmem: int, warm: bool = True) -> EnginePoolSpec:
-    """The 8B on the laptop, 19 blocks on the host within ``-maxmem``."""
+def _laptop_8b(args: dict[str, object]) -> EnginePoolSpec:
+    """The 8B Q4_K_M on the laptop, 13 blocks on its card, with ``args`` besides."""
+    base: dict[str, object] = {
+        "max-seq": 4096,
+        "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        "gpu-layers": 13,
+    }
     return EnginePoolSpec(
         "p",
         "meta-llama/Llama-3.1-8B-Instruct",
         GPU,
         ParallelLayout(),
-        {
-            "max-seq": 4096,
-            "load": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-            "maxmem": str(maxmem),
-            "gpu-layers": 13,
-            "warm": warm,
-        },
+        {**base, **args},
         machine=LAPTOP,
     )
+
+
+def _fits(maxmem: int, warm: bool = True) -> EnginePoolSpec:
+    """The 8B on the laptop, 19 blocks on the host within ``-maxmem``."""
+    return _laptop_8b({"maxmem": str(maxmem), "warm": warm})
 
 
 def test_where_the_budget_holds_every_host_block_a_long_history_still_evicts(
