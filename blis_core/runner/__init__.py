@@ -5,6 +5,7 @@ from __future__ import annotations
 from blis_core.runner.builtins import make_host
 from blis_core.runner.run import (
     DataSources,
+    RequestOutcomes,
     RequestsCallback,
     RunProgress,
     check_scenario,
@@ -17,6 +18,7 @@ from blis_core.runner.run import (
 
 __all__ = [
     "DataSources",
+    "RequestOutcomes",
     "RequestsCallback",
     "RunProgress",
     "check_scenario",

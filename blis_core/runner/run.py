@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, overload
 
 import structlog
 
@@ -69,6 +69,7 @@ from blis_core.metrics import (
     replication_metrics,
 )
 from blis_core.metrics.envelope import operating_point
+from blis_core.metrics.ledger import RequestRecord
 from blis_core.runner.builtins import make_host
 from blis_core.runner.client_component import ClientComponent
 from blis_core.runner.coefficients import coefficient_uncertainty, drawn_registry
@@ -736,10 +737,38 @@ TimelineCallback = Callable[[int, Timeline], None]
 """``on_timeline(replication, timeline)``: a replication's per-instance gauges over time."""
 
 
-def request_outcomes(ledger: RequestLedger) -> tuple[RequestOutcome, ...]:
-    """Every request of a closed ledger, in send order, as public outcomes."""
-    return tuple(
-        RequestOutcome(
+class RequestOutcomes(Sequence[RequestOutcome]):
+    """Every request of a closed ledger, in send order, as public outcomes, each made when
+    it is read: a reader that goes through them once (the per-request export) holds one
+    request's gaps at a time, not the run's. Holds the ledger while it is held."""
+
+    __slots__ = ("_ledger", "_records")
+
+    def __init__(self, ledger: RequestLedger) -> None:
+        self._ledger = ledger
+        self._records = list(ledger.records.items())
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, index: int) -> RequestOutcome: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[RequestOutcome]: ...
+
+    def __getitem__(self, index: int | slice) -> RequestOutcome | Sequence[RequestOutcome]:
+        if isinstance(index, slice):
+            return [self._outcome(rid, rec) for rid, rec in self._records[index]]
+        rid, rec = self._records[index]
+        return self._outcome(rid, rec)
+
+    def __iter__(self) -> Iterator[RequestOutcome]:
+        for rid, rec in self._records:
+            yield self._outcome(rid, rec)
+
+    def _outcome(self, rid: str, rec: RequestRecord) -> RequestOutcome:
+        return RequestOutcome(
             request_id=rid,
             arrival_us=rec.arrival_us,
             input_tokens=rec.input_tokens,
@@ -748,12 +777,16 @@ def request_outcomes(ledger: RequestLedger) -> tuple[RequestOutcome, ...]:
             last_token_us=rec.last_token_us,
             fate=rec.fate,
             reason=rec.reason,
-            chunk_gaps_us=tuple(ledger.gaps(rec)),
+            chunk_gaps_us=tuple(self._ledger.gaps(rec)),
             instance=rec.instance,
             cached_tokens=rec.cached_tokens,
         )
-        for rid, rec in ledger.records.items()
-    )
+
+
+def request_outcomes(ledger: RequestLedger) -> RequestOutcomes:
+    """Every request of a closed ledger, in send order, as public outcomes (made as they
+    are read: :class:`RequestOutcomes`)."""
+    return RequestOutcomes(ledger)
 
 
 def run_scenario(

@@ -11,7 +11,8 @@ import pytest
 import blis_core.metrics.ledger as ledger_module
 from blis_core.contracts.result import RequestOutcome
 from blis_core.io.scenario import parse_scenario
-from blis_core.runner import DataSources, make_host, run_scenario
+from blis_core.metrics import RequestLedger
+from blis_core.runner import DataSources, RequestOutcomes, make_host, run_scenario
 from tests.runner.test_run import TOY, _scenario
 
 
@@ -48,3 +49,20 @@ def test_spilled_gaps_give_the_same_result(
     assert spilled.content_hash == kept.content_hash
     assert spilled_requests == kept_requests
     assert any(o.chunk_gaps_us for o in spilled_requests)
+
+
+def test_the_outcomes_are_a_sequence_made_as_it_is_read() -> None:
+    led = RequestLedger()
+    for i, rid in enumerate(("a", "b", "c")):
+        led.arrived(rid, i, 10)
+        for t in (10, 30 + i, 70):
+            led.tokens(rid, 1, t)
+        led.completed(rid, "length")
+    led.close(3)
+    outcomes = RequestOutcomes(led)
+    assert len(outcomes) == 3
+    assert [o.request_id for o in outcomes] == ["a", "b", "c"]
+    assert outcomes[1].chunk_gaps_us == (21, 39)
+    assert outcomes[-1] == outcomes[2] and outcomes[-1] is not outcomes[2]  # made when read
+    assert [o.request_id for o in outcomes[1:]] == ["b", "c"]
+    assert list(outcomes) == [outcomes[0], outcomes[1], outcomes[2]]
