@@ -497,6 +497,15 @@ def _cmd_score(args: argparse.Namespace) -> int:
             got = adapter.load(Path(item), folder, max_requests=args.max_requests)
             print(f"{item}: {len(got)} points ({adapter.name})", file=sys.stderr, flush=True)
             points.extend(got)
+        if args.publish_roles:
+            return _publish_roles(points, args)
+        points, aggregates_over = _role_points(points, args)
+        if aggregates_over is not None and html is not None:
+            raise InputRefused.one(
+                "--html",
+                args.html,
+                "the dashboard shows every unit; a secret role is reported as aggregates only",
+            )
 
         def progress(done: int, total: int, score: Any) -> None:
             print(
@@ -513,11 +522,13 @@ def _cmd_score(args: argparse.Namespace) -> int:
     }
     build = "; ".join([f"blis-core {__version__}", *sorted(versions)])
     report = build_report(scores, build, [str(Path(d)) for d in args.dataset])
-    doc = report_json(report, scores)
+    doc = report_json(report, scores, aggregates_over=aggregates_over)
+    if args.role:
+        doc["roles"] = sorted(set(args.role))
     if args.json == "-":
         sys.stdout.write(json.dumps(doc, indent=1, sort_keys=True, default=_json_float) + "\n")
     else:
-        print_tables(scores, make_console(160))
+        print_tables(scores, make_console(160), aggregates_over=aggregates_over)
     if args.json and args.json != "-":
         text = json.dumps(doc, indent=1, sort_keys=True, default=_json_float) + "\n"
         _write_atomically(Path(args.json), text)
@@ -530,6 +541,92 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
 def _json_float(value: object) -> object:
     return str(value)
+
+
+def _publish_roles(points: Sequence[Any], args: argparse.Namespace) -> int:
+    """``blis score --publish-roles PATH``: write the published roles' unit lists."""
+    from blis_core.scoring.roles import PUBLISHED_ROLES, ROLE_SHARES, load_seed, published_roles
+
+    seed = load_seed(args.role_seed_file)
+    if seed is None:
+        raise InputRefused.one(
+            "--publish-roles",
+            args.publish_roles,
+            "roles are computed from the seed: give --role-seed-file or set BLIS_ROLE_SEED",
+        )
+    units = published_roles(points, seed)
+    doc = {
+        "published_roles": [r.value for r in PUBLISHED_ROLES],
+        "shares": {r.value: share for r, share in ROLE_SHARES.items()},
+        "units": units,
+    }
+    import yaml
+
+    text = yaml.safe_dump(doc, sort_keys=False)
+    _write_atomically(Path(args.publish_roles), text)
+    print(
+        f"{len(units)} of {len(points)} units in the published roles written to "
+        f"{args.publish_roles}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _role_points(points: list[Any], args: argparse.Namespace) -> tuple[list[Any], int | None]:
+    """The points of the roles ``--role`` names (all without it), and, when a secret role
+    is among them, the fewest points an aggregate may show."""
+    from blis_core.scoring.roles import (
+        MIN_SECRET_UNITS,
+        PUBLISHED_ROLES,
+        Role,
+        group_of,
+        load_seed,
+        read_published,
+        role_of,
+    )
+
+    if not args.role:
+        return points, None
+    known = [r.value for r in Role]
+    for r in args.role:
+        if r not in known:
+            raise InputRefused.one("--role", r, f"not a role: {', '.join(known)}")
+    wanted = {Role(r) for r in args.role}
+    secret = sorted(r.value for r in wanted if r not in PUBLISHED_ROLES)
+    seed = load_seed(args.role_seed_file)
+    if seed is not None:
+        kept = [p for p in points if role_of(seed, group_of(p)) in wanted]
+    elif secret:
+        raise InputRefused.one(
+            "--role",
+            ",".join(secret),
+            "a secret role is computed from the seed: give --role-seed-file or set BLIS_ROLE_SEED",
+        )
+    elif args.roles_from:
+        listed = read_published(args.roles_from)
+        kept = [p for p in points if listed.get(p.unit) in wanted]
+    else:
+        raise InputRefused.one(
+            "--role",
+            ",".join(sorted(r.value for r in wanted)),
+            "roles come from the seed "
+            "(--role-seed-file, BLIS_ROLE_SEED) or a published list (--roles-from)",
+        )
+    print(
+        f"{len(kept)} of {len(points)} points in role(s) "
+        f"{', '.join(sorted(r.value for r in wanted))}",
+        file=sys.stderr,
+    )
+    if not secret:
+        return kept, None
+    if len(kept) < MIN_SECRET_UNITS:
+        raise InputRefused.one(
+            "--role",
+            ",".join(secret),
+            f"{len(kept)} points: figures on a secret role are "
+            f"aggregates over at least {MIN_SECRET_UNITS} units",
+        )
+    return kept, MIN_SECRET_UNITS
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -1247,6 +1344,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="write the scores as JSON (- for stdout)")
     p.add_argument("--html", metavar="PATH", help="write the single-file HTML dashboard")
     p.add_argument("--slo", help="goodput SLO, e.g. ttft=0.5,tpot=0.05 (seconds)")
+    p.add_argument(
+        "--role",
+        action="append",
+        metavar="ROLE",
+        help="score only the units of ROLE (fit, anchor, report, select, validate, held; "
+        "repeatable); select, validate and held need the seed and are shown as aggregates "
+        "over at least 10 units",
+    )
+    p.add_argument(
+        "--role-seed-file",
+        metavar="PATH",
+        help="the secret seed roles are computed from (default: $BLIS_ROLE_SEED)",
+    )
+    p.add_argument(
+        "--roles-from",
+        metavar="PATH",
+        help="a published role list (--publish-roles) to select from without the seed",
+    )
+    p.add_argument(
+        "--publish-roles",
+        metavar="PATH",
+        help="write the fit, anchor and report units of DATASET (needs the seed) and stop",
+    )
     data_args(p)
     cost_args(p)
     p.set_defaults(func=_cmd_score)

@@ -123,7 +123,10 @@ class MeasuredPoint:
     with ``mean``, ``p50``, ``p90``, ``p99`` (seconds); ``completed_per_s.rate`` and
     ``output_tokens_per_s.rate``; fates ``completed``, ``timed_out``, ``dropped`` with
     ``fraction`` (0 to 1). Such a point has no ``requests``; its ``compared`` range then
-    indexes the simulated requests.
+    indexes the simulated requests. ``near_copies`` names the group of units that are
+    near-copies of one another (the same configuration measured again, the stages of one
+    run): a role is drawn per group, so near-copies never both fit and judge
+    (:mod:`blis_core.scoring.roles`); empty, the unit is its own group.
     """
 
     unit: str
@@ -141,6 +144,7 @@ class MeasuredPoint:
     labels: Mapping[str, str] = field(default_factory=dict)
     slo: Mapping[str, float] = field(default_factory=dict)
     aggregates: Mapping[str, float] = field(default_factory=dict)
+    near_copies: str = ""
 
     @property
     def window(self) -> tuple[MeasuredRequest, ...]:

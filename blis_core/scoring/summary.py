@@ -63,28 +63,39 @@ def _pct(v: float | None, points: bool = False, sign: str = "+") -> str:
     return f"{v:{sign}.1f}" if points else f"{100 * v:{sign}.1f}%"
 
 
-def print_tables(scores: Sequence[PointScore], console: Any) -> None:
-    """Print the per-point table, the aggregates and the refused rows on ``console``."""
+def print_tables(
+    scores: Sequence[PointScore], console: Any, *, aggregates_over: int | None = None
+) -> None:
+    """Print the per-point table, the aggregates and the refused rows on ``console``.
+
+    ``aggregates_over``: only the aggregate rows of at least that many points (the
+    secret roles: no unit is shown, :mod:`blis_core.scoring.roles`)."""
     from rich.table import Table
 
-    table = Table(title="blis score: signed error (simulated − measured) / measured")
-    table.add_column("point", no_wrap=True)
-    table.add_column("grade")
-    table.add_column("regime", no_wrap=True)
-    for col in (*(c for c, _, _ in HEADLINE), "refused rows"):
-        table.add_column(col, overflow="fold")
-    for s in scores:
-        errs = headline_errors(s.records)
-        cells = [_pct(errs[c], points=c.endswith("pts")) for c, _, _ in HEADLINE]
-        if s.status != "scored":
-            cells = [f"not scored: {s.reason}"] + [""] * (len(cells) - 1)
-        table.add_row(s.unit, s.grade, s.labels.get("regime", ""), *cells, str(len(s.refusals)))
-    console.print(table)
-    agg = Table(title="median absolute error by group (scored points)")
+    if aggregates_over is None:
+        table = Table(title="blis score: signed error (simulated − measured) / measured")
+        table.add_column("point", no_wrap=True)
+        table.add_column("grade")
+        table.add_column("regime", no_wrap=True)
+        for col in (*(c for c, _, _ in HEADLINE), "refused rows"):
+            table.add_column(col, overflow="fold")
+        for s in scores:
+            errs = headline_errors(s.records)
+            cells = [_pct(errs[c], points=c.endswith("pts")) for c, _, _ in HEADLINE]
+            if s.status != "scored":
+                cells = [f"not scored: {s.reason}"] + [""] * (len(cells) - 1)
+            table.add_row(s.unit, s.grade, s.labels.get("regime", ""), *cells, str(len(s.refusals)))
+        console.print(table)
+    title = "median absolute error by group (scored points)"
+    if aggregates_over is not None:
+        title += f", groups of at least {aggregates_over} points only"
+    agg = Table(title=title)
     for col in ("group", "value", "points", *(c for c, _, _ in HEADLINE)):
         agg.add_column(col)
     for group in (None, *GROUPS):
         for row in aggregate(scores, group):
+            if aggregates_over is not None and row["points"] < aggregates_over:
+                continue
             agg.add_row(
                 row["group"],
                 row["value"],
@@ -93,12 +104,14 @@ def print_tables(scores: Sequence[PointScore], console: Any) -> None:
             )
     console.print(agg)
     refused = [(s.unit, r) for s in scores for r in s.refusals]
-    if refused:
+    if refused and aggregates_over is None:
         console.print(f"{len(refused)} measured rows refused:")
         for unit, r in refused[:20]:
             console.print(f"  {unit} row {r['row']} {r['field']}={r['value']!r}: {r['cause']}")
         if len(refused) > 20:
             console.print(f"  ... and {len(refused) - 20} more (all in --json)")
+    elif refused:
+        console.print(f"{len(refused)} measured rows refused")
     not_scored = [s for s in scores if s.status != "scored"]
     console.print(
         f"{len(scores) - len(not_scored)} of {len(scores)} points scored; grades: "
@@ -106,11 +119,19 @@ def print_tables(scores: Sequence[PointScore], console: Any) -> None:
     )
 
 
-def report_json(report: ScoreReport, scores: Sequence[PointScore]) -> dict[str, Any]:
-    """The ``--json`` document: build, data, points, records and aggregates."""
+def report_json(
+    report: ScoreReport, scores: Sequence[PointScore], *, aggregates_over: int | None = None
+) -> dict[str, Any]:
+    """The ``--json`` document: build, data, points, records and aggregates; with
+    ``aggregates_over``, only the aggregates of at least that many points."""
     aggregates: dict[str, list[dict[str, Any]]] = {}
     for group in (None, *GROUPS):
-        aggregates[group or "all"] = aggregate(scores, group)
+        rows = aggregate(scores, group)
+        if aggregates_over is not None:
+            rows = [r for r in rows if r["points"] >= aggregates_over]
+        aggregates[group or "all"] = rows
+    if aggregates_over is not None:
+        return {"build": report.build, "data": list(report.data), "aggregates": aggregates}
     return {
         "build": report.build,
         "data": list(report.data),

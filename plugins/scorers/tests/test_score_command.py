@@ -109,3 +109,52 @@ def test_a_vllm_bench_serve_result_is_scored_with_its_itls(
     assert doc["points"]["run"]["grade"] == "G4"  # release not recorded, prompts estimated
     metrics = {(r["metric"], r["statistic"]) for r in doc["records"]}
     assert {("itl", "mean"), ("ttft", "p99"), ("tpot", "mean")} <= metrics
+
+
+def _seed_for(wanted: set[str]) -> str:
+    """A seed under which the dataset's run (one group: its stages are near-copies)
+    draws a role in ``wanted``."""
+    from blis_core.scoring.roles import role_of
+
+    return next(
+        s for s in (f"seed-{i}" for i in range(1000)) if role_of(s.encode(), NAME) in wanted
+    )
+
+
+def test_roles_publish_select_and_keep_secret_roles_to_aggregates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    root = write_dataset(tmp_path / "d")
+    monkeypatch.delenv("BLIS_ROLE_SEED", raising=False)
+    rc, _, err = _score(capsys, str(root), "--role", "fit")
+    assert rc == 2 and "--roles-from" in err  # no seed, no list: no roles
+    # Published: both stages of the run, listed together, and nothing is scored.
+    monkeypatch.setenv("BLIS_ROLE_SEED", _seed_for({"fit"}))
+    listed = tmp_path / "roles.yaml"
+    rc, out, err = _score(capsys, str(root), "--publish-roles", str(listed))
+    assert rc == 0, err
+    assert "point 1/" not in err
+    units = yaml.safe_load(listed.read_text())["units"]
+    assert units == {f"{NAME}/stage-0": "fit", f"{NAME}/stage-1": "fit"}
+    # A job without the seed selects from the list.
+    monkeypatch.delenv("BLIS_ROLE_SEED")
+    rc, out, err = _score(
+        capsys, str(root), "--role", "fit", "--roles-from", str(listed), "--json", "-"
+    )
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["roles"] == ["fit"] and len(doc["points"]) == 2
+    rc, out, err = _score(
+        capsys, str(root), "--role", "report", "--roles-from", str(listed), "--json", "-"
+    )
+    assert rc == 0 and json.loads(out)["points"] == {}
+    # A secret role needs the seed, and ten units at least.
+    rc, _, err = _score(capsys, str(root), "--role", "held", "--roles-from", str(listed))
+    assert rc == 2 and "secret role" in err
+    monkeypatch.setenv("BLIS_ROLE_SEED", _seed_for({"held"}))
+    rc, _, err = _score(capsys, str(root), "--role", "held")
+    assert rc == 2 and "at least 10 units" in err
+    rc, _, err = _score(capsys, str(root), "--role", "bogus")
+    assert rc == 2 and "not a role" in err

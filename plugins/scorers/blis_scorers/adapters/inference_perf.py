@@ -211,6 +211,7 @@ class InferencePerf:
         pool = deployment["pools"][0]
         return MeasuredPoint(
             unit=unit,
+            near_copies=path.name,  # the stages of one run
             adapter=self.name,
             source=str(path),
             scenario=scenario,

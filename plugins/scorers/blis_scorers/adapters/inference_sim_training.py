@@ -240,6 +240,7 @@ class InferenceSimTraining:
             points.append(
                 MeasuredPoint(
                     unit=unit,
+                    near_copies=run.name,  # the stages of one run
                     adapter=self.name,
                     source=str(root / "replay" / f"{run.name}.json"),
                     scenario=scenario,

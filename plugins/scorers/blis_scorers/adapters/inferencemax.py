@@ -246,9 +246,8 @@ class InferenceMax:
         engine = f"{framework}@{tag}" if tag else None
         model = str(e["model"])
         short = model.rsplit("/", 1)[-1]
-        unit = (
-            f"{run}/{hw}-{short}-{e.get('precision', '')}-tp{tp}-ep{ep}-isl{isl}-osl{osl}-c{conc}"
-        )
+        config = f"{hw}-{short}-{e.get('precision', '')}-tp{tp}-ep{ep}-isl{isl}-osl{osl}-c{conc}"
+        unit = f"{run}/{config}"
         aggregates: dict[str, float] = {}
         for metric, key in _METRICS:
             for st, prefix in _STATS:
@@ -305,6 +304,8 @@ class InferenceMax:
             raise InputRefused(err.errors, f"{path} ({unit})") from None
         return MeasuredPoint(
             unit=unit,
+            # the same configuration measured by another nightly run is a near-copy
+            near_copies=f"inferencemax/{config}",
             adapter=self.name,
             source=str(path),
             scenario=scenario,
