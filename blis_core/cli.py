@@ -508,8 +508,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
             )
 
         def progress(done: int, total: int, score: Any) -> None:
+            # A secret role's units are not named, even in the progress lines.
+            what = "" if aggregates_over is not None else f": {score.unit} {score.grade}"
             print(
-                f"point {done}/{total} done: {score.unit} {score.grade} ({score.wall_s:.1f} s)",
+                f"point {done}/{total} done{what} ({score.wall_s:.1f} s)",
                 file=sys.stderr,
                 flush=True,
             )

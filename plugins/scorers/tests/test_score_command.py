@@ -158,3 +158,20 @@ def test_roles_publish_select_and_keep_secret_roles_to_aggregates(
     assert rc == 2 and "at least 10 units" in err
     rc, _, err = _score(capsys, str(root), "--role", "bogus")
     assert rc == 2 and "not a role" in err
+
+
+def test_a_secret_role_of_ten_units_is_scored_without_naming_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_dataset(tmp_path / "d", stages=((4.0, 5),) * 10)  # one run: one group
+    monkeypatch.setenv("BLIS_ROLE_SEED", _seed_for({"held"}))
+    rc, out, err = _score(capsys, str(root), "--role", "held", "--json", "-")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert set(doc) == {"build", "data", "aggregates", "roles"} and doc["roles"] == ["held"]
+    assert doc["aggregates"]["all"][0]["points"] == 10
+    assert "point 10/10 done (" in err and NAME not in err and NAME not in out
+    rc, out, err = _score(capsys, str(root), "--role", "held")
+    assert rc == 0 and NAME not in out and "at least 10 points" in out
+    rc, _, err = _score(capsys, str(root), "--role", "held", "--html", str(tmp_path / "x.html"))
+    assert rc == 2 and "aggregates only" in err
