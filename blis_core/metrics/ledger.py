@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import IO, Final
 
 from blis_core.contracts.engine import TokenEmission
-from blis_core.contracts.errors import SimulationError
+from blis_core.contracts.errors import InputRefused, SimulationError
 
 __all__ = [
     "GAP_TYPECODE",
@@ -81,12 +81,21 @@ class GapSpill:
         offset = self._flushed + len(self._buffer)
         self._buffer += gaps.tobytes()
         if len(self._buffer) >= self._buffer_bytes:
-            if self._file is None:
-                # held open for the ledger's life; unnamed, so never left behind
-                self._file = tempfile.TemporaryFile(prefix="blis-gaps-")  # noqa: SIM115
-            self._file.seek(0, 2)
-            self._file.write(self._buffer)
-            self._file.flush()
+            try:
+                if self._file is None:
+                    # held open for the ledger's life; unnamed, so never left behind
+                    self._file = tempfile.TemporaryFile(prefix="blis-gaps-")  # noqa: SIM115
+                self._file.seek(0, 2)
+                self._file.write(self._buffer)
+                self._file.flush()
+            except OSError as err:
+                raise InputRefused.one(
+                    "TMPDIR",
+                    tempfile.gettempdir(),
+                    f"a run keeps its finished requests' token gaps in a temporary file "
+                    f"there and could not write it ({err}); free space or point TMPDIR "
+                    "elsewhere",
+                ) from err
             self._flushed += len(self._buffer)
             self._buffer = bytearray()
         return offset

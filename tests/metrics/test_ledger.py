@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from blis_core.contracts.errors import SimulationError
+from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.scenario import ExperimentalFrame, ServiceLevelObjectives
 from blis_core.metrics import RequestLedger, detect_overload, fate_counts, replication_metrics
 from blis_core.metrics.ledger import MAX_NARROW_GAP_US, GapSpill
@@ -148,3 +148,21 @@ def test_gaps_in_flight_at_the_horizon_stay_in_the_record() -> None:
     rec = led.records["a"]
     assert rec.fate == "in_flight_at_horizon" and rec.gaps_at == -1
     assert list(led.gaps(rec)) == [20, 30]
+
+
+def test_a_spill_file_that_cannot_be_written_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tempfile
+
+    def full(*args: object, **kwargs: object) -> object:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", full)
+    led = RequestLedger(GapSpill(buffer_bytes=4))
+    led.arrived("a", 0, 10)
+    for t in (10, 30, 60):
+        led.tokens("a", 1, t)
+    with pytest.raises(InputRefused, match="TMPDIR") as err:
+        led.completed("a", "length")
+    assert "No space left on device" in str(err.value)
