@@ -547,6 +547,8 @@ def _json_float(value: object) -> object:
 
 def _publish_roles(points: Sequence[Any], args: argparse.Namespace) -> int:
     """``blis score --publish-roles PATH``: write the published roles' unit lists."""
+    import yaml
+
     from blis_core.scoring.roles import PUBLISHED_ROLES, ROLE_SHARES, load_seed, published_roles
 
     seed = load_seed(args.role_seed_file)
@@ -562,8 +564,6 @@ def _publish_roles(points: Sequence[Any], args: argparse.Namespace) -> int:
         "shares": {r.value: share for r, share in ROLE_SHARES.items()},
         "units": units,
     }
-    import yaml
-
     text = yaml.safe_dump(doc, sort_keys=False)
     _write_atomically(Path(args.publish_roles), text)
     print(
