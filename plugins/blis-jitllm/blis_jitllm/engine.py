@@ -75,7 +75,14 @@ from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 from blis_jitllm.budgets import device_budget, host_budget
 from blis_jitllm.kernels import MATVEC_KERNEL, part_set, runs_tiled, tiled_parts
-from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
+from blis_jitllm.kv import (
+    DeviceKVRoom,
+    grown_layer_pages,
+    kv_room,
+    page_bytes,
+    page_positions,
+    parked_host_bytes,
+)
 from blis_jitllm.memcache import MemCache
 from blis_jitllm.paging import BudgetPager
 from blis_jitllm.placement import Device, Placement, place_blocks, place_head
@@ -630,6 +637,9 @@ class JitllmEngine:
         self._home: list[dict[str, int]] = [{} for _ in facts.device_layers]
         self._host_positions: dict[str, int] = {}
         self._host_total = 0
+        # per row parked at least once and not yet retired: the snapshot ``parkLocked``'s
+        # ``refresh`` took of its parked State, which every re-division counts
+        self._park_snaps: dict[str, int] = {}
         self._requests: dict[str, InferenceRequest] = {}
         self._times: dict[str, _Times] = {}
         self._sent: dict[str, int] = {}
@@ -837,7 +847,7 @@ class JitllmEngine:
                 "give the host more memory (host-mem)"
             )
 
-    def _rebudget(self, history: int) -> None:
+    def _rebudget(self, history: int, retired: bool = False) -> None:
         """Generates ended: ``applyPageBudget`` (``server/engine.go@00860835``) as their
         sessions refresh and close. ``history`` is the host history of every row retired
         since the last pass, charged together. Upstream, each row's goroutine wakes when
@@ -858,15 +868,29 @@ class JitllmEngine:
         returns, reading nothing; the blocks evicted are read again as the next passes
         reach them. A running generate's history never shrinks the budget: its snapshot
         is the one ``CreateSession`` took, before it had any (still 0: ``RestorePrefix``
-        runs after it and refreshes nothing). Not modelled: a row the fair scheduler
-        parked has the snapshot ``parkLocked``'s ``refresh`` took of its parked State
-        (``server/preempt.go``, index id 70975914774), which counts in every re-division
-        until its generate ends."""
-        if self._pager is None or not history:
+        runs after it and refreshes nothing), unless the fair scheduler parked it:
+        ``parkLocked`` (``server/preempt.go``, index id 70975914774) ends with
+        ``refresh``, so its snapshot is what its parked State holds
+        (:func:`~blis_jitllm.kv.parked_host_bytes`), ``resumeLocked`` refreshes nothing,
+        and that snapshot counts in every re-division until its generate ends
+        (``_park_snaps``): the share after the sessions close is the share less them.
+        ``retired``: some row retired (its own park snapshot gives way to its history)."""
+        if self._pager is None or not (history or retired):
             return
-        share = self._facts.host_page_budget
-        self._pager.set_budget(max(share - history, 1))
-        self._pager.set_budget(share)
+        self._divide(history)
+
+    def _divide(self, history: int = 0) -> None:
+        """One re-division and, where ``history`` (the retired rows' histories) is given,
+        the one after their sessions close: the share less the parked rows' snapshots
+        and ``history``, at least one byte (``pagerBudget``). Also run where
+        ``CreateSession`` and ``CloseSession`` re-divide with no history of their own
+        (a request arriving, one withdrawn before it had a row)."""
+        if self._pager is None:
+            return
+        share = self._facts.host_page_budget - sum(self._park_snaps.values())
+        if history:
+            self._pager.set_budget(max(share - history, 1))
+        self._pager.set_budget(max(share, 1))
 
     # -- requests ------------------------------------------------------------------------
 
@@ -900,6 +924,8 @@ class JitllmEngine:
             if restored:
                 self._uploads[request.request_id] = restored
         self.loop.submit(request.request_id, n, max_tokens, now_us * 1000, restored)
+        if self._park_snaps:
+            self._divide()  # ``CreateSession`` re-divides: the parked rows' snapshots count
         self._metrics["jitllm_sessions"] = float(len(self._requests))
 
     def abort_request(self, request_id: str, now_us: int) -> None:
@@ -910,6 +936,8 @@ class JitllmEngine:
         if self.loop.cancel(request_id):
             self._aborted.append(FinishedRequest(request_id, "abort", 0))
             self._forget(request_id)
+            if self._park_snaps:
+                self._divide()  # its session closes: ``CloseSession`` re-divides
 
     def _forget(self, request_id: str) -> None:
         self._requests.pop(request_id, None)
@@ -929,16 +957,18 @@ class JitllmEngine:
             # ``serve``: admit and iterate until a step runs or no row is left (an
             # iteration that only retired rows frees room for the next admission)
             history = 0  # host history of the rows retired before the next pass
+            retired = False
             while True:
                 nxt = self.loop.iterate(now_us * 1000)
                 if nxt is None:
                     break
                 it = nxt
                 history += self._retired(it.finished, now_us)
+                retired = retired or bool(it.finished)
                 swaps = (len(it.parked), len(it.resumed))
                 if it.passes or any(swaps):
                     break
-            self._rebudget(history)
+            self._rebudget(history, retired)
             if nxt is None:
                 return None
             self._passes = list(it.passes)
@@ -968,8 +998,15 @@ class JitllmEngine:
         return shape
 
     def _park_row(self, row: Row) -> None:
-        """``parkRow``: the row's history on the devices goes home (its pages free)."""
+        """``parkRow``: the row's history on the devices goes home (its pages free), and
+        ``parkLocked``'s ``refresh`` snapshots what its parked State holds on the host
+        (one tail page a layer, :func:`~blis_jitllm.kv.parked_host_bytes`), which the
+        pager's re-divisions count from the next one until the row retires."""
         rid = row.request_id
+        if self._pager is not None:
+            self._park_snaps[rid] = parked_host_bytes(
+                row.fed + row.n, self._facts.cache_position_bytes
+            )
         pages = self._held.pop(rid, 0)
         for d, home in enumerate(self._home):
             resident = pages - home.pop(rid, 0)
@@ -1021,6 +1058,7 @@ class JitllmEngine:
             self._room_changed = True
             positions = self._host_positions.pop(rid, 0)
             self._host_total -= positions
+            self._park_snaps.pop(rid, None)
             history += positions * self._host_position
             if reason == "cancelled" and rid not in self._reported:
                 self._retire(rid, now_us, n)

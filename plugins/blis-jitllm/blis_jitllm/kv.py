@@ -16,6 +16,10 @@ From ``docs/design/device-kv-paging.md`` ("The page", "The pool") and
 * the room admission counts (``KVRoom``): the fewest free pages of any layer, less the
   one page eviction keeps to stream through, plus the pages the device's budget still
   lets every layer grow by together, in positions; the fewest over devices.
+
+And one fact of the host's KV pages (``engine/model/kvpage.go``, index id 71289136219;
+``engine/model/park.go@26c4d451``): what a parked State still holds on the host
+(:func:`parked_host_bytes`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "HOST_PAGE",
     "MAX_PAGE",
     "MIN_PAGE",
     "DeviceKVRoom",
@@ -31,10 +36,31 @@ __all__ = [
     "kv_room",
     "page_bytes",
     "page_positions",
+    "parked_host_bytes",
 ]
 
 MIN_PAGE = 64
 MAX_PAGE = 256
+#: positions a host KV page holds (``kvPageTarget``, ``engine/model/kvpage.go``, index id
+#: 71289136219; clipped to a context below it, which the port does not model)
+HOST_PAGE = 256
+
+
+def parked_host_bytes(pos: int, position_bytes: int, page: int = HOST_PAGE) -> int:
+    """What ``KVBytes`` reports for a State parked at ``pos`` positions written, every
+    block's history on the host at ``position_bytes`` a position (every attention layer's
+    K and V in host pages).
+
+    ``Park`` (``engine/model/park.go@26c4d451``) brings every block home
+    (``SetGPULayers(0)``), seals the pages behind the tail (``kvCache.seal``: pages below
+    ``pos / P``, index id 70972358314) and trims with a budget of one byte, which gives
+    every sealed page to the store; the tail page "is being written and stays".
+    ``kvPages.bytes`` counts resident pages whole (``pp`` elements each, K and V apiece),
+    so what is left is one page of every attention layer when ``pos`` is inside a page,
+    and nothing when it ends one (the next page is grown only when it is written)."""
+    if pos <= 0 or pos % page == 0:
+        return 0
+    return page * position_bytes
 
 
 def page_positions(context: int, configured: int | None = None) -> int:

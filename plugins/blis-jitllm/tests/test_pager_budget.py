@@ -14,6 +14,7 @@ from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
+from blis_jitllm.kv import parked_host_bytes
 from blis_jitllm.paging import BudgetPager
 
 GPU = "RTX3050Ti-Laptop-4GB"
@@ -306,3 +307,59 @@ def test_where_histories_fit_the_slack_the_pager_never_reads(
     more, _ = _run(engine, now)
     assert engine._pager is not None and engine._pager.page_outs == 0
     assert not any(_reads(engine, shapes + more))
+
+
+def test_a_parked_state_holds_one_tail_page_a_layer_or_none_at_a_page_end() -> None:
+    """``Park`` seals the pages below ``pos / 256`` and gives them all to the store; the
+    tail page stays, counted whole (``kvPages.bytes``); at a page's end there is none."""
+    assert parked_host_bytes(300, 1000) == 256 * 1000
+    assert parked_host_bytes(257, 1000) == 256 * 1000
+    assert parked_host_bytes(512, 1000) == 0
+    assert parked_host_bytes(0, 1000) == 0
+
+
+def test_a_parked_rows_snapshot_narrows_the_share_until_its_generate_ends(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """One row at a time (``-max-batch 1``), the host's 19 blocks held with 16 MiB to
+    spare. Row a decodes its 8-token slice and is parked for b: ``parkLocked``'s
+    ``refresh`` snapshots a's parked State, one 256-position page of every layer's K and
+    V (32 MiB of float16, more than the slack). b's end re-divides: the share less that
+    snapshot (and b's history, 3 MB, which alone would evict nothing) evicts, and it
+    stays narrowed after b's session closes, so every pass of a after it reads a block
+    over the disk, where it would read none; a's own end gives the share back."""
+    env = blis_environment("p-0")
+    probe = JitllmEngineFactory().build(_fits(30 * 2**30), env, "p-0")
+    assert isinstance(probe, JitllmEngine)
+    weights = probe._facts.host_weight_bytes
+    spec = _laptop_8b({"maxmem": str(weights + 16 * 2**20), "warm": False, "max-batch": 1})
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    facts = engine._facts
+    share = facts.host_page_budget
+    assert share - sum(facts.host_block_sizes) == 16 * 2**20
+    pager = engine._pager
+    assert pager is not None
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 300),), 40), 0)
+    now, budgets, shapes = 0, [], []
+    while engine.num_unfinished():
+        if now == 10_000:  # a is decoding by now
+            engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
+        shape = engine.schedule(now)
+        assert shape is not None
+        shapes.append(shape)
+        budgets.append(pager.budget)
+        now += 1000
+        engine.complete(shape, now)
+    snap = 256 * facts.cache_position_bytes
+    assert snap == 32 * 2**20 > 16 * 2**20
+    assert 20 * facts.host_position_bytes < 16 * 2**20  # b's history alone fits the slack
+    narrowed = [i for i, b in enumerate(budgets) if b == share - snap]
+    assert narrowed, "the parked row's snapshot never counted"
+    reads = _reads(engine, shapes[narrowed[0] :])
+    assert reads and all(reads)  # every later pass of a reads a block
+    assert set(budgets[: narrowed[0]]) == {share}
+    assert engine._park_snaps  # a's generate has ended, but its row retires at the next
+    assert engine.schedule(now) is None  # iteration, whose re-division gives it all back
+    assert pager.budget == share
+    assert not engine._park_snaps
