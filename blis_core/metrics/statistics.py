@@ -45,13 +45,15 @@ def fate_counts(counts: Mapping[str, int]) -> FateCounts:
 
 def detect_overload(ledger: RequestLedger, warmup_us: int) -> tuple[bool, str]:
     """Whether the backlog grows over the measurement window, with the evidence."""
-    samples = [(t, n) for t, n in ledger.backlog_samples if t >= warmup_us]
-    if len(samples) < 20:
-        return False, f"too few backlog samples ({len(samples)}) to test for growth"
-    times = np.array([t for t, _ in samples], dtype=float)
-    backlog = np.array([n for _, n in samples], dtype=float)
+    all_times = np.frombuffer(ledger.backlog_times_us, dtype=np.int64)
+    kept = all_times >= warmup_us
+    count = int(kept.sum())
+    if count < 20:
+        return False, f"too few backlog samples ({count}) to test for growth"
+    times = all_times[kept].astype(float)
+    backlog = np.frombuffer(ledger.backlog_counts, dtype=np.int64)[kept].astype(float)
     tau, p = kendall_tau_b(times, backlog)
-    tenth = max(1, len(samples) // 10)
+    tenth = max(1, count // 10)
     first, last = float(backlog[:tenth].mean()), float(backlog[-tenth:].mean())
     tau_f = tau if not math.isnan(tau) else 0.0
     p_f = p if not math.isnan(p) else 1.0
