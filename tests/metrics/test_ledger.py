@@ -166,3 +166,46 @@ def test_a_spill_file_that_cannot_be_written_is_refused_by_name(
     with pytest.raises(InputRefused, match="TMPDIR") as err:
         led.completed("a", "length")
     assert "No space left on device" in str(err.value)
+
+
+def test_the_latency_series_are_those_of_python_floats_request_by_request() -> None:
+    import random
+
+    import numpy as np
+
+    from blis_core.metrics.statistics import _completed, _latency_samples
+
+    rng = random.Random(7)
+    led = RequestLedger()
+    t = 0
+    for i in range(300):
+        rid = f"r{i}"
+        t += rng.randrange(1, 50_000)
+        led.arrived(rid, t, 10)
+        if rng.random() < 0.8:
+            led.scheduled(rid, t + rng.randrange(0, 9_999_999))
+        now = t
+        for _ in range(rng.randrange(1, 6)):
+            now += rng.randrange(1, 3_000_000_007)
+            led.tokens(rid, rng.randrange(1, 4), now)
+        led.completed(rid, "length")
+    led.close(300)
+    done = _completed(led, 0)
+    got = _latency_samples(led, done)
+    want: dict[str, list[float]] = {
+        k: [] for k in ("ttft", "e2e", "ntpot", "tpot", "scheduling_delay")
+    }
+    for r in done:  # what the statistics computed before, one Python float at a time
+        ttft = (r.first_token_us - r.arrival_us) / 1000.0
+        e2e = (r.last_token_us - r.arrival_us) / 1000.0
+        want["ttft"].append(ttft)
+        want["e2e"].append(e2e)
+        want["ntpot"].append(e2e / max(r.output_tokens, 1))
+        if r.output_tokens > 1:
+            want["tpot"].append((e2e - ttft) / (r.output_tokens - 1))
+        if r.scheduled_us >= 0:
+            want["scheduling_delay"].append((r.scheduled_us - r.arrival_us) / 1000.0)
+    for key, values in want.items():
+        series = got[key]
+        assert isinstance(series, np.ndarray)
+        assert series.tolist() == values, key  # equal to the bit
