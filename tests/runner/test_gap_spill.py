@@ -16,7 +16,7 @@ from blis_core.runner import DataSources, RequestOutcomes, make_host, run_scenar
 from tests.runner.test_run import TOY, _scenario
 
 
-def _run(data: DataSources) -> tuple[Any, list[RequestOutcome]]:
+def _run(data: DataSources, jobs: int = 1) -> tuple[Any, list[RequestOutcome]]:
     doc = _scenario()
     doc["frame"] = {"replications": 2}
     outcomes: list[RequestOutcome] = []
@@ -24,7 +24,7 @@ def _run(data: DataSources) -> tuple[Any, list[RequestOutcome]]:
     def keep(_: int, got: Sequence[RequestOutcome]) -> None:
         outcomes.extend(got)
 
-    result = run_scenario(parse_scenario(doc, "t"), make_host(), data, on_requests=keep)
+    result = run_scenario(parse_scenario(doc, "t"), make_host(), data, on_requests=keep, jobs=jobs)
     return result, outcomes
 
 
@@ -49,6 +49,10 @@ def test_spilled_gaps_give_the_same_result(
     assert spilled.content_hash == kept.content_hash
     assert spilled_requests == kept_requests
     assert any(o.chunk_gaps_us for o in spilled_requests)
+    # Replications in worker processes spill to files of their own and send back the same.
+    in_workers, worker_requests = _run(data, jobs=2)
+    assert in_workers.content_hash == kept.content_hash
+    assert worker_requests == kept_requests
 
 
 def test_the_outcomes_are_a_sequence_made_as_it_is_read() -> None:
