@@ -18,8 +18,12 @@ event.
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from blis_core.metrics.ledger import Fate, RequestLedger
 
@@ -36,43 +40,71 @@ class OperatingPoint:
     peak_kv_tokens: float
 
 
+_SWEEP_CHUNK = 1 << 16
+"""Events read back as Python numbers at a time during the sweep."""
+
+
 def in_flight_peaks(
     arrivals: Sequence[float],
-    firsts: Sequence[float | None],
+    firsts: Sequence[float | None] | np.ndarray,
     ends: Sequence[float],
     inputs: Sequence[float],
     outputs: Sequence[float],
 ) -> tuple[int, float]:
     """Peak count of in-flight requests and peak KV footprint (tokens); see module doc.
 
-    ``firsts[i]`` is the first token's time (``None``: none came); a request is in flight
-    on ``[arrivals[i], ends[i])``.
+    ``firsts[i]`` is the first token's time (``None`` or NaN: none came); a request is in
+    flight on ``[arrivals[i], ends[i])``. The events are held as arrays (eight bytes a
+    field, three events a request) and swept in time order, at one instant ends before
+    first tokens before arrivals, then in the requests' order, with each step's float
+    operations in a fixed order.
     """
-    # (time, order, d_count, d_value, d_slope); at one instant ends apply before starts.
-    events: list[tuple[float, int, int, float, float]] = []
-    for a, f, e, n_in, n_out in zip(arrivals, firsts, ends, inputs, outputs, strict=True):
-        if e <= a:
-            continue
-        slope = 0.0
-        if f is not None and a <= f < e and n_out > 0:
-            slope = n_out / (e - f)
-            events.append((f, 1, 0, 0.0, slope))
-        events.append((a, 2, 1, float(n_in), 0.0))
-        grown = float(n_out) if slope else 0.0  # the output reached by the end
-        events.append((e, 0, -1, -(float(n_in) + grown), -slope))
-    events.sort(key=lambda ev: (ev[0], ev[1]))
+    a = np.asarray(arrivals, dtype=np.float64)
+    if isinstance(firsts, np.ndarray):
+        f = firsts.astype(np.float64)
+    else:
+        f = np.array([math.nan if x is None else x for x in firsts], dtype=np.float64)
+    e = np.asarray(ends, dtype=np.float64)
+    n_in = np.asarray(inputs, dtype=np.float64)
+    n_out = np.asarray(outputs, dtype=np.float64)
+    valid = e > a
+    with np.errstate(invalid="ignore"):
+        has_first = valid & (a <= f) & (f < e) & (n_out > 0)
+    slope = np.zeros(len(a))
+    slope[has_first] = n_out[has_first] / (e[has_first] - f[has_first])
+    grown = np.where(has_first, n_out, 0.0)  # the output reached by the end
+    zero = np.zeros(len(a))
+    # Three events a request, in the order the request gives them: its first token,
+    # its arrival, its end; (time, order, d_count, d_value, d_slope).
+    present = np.stack((has_first, valid, valid), axis=1).ravel()
+    time = np.stack((f, a, e), axis=1).ravel()[present]
+    order = np.tile(np.array((1, 2, 0)), len(a))[present]
+    d_count = np.tile(np.array((0, 1, -1)), len(a))[present]
+    d_value = np.stack((zero, n_in, -(n_in + grown)), axis=1).ravel()[present]
+    d_slope = np.stack((slope, zero, -slope), axis=1).ravel()[present]
+    sweep = np.lexsort((np.arange(len(time)), order, time))
     count = peak_count = 0
     value = peak_value = slope_now = 0.0
-    last_t = events[0][0] if events else 0.0
-    for t, _, d_count, d_value, d_slope in events:
-        value += slope_now * (t - last_t)
-        last_t = t
-        peak_value = max(peak_value, value)
-        count += d_count
-        value += d_value
-        slope_now += d_slope
-        peak_count = max(peak_count, count)
-        peak_value = max(peak_value, value)
+    if not len(sweep):
+        return 0, 0.0
+    last_t = float(time[sweep[0]])
+    for lo in range(0, len(sweep), _SWEEP_CHUNK):
+        part = sweep[lo : lo + _SWEEP_CHUNK]
+        for t, dc, dv, ds in zip(
+            time[part].tolist(),
+            d_count[part].tolist(),
+            d_value[part].tolist(),
+            d_slope[part].tolist(),
+            strict=True,
+        ):
+            value += slope_now * (t - last_t)
+            last_t = t
+            peak_value = max(peak_value, value)
+            count += dc
+            value += dv
+            slope_now += ds
+            peak_count = max(peak_count, count)
+            peak_value = max(peak_value, value)
     return peak_count, peak_value
 
 
@@ -82,11 +114,12 @@ def operating_point(ledger: RequestLedger, end_us: int) -> OperatingPoint:
     A completed request ends at its last token, a timed-out one at its deadline, one still
     in the system at ``end_us``; one dropped before any token is left out of the peaks.
     """
-    arrivals: list[float] = []
-    firsts: list[float | None] = []
-    ends: list[float] = []
-    inputs: list[float] = []
-    outputs: list[float] = []
+    # Columns of 8-byte floats (a first token that never came is NaN).
+    arrivals = array("d")
+    firsts = array("d")
+    ends = array("d")
+    inputs = array("d")
+    outputs = array("d")
     n_in = n_out = 0.0
     completed = 0
     for rec in ledger.records.values():
@@ -104,11 +137,13 @@ def operating_point(ledger: RequestLedger, end_us: int) -> OperatingPoint:
         else:
             continue
         arrivals.append(rec.arrival_us)
-        firsts.append(rec.first_token_us if rec.first_token_us >= 0 else None)
+        firsts.append(rec.first_token_us if rec.first_token_us >= 0 else math.nan)
         ends.append(end)
         inputs.append(rec.input_tokens)
         outputs.append(rec.output_tokens)
-    peak_count, peak_kv = in_flight_peaks(arrivals, firsts, ends, inputs, outputs)
+    peak_count, peak_kv = in_flight_peaks(
+        arrivals, np.frombuffer(firsts, dtype=np.float64), ends, inputs, outputs
+    )
     return OperatingPoint(
         input_tokens=n_in / completed if completed else 0.0,
         output_tokens=n_out / completed if completed else 0.0,

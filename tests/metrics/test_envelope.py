@@ -46,3 +46,56 @@ def test_matches_a_brute_force_sweep() -> None:
 
 def test_nothing_in_flight() -> None:
     assert in_flight_peaks([], [], [], [], []) == (0, 0.0)
+
+
+def _peaks_as_before(arrivals, firsts, ends, inputs, outputs):  # type: ignore[no-untyped-def]
+    # The sweep as it was written over a list of tuples (the reference for the arrays).
+    events = []
+    for a, f, e, n_in, n_out in zip(arrivals, firsts, ends, inputs, outputs, strict=True):
+        if e <= a:
+            continue
+        slope = 0.0
+        if f is not None and a <= f < e and n_out > 0:
+            slope = n_out / (e - f)
+            events.append((f, 1, 0, 0.0, slope))
+        events.append((a, 2, 1, float(n_in), 0.0))
+        grown = float(n_out) if slope else 0.0
+        events.append((e, 0, -1, -(float(n_in) + grown), -slope))
+    events.sort(key=lambda ev: (ev[0], ev[1]))
+    count = peak_count = 0
+    value = peak_value = slope_now = 0.0
+    last_t = events[0][0] if events else 0.0
+    for t, _, d_count, d_value, d_slope in events:
+        value += slope_now * (t - last_t)
+        last_t = t
+        peak_value = max(peak_value, value)
+        count += d_count
+        value += d_value
+        slope_now += d_slope
+        peak_count = max(peak_count, count)
+        peak_value = max(peak_value, value)
+    return peak_count, peak_value
+
+
+def test_the_array_sweep_gives_the_list_sweeps_figures_to_the_bit() -> None:
+    import random
+
+    rng = random.Random(11)
+    for trial in range(200):
+        n = rng.randrange(0, 60)
+        coarse = trial % 2 == 0  # integer times on a coarse grid: many ties
+        arrivals, firsts, ends, inputs, outputs = [], [], [], [], []
+        for _ in range(n):
+            a = rng.randrange(0, 50) * 1000 if coarse else rng.random() * 5e4
+            e = a + (rng.randrange(-5, 40) * 1000 if coarse else rng.random() * 4e4 - 5e3)
+            f = None if rng.random() < 0.3 else a + (e - a) * rng.choice((0.0, 0.5, 1.0, 1.2))
+            if coarse and f is not None:
+                f = int(f)
+            arrivals.append(a)
+            firsts.append(f)
+            ends.append(e)
+            inputs.append(rng.randrange(0, 4000))
+            outputs.append(rng.randrange(0, 3) * rng.randrange(0, 900))
+        want = _peaks_as_before(arrivals, firsts, ends, inputs, outputs)
+        got = in_flight_peaks(arrivals, firsts, ends, inputs, outputs)
+        assert got == want and type(got[0]) is int, trial
