@@ -97,21 +97,18 @@ def role_of(seed: bytes, group: str, shares: Mapping[Role, float] = ROLE_SHARES)
 
 
 def load_seed(path: str | None) -> bytes | None:
-    """The seed: the stripped contents of ``path``, else :data:`ROLE_SEED_ENV`, else
-    ``None``. An empty seed is refused (it would draw the same roles for everyone)."""
-    if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as err:
-            raise InputRefused.one("--role-seed-file", path, f"cannot read it: {err}") from err
-        where = "--role-seed-file"
-    else:
+    """The seed: the stripped contents of ``path``, else :data:`ROLE_SEED_ENV` (unset or
+    blank: no seed, ``None``). An empty seed file is refused (it would draw the same
+    roles for everyone)."""
+    if path is None:
         text = os.environ.get(ROLE_SEED_ENV, "").strip()
-        where = ROLE_SEED_ENV
-        if not text:
-            return None
+        return text.encode("utf-8") if text else None
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise InputRefused.one("--role-seed-file", path, f"cannot read it: {err}") from err
     if not text:
-        raise InputRefused.one(where, path, "the seed is empty")
+        raise InputRefused.one("--role-seed-file", path, "the seed is empty")
     return text.encode("utf-8")
 
 
