@@ -106,7 +106,7 @@ class GapSpill:
         size = count * out.itemsize
         if offset >= self._flushed:
             start = offset - self._flushed
-            out.frombytes(bytes(self._buffer[start : start + size]))
+            out.frombytes(self._buffer[start : start + size])
         else:
             assert self._file is not None
             self._file.seek(offset)
