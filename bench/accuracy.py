@@ -997,6 +997,27 @@ def print_fit(doc: dict[str, Any]) -> None:
             print(f"spread ({part['resamples']} bootstrap resamples of the runs): {part['spread']}")
 
 
+def candidate_grid() -> dict[str, Any]:
+    """The ``--fit`` and ``--fit-frontend`` grids as one ``blis score --candidates`` file:
+    the step parameters fitted first, the frontend's second; priors as :data:`PRIOR`'s
+    registry (no entry: the floor, the family transfer for the expert GEMMs), so "before"
+    is the registry without this calibration."""
+    names = {**GRID, **FE_GRID}
+    template = fitted_entries({k: f"${k}" for k in names})  # type: ignore[dict-item]
+    for e in template:
+        if e["family"] == "host_request" and not any(
+            isinstance(v, str) for v in e["params"].values()
+        ):
+            e["when"] = ["fe_fixed"]  # the stream part rides with the frontend entries
+    return {
+        "kind": "candidate-grid",
+        "source": "bench/accuracy.py --write-candidates",
+        "parameters": {k: {"values": list(v), "prior": None} for k, v in names.items()},
+        "stages": [list(GRID), list(FE_GRID)],
+        "entries": template,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point (see module doc)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1017,7 +1038,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--fit-cache", type=Path, default=Path("/tmp/blis-accuracy-fit.json"))
     ap.add_argument("--write-registry", action="store_true", help=f"with --fit: write {FIT_FILE}")
+    ap.add_argument(
+        "--write-candidates",
+        type=Path,
+        metavar="PATH",
+        help="write the --fit/--fit-frontend grids as a `blis score --candidates` file and stop",
+    )
     a = ap.parse_args(argv)
+    if a.write_candidates:
+        import yaml
+
+        a.write_candidates.write_text(yaml.safe_dump(candidate_grid(), sort_keys=False))
+        print(f"candidate grid written to {a.write_candidates}", file=sys.stderr)
+        return 0
     started = time.perf_counter()
     if a.fit or a.fit_frontend:
         n = a.max_requests or 300

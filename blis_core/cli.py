@@ -500,6 +500,8 @@ def _cmd_score(args: argparse.Namespace) -> int:
         if args.publish_roles:
             return _publish_roles(points, args)
         points, aggregates_over = _role_points(points, args)
+        if args.cross_validate or args.candidates:
+            return _cross_validate(points, options, args, aggregates_over, jobs, work)
         if aggregates_over is not None and html is not None:
             raise InputRefused.one(
                 "--html",
@@ -538,6 +540,65 @@ def _cmd_score(args: argparse.Namespace) -> int:
         path = Path(args.html)
         _replace_atomically(path, lambda tmp: html.write(report, tmp))
         print(f"dashboard written to {path}", file=sys.stderr)
+    return 0
+
+
+def _cross_validate(
+    points: Sequence[Any],
+    options: Any,
+    args: argparse.Namespace,
+    aggregates_over: int | None,
+    jobs: int,
+    work: str,
+) -> int:
+    """``blis score --cross-validate LABEL --candidates GRID``: the fold tables."""
+    from blis_core.report import make_console
+    from blis_core.scoring.crossval import CandidateGrid, cross_validate, print_cross_validation
+
+    if not args.cross_validate or not args.candidates:
+        flag, value = (
+            ("--candidates", args.candidates)
+            if not args.cross_validate
+            else ("--cross-validate", args.cross_validate)
+        )
+        raise InputRefused.one(
+            flag, value, "--cross-validate LABEL and --candidates GRID go together"
+        )
+    for flag, value in (("--html", args.html), ("--publish-roles", args.publish_roles)):
+        if value:
+            raise InputRefused.one(flag, value, "not with --cross-validate (fold tables only)")
+    if aggregates_over is not None:
+        raise InputRefused.one(
+            "--role",
+            ",".join(args.role),
+            "a secret role is reported as aggregates only; its folds would name its groups",
+        )
+    grid = CandidateGrid.load(Path(args.candidates))
+    cache = Path(args.cv_cache) if args.cv_cache else None
+
+    def progress(line: str) -> None:
+        print(f"cross-validation: {line}", file=sys.stderr, flush=True)
+
+    doc = cross_validate(
+        points,
+        grid,
+        list(dict.fromkeys(args.cross_validate)),
+        options,
+        workdir=Path(work) / "candidates",
+        jobs=jobs,
+        cache=cache,
+        progress=progress,
+    )
+    doc["data"] = [str(Path(d)) for d in args.dataset]
+    if args.role:
+        doc["roles"] = sorted(set(args.role))
+    text = json.dumps(doc, indent=1, sort_keys=True, default=_json_float) + "\n"
+    if args.json == "-":
+        sys.stdout.write(text)
+    else:
+        print_cross_validation(doc, make_console(160))
+    if args.json and args.json != "-":
+        _write_atomically(Path(args.json), text)
     return 0
 
 
@@ -1368,6 +1429,26 @@ def _parser() -> argparse.ArgumentParser:
         "--publish-roles",
         metavar="PATH",
         help="write the fit, anchor and report units of DATASET (needs the seed) and stop",
+    )
+    p.add_argument(
+        "--cross-validate",
+        action="append",
+        metavar="LABEL",
+        help="leave one value of the points' LABEL out at a time (model, workload, hardware, "
+        "...; repeatable): fit the --candidates grid on the others, score the held-out "
+        "points at that fit",
+    )
+    p.add_argument(
+        "--candidates",
+        metavar="GRID",
+        help="the calibration grid --cross-validate fits (a 'kind: candidate-grid' YAML "
+        "file: parameters with values and priors, stages, template registry entries)",
+    )
+    p.add_argument(
+        "--cv-cache",
+        metavar="PATH",
+        help="keep each simulated (point, candidate) here and reuse it (an interrupted "
+        "--cross-validate resumes)",
     )
     data_args(p)
     cost_args(p)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from blis_core.scoring.crossval import (
+    CandidateGrid,
+    GridParameter,
+    cross_validate,
+    point_loss,
+    print_cross_validation,
+)
 from blis_core.scoring.harness import (
     PointScore,
     ScoreOptions,
@@ -10,6 +17,7 @@ from blis_core.scoring.harness import (
     pick_adapter,
     regime_of,
     reporters,
+    score_context,
     score_point,
     score_points,
     scorers,
@@ -40,16 +48,21 @@ __all__ = [
     "PUBLISHED_ROLES",
     "ROLE_SEED_ENV",
     "ROLE_SHARES",
+    "CandidateGrid",
+    "GridParameter",
     "PointScore",
     "Role",
     "ScoreOptions",
     "adapters",
     "aggregate",
     "build_report",
+    "cross_validate",
     "group_of",
     "headline_errors",
     "load_seed",
     "pick_adapter",
+    "point_loss",
+    "print_cross_validation",
     "print_tables",
     "published_roles",
     "read_published",
@@ -57,6 +70,7 @@ __all__ = [
     "report_json",
     "reporters",
     "role_of",
+    "score_context",
     "score_point",
     "score_points",
     "scorers",

@@ -47,6 +47,7 @@ __all__ = [
     "pick_adapter",
     "regime_of",
     "reporters",
+    "score_context",
     "score_point",
     "score_points",
     "scorers",
@@ -169,19 +170,28 @@ def _not_scored(
     )
 
 
-_CONTEXTS: dict[tuple[str | None, str | None], tuple[PluginHost, DataSources]] = {}
+_HOST: list[PluginHost] = []
+_DATA: dict[tuple[str | None, str | None], DataSources] = {}
+_DATA_KEPT = 4  # data sources kept per process (cross-validation scores many registries)
 
 
-def _context(options: ScoreOptions) -> tuple[PluginHost, DataSources]:
-    """This process's plugin host and data sources for ``options`` (loaded once)."""
+def score_context(options: ScoreOptions) -> tuple[PluginHost, DataSources]:
+    """This process's plugin host (loaded once) and the data sources of ``options`` (the
+    last few kept)."""
     from blis_core.runner.builtins import make_host
     from blis_core.runner.run import DataSources
 
+    if not _HOST:
+        _HOST.append(make_host())
+    host = _HOST[0]
     key = (options.catalog, options.registry)
-    if key not in _CONTEXTS:
-        host = make_host()
-        _CONTEXTS[key] = (host, DataSources.load(options.catalog, options.registry, host))
-    return _CONTEXTS[key]
+    data = _DATA.pop(key, None)
+    if data is None:
+        data = DataSources.load(options.catalog, options.registry, host)
+    _DATA[key] = data
+    while len(_DATA) > _DATA_KEPT:
+        del _DATA[next(iter(_DATA))]
+    return host, data
 
 
 def score_point(point: MeasuredPoint, options: ScoreOptions) -> PointScore:
@@ -196,7 +206,7 @@ def score_point(point: MeasuredPoint, options: ScoreOptions) -> PointScore:
         point = dataclasses.replace(point, slo=dict(options.slo))
     engine = scenario.deployment.pools[0].engine
     try:
-        host, data = _context(options)
+        host, data = score_context(options)
         factory = host.select_engine(engine.kind, engine.version)
     except BlisError as err:
         return _not_scored(point, (), f"scenario refused: {err}", started)

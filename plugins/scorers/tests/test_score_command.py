@@ -175,3 +175,74 @@ def test_a_secret_role_of_ten_units_is_scored_without_naming_one(
     assert rc == 0 and NAME not in out and "at least 10 points" in out
     rc, _, err = _score(capsys, str(root), "--role", "held", "--html", str(tmp_path / "x.html"))
     assert rc == 2 and "aggregates only" in err
+
+
+_GRID = """\
+kind: candidate-grid
+parameters:
+  host: {values: [50.0, 100000.0], prior: null}
+  allreduce: {values: [8.0, 15.0], prior: null}
+entries:
+- {family: host_step, impl: vllm-0.33.0/async, hardware: H100-SXM, dtype: '*',
+   rank: calibrated, method: fitted, covered: {}, source: test grid,
+   params: {overhead_us: $host, per_item_us: 5.0, per_kernel_us: 4.0}}
+- {family: allreduce, impl: nccl, hardware: H100-SXM, dtype: bf16, rank: calibrated,
+   method: fitted, covered: {}, source: test grid,
+   params: {link_efficiency: 0.72, overhead_us: $allreduce}}
+"""
+
+
+def test_cross_validation_fits_each_fold_on_the_others_and_resumes_from_its_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "d"
+    for name in (
+        "20990101-000000-llama-2-7b-tp1-general",
+        "20990101-000001-llama-2-7b-tp1-codegen",
+    ):
+        write_dataset(root, stages=((4.0, 5),), output_len=16, name=name)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(_GRID)
+    cache, doc_path = tmp_path / "cv.jsonl", tmp_path / "cv.json"
+    args = (str(root), "--cross-validate", "workload", "--candidates", str(grid))
+    rc, out, err = _score(capsys, *args, "--cv-cache", str(cache), "--json", str(doc_path))
+    assert rc == 0, err
+    assert "leave one workload out" in out and "held out workload codegen" in err
+    doc = json.loads(doc_path.read_text())
+    # TP1 runs consult the step overhead, never the all-reduce: it keeps its prior.
+    assert set(map(tuple, doc["relevant"].values())) == {("host",)}
+    folds = doc["cross_validation"]["workload"]["folds"]
+    assert [f["held_out"] for f in folds] == ["codegen", "general"]
+    for fold in folds:
+        # 100 ms a step is ~12x the measured 8 ms a token: each fold fits 50 us.
+        assert fold["fitted"] == {"host": 50.0, "allreduce": None}
+        assert fold["points"] == 1 and fold["after"]["tpot_mean"] < 100.0
+    rows = doc["cross_validation"]["workload"]["held_out_rows"]
+    assert sorted((r["held_out"], r["unit"].split("-")[-2]) for r in rows) == [
+        ("codegen", "codegen/stage"),
+        ("general", "general/stage"),
+    ]
+    # A second run simulates nothing: every (point, candidate) is in the cache.
+    rc, _, err = _score(capsys, *args, "--cv-cache", str(cache), "--json", "-")
+    assert rc == 0 and "simulations to run" in err
+    assert all(" 0 simulations to run" in line for line in err.splitlines() if "to run" in line)
+
+
+def test_cross_validation_refuses_what_it_cannot_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_dataset(tmp_path / "d", stages=((4.0, 5),))
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(_GRID)
+    rc, _, err = _score(capsys, str(root), "--candidates", str(grid))
+    assert rc == 2 and "go together" in err
+    rc, _, err = _score(
+        capsys, str(root), "--cross-validate", "model", "--candidates", str(grid), "--html",
+        str(tmp_path / "x.html"),
+    )  # fmt: skip
+    assert rc == 2 and "--html" in err
+    rc, _, err = _score(capsys, str(root), "--cross-validate", "nolabel", "--candidates", str(grid))
+    assert rc == 2 and "has no such label" in err
+    grid.write_text(_GRID.replace("$allreduce", "$nccl"))
+    rc, _, err = _score(capsys, str(root), "--cross-validate", "model", "--candidates", str(grid))
+    assert rc == 2 and "$nccl" in err and "names no declared parameter" in err
