@@ -78,6 +78,7 @@ from blis_jitllm.kernels import MATVEC_KERNEL, part_set, runs_tiled, tiled_parts
 from blis_jitllm.kv import (
     DeviceKVRoom,
     grown_layer_pages,
+    host_layer_position_bytes,
     kv_room,
     page_bytes,
     page_positions,
@@ -106,9 +107,6 @@ METRIC_NAMES = (
 )
 _KERNEL = MATVEC_KERNEL
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2}
-#: host KV pages hold float16 K and V on an AVX2 host (``-kv-f16``'s default there; both
-#: catalog machines' CPUs have AVX2)
-_HOST_KV_BYTES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +127,8 @@ class PoolFacts:
     host_weight_bytes: int = 0
     """what the host holds: the embedding, blocks and head that run there"""
     host_position_bytes: int = 0
-    """KV bytes one position takes in the blocks on the host (float32 K and V)"""
+    """KV bytes one position takes in the blocks on the host (their host pages' K and V,
+    :func:`~blis_jitllm.kv.host_layer_position_bytes`)"""
     host_kv_limit_bytes: int = 0
     """host memory left for their history: the machine's less the host's weights"""
     host_page_budget: int = 0
@@ -153,11 +152,16 @@ class PoolFacts:
     and the sets after them each placement again on the batched twin
     (:func:`~blis_jitllm.kernels.part_set`)"""
     layer_position_bytes: int = 0
-    """KV bytes one position takes in one layer (float32 K and V)"""
+    """KV bytes one position takes in one layer on a device (float32 K and V)"""
+    host_layer_position_bytes: int = 0
+    """KV bytes one position takes in one layer's host pages: float32 K and V where the
+    load opened a device, float16 where it opened none
+    (:func:`~blis_jitllm.kv.host_layer_position_bytes`)"""
     cache_limit: int = 0
     """the memory prefix cache's bound (0: off)"""
     cache_position_bytes: int = 0
-    """what one position of every attention layer takes in it (host KV: float16 K and V)"""
+    """what one position of every attention layer takes in it (and in a parked State's
+    host pages): the host pages' width"""
     logits_bytes: int = 0
     quantized: bool = False
     """the weights are a quantized file (a few rows share the decode matvec, ``groupMV``)"""
@@ -491,7 +495,10 @@ def _plan(
         rooms = [b.limit - scratch - head for b in budgets]
         per_block = history_per_block + layer_page  # and the pool's dummy page
         raise _no_kv_room(settings, blocks, rooms, per_block, names, source)
-    host_position = (n - on_device) * page_bytes(kv_row, 1)
+    # a session of a load that opened a device keeps its host pages in float32 (the
+    # attached device steps the float16 cache down), one with none in float16
+    host_layer = host_layer_position_bytes(kv_row, device_attached=bool(indexes))
+    host_position = (n - on_device) * host_layer
     host_kv_limit = 0
     if machine is not None and (host_position or relocate):
         # with -relocate, room for the history of every block that may go home
@@ -541,8 +548,9 @@ def _plan(
         device_slots=tuple(parts.device_slots[d] for d in pooled),
         relocate=relocate,
         layer_position_bytes=page_bytes(kv_row, 1),
+        host_layer_position_bytes=host_layer,
         cache_limit=_cache_limit(settings, machine, host_weights),
-        cache_position_bytes=n * kv_row * 2 * _HOST_KV_BYTES,
+        cache_position_bytes=n * host_layer,
         logits_bytes=model.vocab_size * 4,
         quantized=settings.weights is not None,
     )
@@ -754,7 +762,7 @@ class JitllmEngine:
         self._moved += 1
         self._layers[d] -= 1
         self._limits[d] += charge
-        self._host_position += f.layer_position_bytes
+        self._host_position += f.host_layer_position_bytes
         self._migrated += charge + resident * f.layer_page_bytes
 
     def _reclaim(self) -> None:
@@ -771,7 +779,7 @@ class JitllmEngine:
             self._moved -= 1
             self._layers[0] = layers
             self._limits[0] -= charge
-            self._host_position -= f.layer_position_bytes
+            self._host_position -= f.host_layer_position_bytes
             self._migrated += charge + resident * f.layer_page_bytes
 
     def _evict(self, d: int, need: dict[str, int], short: int, callers: set[str]) -> int:

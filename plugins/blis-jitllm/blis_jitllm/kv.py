@@ -17,9 +17,10 @@ From ``docs/design/device-kv-paging.md`` ("The page", "The pool") and
   one page eviction keeps to stream through, plus the pages the device's budget still
   lets every layer grow by together, in positions; the fewest over devices.
 
-And one fact of the host's KV pages (``engine/model/kvpage.go``, index id 71289136219;
-``engine/model/park.go@26c4d451``): what a parked State still holds on the host
-(:func:`parked_host_bytes`).
+And facts of the host's KV pages (``engine/model/kvpage.go``, index id 71289136219;
+``engine/model/park.go@26c4d451``; ``engine/model/forward.go@00860835``): the width of
+a position in them (:func:`host_layer_position_bytes`) and what a parked State still
+holds on the host (:func:`parked_host_bytes`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "MIN_PAGE",
     "DeviceKVRoom",
     "grown_layer_pages",
+    "host_layer_position_bytes",
     "kv_room",
     "page_bytes",
     "page_positions",
@@ -44,6 +46,26 @@ MAX_PAGE = 256
 #: positions a host KV page holds (``kvPageTarget``, ``engine/model/kvpage.go``, index id
 #: 71289136219; clipped to a context below it, which the port does not model)
 HOST_PAGE = 256
+
+
+def host_layer_position_bytes(kv_row: int, device_attached: bool) -> int:
+    """What one position of one attention layer takes in a State's host KV pages, K and
+    V: float32 (4 bytes an element) in a State a device is attached to, float16 (2) in
+    one with none.
+
+    ``newStateRange`` (``engine/model/forward.go@00860835``) picks the host cache's
+    format: forced by ``WithKVF16``/``WithKVType``, else float16 where
+    ``nn.KVWidthPaysOff`` says the float16 attention kernels do not grow (an AVX2 host
+    with F16C: both catalog machines' CPUs), float32 elsewhere; a page holds ``pp =
+    kvLayout.slots(nseq * P * kvRow)`` float32 slots, halved at float16
+    (``engine/model/kvlayout.go@03586255``), and ``kvPages.bytes`` counts ``pp * 4`` a
+    page. ``SetDeviceLayers`` (the same file) steps a float16 cache down to float32
+    whenever a device is attached ("MigrateKV moves float32 ... the device wins the
+    tie"), and ``CreateSession`` (``server/engine.go``, index id 70901474045) calls it
+    for every session of a load that opened a device, whatever ``-kv-f16`` forced, so
+    every such session's host history, parked tail pages and memory-cache pages are
+    float32; only a load with no device (``-devices cpu``) keeps float16."""
+    return kv_row * 2 * (4 if device_attached else 2)
 
 
 def parked_host_bytes(pos: int, position_bytes: int, page: int = HOST_PAGE) -> int:

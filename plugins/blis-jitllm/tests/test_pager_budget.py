@@ -324,7 +324,8 @@ def test_a_parked_rows_snapshot_narrows_the_share_until_its_generate_ends(
     """One row at a time (``-max-batch 1``), the host's 19 blocks held with 16 MiB to
     spare. Row a decodes its 8-token slice and is parked for b: ``parkLocked``'s
     ``refresh`` snapshots a's parked State, one 256-position page of every layer's K and
-    V (32 MiB of float16, more than the slack). b's end re-divides: the share less that
+    V (64 MiB of float32, the width of a session with a device attached; more than the
+    slack). b's end re-divides: the share less that
     snapshot (and b's history, 3 MB, which alone would evict nothing) evicts, and it
     stays narrowed after b's session closes, so every pass of a after it reads a block
     over the disk, where it would read none; a's own end gives the share back."""
@@ -352,7 +353,7 @@ def test_a_parked_rows_snapshot_narrows_the_share_until_its_generate_ends(
         now += 1000
         engine.complete(shape, now)
     snap = 256 * facts.cache_position_bytes
-    assert snap == 32 * 2**20 > 16 * 2**20
+    assert snap == 64 * 2**20 > 16 * 2**20
     assert 20 * facts.host_position_bytes < 16 * 2**20  # b's history alone fits the slack
     narrowed = [i for i, b in enumerate(budgets) if b == share - snap]
     assert narrowed, "the parked row's snapshot never counted"
@@ -363,3 +364,30 @@ def test_a_parked_rows_snapshot_narrows_the_share_until_its_generate_ends(
     assert engine.schedule(now) is None  # iteration, whose re-division gives it all back
     assert pager.budget == share
     assert not engine._park_snaps
+
+
+def test_host_history_parked_pages_and_the_memory_cache_share_the_host_pages_width(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """One width for every host KV page a State holds (``kvPages.bytes``: ``pp * 4`` a
+    page, ``pp`` halved at float16): a session of a load that opened a device has its
+    float16 cache stepped down to float32 (``SetDeviceLayers``,
+    ``engine/model/forward.go@00860835``), so a retired row's host history, a parked
+    row's tail pages and the memory cache's pages are all float32 K and V; a load with no
+    device (``-devices cpu``) keeps the AVX2 host's float16 for all three. The 8B: 32
+    layers of 8 KV heads of 128."""
+    env = blis_environment("p-0")
+    kv_row = 8 * 128
+    device = JitllmEngineFactory().build(_laptop_8b({}), env, "p-0")
+    assert isinstance(device, JitllmEngine)
+    f = device._facts
+    assert f.host_blocks == 19
+    assert f.host_layer_position_bytes == kv_row * 2 * 4 == f.layer_position_bytes
+    assert f.host_position_bytes == 19 * kv_row * 2 * 4
+    assert f.cache_position_bytes == 32 * kv_row * 2 * 4
+    host = JitllmEngineFactory().build(_laptop_8b({"devices": "cpu"}), env, "p-0")
+    assert isinstance(host, JitllmEngine)
+    h = host._facts
+    assert h.host_blocks == 32
+    assert h.host_layer_position_bytes == kv_row * 2 * 2
+    assert h.host_position_bytes == h.cache_position_bytes == 32 * kv_row * 2 * 2
