@@ -79,6 +79,7 @@ from blis_jitllm.kv import (
     DeviceKVRoom,
     grown_layer_pages,
     host_layer_position_bytes,
+    host_page_positions,
     kv_room,
     page_bytes,
     page_positions,
@@ -157,6 +158,8 @@ class PoolFacts:
     """KV bytes one position takes in one layer's host pages: float32 K and V where the
     load opened a device, float16 where it opened none
     (:func:`~blis_jitllm.kv.host_layer_position_bytes`)"""
+    host_page: int = 256
+    """positions a host KV page holds (:func:`~blis_jitllm.kv.host_page_positions`)"""
     cache_limit: int = 0
     """the memory prefix cache's bound (0: off)"""
     cache_position_bytes: int = 0
@@ -498,6 +501,7 @@ def _plan(
     # a session of a load that opened a device keeps its host pages in float32 (the
     # attached device steps the float16 cache down), one with none in float16
     host_layer = host_layer_position_bytes(kv_row, device_attached=bool(indexes))
+    host_page = host_page_positions(model.max_position_embeddings)
     host_position = (n - on_device) * host_layer
     host_kv_limit = 0
     if machine is not None and (host_position or relocate):
@@ -523,7 +527,7 @@ def _plan(
                 available_bytes=sum(kv_limits),
             )
             if pooled
-            else _host_kv_budget(host_kv_limit, host_position, settings.max_seq),
+            else _host_kv_budget(host_kv_limit, host_position, host_page),
             "parts": parts.parts,
             "part_sets": part_sets,
         }
@@ -549,6 +553,7 @@ def _plan(
         relocate=relocate,
         layer_position_bytes=page_bytes(kv_row, 1),
         host_layer_position_bytes=host_layer,
+        host_page=host_page,
         cache_limit=_cache_limit(settings, machine, host_weights),
         cache_position_bytes=n * host_layer,
         logits_bytes=model.vocab_size * 4,
@@ -574,11 +579,11 @@ def _cache_limit(settings: JitllmSettings, machine: MachineSpec | None, host_wei
     return max((total - host_weights) // 8, 1)
 
 
-def _host_kv_budget(limit: int, position: int, max_seq: int) -> KVBudget:
-    """With every block on the host the history lives in host pages of 256 positions
-    (``kvPageTarget``, aligned to 32, clipped to the context): as many as the memory the
-    weights leave holds."""
-    p = max(32, min(256, max_seq // 32 * 32))
+def _host_kv_budget(limit: int, position: int, p: int) -> KVBudget:
+    """With every block on the host the history lives in host pages of ``p`` positions
+    (:func:`~blis_jitllm.kv.host_page_positions`: 256 unless the model's own context is
+    shorter; ``-max-seq`` does not clip it): as many as the memory the weights leave
+    holds."""
     pages = limit // (p * position)
     return KVBudget(
         num_gpu_blocks=pages,
@@ -620,7 +625,7 @@ class JitllmEngine:
         self._cache: MemCache | None = None
         if facts.cache_limit:
             self._cache = MemCache(
-                facts.cache_limit, 256, facts.cache_position_bytes, facts.logits_bytes
+                facts.cache_limit, facts.host_page, facts.cache_position_bytes, facts.logits_bytes
             )
         self._uploads: dict[str, int] = {}  # restored positions a row's first pass uploads
         self._pager: BudgetPager | None = None
@@ -1013,7 +1018,7 @@ class JitllmEngine:
         rid = row.request_id
         if self._pager is not None:
             self._park_snaps[rid] = parked_host_bytes(
-                row.fed + row.n, self._facts.cache_position_bytes
+                row.fed + row.n, self._facts.cache_position_bytes, self._facts.host_page
             )
         pages = self._held.pop(rid, 0)
         for d, home in enumerate(self._home):

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "HOST_PAGE",
+    "KEY_TILE",
     "MAX_PAGE",
     "MIN_PAGE",
     "DeviceKVRoom",
     "grown_layer_pages",
     "host_layer_position_bytes",
+    "host_page_positions",
     "kv_room",
     "page_bytes",
     "page_positions",
@@ -43,9 +45,25 @@ __all__ = [
 
 MIN_PAGE = 64
 MAX_PAGE = 256
-#: positions a host KV page holds (``kvPageTarget``, ``engine/model/kvpage.go``, index id
-#: 71289136219; clipped to a context below it, which the port does not model)
+#: positions a host KV page holds where the model's context does not clip it
+#: (``kvPageTarget``, ``engine/model/kvpage.go``, index id 71289136219; see
+#: :func:`host_page_positions`)
 HOST_PAGE = 256
+#: ``kvKeyTile``: the score kernel's key tile, which a host page's end is aligned to
+KEY_TILE = 32
+
+
+def host_page_positions(model_context: int) -> int:
+    """``kvPagePositions`` (``engine/model/kvpage.go@2e3f7300``) for an attention layer
+    with no sliding window: ``kvPageTarget`` aligned up to ``kvKeyTile`` (256), clipped
+    to the model's own context (``Config.NCtx``, the file's header) aligned up to the
+    tile where that is shorter. The session's ``-max-seq`` does not clip it:
+    ``newStateRange`` (``engine/model/forward.go@00860835``) clamps the session's
+    ``maxSeq`` to ``NCtx`` but sizes the pages from ``NCtx`` alone."""
+    p = -(-HOST_PAGE // KEY_TILE) * KEY_TILE
+    if 0 < model_context < p:
+        p = -(-model_context // KEY_TILE) * KEY_TILE
+    return p
 
 
 def host_layer_position_bytes(kv_row: int, device_attached: bool) -> int:
@@ -71,15 +89,17 @@ def host_layer_position_bytes(kv_row: int, device_attached: bool) -> int:
 def parked_host_bytes(pos: int, position_bytes: int, page: int = HOST_PAGE) -> int:
     """What ``KVBytes`` reports for a State parked at ``pos`` positions written, every
     block's history on the host at ``position_bytes`` a position (every attention layer's
-    K and V in host pages).
+    K and V in host pages of ``page`` positions, :func:`host_page_positions`).
 
     ``Park`` (``engine/model/park.go@26c4d451``) brings every block home
     (``SetGPULayers(0)``), seals the pages behind the tail (``kvCache.seal``: pages below
     ``pos / P``, index id 70972358314) and trims with a budget of one byte, which gives
     every sealed page to the store; the tail page "is being written and stays".
     ``kvPages.bytes`` counts resident pages whole (``pp`` elements each, K and V apiece),
-    so what is left is one page of every attention layer when ``pos`` is inside a page,
-    and nothing when it ends one (the next page is grown only when it is written)."""
+    so what is left is one page of every attention layer when ``pos`` is inside a page
+    (a history shorter than a page included: its one page was allocated whole,
+    ``kvPages.grow``), and nothing when it ends one (the next page is grown only when
+    it is written)."""
     if pos <= 0 or pos % page == 0:
         return 0
     return page * position_bytes

@@ -12,7 +12,7 @@ from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
 
-from blis_jitllm import JitllmEngineFactory
+from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.settings import resolve_settings
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -138,6 +138,30 @@ def test_every_block_on_the_host_has_no_device_pool_and_runs(
     reqs = [InferenceRequest(f"r{i}", 0, (PromptSegment(f"r{i}", 300),), 20) for i in range(6)]
     assert _drive(engine, reqs) > 20
     assert engine.scrape()["jitllm_tokens_generated_total"] == 6 * 20
+
+
+def test_a_host_only_plans_pages_are_256_positions_whatever_max_seq(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """The host's KV pages are sized from the model's own context (131,072 positions for
+    the 8B), not the session's ``-max-seq`` (``kvPagePositions`` reads ``Config.NCtx``;
+    ``newStateRange`` clamps only the session's ``maxSeq`` to it): a 100-token
+    ``-max-seq`` still keeps 256-position pages, and the plan counts them as such."""
+    env = blis_environment("p-0")
+    spec = EnginePoolSpec(
+        "p",
+        LLAMA,
+        GPU,
+        ParallelLayout(),
+        {"load": Q4, "devices": "cpu", "max-seq": 100},
+        machine=LAPTOP,
+    )
+    plan = JitllmEngineFactory().plan(spec, env)
+    assert plan.kv_budget is not None
+    assert plan.kv_budget.block_size_tokens == 256
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    assert engine._facts.host_page == 256
 
 
 def test_a_history_the_host_memory_cannot_hold_stops_the_run_with_the_reason(

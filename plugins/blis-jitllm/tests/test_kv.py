@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from blis_jitllm.kv import DeviceKVRoom, grown_layer_pages, kv_room, page_bytes, page_positions
+from blis_jitllm.kv import (
+    DeviceKVRoom,
+    grown_layer_pages,
+    host_page_positions,
+    kv_room,
+    page_bytes,
+    page_positions,
+    parked_host_bytes,
+)
 
 
 @pytest.mark.parametrize(
@@ -41,3 +49,24 @@ def test_room_is_the_fewest_free_pages_less_one_plus_growth_on_the_tightest_devi
     assert kv_room([roomy], 256) == 5 * 256
     assert kv_room([roomy, tight], 256) == 2 * 256
     assert kv_room([DeviceKVRoom((), (), 10**9)], 256) == 0  # no attention layer
+
+
+@pytest.mark.parametrize(
+    ("context", "p"), [(100, 128), (200, 224), (224, 224), (256, 256), (131072, 256), (0, 256)]
+)
+def test_a_host_page_is_256_positions_clipped_to_the_models_context_aligned_to_32(
+    context: int, p: int
+) -> None:
+    """``kvPagePositions``: ``kvPageTarget`` (256), or the model's own context aligned up
+    to ``kvKeyTile`` (32) where that is shorter; a context of 0 (unknown) does not
+    clip."""
+    assert host_page_positions(context) == p
+
+
+def test_a_parked_history_shorter_than_its_page_holds_the_page_whole() -> None:
+    """The tail page is allocated whole when its first position is written
+    (``kvPages.grow``) and counted whole (``kvPages.bytes``): a 100-position history
+    holds a 256-position page, and a 128-position page at a context of 100."""
+    assert parked_host_bytes(100, 1000) == 256 * 1000
+    assert parked_host_bytes(100, 1000, host_page_positions(100)) == 128 * 1000
+    assert parked_host_bytes(128, 1000, host_page_positions(100)) == 0
