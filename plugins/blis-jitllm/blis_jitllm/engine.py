@@ -648,8 +648,10 @@ class JitllmEngine:
         self._held: dict[str, int] = {}
         # per device with a pool: the oldest pages each row sent home (never brought back)
         self._home: list[dict[str, int]] = [{} for _ in facts.device_layers]
+        # per row: the positions of its host blocks' history; and the host pages all rows
+        # hold, each allocated whole when its first position is written (``kvPages.grow``)
         self._host_positions: dict[str, int] = {}
-        self._host_total = 0
+        self._host_pages = 0
         # per row parked at least once and not yet retired: the snapshot ``parkLocked``'s
         # ``refresh`` took of its parked State, which every re-division counts
         self._park_snaps: dict[str, int] = {}
@@ -837,15 +839,16 @@ class JitllmEngine:
         histories out of its share only as their snapshots give them, and a request's
         snapshot is taken when its session is created (an empty history) and when its
         generate ends, just before ``CloseSession`` gives the history back
-        (:meth:`_rebudget`)."""
+        (:meth:`_rebudget`). The history is held in whole host pages."""
+        p = self._facts.host_page
         for u in units:
             rid = u.row.request_id
             end = u.start + u.tokens
             before = self._host_positions.get(rid, 0)
             if end > before:
                 self._host_positions[rid] = end
-                self._host_total += end - before
-        held = self._host_total * self._host_position
+                self._host_pages += -(-end // p) - -(-before // p)
+        held = self._host_pages * p * self._host_position
         if held > self._facts.host_kv_limit_bytes:
             raise SimulationError(
                 f"{ENGINE}: the history of the blocks on the host ({held / 2**30:.2f} GiB) "
@@ -1062,17 +1065,21 @@ class JitllmEngine:
     def _retired(self, finished: list[tuple[str, str, int]], now_us: int) -> int:
         """Rows the iteration retired: their pages return to the pool; a cancelled one
         is reported as an abort at the next outcome. Returns the bytes of their host
-        history, which :meth:`_rebudget` charges together."""
+        history in whole host pages (what ``KVBytes`` reports), which :meth:`_rebudget`
+        charges together."""
+        p = self._facts.host_page
         history = 0
         for rid, reason, n in finished:
             self._held.pop(rid, None)
             for home in self._home:
                 home.pop(rid, None)
             self._room_changed = True
-            positions = self._host_positions.pop(rid, 0)
-            self._host_total -= positions
+            # ``KVBytes``: the pages resident now, counted whole (``kvPages.bytes``); a
+            # generate's session has no store and no budget, so none was evicted
+            pages = -(-self._host_positions.pop(rid, 0) // p)
+            self._host_pages -= pages
             self._park_snaps.pop(rid, None)
-            history += positions * self._host_position
+            history += pages * p * self._host_position
             if reason == "cancelled" and rid not in self._reported:
                 self._retire(rid, now_us, n)
                 # the client has the tokens it was sent, one more than were fed when the

@@ -118,8 +118,9 @@ def _reads(engine: JitllmEngine, shapes: list[StepShape]) -> list[int]:
 def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_back(
     blis_environment: Callable[[str], Environment],
 ) -> None:
-    """Two generates one after the other: the first's 1504 positions of host history
-    (0.97 GB, more than the pager's free 0.07 GB and the last block's 0.54 GB together)
+    """Two generates one after the other: the first's 1504 positions of host history,
+    held in six whole 256-position pages (0.99 GB of float32, more than the pager's free
+    0.07 GB and the last block's 0.54 GB together)
     are taken out of the share when it ends, which evicts at once the block used last
     (78) and the lowest-numbered resident one; its session closes and the share
     returns, so the second's first pass reads that block again, and nothing else
@@ -135,7 +136,8 @@ def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_ba
     engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
     second, _ = _run(engine, now)
 
-    history = 1504 * facts.host_position_bytes  # the prompt and the tokens fed after it
+    # the prompt and the tokens fed after it, in whole host pages (``kvPages.bytes``)
+    history = 6 * 256 * facts.host_position_bytes
     upstream = BudgetPager(share, facts.host_block_sizes)
     never = BudgetPager(share, facts.host_block_sizes)
     for p in (upstream, never):
@@ -164,9 +166,10 @@ def test_rows_retired_together_are_charged_their_histories_summed(
     """Two generates decoding in lockstep retire in one iteration. ``applyPageBudget``
     subtracts the sum of every registered session's snapshot, and each generate's
     snapshot is taken before its re-division and given back only when its session
-    closes after it, so the re-division counts both: 850 positions each (0.55 GB: past
-    the pager's 0.43 GB slack, which alone evicts only the block used last, and that
-    one the next pass's first read would give up anyway), 1.1 GB together, which also
+    closes after it, so the re-division counts both: 850 positions each, in four whole
+    pages (0.66 GB: past the pager's 0.43 GB slack, which alone evicts only the block used
+    last, and that one the next pass's first read would give up anyway), 1.3 GB together,
+    which also
     evicts the lowest-numbered resident block. The third request's first pass reads that
     one again; charged one at a time (the share less the largest), it would not."""
     env = blis_environment("p-0")
@@ -185,7 +188,8 @@ def test_rows_retired_together_are_charged_their_histories_summed(
     engine.add_request(InferenceRequest("c", now, (PromptSegment("c", 16),), 4), now)
     after, _ = _run(engine, now)
 
-    history = 850 * facts.host_position_bytes  # each row's prompt and the tokens fed
+    # each row's prompt and the tokens fed, in whole host pages
+    history = 4 * 256 * facts.host_position_bytes
     summed = BudgetPager(share, facts.host_block_sizes)
     apart = BudgetPager(share, facts.host_block_sizes)
     for p in (summed, apart):
@@ -272,8 +276,9 @@ def test_where_the_budget_holds_every_host_block_a_long_history_still_evicts(
     """jitllm has no paging-off mode (``File.SetBudget``): the host's blocks fit
     ``-maxmem`` with 100 MiB to spare, so the pager holds them all (preloaded at load,
     ``-warm`` or not) and reads nothing; a generate that ends with 1004 positions of
-    host history (156 MB) narrows the share below them, which evicts the block used
-    last, and the next request's first pass reads it back over the disk, then nothing."""
+    host history (four whole pages, 159 MB) narrows the share below them, which evicts
+    the block used last, and the next request's first pass reads it back over the disk,
+    then nothing."""
     env = blis_environment("p-0")
     probe = JitllmEngineFactory().build(_fits(30 * 2**30), env, "p-0")
     assert isinstance(probe, JitllmEngine)
@@ -287,7 +292,7 @@ def test_where_the_budget_holds_every_host_block_a_long_history_still_evicts(
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1000),), 4), 0)
     first, now = _run(engine, 0)
     assert not any(_reads(engine, first))  # every block resident from the load
-    assert 1004 * facts.host_position_bytes > 100 * 2**20
+    assert 4 * 256 * facts.host_position_bytes > 100 * 2**20  # 1004 positions, 4 pages
     engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
     second, _ = _run(engine, now)
     assert _reads(engine, second) == [sizes[-1], 0, 0, 0, 0]
@@ -321,24 +326,25 @@ def test_a_parked_state_holds_one_tail_page_a_layer_or_none_at_a_page_end() -> N
 def test_a_parked_rows_snapshot_narrows_the_share_until_its_generate_ends(
     blis_environment: Callable[[str], Environment],
 ) -> None:
-    """One row at a time (``-max-batch 1``), the host's 19 blocks held with 16 MiB to
+    """One row at a time (``-max-batch 1``), the host's 19 blocks held with 48 MiB to
     spare. Row a decodes its 8-token slice and is parked for b: ``parkLocked``'s
     ``refresh`` snapshots a's parked State, one 256-position page of every layer's K and
     V (64 MiB of float32, the width of a session with a device attached; more than the
     slack). b's end re-divides: the share less that
-    snapshot (and b's history, 3 MB, which alone would evict nothing) evicts, and it
+    snapshot (and b's history, 20 positions in one whole page of its 19 host layers,
+    38 MiB, which alone would evict nothing) evicts, and it
     stays narrowed after b's session closes, so every pass of a after it reads a block
     over the disk, where it would read none; a's own end gives the share back."""
     env = blis_environment("p-0")
     probe = JitllmEngineFactory().build(_fits(30 * 2**30), env, "p-0")
     assert isinstance(probe, JitllmEngine)
     weights = probe._facts.host_weight_bytes
-    spec = _laptop_8b({"maxmem": str(weights + 16 * 2**20), "warm": False, "max-batch": 1})
+    spec = _laptop_8b({"maxmem": str(weights + 48 * 2**20), "warm": False, "max-batch": 1})
     engine = JitllmEngineFactory().build(spec, env, "p-0")
     assert isinstance(engine, JitllmEngine)
     facts = engine._facts
     share = facts.host_page_budget
-    assert share - sum(facts.host_block_sizes) == 16 * 2**20
+    assert share - sum(facts.host_block_sizes) == 48 * 2**20
     pager = engine._pager
     assert pager is not None
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 300),), 40), 0)
@@ -353,8 +359,8 @@ def test_a_parked_rows_snapshot_narrows_the_share_until_its_generate_ends(
         now += 1000
         engine.complete(shape, now)
     snap = 256 * facts.cache_position_bytes
-    assert snap == 64 * 2**20 > 16 * 2**20
-    assert 20 * facts.host_position_bytes < 16 * 2**20  # b's history alone fits the slack
+    assert snap == 64 * 2**20 > 48 * 2**20
+    assert 256 * facts.host_position_bytes == 38 * 2**20  # b's history alone fits the slack
     narrowed = [i for i, b in enumerate(budgets) if b == share - snap]
     assert narrowed, "the parked row's snapshot never counted"
     reads = _reads(engine, shapes[narrowed[0] :])
@@ -391,3 +397,27 @@ def test_host_history_parked_pages_and_the_memory_cache_share_the_host_pages_wid
     assert h.host_blocks == 32
     assert h.host_layer_position_bytes == kv_row * 2 * 2
     assert h.host_position_bytes == h.cache_position_bytes == 32 * kv_row * 2 * 2
+
+
+def test_a_retired_rows_history_is_charged_in_whole_host_pages(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``KVBytes`` counts the pages resident now, each whole (``kvPages.bytes``), and a
+    generate's session has no store and no budget, so every page it wrote is resident
+    when it ends: 300 prompt positions and 3 fed tokens hold two 256-position pages of
+    every host layer, and the re-division charges 512 positions, not 303."""
+    env = blis_environment("p-0")
+    engine = JitllmEngineFactory().build(_fits(30 * 2**30), env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    charged: list[int] = []
+    rebudget = engine._rebudget
+
+    def spy(history: int, retired: bool = False) -> None:
+        charged.append(history)
+        rebudget(history, retired)
+
+    engine._rebudget = spy  # type: ignore[method-assign]
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 300),), 4), 0)
+    _run(engine, 0)
+    engine.schedule(10**9)  # the iteration that retires it
+    assert max(charged) == 512 * engine._facts.host_position_bytes
