@@ -500,7 +500,7 @@ def _plan(
         raise _no_kv_room(settings, blocks, rooms, per_block, names, source)
     # a session of a load that opened a device keeps its host pages in float32 (the
     # attached device steps the float16 cache down), one with none in float16
-    host_layer = host_layer_position_bytes(kv_row, device_attached=bool(indexes))
+    host_layer = host_layer_position_bytes(kv_row, bool(indexes), settings.kv_f16)
     host_page = host_page_positions(model.max_position_embeddings)
     host_position = (n - on_device) * host_layer
     host_kv_limit = 0

@@ -66,10 +66,12 @@ def host_page_positions(model_context: int) -> int:
     return p
 
 
-def host_layer_position_bytes(kv_row: int, device_attached: bool) -> int:
+def host_layer_position_bytes(
+    kv_row: int, device_attached: bool, kv_f16: bool | None = None
+) -> int:
     """What one position of one attention layer takes in a State's host KV pages, K and
-    V: float32 (4 bytes an element) in a State a device is attached to, float16 (2) in
-    one with none.
+    V: float32 (4 bytes an element) in a State a device is attached to; in one with none,
+    float16 (2) unless ``kv_f16`` (``-kv-f16``, ``None`` when not given) is false.
 
     ``newStateRange`` (``engine/model/forward.go@00860835``) picks the host cache's
     format: forced by ``WithKVF16``/``WithKVType``, else float16 where
@@ -82,8 +84,13 @@ def host_layer_position_bytes(kv_row: int, device_attached: bool) -> int:
     tie"), and ``CreateSession`` (``server/engine.go``, index id 70901474045) calls it
     for every session of a load that opened a device, whatever ``-kv-f16`` forced, so
     every such session's host history, parked tail pages and memory-cache pages are
-    float32; only a load with no device (``-devices cpu``) keeps float16."""
-    return kv_row * 2 * (4 if device_attached else 2)
+    float32; only a load with no device (``-devices cpu``) keeps float16. ``jitllmd
+    serve -kv-f16`` is that ``WithKVF16`` for every load (``server/cmd/jitllmd/main.go@03586255``
+    ``serve``: ``Config.KVF16``, set only when the flag is given; ``LoadModel``,
+    ``server/engine.go`` index id 70901474045, hands it to ``model.Open`` alone, not to
+    the device tier)."""
+    f16 = not device_attached and kv_f16 is not False
+    return kv_row * 2 * (2 if f16 else 4)
 
 
 def parked_host_bytes(pos: int, position_bytes: int, page: int = HOST_PAGE) -> int:

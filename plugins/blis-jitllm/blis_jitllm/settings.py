@@ -92,9 +92,14 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
             "less its weights on the host)",
         ),
         "kv-f16": (
-            "refused",
-            "not modelled by blis-jitllm yet: float16 V beside float32 K is no KV dtype the "
-            "cost model prices; the device pool is taken as float32",
+            "modelled",
+            "the host KV pages' width on a load that opens no device (-devices cpu): true "
+            "float16, false float32 (default: the engine's per-host choice, float16 on an "
+            "AVX2 host with F16C, both catalog CPUs); a load that opens a device keeps "
+            "float32 host pages whatever it says (its sessions' float16 cache is stepped "
+            "down when the device attaches), and it never touches the device pool; the "
+            "width counts the host's KV memory, while attention's reads of it are priced "
+            "as float32 K and V either way",
         ),
         "kv-cache": (
             "proven_inert",
@@ -144,6 +149,9 @@ class JitllmSettings:
     """the memory prefix cache (``-no-mem-cache`` turns it off)"""
     mem_cache_max: int | None = None
     """``-mem-cache-max``: its bound as given; ``None``: derived."""
+    kv_f16: bool | None = None
+    """``-kv-f16`` as given (the host KV cache's width: true float16, false float32);
+    ``None``: the engine's per-host choice."""
 
 
 def _int(args: Mapping[str, Any], name: str, default: int, errors: list[FieldError]) -> int:
@@ -319,6 +327,10 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
         errors.append(FieldError("engine.args.no-mem-cache", no_cache, "must be true or false"))
         no_cache = False
     cache_max = _size(args, "mem-cache-max", errors)
+    kv_f16 = args.get("kv-f16")
+    if kv_f16 is not None and not isinstance(kv_f16, bool):
+        errors.append(FieldError("engine.args.kv-f16", kv_f16, "must be true or false"))
+        kv_f16 = None
     _kv_cache(args, errors)
     width = _int(args, "max-batch", 0, errors)
     chunk = _int(args, "prompt-chunk", 0, errors)
@@ -349,6 +361,7 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
         warm=warm,
         mem_cache=not no_cache,
         mem_cache_max=cache_max,
+        kv_f16=kv_f16,
         width=width,
         prompt_chunk=chunk if chunk > 0 else 512,
         step_prompt_tokens=max(fixed, 0),

@@ -68,6 +68,18 @@ def test_the_store_flags_are_listed_as_inert_and_kv_budget_is_no_serve_flag() ->
         resolve_settings({"kv-budget": "2G"}, 4096)
 
 
+def test_kv_f16_is_a_modelled_boolean() -> None:
+    """``-kv-f16`` is a Go ``fs.Bool`` (``server/cmd/jitllmd/main.go@03586255``), read
+    only when given: ``None`` keeps the engine's per-host choice."""
+    assert FLAGS["kv-f16"][0] == "modelled"
+    assert JitllmEngineFactory().surface()["flags"]["kv-f16"] == "modelled"
+    assert resolve_settings({}, 4096).kv_f16 is None
+    assert resolve_settings({"kv-f16": False}, 4096).kv_f16 is False
+    assert resolve_settings({"kv_f16": True}, 4096).kv_f16 is True
+    with pytest.raises(InputRefused, match="must be true or false"):
+        resolve_settings({"kv-f16": "yes"}, 4096)
+
+
 @pytest.mark.parametrize("bound", ["8G", "512M", "3GiB", "1073741824", "0", 0])
 def test_a_store_bound_jitllmd_reads_is_taken(bound: object) -> None:
     resolve_settings({"kv-cache": "/var/kv", "kv-cache-max": bound}, 4096)

@@ -421,3 +421,25 @@ def test_a_retired_rows_history_is_charged_in_whole_host_pages(
     _run(engine, 0)
     engine.schedule(10**9)  # the iteration that retires it
     assert max(charged) == 512 * engine._facts.host_position_bytes
+
+
+def test_kv_f16_sets_the_host_pages_width_only_on_a_load_that_opens_no_device(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``jitllmd serve -kv-f16`` is ``model.WithKVF16`` for every load
+    (``server/cmd/jitllmd/main.go@03586255``): false keeps a host-only load's pages in
+    float32; true is the AVX2 host's float16 already; on a load that opens a device the
+    attached device steps a float16 cache down, so its host pages stay float32, and the
+    device pool is untouched."""
+    env = blis_environment("p-0")
+    kv_row = 8 * 128
+
+    def facts(args: dict[str, object]) -> tuple[int, int, int]:
+        engine = JitllmEngineFactory().build(_laptop_8b(args), env, "p-0")
+        assert isinstance(engine, JitllmEngine)
+        f = engine._facts
+        return f.host_layer_position_bytes, f.cache_position_bytes, f.layer_position_bytes
+
+    assert facts({"devices": "cpu", "kv-f16": False})[:2] == (kv_row * 8, 32 * kv_row * 8)
+    assert facts({"devices": "cpu", "kv-f16": True})[:2] == (kv_row * 4, 32 * kv_row * 4)
+    assert facts({"kv-f16": True}) == facts({}) == (kv_row * 8, 32 * kv_row * 8, kv_row * 8)
