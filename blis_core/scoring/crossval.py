@@ -341,7 +341,12 @@ class _Simulations:
             ))
             for pair, key in todo.items()
         ]  # fmt: skip
-        sink = self.cache.open("a") if self.cache is not None else None
+        sink = None
+        if self.cache is not None:
+            cut = self.cache.exists() and not self.cache.read_bytes().endswith(b"\n")
+            sink = self.cache.open("a")
+            if cut and sink.tell():
+                sink.write("\n")  # after a line an interruption cut short
         try:
             done = 0
 

@@ -222,7 +222,10 @@ def test_cross_validation_fits_each_fold_on_the_others_and_resumes_from_its_cach
         ("codegen", "codegen/stage"),
         ("general", "general/stage"),
     ]
-    # A second run simulates nothing: every (point, candidate) is in the cache.
+    # A second run simulates nothing: every (point, candidate) is in the cache, whose
+    # last line an interruption cut short is passed over.
+    with cache.open("a") as f:
+        f.write('{"key": "cut sh')
     rc, _, err = _score(capsys, *args, "--cv-cache", str(cache), "--json", "-")
     assert rc == 0 and "simulations to run" in err
     assert all(" 0 simulations to run" in line for line in err.splitlines() if "to run" in line)
