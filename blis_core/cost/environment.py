@@ -270,10 +270,10 @@ class SimEnvironment:
             return None
         return [seconds_to_us(t) for t in quote.totals], quote
 
-    def count_quote(self, plan: PoolPlan, quote: StepQuote, count: int) -> None:
-        """Count the first ``count`` steps of ``quote`` in the rank totals, as that many
-        :meth:`price_step` calls in that order would."""
-        self.compiled(plan).count_quote(quote, count)
+    def count_quote(self, plan: PoolPlan, quote: StepQuote, count: int, start: int = 0) -> None:
+        """Count steps ``start`` to ``count`` (excluded) of ``quote`` in the rank totals,
+        as that many :meth:`price_step` calls in that order would."""
+        self.compiled(plan).count_quote(quote, count, start)
 
     def explain_step(self, plan: PoolPlan, shape: StepShape) -> StepPrice:
         """The same price as :meth:`price_step` with its per-kernel breakdown and ranks.

@@ -570,10 +570,11 @@ class CompiledPlan:
             totals.append(pairwise_sum(sec, 0, n))
         return StepQuote(seconds, inside, totals)
 
-    def count_quote(self, quote: StepQuote, count: int) -> None:
-        """Add the first ``count`` steps of ``quote`` to the running totals, as that
-        many :meth:`price_seconds` calls would."""
-        for seconds, inside in zip(quote.seconds[:count], quote.inside[:count], strict=True):
+    def count_quote(self, quote: StepQuote, count: int, start: int = 0) -> None:
+        """Add steps ``start`` to ``count`` (excluded) of ``quote`` to the running totals,
+        as that many :meth:`price_seconds` calls would."""
+        steps = zip(quote.seconds[start:count], quote.inside[start:count], strict=True)
+        for seconds, inside in steps:
             self._count(seconds, inside, all(inside))
 
     def rank_seconds(self) -> list[float]:

@@ -119,7 +119,7 @@ class _SpanPricer:
     Environment can (:meth:`SimEnvironment.quote_steps`), else one ``price_step`` each;
     only the steps taken are counted in the rank totals, in order (:meth:`count`)."""
 
-    __slots__ = ("_chunk", "_env", "_plan", "_prices", "_quotes", "_sim", "_span")
+    __slots__ = ("_chunk", "_counted", "_env", "_plan", "_prices", "_quotes", "_sim", "_span")
 
     def __init__(
         self,
@@ -135,6 +135,7 @@ class _SpanPricer:
         self._sim = env if isinstance(env, SimEnvironment) else None
         self._prices: list[int] = []
         self._quotes: list[tuple[int, StepQuote]] = []
+        self._counted = 0  # the steps counted so far, from the span's first
         # A first chunk about as long as the span will be (boundaries before the stop,
         # judged by the last step's length), at most 16; a longer span quotes chunks
         # twice as long each time.
@@ -165,14 +166,19 @@ class _SpanPricer:
         return price
 
     def count(self, taken: int) -> None:
-        """Count the first ``taken`` steps priced (one ``price_step`` counted its own)."""
-        if not self._quotes:
+        """Count the span's steps up to the first ``taken`` priced, those not counted yet
+        (one ``price_step`` counted its own)."""
+        counted, self._counted = self._counted, max(self._counted, taken)
+        if not self._quotes or taken <= counted:
             return
         assert self._sim is not None
+        first = 0  # the span index of each quote's first step
         for size, quote in self._quotes:
-            self._sim.count_quote(self._plan, quote, min(size, taken))
-            taken -= size
-            if taken <= 0:
+            lo, hi = max(counted - first, 0), min(taken - first, size)
+            if lo < hi:
+                self._sim.count_quote(self._plan, quote, hi, start=lo)
+            first += size
+            if first >= taken:
                 return
 
 
@@ -190,10 +196,6 @@ PREFILL_LEG_SUFFIX = "/prefill"
 """A prefill leg's request id is the request's id with this suffix: the two legs are
 distinct requests (vLLM gives every request an engine-side id of its own), so one
 instance may serve both legs of a request."""
-
-_MIN_SPAN_STEPS = 3
-"""Steps (judged by the last step's length) that must fit before the lookahead for a
-decode span to be asked: an offer, its calendar and its quote cost a few steps' worth."""
 
 StepObserver = Callable[[str, StepShape, int], None]
 CompletionObserver = Callable[[str, StepOutcome, int], None]
@@ -284,6 +286,9 @@ class EngineComponent(Component):
         )
         self._quiet = (router,) if router is not None else ()
         self._ahead_done = False
+        # A decode span taken up to a lookahead and not spent: (span, its prices, the
+        # boundaries taken), dropped as soon as anything else touches the engine.
+        self._held: tuple[DecodeSpan, _SpanPricer, int] | None = None
         budget = engine.plan.kv_budget
         self._kv_check = (
             KVEventLedger(name, budget.num_gpu_blocks if budget is not None else None)
@@ -338,6 +343,7 @@ class EngineComponent(Component):
             )
 
     def _accept(self, now_us: int, bag: list[Message]) -> None:
+        self._held = None  # an input: the engine's next steps may differ from the span's
         for msg in bag:
             port = msg.port
             if port not in ("request", "abort"):
@@ -641,6 +647,7 @@ class EngineComponent(Component):
         self._scrapes.clear()
 
     def _advance(self, now_us: int) -> None:
+        self._held = None  # the engine is called outside the span
         scrape = self._next_scrape_us == now_us
         if self._frontend and self._frontend[0][0] <= now_us:
             self._release_frontend(now_us)
@@ -766,8 +773,12 @@ class EngineComponent(Component):
         observed and timed as :meth:`_fill` would, each outcome reported with its own
         time. A scrape that falls inside is made where :meth:`_advance` makes it (after
         the boundaries before it, after a boundary at its own time) and the span goes
-        on. Returns the transitions this stands for, two per instant (its transition
-        and its output's); 0: no span offered, and nothing changed."""
+        on. The span is held after the limit: until anything but a span or a scrape
+        touches the engine (:meth:`_advance`, :meth:`_accept`), its next boundaries
+        are taken from it in a later call, whatever the room then (the contract lets a
+        span be taken in several calls with nothing but scrapes between them). Returns
+        the transitions this stands for, two per instant (its transition and its
+        output's); 0: no span offered, and nothing changed."""
         flights = self._in_flight
         if (
             len(flights) != self._plan.steps_in_flight
@@ -776,21 +787,25 @@ class EngineComponent(Component):
             or self._next_scrape_us == now_us
         ):
             return 0
-        last = flights[-1]
-        if (limit_us - now_us) // max(1, last.end_us - last.start_us) < _MIN_SPAN_STEPS:
-            return 0  # a span this short costs more than its steps one by one
-        span = engine.decode_span()
-        if span is None:
-            return 0
+        held = self._held
+        if held is not None:
+            span, pricer, base = held
+        else:
+            # Asked wherever a boundary is made, however close the lookahead: held, a
+            # span pays for its offer and calendar over the boundaries it is resumed for.
+            offered = engine.decode_span()
+            if offered is None:
+                return 0
+            span, base = offered, 0
+            pricer = _SpanPricer(self._env, self._plan, span, flights, limit_us)
         ends = [f.end_us for f in flights]
         every = list(flights)
         times: list[int] = []
         stage_free_us = self._stage_free_us[0]
-        pricer = _SpanPricer(self._env, self._plan, span, flights, limit_us)
-        taken = 0  # boundaries the engine has made
+        taken = 0  # boundaries (of this call) the engine has made
         scrapes = 0  # scrape-only instants made
-        for i in range(span.num_steps):
-            t = ends[i]
+        for i in range(base, span.num_steps):
+            t = ends[i - base]
             if t >= limit_us or (times and t <= times[-1]):
                 break
             while 0 <= self._next_scrape_us < t:
@@ -807,7 +822,10 @@ class EngineComponent(Component):
                 taken = self._span_made(engine, span, times, every, taken)
                 self._scrape(t)
         n = len(times)
-        pricer.count(n)
+        if not n:
+            self._held = None  # its boundaries are spent (or out of order): a fresh one
+            return 0
+        pricer.count(base + n)
         self._span_made(engine, span, times, every, taken)
         last_us = times[-1]
         self._in_flight = deque(every[n:])
@@ -816,6 +834,7 @@ class EngineComponent(Component):
                 flight.started = True
         self._stage_free_us[0] = stage_free_us
         self.steps += n
+        self._held = (span, pricer, base + n) if base + n < span.num_steps else None
         return 2 * (n + scrapes)
 
     def _span_made(

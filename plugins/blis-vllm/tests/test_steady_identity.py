@@ -139,24 +139,29 @@ NUM_CLUSTER_SCENARIOS = 40
 
 
 def test_instances_behind_the_router_keep_every_result_byte(
-    data: DataSources, monkeypatch: pytest.MonkeyPatch
+    data: DataSources, monkeypatch: pytest.MonkeyPatch, resumed_spans: list[int]
 ) -> None:
     """The sweep's scenarios on 2-4 instances behind the llm-d router, where each
     instance runs ahead past the others' steps (``Component.sends_to``) and the
     instances' scrapes fall at the same times (so reports made ahead wait their turn:
-    without ``made_ahead`` nearly every one differs)."""
+    without ``made_ahead`` nearly every one differs), and holds a decode span past an
+    arrival another instance takes, resuming it at its next boundary."""
     differing: list[str] = []
     with_run_ahead = 0
+    with_resumed = 0
     for index in range(NUM_CLUSTER_SCENARIOS):
         spec = random_scenario(index)
         spec["deployment"]["pools"][0]["replicas"] = 2 + index % 3
         spec["deployment"]["router"] = {"kind": "llm-d", "version": "v0.10.0"}
+        before = resumed_spans[0]
         both = run_both_ways(parse_scenario(spec, f"cluster-{index}"), data, monkeypatch)
         with_run_ahead += both.run_ahead_transitions > 0
+        with_resumed += resumed_spans[0] > before
         if both.differences():
             differing.append(f"cluster-{index}")
     assert not differing, f"fast path changed the Result of {differing}"
     assert with_run_ahead >= NUM_CLUSTER_SCENARIOS // 2, with_run_ahead
+    assert with_resumed >= NUM_CLUSTER_SCENARIOS // 4, with_resumed
 
 
 def test_reference_path_takes_no_fast_step(
