@@ -345,12 +345,17 @@ def _plan(
     _check_model(spec.pool, model, settings.weights)
     machine = env.machine(spec.machine) if spec.machine is not None else None
     p = page_positions(settings.max_seq)
+    indexes = _device_indexes(spec, settings, machine)
+    kv_row = model.num_kv_heads * model.head_dim
+    # a session of a load that opened a device keeps its host pages in float32 (the
+    # attached device steps the float16 cache down), one with none in float16
+    host_layer = host_layer_position_bytes(kv_row, bool(indexes), settings.kv_f16)
     request = LoweringRequest(
         engine=ENGINE,
         model=model.hf_id,
         hardware=hw.id,
         layout=spec.layout,
-        kv_cache_dtype="float32",
+        kv_cache_dtype=_kv_dtype(kv_row, host_layer, bool(indexes)),
         block_size=p,
         max_num_batched_tokens=MAX_STEP_ROWS,
         max_num_seqs=settings.width or MAX_STEP_ROWS,
@@ -371,11 +376,9 @@ def _plan(
     if model.tie_word_embeddings:
         head = embedding + head  # the head reads the embedding matrix: charged where it runs
     free = env.device_memory_bytes(hw.id) - env.non_torch_bytes(partial)
-    indexes = _device_indexes(spec, settings, machine)
     given = dict(settings.devices)
     budgets = [device_budget(free, given.get(i)) for i in indexes]
     scratch = env.activation_peak_bytes(partial, MAX_STEP_ROWS)
-    kv_row = model.num_kv_heads * model.head_dim
     offered = 0 if not indexes else n if settings.gpu_layers < 0 else min(settings.gpu_layers, n)
     history_per_block = page_bytes(kv_row, 1) * settings.max_seq
     devices = [
@@ -498,9 +501,6 @@ def _plan(
         rooms = [b.limit - scratch - head for b in budgets]
         per_block = history_per_block + layer_page  # and the pool's dummy page
         raise _no_kv_room(settings, blocks, rooms, per_block, names, source)
-    # a session of a load that opened a device keeps its host pages in float32 (the
-    # attached device steps the float16 cache down), one with none in float16
-    host_layer = host_layer_position_bytes(kv_row, bool(indexes), settings.kv_f16)
     host_page = host_page_positions(model.max_position_embeddings)
     host_position = (n - on_device) * host_layer
     host_kv_limit = 0
@@ -560,6 +560,26 @@ def _plan(
         quantized=settings.weights is not None,
     )
     return plan, facts, settings, model
+
+
+def _kv_dtype(kv_row: int, host_layer: int, device_attached: bool) -> str:
+    """The KV dtype the plan's attention layers read their history at (its KV groups'
+    bytes a position): float32 K and V on a device and in the host pages of a load
+    that opened one; on a load that opened none, the host pages' own width, float16
+    where :func:`~blis_jitllm.kv.host_layer_position_bytes` says so.
+
+    ``newStateRange`` (``engine/model/forward.go@00860835``; the same code in
+    ``engine/model/model.go``, index id 70872396232) generates the host's attention
+    kernels for the cache's width (``JIT.AddAttnKV(hdK, hdV, stride, want)``, then
+    ``kvl.elem = 2`` when ``want``), and ``nn.KVWidthPaysOff``
+    (``engine/nn/attn.go@635f1f30``) says of the binary16 cache "An f16
+    cache halves the bytes the attention walk reads": the kernels read the packed
+    halves, widening each in the load. A device's pool is float32 K and V whatever the
+    host chose (``SetDeviceLayers`` steps the host cache down before the device
+    attaches), so a plan with a device keeps float32 throughout."""
+    if not device_attached and host_layer == kv_row * 2 * 2:
+        return "float16"
+    return "float32"
 
 
 def _segments(request: InferenceRequest) -> tuple[tuple[str, int], ...]:

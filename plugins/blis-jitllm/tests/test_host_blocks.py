@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.errors import InputRefused, SimulationError
-from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import StepShape
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.settings import resolve_settings
@@ -162,6 +162,40 @@ def test_a_host_only_plans_pages_are_256_positions_whatever_max_seq(
     engine = JitllmEngineFactory().build(spec, env, "p-0")
     assert isinstance(engine, JitllmEngine)
     assert engine._facts.host_page == 256
+
+
+def test_a_host_only_loads_attention_reads_its_float16_pages_at_their_width(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``newStateRange`` generates the host's attention kernels for the cache's width
+    (``AddAttnKV`` with the float16 choice, ``engine/model/forward.go@00860835``), and
+    "an f16 cache halves the bytes the attention walk reads" (``nn.KVWidthPaysOff``,
+    ``engine/nn/attn.go@635f1f30``): a host-only load on the AVX2 laptop reads its K and
+    V at 2 bytes, where ``-kv-f16 false`` and a load that opened a device (its host
+    cache stepped down to float32 for the device) read 4. The 8B: 8 KV heads of 128."""
+    env = blis_environment("p-0")
+    kv_row = 8 * 128
+
+    def plan(args: dict[str, object]) -> PoolPlan:
+        spec = EnginePoolSpec(
+            "p", LLAMA, GPU, ParallelLayout(), {"max-seq": 4096, "load": Q4, **args}, machine=LAPTOP
+        )
+        return JitllmEngineFactory().plan(spec, env)
+
+    f16 = plan({"devices": "cpu"})
+    f32 = plan({"devices": "cpu", "kv-f16": False})
+    device = plan({})
+    assert f16.kv_cache_dtype == "float16"
+    assert [g.bytes_per_token_per_layer for g in f16.kv_groups] == [kv_row * 2 * 2]
+    for p in (f32, device):
+        assert p.kv_cache_dtype == "float32"
+        assert [g.bytes_per_token_per_layer for g in p.kv_groups] == [kv_row * 2 * 4]
+    # the same weights, the same host pages counted: only attention's reads differ
+    assert f16.parts[0].layers == f32.parts[0].layers
+    long = StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 16_000),) * 8, 8, GraphMode.FULL)
+    short = StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 1),), 1, GraphMode.FULL)
+    assert env.price_step(f16, long) < env.price_step(f32, long)
+    assert env.price_step(f16, short) == pytest.approx(env.price_step(f32, short), rel=1e-3)
 
 
 def test_a_history_the_host_memory_cannot_hold_stops_the_run_with_the_reason(
