@@ -16,24 +16,36 @@ number of slots and counts what it reads: once warm, a pass of ``blocks`` blocks
 about one page-in a token, as jitllm's design notes say.
 
 :class:`BudgetPager` is the host pager's form (``guides/memory.mdx``, "What gets paged,
-and how"): a page is one block of the model file, each charged its own size against a
-byte budget; one block always fits, however small the budget (``File.makeRoom``:
+and how"): a page is one block of the model file, read whole into a frame charged against
+a byte budget; one block always fits, however small the budget (``File.makeRoom``:
 "thrashing one page is strictly better than failing the read"). Its victims are not the
-cyclic scan's: package ``jlm``'s ``File.evictOne`` (``file.go``, the version the index
-holds beside ``server/engine.go@00860835``) gives up the block used most recently
-(``File.recent``, which ``claim`` sets on every hit and after every page-in), and once
-that one is gone (``recent`` is then -1) the lowest-numbered resident block, never the
-block being read (``makeRoom`` hides it while it evicts). A page-in (``claim`` ->
-``makeRoom``, ``ranges.go``'s ``EnsureRanges``/``planRuns``) and a narrowed budget
-(``File.SetBudget``) take victims the same way. Where one eviction makes room this is the
-cyclic victim (the block read just before is the furthest next use); where a page-in
-needs two or more (blocks of different sizes) or a shrink evicts several, the second and
-later victims are the lowest-numbered blocks, not the ones further behind the cursor.
-:meth:`BudgetPager.set_budget` is ``File.SetBudget``: narrowing evicts the excess at
-once, widening reads nothing, and what was evicted faults back in as the scan reaches
-it. Expert pages (evicted first, least recently used), pins (a page being read) and a
-frame reused for a block up to a quarter smaller, charged the frame's size (``take``),
-are not modelled: expert models are refused, and a frame is charged its block's size.
+cyclic scan's: package ``jlm``'s ``File.evictOne`` (``format/jlm/read.go@635f1f30``)
+gives up the block used most recently (``File.recent``, which ``claim`` sets on every hit
+and after every page-in), and once that one is gone (``recent`` is then -1) the
+lowest-numbered resident block, never the block being read (``makeRoom`` hides it while
+it evicts). A page-in (``claim`` -> ``makeRoom`` -> ``take``,
+``format/jlm/partial.go@cd3ef386``) and a narrowed budget (``File.SetBudget``) take victims the same
+way. Where one eviction makes room this is the cyclic victim (the block read just before
+is the furthest next use); where a page-in needs two or more (blocks of different sizes)
+or a shrink evicts several, the second and later victims are the lowest-numbered blocks,
+not the ones further behind the cursor. :meth:`BudgetPager.set_budget` is
+``File.SetBudget``: narrowing evicts the excess at once, widening reads nothing, and what
+was evicted faults back in as the scan reaches it.
+
+Frames (``File.take``, ``unhold``, ``trimFree``; ``format/jlm/read.go@635f1f30``,
+``format/jlm/offheap.go@9f5a43ff``): an evicted block's frame goes to a free list, and a
+page-in takes a free frame of its block's size, else the smallest free frame up to a
+quarter larger that the budget still holds beside what is resident, else a fresh one
+(first releasing free frames until they fit beside it). The budget is charged a frame's
+capacity (``claim``: ``resident += cap(frame)``; ``unhold`` refunds it), so a block in a
+larger frame costs that frame: the budget then holds fewer blocks and a pass may read
+more. ``makeRoom`` makes room for the block's own size, not the frame it will get, so the
+larger frame is taken only where it fits. The read is the block's own bytes (a fresh
+frame's fill map is empty, so every chunk of the page is read; its slack is not).
+``trimFree`` walks Go's map of free frames in a random order; the port walks the sizes
+smallest first (which frames survive a trim is a coin toss upstream). Expert pages
+(evicted first, least recently used) and pins (a page being read) are not modelled:
+expert models are refused.
 """
 
 from __future__ import annotations
@@ -105,17 +117,25 @@ class CyclicPager:
 
 @dataclass(slots=True)
 class BudgetPager:
-    """Blocks of the given ``sizes`` (scan order) held within ``budget`` bytes."""
+    """Blocks of the given ``sizes`` (scan order) held within ``budget`` bytes, each in
+    a frame whose capacity the budget is charged."""
 
     budget: int
     sizes: tuple[int, ...]
     resident: set[int] = field(default_factory=set)
     used: int = 0
+    """bytes charged: the capacities of the resident blocks' frames (``File.resident``)"""
     page_ins: int = 0
     page_outs: int = 0
     page_in_bytes: int = 0
     recent: int = -1
     """the block used most recently (``File.recent``), -1 for none"""
+    frames: dict[int, int] = field(default_factory=dict)
+    """each resident block's frame capacity, at least its size"""
+    free: dict[int, int] = field(default_factory=dict)
+    """free frames: how many of each capacity (``File.free``)"""
+    fresh: int = 0
+    """frames allocated rather than reused (``File.fresh``)"""
 
     def __post_init__(self) -> None:
         if self.sizes and max(self.sizes) > self.budget:
@@ -123,10 +143,16 @@ class BudgetPager:
                 f"a block of {max(self.sizes)} bytes does not fit a budget of {self.budget}"
             )
 
+    @property
+    def free_bytes(self) -> int:
+        """What the free frames hold (``File.freeBytes``)."""
+        return sum(n * k for n, k in self.free.items())
+
     def touch(self, li: int) -> int:
         """The scan reaches block ``li`` (``File.claim``): 0 on a hit, else the bytes
-        read to page it in, after giving up victims (:meth:`victim`) until it fits or
-        nothing is left to give up. Either way ``li`` becomes the most recent block."""
+        read to page it in, after giving up victims (:meth:`victim`) until its size fits
+        or nothing is left to give up, into the frame :meth:`_take` finds. Either way
+        ``li`` becomes the most recent block."""
         if li in self.resident:
             self.recent = li
             return 0
@@ -136,8 +162,10 @@ class BudgetPager:
             if victim < 0:
                 break  # one block always fits
             self._evict(victim)
+        frame = self._take(size)
         self.resident.add(li)
-        self.used += size
+        self.frames[li] = frame
+        self.used += frame
         self.page_ins += 1
         self.page_in_bytes += size
         self.recent = li
@@ -158,7 +186,8 @@ class BudgetPager:
     def set_budget(self, budget: int) -> int:
         """``File.SetBudget``: a new budget (at least one byte: ``pagerBudget``); a
         smaller one evicts down to it at once, by :meth:`victim` (the most recently used
-        block first, then the lowest-numbered). Returns the blocks it evicted."""
+        block first, then the lowest-numbered), and the free frames are released down to
+        what the budget has beside the resident ones. Returns the blocks it evicted."""
         if budget < 1:
             raise ValueError(f"a pager's budget is at least one byte, got {budget}")
         self.budget = budget
@@ -166,11 +195,52 @@ class BudgetPager:
         while self.used > budget and self.resident:
             self._evict(self.victim())
             evicted += 1
+        self._trim_free(max(budget - self.used, 0))
         return evicted
 
+    def _take(self, size: int) -> int:
+        """``File.take``: the capacity of the frame a block of ``size`` bytes is read
+        into: a free frame of its size, else the smallest free one up to a quarter
+        larger that fits the budget beside what is resident, else a fresh frame of its
+        size (the free frames first released down to what fits beside it)."""
+        if self.free.get(size):
+            self._unfree(size)
+            return size
+        larger = [
+            n
+            for n, k in self.free.items()
+            if k and size < n <= size + size // 4 and self.used + n <= self.budget
+        ]
+        if larger:
+            best = min(larger)
+            self._unfree(best)
+            return best
+        if self.used + size <= self.budget:
+            self._trim_free(self.budget - self.used - size)
+        self.fresh += 1
+        return size
+
+    def _trim_free(self, keep: int) -> None:
+        """``trimFree``: release free frames until at most ``keep`` bytes of them are
+        left, the smallest sizes first (Go walks its map in a random order)."""
+        held = self.free_bytes
+        for n in sorted(self.free):
+            while self.free.get(n) and held > keep:
+                self._unfree(n)
+                held -= n
+
+    def _unfree(self, n: int) -> None:
+        self.free[n] -= 1
+        if not self.free[n]:
+            del self.free[n]
+
     def _evict(self, li: int) -> None:
+        """``File.unhold``: the block's frame goes to the free list, its capacity
+        refunded."""
         self.resident.discard(li)
-        self.used -= self.sizes[li]
+        frame = self.frames.pop(li)
+        self.free[frame] = self.free.get(frame, 0) + 1
+        self.used -= frame
         self.page_outs += 1
         if self.recent == li:
             self.recent = -1

@@ -118,9 +118,9 @@ def _reads(engine: JitllmEngine, shapes: list[StepShape]) -> list[int]:
 def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_back(
     blis_environment: Callable[[str], Environment],
 ) -> None:
-    """Two generates one after the other: the first's 1504 positions of host history,
-    held in six whole 256-position pages (0.99 GB of float32, more than the pager's free
-    0.07 GB and the last block's 0.54 GB together)
+    """Two generates one after the other: the first's 1604 positions of host history,
+    held in seven whole 256-position pages (1.16 GB of float32, more than the pager's
+    free 0.42 GB and the last block's 0.54 GB together)
     are taken out of the share when it ends, which evicts at once the block used last
     (78) and the lowest-numbered resident one; its session closes and the share
     returns, so the second's first pass reads that block again, and nothing else
@@ -131,13 +131,13 @@ def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_ba
     assert isinstance(engine, JitllmEngine)
     facts = engine._facts
     share = facts.host_page_budget
-    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1500),), 4), 0)
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1600),), 4), 0)
     first, now = _run(engine, 0)
     engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
     second, _ = _run(engine, now)
 
     # the prompt and the tokens fed after it, in whole host pages (``kvPages.bytes``)
-    history = 6 * 256 * facts.host_position_bytes
+    history = 7 * 256 * facts.host_position_bytes
     upstream = BudgetPager(share, facts.host_block_sizes)
     never = BudgetPager(share, facts.host_block_sizes)
     for p in (upstream, never):
@@ -166,37 +166,37 @@ def test_rows_retired_together_are_charged_their_histories_summed(
     """Two generates decoding in lockstep retire in one iteration. ``applyPageBudget``
     subtracts the sum of every registered session's snapshot, and each generate's
     snapshot is taken before its re-division and given back only when its session
-    closes after it, so the re-division counts both: 850 positions each, in four whole
-    pages (0.66 GB: past the pager's 0.43 GB slack, which alone evicts only the block used
-    last, and that one the next pass's first read would give up anyway), 1.3 GB together,
-    which also
-    evicts the lowest-numbered resident block. The third request's first pass reads that
-    one again; charged one at a time (the share less the largest), it would not."""
+    closes after it, so the re-division counts both: 750 positions each, in three whole
+    pages (0.50 GB: past the pager's 0.15 GB slack, which alone evicts only the block used
+    last, and that one the next pass's first read would give up anyway), 0.99 GB
+    together, which also evicts the lowest-numbered resident block. The third request's
+    first pass reads that one again; charged one at a time (the share less the largest),
+    it would not."""
     env = blis_environment("p-0")
     engine = JitllmEngineFactory().build(_paged(), env, "p-0")
     assert isinstance(engine, JitllmEngine)
     facts = engine._facts
     share = facts.host_page_budget
     for rid in "ab":
-        engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 250),), 600), 0)
+        engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 250),), 500), 0)
     both, now = _run(engine, 0)
     # both prompts in the first pass, then one token each an iteration (jointly or in
     # separate passes, as the joint choice probes): both feed their last token in the
     # same iteration and retire at the next
     assert len(both[0].seqs) == 2
-    assert sum(1 for s in both for c in s.seqs if c.context_tokens == 849) == 2
+    assert sum(1 for s in both for c in s.seqs if c.context_tokens == 749) == 2
     engine.add_request(InferenceRequest("c", now, (PromptSegment("c", 16),), 4), now)
     after, _ = _run(engine, now)
 
     # each row's prompt and the tokens fed, in whole host pages
-    history = 4 * 256 * facts.host_position_bytes
+    history = 3 * 256 * facts.host_position_bytes
     summed = BudgetPager(share, facts.host_block_sizes)
     apart = BudgetPager(share, facts.host_block_sizes)
     for p in (summed, apart):
         p.run_pass()  # the warm-up generate
     for read in _reads(engine, both):
         assert read == summed.run_pass() == apart.run_pass()
-    room = share - summed.used + facts.host_block_sizes[summed.recent]
+    room = share - summed.used + summed.frames[summed.recent]  # its frame is refunded
     assert history < room < 2 * history  # one victim alone, two together
     assert summed.set_budget(share - 2 * history) == 2
     summed.set_budget(share)

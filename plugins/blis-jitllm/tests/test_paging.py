@@ -72,6 +72,56 @@ def test_the_budget_pager_charges_each_block_its_own_size() -> None:
     assert pager.page_in_bytes == 12 + sum(warm)
 
 
+def test_a_smaller_block_takes_a_free_frame_up_to_a_quarter_larger_and_is_charged_it() -> None:
+    """``File.take`` (``format/jlm/read.go@635f1f30``): no free frame of block 2's 8 bytes,
+    but block 1's 10-byte frame, evicted to make room, is within a quarter and fits the
+    budget: block 2 takes it and ``claim`` charges its capacity. The next pass's read of
+    block 1 then gives up block 0 (the most recent) and block 2 (the lowest), whose
+    10-byte frame left no room: 18 bytes read where charging block 2 its own 8 would
+    have read 10 (one victim). Every frame after the first pass is reused."""
+    pager = BudgetPager(18, (8, 10, 8))
+    assert pager.run_pass() == 26
+    assert pager.frames == {0: 8, 2: 10} and pager.used == 18 and pager.fresh == 2
+    assert pager.run_pass() == 18
+    assert pager.frames == {1: 10, 2: 8} and pager.used == 18 and pager.fresh == 2
+    assert pager.page_in_bytes == 26 + 18  # the block's own bytes, never the frame's slack
+
+
+def test_a_frame_more_than_a_quarter_larger_is_not_taken_and_gives_way_to_a_fresh_one() -> None:
+    """Block 1's 11-byte frame is more than a quarter above block 2's 8 bytes: block 2
+    gets a fresh frame, and the free one is released first (``trimFree``) so the budget
+    holds what is resident and free together."""
+    pager = BudgetPager(19, (8, 11, 8))
+    pager.run_pass()
+    assert pager.frames == {0: 8, 2: 8} and pager.fresh == 3 and not pager.free
+
+
+def test_below_one_block_a_larger_frame_past_the_budget_is_not_taken() -> None:
+    """``take`` reuses a larger frame only where ``resident + frame`` fits the budget: at
+    the one-byte floor (``pagerBudget``) block 1 finds block 0's 10-byte frame free but
+    over the budget, so it gets a fresh 9-byte frame; nothing is trimmed beside a block
+    that does not fit (``take`` trims only where it does), so block 0's frame stays free
+    and a pass back to block 0 reuses it."""
+    pager = BudgetPager(20, (10, 9))
+    pager.run_pass()
+    assert pager.set_budget(1) == 2 and not pager.free  # narrowing releases free frames
+    assert pager.run_pass() == 19
+    assert pager.frames == {1: 9} and pager.free == {10: 1} and pager.fresh == 4
+    pager.touch(0)
+    assert pager.frames == {0: 10} and pager.free == {9: 1} and pager.fresh == 4
+
+
+def test_narrowing_releases_the_evicted_frames_and_the_reads_back_take_fresh_ones() -> None:
+    """``File.SetBudget`` evicts the excess and then ``trimFree``s the free frames down to
+    what the budget has beside the resident ones, so the blocks read back after the
+    budget widens again come in fresh frames."""
+    pager = BudgetPager(30, (10, 10, 10))
+    pager.run_pass()
+    assert pager.set_budget(15) == 2 and not pager.free and pager.free_bytes == 0
+    pager.set_budget(30)
+    assert pager.run_pass() == 20 and pager.fresh == 5
+
+
 def test_a_budget_that_holds_every_block_reads_them_once() -> None:
     pager = BudgetPager(100, (10,) * 5)
     assert [pager.run_pass() for _ in range(3)] == [50, 0, 0]
@@ -82,7 +132,11 @@ def test_the_budget_is_never_exceeded(sizes: list[int], extra: int) -> None:
     pager = BudgetPager(max(sizes) + extra, tuple(sizes))
     for _ in range(4):
         pager.run_pass()
-        assert pager.used == sum(sizes[i] for i in pager.resident) <= pager.budget
+        # the budget is charged each resident block's frame (``claim``), its own size or
+        # a free frame up to a quarter larger (``take``)
+        assert pager.used == sum(pager.frames[i] for i in pager.resident) <= pager.budget
+        assert all(sizes[i] <= pager.frames[i] <= sizes[i] * 5 // 4 for i in pager.resident)
+        assert pager.used + pager.free_bytes <= pager.budget  # take and trimFree keep it
     # a pass reads at most the whole model, and at least what the budget cannot hold
     assert sum(sizes) - pager.budget <= pager.run_pass() <= sum(sizes)
 
