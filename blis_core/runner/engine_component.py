@@ -478,6 +478,7 @@ class EngineComponent(Component):
         """Start the KV moves of the step that starts executing now."""
         if self._kv_engine is None:
             return
+        self._held = None  # the engine is asked
         for move in self._kv_engine.step_transfers(shape.step_id):
             loads = self._env.price_transfer(self._plan, move)
             if self._link is None or len(loads) != 1:
@@ -647,14 +648,17 @@ class EngineComponent(Component):
         self._scrapes.clear()
 
     def _advance(self, now_us: int) -> None:
-        self._held = None  # the engine is called outside the span
+        # Whatever calls the engine here but a scrape drops a held span.
         scrape = self._next_scrape_us == now_us
         if self._frontend and self._frontend[0][0] <= now_us:
+            self._held = None
             self._release_frontend(now_us)
         if self._in_flight and self._in_flight[0].end_us == now_us:
+            self._held = None
             self._step_end(now_us)
             self._fill(now_us)
         elif not self._in_flight:
+            self._held = None
             self._fill(now_us)
         else:
             self._start_due(now_us)
@@ -774,9 +778,10 @@ class EngineComponent(Component):
         time. A scrape that falls inside is made where :meth:`_advance` makes it (after
         the boundaries before it, after a boundary at its own time) and the span goes
         on. The span is held after the limit: until anything but a span or a scrape
-        touches the engine (:meth:`_advance`, :meth:`_accept`), its next boundaries
-        are taken from it in a later call, whatever the room then (the contract lets a
-        span be taken in several calls with nothing but scrapes between them). Returns
+        touches the engine (:meth:`_advance`, :meth:`_accept`, :meth:`_start_moves`),
+        its next boundaries are taken from it in a later call, whatever the room then
+        (the contract lets a span be taken in several calls with nothing but scrapes
+        between them). Returns
         the transitions this stands for, two per instant (its transition and its
         output's); 0: no span offered, and nothing changed."""
         flights = self._in_flight
