@@ -197,6 +197,10 @@ PREFILL_LEG_SUFFIX = "/prefill"
 distinct requests (vLLM gives every request an engine-side id of its own), so one
 instance may serve both legs of a request."""
 
+_MIN_SPAN_STEPS = 3
+"""Steps (judged by the last step's length) that must fit before the lookahead for a
+decode span to be asked, unless the instance's last span was resumed past its own."""
+
 StepObserver = Callable[[str, StepShape, int], None]
 CompletionObserver = Callable[[str, StepOutcome, int], None]
 
@@ -289,6 +293,8 @@ class EngineComponent(Component):
         # A decode span taken up to a lookahead and not spent: (span, its prices, the
         # boundaries taken), dropped as soon as anything else touches the engine.
         self._held: tuple[DecodeSpan, _SpanPricer, int] | None = None
+        # Whether the last span asked for was resumed after its first lookahead.
+        self._spans_resumed = False
         budget = engine.plan.kv_budget
         self._kv_check = (
             KVEventLedger(name, budget.num_gpu_blocks if budget is not None else None)
@@ -796,13 +802,19 @@ class EngineComponent(Component):
         if held is not None:
             span, pricer, base = held
         else:
-            # Asked wherever a boundary is made, however close the lookahead: held, a
-            # span pays for its offer and calendar over the boundaries it is resumed for.
+            # An offer, its calendar and its quote cost a few steps' worth: a span is
+            # asked for with less room only while this instance's spans outlive their
+            # lookahead (resumed: inputs mostly go to other instances).
+            last = flights[-1]
+            room = (limit_us - now_us) // max(1, last.end_us - last.start_us)
+            if room < _MIN_SPAN_STEPS and not self._spans_resumed:
+                return 0
             offered = engine.decode_span()
             if offered is None:
                 return 0
             span, base = offered, 0
             pricer = _SpanPricer(self._env, self._plan, span, flights, limit_us)
+            self._spans_resumed = False
         ends = [f.end_us for f in flights]
         every = list(flights)
         times: list[int] = []
@@ -840,6 +852,8 @@ class EngineComponent(Component):
         self._stage_free_us[0] = stage_free_us
         self.steps += n
         self._held = (span, pricer, base + n) if base + n < span.num_steps else None
+        if base:
+            self._spans_resumed = True
         return 2 * (n + scrapes)
 
     def _span_made(
