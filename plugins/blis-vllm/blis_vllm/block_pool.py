@@ -166,17 +166,23 @@ class BlockPool:
                 if num_cached_blocks == 0
                 else external_block_hash(hashes[num_cached_blocks - 1])
             )
+            # NOTE: positional arguments: a compiled class of blis-core parses keyword
+            # arguments from this package's compiled code about five times slower, and
+            # this runs once per filled block (the fields in order: block_hashes,
+            # parent_block_hash, token_ids, block_size, lora_id, medium, group_idx).
             self._events.append(
                 BlockStored(
-                    block_hashes=tuple(new_hashes),
-                    parent_block_hash=parent,
-                    token_ids=tuple(
+                    tuple(new_hashes),
+                    parent,
+                    tuple(
                         request.all_token_ids[
                             num_cached_blocks * block_size : num_full_blocks * block_size
                         ]
                     ),
-                    block_size=block_size,
-                    group_idx=group_id,
+                    block_size,
+                    None,
+                    "GPU",
+                    group_id,
                 )
             )
 
@@ -203,9 +209,8 @@ class BlockPool:
             return False
         block.reset_hash()
         if self.enable_kv_events:
-            self._events.append(
-                BlockRemoved(block_hashes=(external_block_hash(block_hash),), group_idx=key[1])
-            )
+            # NOTE: positional (block_hashes, medium, group_idx), as in cache_full_blocks.
+            self._events.append(BlockRemoved((external_block_hash(block_hash),), "GPU", key[1]))
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
