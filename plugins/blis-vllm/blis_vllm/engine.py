@@ -129,7 +129,7 @@ class VllmDecodeSpan:
     """The steady boundaries a :class:`VllmEngine` offers (``DecodeSpan``): boundary ``i``
     schedules a uniform decode step over every context of the batch plus ``i``."""
 
-    __slots__ = ("_graph", "_padded", "calls", "engine", "last_us", "offer")
+    __slots__ = ("_graph", "_padded", "_shapes", "calls", "engine", "last_us", "offer")
 
     def __init__(self, engine: VllmEngine, offer: SpanOffer) -> None:
         self.engine = engine
@@ -139,6 +139,10 @@ class VllmDecodeSpan:
         self.calls = engine._calls
         # The last boundary's time, once taken.
         self.last_us = -1
+        # The shapes asked for and not yet taken, by index: a boundary's shape is asked
+        # for by the caller's pricing (a chunk ahead), by the caller at the boundary and
+        # by take_span; it is made once (a StepShape is immutable).
+        self._shapes: dict[int, StepShape] = {}
 
     @property
     def num_steps(self) -> int:
@@ -147,14 +151,23 @@ class VllmDecodeSpan:
 
     def shape(self, index: int) -> StepShape:
         """The decode step boundary ``index`` schedules (what ``_steady_shape`` gives)."""
-        return StepShape(
-            step_id=self.offer.first_step_id + index,
-            mode=StepMode.DECODE_ONLY,
-            seqs=self.engine._decode_seqs(self.offer.contexts, index),
-            padded_tokens=self._padded,
-            graph_mode=self._graph,
-            num_stages=self.engine._settings.layout.pp,
-        )
+        shape = self._shapes.get(index)
+        if shape is None:
+            shape = self._shapes[index] = StepShape(
+                step_id=self.offer.first_step_id + index,
+                mode=StepMode.DECODE_ONLY,
+                seqs=self.engine._decode_seqs(self.offer.contexts, index),
+                padded_tokens=self._padded,
+                graph_mode=self._graph,
+                num_stages=self.engine._settings.layout.pp,
+            )
+        return shape
+
+    def take_shape(self, index: int) -> StepShape:
+        """:meth:`shape` for a boundary being taken: it is not asked for again."""
+        shape = self.shape(index)
+        del self._shapes[index]
+        return shape
 
 
 class VllmEngine:
@@ -415,7 +428,7 @@ class VllmEngine:
         events, usage = spans.take(offer, n)
         outs = spans.scheduled_outputs(offer, n)
         for out in outs:
-            self._in_flight.append((span.shape(out.step_id - offer.first_step_id), out))
+            self._in_flight.append((span.take_shape(out.step_id - offer.first_step_id), out))
         rids = [r.request_id for r in offer.requests]
         new_tokens = dict.fromkeys(rids, 1)
         stats = self.scheduler.kv_cache_manager.prefix_cache_stats
