@@ -31,6 +31,9 @@ from blis_vllm.kv_cache_utils import BlockHash, hash_block_tokens
 
 __all__ = ["Request", "RequestStatus"]
 
+_OUTPUT_IDS_AHEAD = 512
+"""Generated-token ids made at once, ahead of need (one chunk of a 512-token output)."""
+
 
 class RequestStatus(IntEnum):
     """Upstream's ``RequestStatus``; every value above PREEMPTED is finished.
@@ -69,6 +72,8 @@ class Request:
     """Mutable scheduling state of one request inside one engine instance."""
 
     __slots__ = (
+        "_ids_ahead",
+        "_ids_ahead_start",
         "_vocab_size",
         "all_token_ids",
         "arrival_time_us",
@@ -129,6 +134,10 @@ class Request:
         # ``append_next_output_token`` are written only when read (block hashing, the
         # next ``append_output_token_ids``): the list may be shorter than ``num_tokens``.
         self.all_token_ids: list[int] = prompt_token_ids(source.prompt, vocab_size)
+        # The ids of generated tokens ``[_ids_ahead_start, +len)`` (output positions),
+        # made ahead of need: a block boundary then copies its ids out of this list.
+        self._ids_ahead: list[int] = []
+        self._ids_ahead_start = 0
         self.num_prompt_tokens = len(self.all_token_ids)
         # Prompt plus generated tokens (``len(all_token_ids)``, kept as tokens are appended).
         self.num_tokens = self.num_prompt_tokens
@@ -219,16 +228,23 @@ class Request:
 
     def _materialize_output_tokens(self) -> None:
         """Write the ids of the generated tokens appended without them (the ids are a
-        function of the content key and the position)."""
+        function of the content key and the position).
+
+        The ids come from :attr:`_ids_ahead`, refilled with the next
+        ``_OUTPUT_IDS_AHEAD`` positions (no further than ``max_tokens``) when it does not
+        hold them all: one long :func:`segment_token_ids` call instead of one per block."""
         tokens = self.all_token_ids
-        tokens.extend(
-            segment_token_ids(
-                self.output_key,
-                self._vocab_size,
-                len(tokens) - self.num_prompt_tokens,
-                self.num_tokens - self.num_prompt_tokens,
+        have = len(tokens) - self.num_prompt_tokens
+        want = self.num_tokens - self.num_prompt_tokens
+        ahead = self._ids_ahead
+        start = self._ids_ahead_start
+        if have < start or want > start + len(ahead):
+            stop = max(want, min(self.max_tokens, have + _OUTPUT_IDS_AHEAD))
+            ahead = self._ids_ahead = segment_token_ids(
+                self.output_key, self._vocab_size, have, stop
             )
-        )
+            start = self._ids_ahead_start = have
+        tokens += ahead[have - start : want - start]
 
     # -- priority ordering ----------------------------------------------------------
 
