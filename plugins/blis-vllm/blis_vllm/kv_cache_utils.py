@@ -30,6 +30,7 @@ __all__ = [
     "KVCacheGroupSpec",
     "external_block_hash",
     "get_kv_cache_groups",
+    "hash_block_chain",
     "hash_block_tokens",
     "pool_bytes_per_block",
 ]
@@ -74,6 +75,30 @@ def hash_block_tokens(
         h.update(b"\x01" + len(lookahead_token_ids).to_bytes(4, "big"))
         h.update(ahead.tobytes())
     return h.digest()
+
+
+def hash_block_chain(
+    parent_block_hash: BlockHash | None, token_ids: Sequence[int], block_size: int
+) -> list[BlockHash]:
+    """The hashes of consecutive full blocks of ``token_ids`` (a multiple of
+    ``block_size`` tokens), each chained on the one before, the first on
+    ``parent_block_hash``: what :func:`hash_block_tokens` gives block by block without
+    extra keys or lookahead tokens, the ids converted to bytes once for all blocks (a
+    prompt's blocks are hashed together)."""
+    if len(token_ids) % block_size:
+        raise ValueError(f"{len(token_ids)} token ids are not whole blocks of {block_size}")
+    words = array("I", token_ids)
+    if not _BIG_ENDIAN_HOST:
+        words.byteswap()
+    data = words.tobytes()
+    count = block_size.to_bytes(4, "big")
+    width = 4 * block_size
+    parent = parent_block_hash or NONE_HASH
+    out: list[BlockHash] = []
+    for start in range(0, len(data), width):
+        parent = hashlib.sha256(parent + count + data[start : start + width]).digest()
+        out.append(parent)
+    return out
 
 
 def external_block_hash(block_hash: BlockHash) -> int:

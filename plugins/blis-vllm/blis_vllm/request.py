@@ -27,7 +27,7 @@ from blis_core.contracts.request import (
     segment_token_ids,
 )
 
-from blis_vllm.kv_cache_utils import BlockHash, hash_block_tokens
+from blis_vllm.kv_cache_utils import BlockHash, hash_block_chain, hash_block_tokens
 
 __all__ = ["Request", "RequestStatus"]
 
@@ -218,6 +218,15 @@ class Request:
         bs = self.block_size
         ahead = self.num_hash_lookahead_tokens
         tokens = self.all_token_ids
+        if not ahead and len(tokens) >= (len(hashes) + 2) * bs:
+            # Several blocks without lookahead (a prompt): hashed as one chain.
+            start = len(hashes) * bs
+            hashes += hash_block_chain(
+                hashes[-1] if hashes else None,
+                tokens[start : len(tokens) - len(tokens) % bs],
+                bs,
+            )
+            return
         while (len(hashes) + 1) * bs + ahead <= len(tokens):
             start = len(hashes) * bs
             end = start + bs
