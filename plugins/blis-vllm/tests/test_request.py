@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pytest
+from blis_core.contracts.request import output_content_key, segment_token_ids
+from vllm_fakes import req
+
+from blis_vllm.kv_cache_utils import hash_block_tokens
+from blis_vllm.request import Request
+
+VOCAB = 128_256
+
+
+def _chain(tokens: list[int], block_size: int) -> list[bytes]:
+    hashes: list[bytes] = []
+    for start in range(0, len(tokens) - len(tokens) % block_size, block_size):
+        hashes.append(
+            hash_block_tokens(hashes[-1] if hashes else None, tokens[start : start + block_size])
+        )
+    return hashes
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "pattern"),
+    [
+        (512, 512, "n"),  # a whole chunk of output ids made ahead at once
+        (37, 1300, "nnnnnnnnnna"),  # outputs past the first 512 ids made ahead
+        (100, 40, "an"),  # max_tokens bounds the ids made ahead
+        (16, 700, "a"),  # every id given: nothing made ahead
+        (5, 600, "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnaaaaaaaaa"),
+    ],
+)
+def test_generated_ids_and_block_hashes_match_token_by_token(
+    prompt: int, max_tokens: int, pattern: str
+) -> None:
+    """Ids written only when read (some made ahead, in one call) and prompts hashed as one
+    chain give the ids of the content key and the hashes block by block."""
+    block_size = 16
+    r = Request(
+        req("r", ("p", prompt), max_tokens=max_tokens),
+        vocab_size=VOCAB,
+        block_size=block_size,
+        hash_blocks=True,
+    )
+    for i in range(max_tokens):
+        if pattern[i % len(pattern)] == "n":
+            r.append_next_output_token()
+        else:
+            r.append_output_token_ids(r.next_output_token_id())
+        # Block hashes exist exactly for the full blocks so far.
+        assert r.block_hashes is not None
+        assert len(r.block_hashes) == (prompt + i + 1) // block_size
+    r.append_output_token_ids(r.next_output_token_id())  # writes every id appended before
+    expected = segment_token_ids("p", VOCAB, 0, prompt) + segment_token_ids(
+        output_content_key("r"), VOCAB, 0, max_tokens + 1
+    )
+    assert r.all_token_ids == expected
+    assert r.block_hashes == _chain(expected, block_size)
