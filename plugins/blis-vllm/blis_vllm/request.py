@@ -218,13 +218,14 @@ class Request:
         bs = self.block_size
         ahead = self.num_hash_lookahead_tokens
         tokens = self.all_token_ids
-        if not ahead:
-            # Without lookahead tokens the new full blocks (a prompt's, or the one a
-            # generated token fills) are hashed as one chain.
+        if not ahead and len(tokens) >= (len(hashes) + 2) * bs:
+            # Several blocks without lookahead (a prompt): hashed as one chain.
             start = len(hashes) * bs
-            stop = len(tokens) - len(tokens) % bs
-            if stop > start:
-                hashes += hash_block_chain(hashes[-1] if hashes else None, tokens[start:stop], bs)
+            hashes += hash_block_chain(
+                hashes[-1] if hashes else None,
+                tokens[start : len(tokens) - len(tokens) % bs],
+                bs,
+            )
             return
         while (len(hashes) + 1) * bs + ahead <= len(tokens):
             start = len(hashes) * bs
