@@ -133,6 +133,12 @@ class Histogram:
         """Sum of the observations in exposed units."""
         return self._raw_sum / self._scale
 
+    @property
+    def unwritten(self) -> bool:
+        """Whether an observation came after the last :meth:`write` (or none was made):
+        a dict holding the samples that write added is then out of date."""
+        return self._written is None
+
     def write(self, out: dict[str, float]) -> None:
         """Add the cumulative ``_bucket`` samples (``+Inf`` last), ``_sum`` and ``_count``."""
         written = self._written

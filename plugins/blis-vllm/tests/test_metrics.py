@@ -338,3 +338,33 @@ def test_histogram_le_is_inclusive_and_scaled() -> None:
     }
     with pytest.raises(ValueError):
         Histogram("y", (1.0, 1.0))
+
+
+def test_samples_after_each_step_equal_a_fresh_build_key_for_key() -> None:
+    """The samples start as a copy of the last ones, only the histograms observed since
+    rewritten: the same keys, order and values as a fresh EngineMetrics builds."""
+
+    def fresh(metrics: EngineMetrics) -> list[tuple[str, float]]:
+        last, cache = metrics._last, metrics._cache
+        metrics._last = metrics._cache = None  # as before any scrape: built from nothing
+        try:
+            return list(metrics.samples().items())
+        finally:
+            metrics._last, metrics._cache = last, cache
+
+    metrics = EngineMetrics(4096, {"x:info": 1.0})
+    for rid in ("a", "b", "c"):
+        metrics.request_added(_request(rid, 8, 10), 0)
+    metrics.requests_scheduled(["a", "b", "c"], 0)
+    steps: list[tuple[int, dict[str, int], list[tuple[str, str, int]]]] = [
+        (10_000, {"a": 1, "b": 1}, []),
+        (20_000, {"a": 1, "b": 1, "c": 1}, []),
+        (30_000, {"a": 1}, [("b", "stop", 2)]),
+        (40_000, {"c": 1}, []),
+        (50_000, {"a": 1, "c": 1}, [("a", "length", 3), ("c", "no-such-reason", 3)]),
+    ]
+    for now_us, tokens, finished in steps:
+        metrics.step_completed(now_us, tokens, finished, MetricsSnapshot(num_running=len(tokens)))
+        first = metrics.samples()
+        assert list(first.items()) == fresh(metrics)
+        assert metrics.samples() is first  # reused until the next step
