@@ -22,8 +22,6 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, TypeVar
 
-import numpy as np
-
 __all__ = [
     "InferenceRequest",
     "PromptSegment",
@@ -139,7 +137,6 @@ def output_content_key(request_id: str) -> str:
 
 
 _CHUNK_TOKENS = 512
-_VECTOR_MIN_TOKENS = 64
 
 
 @lru_cache(maxsize=4096)
@@ -166,7 +163,6 @@ def segment_token_ids(content_key: str, vocab_size: int, start: int, stop: int) 
     if not 0 <= start <= stop:
         raise ValueError(f"need 0 <= start <= stop, got start={start} stop={stop}")
     modulus = vocab_size - 1
-    vector = modulus < 1 << 32
     out: list[int] = []
     pos = start
     while pos < stop:
@@ -174,14 +170,7 @@ def segment_token_ids(content_key: str, vocab_size: int, start: int, stop: int) 
         take = min(stop - pos, _CHUNK_TOKENS - offset)
         # NOTE: only the requested slice is mapped to ids; decoding asks for one token
         # at a time, so mapping whole chunks would dominate a run's profile.
-        words = _chunk_words(content_key, chunk)
-        if vector and take >= _VECTOR_MIN_TOKENS:
-            # NOTE: a long slice (a prompt) is mapped by numpy, twice as fast: the same
-            # integers (uint32 words, a modulus below 2**32, so no wrap-around).
-            ids = np.frombuffer(words, dtype=np.uint32)[offset : offset + take]
-            out += (ids % np.uint32(modulus) + np.uint32(1)).tolist()
-        else:
-            out += [1 + w % modulus for w in words[offset : offset + take]]
+        out += [1 + w % modulus for w in _chunk_words(content_key, chunk)[offset : offset + take]]
         pos += take
     return out
 
