@@ -10,7 +10,9 @@ rows and its prompt budget is measured), so a value of 512 or more changes nothi
 smaller one is refused. Giving both names of one pair is refused.
 A flag is *modelled* (it changes what the simulation does), *proven inert* (it cannot
 change a simulated step: a listen address, an id) or *refused* with the reason, and any
-name ``jitllmd serve`` does not have is refused as unknown.
+name ``jitllmd serve`` does not have is refused as unknown (a ``jitllm run`` flag, such
+as ``-placement``, the only switch for the device block slots, with the reason:
+``RUN_ONLY_FLAGS``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from blis_core.contracts.errors import FieldError, InputRefused
 
 from blis_jitllm.version import ENGINE
 
-__all__ = ["COMMON_ARGS", "FLAGS", "JitllmSettings", "resolve_settings"]
+__all__ = ["COMMON_ARGS", "FLAGS", "RUN_ONLY_FLAGS", "JitllmSettings", "resolve_settings"]
 
 _REFUSED_HOST = "not modelled by blis-jitllm yet: KV or sessions on the host"
 #: the llama.cpp file types a ``-load`` file name may end in (``<stem>-Q4_K_M.gguf``)
@@ -111,6 +113,25 @@ FLAGS: Mapping[str, tuple[str, str]] = MappingProxyType(
             "proven_inert",
             "the -kv-cache directory's bound (default 8G, 0 unbounded): a bad size is "
             "refused where -kv-cache is given, as jitllmd exits on it",
+        ),
+    }
+)
+
+
+#: ``jitllm run`` flags a pool may be given by mistake: ``jitllmd serve`` has none of
+#: them, so each is refused as unknown, with what it does in ``jitllm run`` and why
+#: ``serve`` cannot do it (``docs/upstream/jitllm.md`` §2.1).
+RUN_ONLY_FLAGS: Mapping[str, str] = MappingProxyType(
+    {
+        "placement": (
+            "-placement is jitllm run's: N=DEV~ streams block N through the device's block "
+            "slots (the device block pager); jitllmd serve has no such flag and its control "
+            "plane no such request, so a served dense model never pages through the card "
+            "(a block that does not fit runs on the host)"
+        ),
+        "kv-budget": (
+            "-kv-budget is jitllm run's: history past it spills to -kv-cache; a jitllmd "
+            "serve generate runs with no KV budget"
         ),
     }
 )
@@ -310,7 +331,10 @@ def resolve_settings(args: Mapping[str, Any], model_context: int) -> JitllmSetti
     for name, value in args.items():
         entry = FLAGS.get(name)
         if entry is None:
-            errors.append(FieldError(f"engine.args.{name}", value, "not a flag of jitllmd serve"))
+            why = "not a flag of jitllmd serve"
+            if name in RUN_ONLY_FLAGS:
+                why = f"{why}: {RUN_ONLY_FLAGS[name]}"
+            errors.append(FieldError(f"engine.args.{name}", value, why))
         elif entry[0] == "refused":
             errors.append(FieldError(f"engine.args.{name}", value, entry[1]))
     host_only, every, devices = _device(args.get("devices"), errors)
