@@ -13,7 +13,10 @@ Port of ``NextUse`` and ``CyclicVictim`` (``engine/sched/cyclic.go``; the device
 number of slots and counts what it reads: once warm, a pass of ``blocks`` blocks through
 ``slots < blocks`` slots pages in ``blocks - slots`` or ``blocks - slots + 1`` of them
 (the pattern repeats with a period of a few passes), so one slot short of fitting costs
-about one page-in a token, as jitllm's design notes say.
+about one page-in a token, as jitllm's design notes say. Nothing in the engine runs it:
+a device pages only blocks a placement marks streamed, which ``jitllmd serve`` cannot do
+(``docs/upstream/jitllm.md`` §2.1, where the device pager's byte rule, its candidates and
+a page-in's price are written up).
 
 :class:`BudgetPager` is the host pager's form (``guides/memory.mdx``, "What gets paged,
 and how"): a page is one block of the model file, read whole into a frame charged against
