@@ -213,7 +213,8 @@ instance may serve both legs of a request."""
 
 _MIN_SPAN_STEPS = 3
 """Steps (judged by the last step's length) that must fit before the lookahead for a
-decode span to be asked, unless the instance's last span was resumed past its own."""
+decode span to be asked, unless the instance's last span was resumed past its first
+lookahead (held: :meth:`EngineComponent._take_span`)."""
 
 StepObserver = Callable[[str, StepShape, int], None]
 CompletionObserver = Callable[[str, StepOutcome, int], None]
@@ -801,9 +802,8 @@ class EngineComponent(Component):
         touches the engine (:meth:`_advance`, :meth:`_accept`, :meth:`_start_moves`),
         its next boundaries are taken from it in a later call, whatever the room then
         (the contract lets a span be taken in several calls with nothing but scrapes
-        between them). Returns
-        the transitions this stands for, two per instant (its transition and its
-        output's); 0: no span offered, and nothing changed."""
+        between them). Returns the transitions this stands for, two per instant (its
+        transition and its output's); 0: no span offered, and nothing changed."""
         flights = self._in_flight
         if (
             len(flights) != self._plan.steps_in_flight
