@@ -273,8 +273,14 @@ class _Simulations:
             for name, docs in (("kept", kept), ("out", out)):
                 path = folder / f"{name}.yaml"
                 path.write_text(yaml.safe_dump({"kind": "coefficients", "entries": docs}))
-                parsed[name] = load_registry(path, self.catalog).entries if docs else ()
-                path.unlink()
+                try:
+                    parsed[name] = load_registry(path, self.catalog).entries if docs else ()
+                except InputRefused as err:
+                    raise InputRefused.one(
+                        "--candidates", self.grid.source, f"a template entry is refused: {err}"
+                    ) from None
+                finally:
+                    path.unlink()
             template = (*parsed["kept"], *parsed["out"])
             base = [e for e in self.base_entries if not any(t.shares_slot(e) for t in template)]
             merged = build_registry([*base, *parsed["kept"]], str(folder))

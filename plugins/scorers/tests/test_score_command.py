@@ -249,3 +249,7 @@ def test_cross_validation_refuses_what_it_cannot_fit(
     grid.write_text(_GRID.replace("$allreduce", "$nccl"))
     rc, _, err = _score(capsys, str(root), "--cross-validate", "model", "--candidates", str(grid))
     assert rc == 2 and "$nccl" in err and "names no declared parameter" in err
+    grid.write_text(_GRID.replace("hardware: H100-SXM, dtype: '*'", "hardware: H999, dtype: '*'"))
+    rc, _, err = _score(capsys, str(root), "--cross-validate", "model", "--candidates", str(grid))
+    assert rc == 2 and "a template entry is refused" in err and "H999" in err
+    assert str(grid) in err  # the grid named, not a temporary file
