@@ -33,7 +33,6 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -42,7 +41,13 @@ import yaml
 
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scoring import MeasuredPoint
-from blis_core.scoring.harness import PointScore, ScoreOptions, score_context, score_point
+from blis_core.scoring.harness import (
+    PointScore,
+    ScoreOptions,
+    in_processes,
+    score_context,
+    score_point,
+)
 from blis_core.scoring.summary import headline_errors
 
 __all__ = [
@@ -249,6 +254,7 @@ class _Simulations:
     _done: dict[tuple[int, Values], Evaluation] = field(default_factory=dict)
     _cached: dict[str, Evaluation] = field(default_factory=dict)
     _registries: dict[Values, tuple[str, str]] = field(default_factory=dict)
+    _point_keys: dict[int, str] = field(default_factory=dict)
     relevant: dict[int, frozenset[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -293,20 +299,21 @@ class _Simulations:
     def _key(self, i: int, values: Values) -> str:
         """The cache key of (point ``i``, ``values``): what the point ran and was measured
         at, and the candidate registry's content hash."""
-        point = self.points[i]
-        measured = (point.requests, point.compared, sorted(point.aggregates.items()))
-        text = json.dumps(
-            [
-                point.unit,
-                hashlib.sha256(repr(measured).encode()).hexdigest(),
-                point.scenario.model_dump(mode="json"),
-                self.registry(values)[1],
-                self.options.catalog,
-                self.options.cost_methods,
-            ],
-            sort_keys=True,
-            default=str,
-        )
+        if i not in self._point_keys:
+            point = self.points[i]
+            measured = (point.requests, point.compared, sorted(point.aggregates.items()))
+            self._point_keys[i] = json.dumps(
+                [
+                    point.unit,
+                    hashlib.sha256(repr(measured).encode()).hexdigest(),
+                    point.scenario.model_dump(mode="json"),
+                    self.options.catalog,
+                    self.options.cost_methods,
+                ],
+                sort_keys=True,
+                default=str,
+            )
+        text = self._point_keys[i] + self.registry(values)[1]
         return hashlib.sha256(text.encode()).hexdigest()
 
     def reduce(self, i: int, values: Values) -> Values:
@@ -356,8 +363,9 @@ class _Simulations:
         try:
             done = 0
 
-            def record(pair: tuple[int, Values], key: str, ev: Evaluation) -> None:
+            def record(t: int, ev: Evaluation) -> None:
                 nonlocal done
+                pair, key, _ = tasks[t]
                 self._done[pair] = ev
                 done += 1
                 if sink is not None:
@@ -368,43 +376,21 @@ class _Simulations:
                 if done % 10 == 0 or done == len(tasks):
                     self.progress(f"{what}: {done}/{len(tasks)} simulated")
 
-            if self.jobs <= 1 or len(tasks) <= 1:
-                for pair, key, opts in tasks:
-                    record(pair, key, _score_with(self.points[pair[0]], opts))
-                return
-            with ProcessPoolExecutor(max_workers=self.jobs) as pool:
-                futures = {
-                    pool.submit(_score_with, self.points[pair[0]], opts): (pair, key)
-                    for pair, key, opts in tasks
-                }
-                try:
-                    for fut in as_completed(futures):
-                        pair, key = futures[fut]
-                        record(pair, key, fut.result())
-                except BaseException:
-                    for fut in futures:
-                        fut.cancel()
-                    raise
+            calls = [(self.points[pair[0]], opts) for pair, _, opts in tasks]
+            in_processes(_score_with, calls, self.jobs, record)
         finally:
             if sink is not None:
                 sink.close()
-
-    def _probe(self, k: int) -> float | str | None:
-        """The value parameter ``k`` is probed at: its last, or for a parameter of one
-        value its prior ("same" when that is the value: nothing to probe)."""
-        p = self.grid.parameters[k]
-        if len(p.values) > 1:
-            return p.values[-1]
-        return "same" if p.prior == p.values[0] else p.prior
 
     def screen(self) -> None:
         """Which parameters each point's run consults (module docstring)."""
         first = self.grid.first()
         probes: dict[int, Values] = {}
-        for k in range(len(first)):
-            v = self._probe(k)
-            if v != "same":
-                probes[k] = (*first[:k], v if v is None else float(v), *first[k + 1 :])
+        for k, p in enumerate(self.grid.parameters):
+            # its last value; one of a single value at its prior (none when the same)
+            if len(p.values) > 1 or p.prior != p.values[0]:
+                alt = p.values[-1] if len(p.values) > 1 else p.prior
+                probes[k] = (*first[:k], alt, *first[k + 1 :])
         everyone = range(len(self.points))
         self.run(((i, v) for i in everyone for v in (first, *probes.values())), "screen")
         for i in everyone:

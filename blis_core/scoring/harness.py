@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from blis_core.contracts.errors import BlisError, InputRefused
 from blis_core.contracts.result import RequestOutcome, Result
@@ -39,11 +39,14 @@ from blis_core.host.manager import PluginHost
 if TYPE_CHECKING:
     from blis_core.runner.run import DataSources
 
+T = TypeVar("T")
+
 __all__ = [
     "PointScore",
     "ScoreOptions",
     "adapters",
     "build_report",
+    "in_processes",
     "pick_adapter",
     "regime_of",
     "reporters",
@@ -278,6 +281,30 @@ def _scorer_failed(
     )
 
 
+def in_processes(
+    fn: Callable[..., T],
+    tasks: Sequence[tuple[object, ...]],
+    jobs: int,
+    on_result: Callable[[int, T], None],
+) -> None:
+    """Call ``fn(*task)`` for every task, in ``jobs`` processes (here when ``jobs`` <= 1
+    or there is one task), handing each result to ``on_result`` with its task's index as
+    it comes; on any error the tasks not started are cancelled."""
+    if jobs <= 1 or len(tasks) <= 1:
+        for i, task in enumerate(tasks):
+            on_result(i, fn(*task))
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(fn, *task): i for i, task in enumerate(tasks)}
+        try:
+            for fut in as_completed(futures):
+                on_result(futures[fut], fut.result())
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
 def score_points(
     points: Sequence[MeasuredPoint],
     options: ScoreOptions,
@@ -288,24 +315,13 @@ def score_points(
     """Score every point, in ``jobs`` processes; results in the order of ``points``."""
     out: dict[int, PointScore] = {}
     total = len(points)
-    if jobs <= 1 or total <= 1:
-        for i, point in enumerate(points):
-            out[i] = score_point(point, options)
-            if progress is not None:
-                progress(len(out), total, out[i])
-        return [out[i] for i in range(total)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(score_point, p, options): i for i, p in enumerate(points)}
-        try:
-            for fut in as_completed(futures):
-                i = futures[fut]
-                out[i] = fut.result()
-                if progress is not None:
-                    progress(len(out), total, out[i])
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
+
+    def done(i: int, score: PointScore) -> None:
+        out[i] = score
+        if progress is not None:
+            progress(len(out), total, score)
+
+    in_processes(score_point, [(p, options) for p in points], jobs, done)
     return [out[i] for i in range(total)]
 
 
