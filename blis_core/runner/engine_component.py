@@ -852,10 +852,7 @@ class EngineComponent(Component):
             if self._next_scrape_us == t:
                 taken = self._span_made(engine, span, times, every, taken)
                 self._scrape(t)
-        n = len(times)
-        if not n:
-            self._held = None  # its boundaries are spent (or out of order): a fresh one
-            return 0
+        n = len(times)  # >= 1: the first boundary is now, before the limit
         pricer.count(base + n)
         self._span_made(engine, span, times, every, taken)
         last_us = times[-1]
