@@ -308,8 +308,9 @@ class EngineComponent(Component):
         # A decode span taken up to a lookahead and not spent: (span, its prices, the
         # boundaries taken), dropped as soon as anything else touches the engine.
         self._held: tuple[DecodeSpan, _SpanPricer, int] | None = None
-        # Whether the last span asked for was resumed after its first lookahead.
-        self._spans_resumed = False
+        # Spans this instance asked for, and takes of held spans after their first call.
+        self._fresh_spans = 0
+        self._resumed_takes = 0
         budget = engine.plan.kv_budget
         self._kv_check = (
             KVEventLedger(name, budget.num_gpu_blocks if budget is not None else None)
@@ -821,14 +822,14 @@ class EngineComponent(Component):
             # lookahead (resumed: inputs mostly go to other instances).
             last = flights[-1]
             room = (limit_us - now_us) // max(1, last.end_us - last.start_us)
-            if room < _MIN_SPAN_STEPS and not self._spans_resumed:
+            if room < _MIN_SPAN_STEPS and self._resumed_takes <= self._fresh_spans:
                 return 0
             offered = engine.decode_span()
             if offered is None:
                 return 0
             span, base = offered, 0
             pricer = _SpanPricer(self._env, self._plan, span, flights, limit_us)
-            self._spans_resumed = False
+            self._fresh_spans += 1
         ends = [f.end_us for f in flights]
         every = list(flights)
         times: list[int] = []
@@ -864,7 +865,7 @@ class EngineComponent(Component):
         self.steps += n
         self._held = (span, pricer, base + n) if base + n < span.num_steps else None
         if base:
-            self._spans_resumed = True
+            self._resumed_takes += 1
         return 2 * (n + scrapes)
 
     def _span_made(

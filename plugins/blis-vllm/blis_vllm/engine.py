@@ -129,11 +129,27 @@ class VllmDecodeSpan:
     """The steady boundaries a :class:`VllmEngine` offers (``DecodeSpan``): boundary ``i``
     schedules a uniform decode step over every context of the batch plus ``i``."""
 
-    __slots__ = ("_graph", "_padded", "_shapes", "calls", "engine", "last_us", "offer")
+    __slots__ = (
+        "_graph",
+        "_padded",
+        "_shapes",
+        "calls",
+        "emitted",
+        "engine",
+        "finished",
+        "last_us",
+        "offer",
+        "request_ids",
+    )
 
     def __init__(self, engine: VllmEngine, offer: SpanOffer) -> None:
         self.engine = engine
         self.offer = offer
+        # The batch's ids, and the emissions every boundary repeats (made at the first).
+        self.request_ids = [r.request_id for r in offer.requests]
+        self.emitted: tuple[TokenEmission, ...] = ()
+        # The finished ids the span's first step took from the scheduler.
+        self.finished: set[str] = set()
         self._padded, self._graph = pad_step(len(offer.contexts), True, engine.plan)
         # The engine's call count when offered or last taken (any other call ends it).
         self.calls = engine._calls
@@ -211,7 +227,9 @@ class VllmEngine:
             if self.steady is not None and plan.draft_policy is None and not settings.layout.pp > 1
             else None
         )
-        self._in_flight: deque[tuple[StepShape, SchedulerOutput]] = deque()
+        # The steps in flight with their scheduler outputs; a step a held decode span
+        # scheduled has None until the span is settled (:meth:`_settle`).
+        self._in_flight: deque[tuple[StepShape, SchedulerOutput | None]] = deque()
         # Immutable contract objects a decode step repeats, made once: the one-token
         # emission of each unfinished request, and a one-token chunk per context length
         # (below _CACHED_CONTEXTS: a few pointers per engine whatever max_model_len is).
@@ -225,6 +243,9 @@ class VllmEngine:
         self._aborted: list[FinishedRequest] = []
         # Calls that change the engine (a decode span is valid only while none comes).
         self._calls = 0
+        # The span whose last take left its untouched requests' counters and its steps'
+        # scheduler outputs to be made (:meth:`_settle`, before any other call).
+        self._unsettled: VllmDecodeSpan | None = None
         info = self.cache_config_info()
         self._metrics = EngineMetrics(
             settings.max_model_len,
@@ -245,7 +266,7 @@ class VllmEngine:
 
     def add_request(self, request: InferenceRequest, now_us: int) -> None:
         """Queue a request; refuse an empty or too long prompt as vLLM's processor does."""
-        self._calls += 1
+        self._touched()
         n = request.input_tokens
         if n == 0:
             raise InputRefused.one(
@@ -275,7 +296,7 @@ class VllmEngine:
 
     def abort_request(self, request_id: str, now_us: int) -> None:
         """Finish a request as aborted; unknown or finished ids are ignored."""
-        self._calls += 1
+        self._touched()
         for r in self.scheduler.finish_requests([request_id], RequestStatus.FINISHED_ABORTED):
             self._aborted.append(FinishedRequest(r.request_id, "abort", r.num_output_tokens))
             self._metrics.request_aborted(r.request_id)
@@ -283,7 +304,7 @@ class VllmEngine:
 
     def schedule(self, now_us: int) -> StepShape | None:
         """Schedule the next step, or ``None`` when no tokens can be scheduled now."""
-        self._calls += 1
+        self._touched()
         if len(self._in_flight) >= self._plan.steps_in_flight:
             return None
         if self.kv_connector is None:
@@ -330,16 +351,17 @@ class VllmEngine:
 
     def transfer_done(self, transfer: Transfer, now_us: int) -> None:
         """A KV read this instance made or served ended (``KVTransferEngine``)."""
-        self._calls += 1
+        self._touched()
         if self.kv_connector is not None:
             self.kv_connector.transfer_done(transfer)
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         """The oldest in-flight step finished: sample its tokens and update state."""
-        self._calls += 1
+        self._touched()
         if not self._in_flight:
             raise RuntimeError("complete() called with no step in flight")
         expected, out = self._in_flight.popleft()
+        assert out is not None  # settled by _touched
         if expected.step_id != shape.step_id:
             raise RuntimeError(
                 f"steps complete in schedule order: expected {expected.step_id}, "
@@ -395,6 +417,27 @@ class VllmEngine:
     #: so a longer offer costs nothing until taken).
     MAX_SPAN_STEPS = 4096
 
+    def _touched(self) -> None:
+        """A call that reads or changes the scheduler: it ends any decode span offered
+        (their ``calls`` no longer match) after settling the one taken last."""
+        self._calls += 1
+        if self._unsettled is not None:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Bring the requests of the span taken last to its last boundary and make the
+        scheduler outputs of its steps still in flight (:meth:`SpanPlanner.settle`)."""
+        span = self._unsettled
+        assert span is not None and self._spans is not None
+        self._unsettled = None
+        offer = span.offer
+        self._spans.settle(offer)
+        flights = self._in_flight
+        for k, (shape, out) in enumerate(flights):
+            if out is None:
+                j = shape.step_id - offer.first_step_id
+                flights[k] = (shape, self._spans.scheduled_output(offer, j, span.finished))
+
     def decode_span(self) -> VllmDecodeSpan | None:
         """The steady boundaries that follow the steps in flight (:mod:`blis_vllm.span`),
         or ``None``; read-only."""
@@ -402,7 +445,10 @@ class VllmEngine:
             return None
         if len(self._in_flight) != self._plan.steps_in_flight:
             return None
-        offer = self._spans.offer([out for _, out in self._in_flight], self.MAX_SPAN_STEPS)
+        if self._unsettled is not None:
+            self._settle()
+        outs = [out for _, out in self._in_flight if out is not None]
+        offer = self._spans.offer(outs, self.MAX_SPAN_STEPS)
         return None if offer is None else VllmDecodeSpan(self, offer)
 
     def take_span(self, span: DecodeSpan, boundaries_us: Sequence[int]) -> list[StepOutcome]:
@@ -426,11 +472,16 @@ class VllmEngine:
         for _ in range(min(n, len(self._in_flight))):
             self._in_flight.popleft()
         events, usage = spans.take(offer, n)
-        outs = spans.scheduled_outputs(offer, n)
-        for out in outs:
-            self._in_flight.append((span.take_shape(out.step_id - offer.first_step_id), out))
-        rids = [r.request_id for r in offer.requests]
-        new_tokens = dict.fromkeys(rids, 1)
+        end = offer.taken
+        if not start:
+            # The span's first step carries the finished ids, taken from the scheduler.
+            span.finished = self.scheduler.finished_req_ids
+            self.scheduler.finished_req_ids = set()
+        for j in range(max(start, end - offer.steps_in_flight), end):
+            # Its scheduler output is made only if the span is settled with it in flight.
+            self._in_flight.append((span.take_shape(j), None))
+        self._unsettled = span
+        rids = span.request_ids
         stats = self.scheduler.kv_cache_manager.prefix_cache_stats
         snapshot = MetricsSnapshot(
             num_running=len(self.scheduler.running),
@@ -442,11 +493,13 @@ class VllmEngine:
         if start:
             # Every request had its last token at the span's last boundary so far.
             self._metrics.steady_steps(rids, [span.last_us, *boundaries_us], snapshot)
+            emitted = span.emitted
         else:
+            new_tokens = dict.fromkeys(rids, 1)
             self._metrics.step_completed(boundaries_us[0], new_tokens, (), snapshot)
             self._metrics.steady_steps(rids, boundaries_us, snapshot)
+            emitted = span.emitted = self._emissions(new_tokens)
         span.last_us = boundaries_us[-1]
-        emitted = self._emissions(new_tokens)
         # NOTE: positional (step_id, first_scheduled, emitted, finished, preempted,
         # kv_events): a compiled blis-core class parses keyword arguments about five times
         # slower, and this runs at every boundary of a span.

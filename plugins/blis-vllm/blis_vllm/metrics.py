@@ -424,6 +424,13 @@ class EngineMetrics:
         # added, so only what moved is written again, every key where it was.
         self._last: dict[str, float] | None = None
         self._last_reasons = 0
+        # The decode span being recorded (:meth:`steady_steps`): its request ids (the
+        # list it is called with), their states, and the tokens and last token time not
+        # yet written to those states.
+        self._span_ids: Sequence[str] | None = None
+        self._span_states: list[_RequestState] = []
+        self._span_tokens = 0
+        self._span_last_us = 0
 
     # -- events ----------------------------------------------------------------------
 
@@ -433,6 +440,8 @@ class EngineMetrics:
 
     def request_aborted(self, request_id: str) -> None:
         """A client abort: the request's stats are dropped unrecorded, as upstream."""
+        if self._span_ids is not None:
+            self._settle_span()
         self._requests.pop(request_id, None)
 
     def requests_scheduled(self, request_ids: Iterable[str], now_us: int) -> None:
@@ -457,6 +466,8 @@ class EngineMetrics:
         """
         self._snapshot = snapshot
         self._cache = None
+        if self._span_ids is not None:
+            self._settle_span()
         outputs = list(new_tokens)
         outputs += [rid for rid, _, _ in finished if rid not in new_tokens]
         if not outputs:
@@ -508,13 +519,21 @@ class EngineMetrics:
         request of ``request_ids`` (each with a token at ``ends_us[0]``, recorded by
         :meth:`step_completed`) gets one token and nobody finishes. Records what as many
         :meth:`step_completed` calls would: the gap since the step before, once per
-        request, the generation tokens and the iteration's tokens, step by step."""
+        request, the generation tokens and the iteration's tokens, step by step.
+
+        Called again with the same ``request_ids`` object (the span's later boundaries),
+        the requests' own counts and last token times are written once, when another
+        call reads them (:meth:`step_completed`, :meth:`request_aborted`)."""
         self._snapshot = snapshot
         self._cache = None
         if len(ends_us) < 2:
             return
-        states = [s for s in map(self._requests.get, request_ids) if s is not None]
-        m = len(states)
+        if request_ids is not self._span_ids:
+            if self._span_ids is not None:
+                self._settle_span()
+            self._span_ids = request_ids
+            self._span_states = [s for s in map(self._requests.get, request_ids) if s is not None]
+        m = len(self._span_states)
         if not m:
             return
         itl = self._itl
@@ -524,10 +543,20 @@ class EngineMetrics:
             iteration.observe(m)
         k = len(ends_us) - 1
         self._generation_tokens += m * k
-        last = ends_us[-1]
-        for state in states:
-            state.num_generation_tokens += k
-            state.last_token_us = last
+        self._span_tokens += k
+        self._span_last_us = ends_us[-1]
+
+    def _settle_span(self) -> None:
+        """Write the span's tokens and last token time to its requests' states."""
+        k = self._span_tokens
+        if k:
+            last = self._span_last_us
+            for state in self._span_states:
+                state.num_generation_tokens += k
+                state.last_token_us = last
+        self._span_ids = None
+        self._span_states = []
+        self._span_tokens = 0
 
     def _finish(self, state: _RequestState, reason: str, now_us: int) -> None:
         """``update_from_finished_request`` and its recording."""

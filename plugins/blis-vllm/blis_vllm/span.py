@@ -54,6 +54,10 @@ class SpanOffer:
     """Boundaries already made (:meth:`SpanPlanner.take` makes the ones after)."""
     due: dict[int, list[int]] | None = None
     """The calendar: boundary -> batch positions of the requests touched at it."""
+    synced: list[int] | None = None
+    """The boundary each request's counters were last brought to (by batch position):
+    :meth:`SpanPlanner.take` touches only the requests due, :meth:`SpanPlanner.settle`
+    brings every request to ``taken``."""
 
     # NOTE: an explicit __init__ (the fields in order, their defaults; a factory's field
     # takes None for a fresh object): compiled, the one `dataclasses` writes would stay
@@ -67,6 +71,7 @@ class SpanOffer:
         steps_in_flight: int,
         taken: int = 0,
         due: dict[int, list[int]] | None = None,
+        synced: list[int] | None = None,
     ) -> None:
         self.requests = requests
         self.contexts = contexts
@@ -75,6 +80,7 @@ class SpanOffer:
         self.steps_in_flight = steps_in_flight
         self.taken = taken
         self.due = due
+        self.synced = synced
 
 
 class SpanPlanner:
@@ -173,8 +179,11 @@ class SpanPlanner:
         Returns each boundary's KV events (those its ``complete`` made and those the
         boundary before it scheduled, as ``take_events`` at the end of each ``complete``
         gives them) and the KV cache usage after the last boundary's ``complete`` (the
-        gauge a step's metrics record). The scheduler ends as after those boundaries;
-        boundary ``b`` (from 1) schedules step ``offer.first_step_id + b - 1``.
+        gauge a step's metrics record). The blocks, hashes, events and step id are as
+        after those boundaries; a request's counters only once it was due (its KV work)
+        or :meth:`settle` brought it: call :meth:`settle` before anything but
+        :meth:`take` reads or changes the scheduler. Boundary ``b`` (from 1) schedules
+        step ``offer.first_step_id + b - 1``.
         """
         steady = self._steady
         s = steady._scheduler
@@ -185,7 +194,6 @@ class SpanPlanner:
         blocks_of = steady._manager.req_to_blocks
         bs = coordinator.scheduler_block_size
         is_async = steady._async
-        stagger = s.decode_stagger if isinstance(s, AsyncScheduler) else 0
         num_flight = offer.steps_in_flight
         requests = offer.requests
         calendar = _Calendar(bs, num_flight, cached, blocks_of)
@@ -197,7 +205,9 @@ class SpanPlanner:
             due = offer.due = {}
             for i, r in enumerate(requests):
                 due.setdefault(calendar.next_event(r, 0), []).append(i)
-        synced = [start] * len(requests)
+        synced = offer.synced
+        if synced is None:
+            synced = offer.synced = [start] * len(requests)
         events: list[list[KVEvent]] = []
         usage = 0.0
         first_step = offer.first_step_id
@@ -245,40 +255,47 @@ class SpanPlanner:
                     r.num_output_placeholders += 1
                 synced[i] = b
                 due.setdefault(calendar.next_event(r, b), []).append(i)
-        last_step = first_step + end - 1
-        for i, r in enumerate(requests):
+        s._step_id = first_step + end - 1
+        offer.taken = end
+        return events, usage
+
+    def settle(self, offer: SpanOffer) -> None:
+        """Bring every request of ``offer`` to the boundaries taken: the counters the
+        boundaries :meth:`take` did not touch it at move it on, and (async) every
+        request's next eligible step is the step after the last one scheduled."""
+        synced = offer.synced
+        if synced is None:
+            return
+        end = offer.taken
+        s = self._steady._scheduler
+        eligible = offer.first_step_id + end - 1
+        if isinstance(s, AsyncScheduler):
+            eligible += s.decode_stagger
+        is_async = self._steady._async
+        for i, r in enumerate(offer.requests):
             behind = end - synced[i]
             if behind:
                 r.num_computed_tokens += behind
                 r.num_tokens += behind
+                synced[i] = end
             if is_async:
-                r.next_decode_eligible_step = last_step + stagger
-        s._step_id = last_step
-        offer.taken = end
-        return events, usage
+                r.next_decode_eligible_step = eligible
 
-    def scheduled_outputs(self, offer: SpanOffer, n: int) -> list[SchedulerOutput]:
-        """The scheduler outputs of the steps the last ``n`` boundaries taken scheduled
-        that are still in flight after them (the last ``min(n, steps_in_flight)``), as
-        the steady path makes them; call after :meth:`take`."""
-        steady = self._steady
-        s = steady._scheduler
+    def scheduled_output(self, offer: SpanOffer, index: int, finished: set[str]) -> SchedulerOutput:
+        """The scheduler output of the step boundary ``index`` (from 0) of ``offer``
+        scheduled, as the steady path makes it; the span's first step carries
+        ``finished`` (the ids the scheduler held when the span was first taken), later
+        ones an empty set."""
         rids = [r.request_id for r in offer.requests]
-        outs = []
-        end = offer.taken
-        for j in range(max(end - n, end - offer.steps_in_flight), end):
-            out = SchedulerOutput(
-                step_id=offer.first_step_id + j, steady_epoch=steady._general_steps
-            )
-            out.num_scheduled_tokens = dict.fromkeys(rids, 1)
-            out.context_tokens = {rid: c + j for rid, c in zip(rids, offer.contexts, strict=True)}
-            out.sampling = list(rids)
-            outs.append(out)
-        # The first step of the span took the finished ids; later ones an empty set.
-        if outs and outs[0].step_id == offer.first_step_id:
-            outs[0].finished_req_ids = s.finished_req_ids
-        s.finished_req_ids = set()
-        return outs
+        out = SchedulerOutput(
+            step_id=offer.first_step_id + index, steady_epoch=self._steady._general_steps
+        )
+        out.num_scheduled_tokens = dict.fromkeys(rids, 1)
+        out.context_tokens = {rid: c + index for rid, c in zip(rids, offer.contexts, strict=True)}
+        out.sampling = rids
+        if index == 0:
+            out.finished_req_ids = finished
+        return out
 
 
 class _Calendar:

@@ -77,6 +77,10 @@ class Driver:
         return scrapes
 
     def state(self) -> list[tuple[Any, ...]]:
+        # A span's take leaves the requests it did not touch behind, and its steps'
+        # scheduler outputs unmade, until the engine's next call settles them.
+        if self.engine._unsettled is not None:
+            self.engine._settle()
         return [
             (
                 r.request_id,
@@ -98,7 +102,7 @@ def test_a_span_equals_its_boundaries(async_scheduling: bool, prefix_caching: bo
     args = {"async_scheduling": async_scheduling, "enable_prefix_caching": prefix_caching}
     spanned, stepped = Driver(**args), Driver(**args)
     assert isinstance(spanned.engine, SpanEngine)
-    taken = 0
+    taken = spans = 0
     while True:
         span = spanned.engine.decode_span()
         if span is not None and span.num_steps >= 3:
@@ -117,7 +121,10 @@ def test_a_span_equals_its_boundaries(async_scheduling: bool, prefix_caching: bo
                 seen.append(dict(stepped.engine.scrape()))
             assert scrapes == seen
             taken += n
-            assert spanned.state() == stepped.state()
+            spans += 1
+            if spans % 2:
+                assert spanned.state() == stepped.state()
+            # else the next call (decode_span or complete) settles the span on its own.
             continue
         if not spanned.boundary():
             break
