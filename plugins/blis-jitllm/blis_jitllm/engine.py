@@ -86,6 +86,7 @@ from blis_jitllm.kv import (
     parked_host_bytes,
 )
 from blis_jitllm.memcache import MemCache
+from blis_jitllm.moe import ExpertBank, MixtureOffer, offer_mixture, pass_upload_sheets
 from blis_jitllm.paging import BudgetPager
 from blis_jitllm.placement import Device, Placement, place_blocks, place_head
 from blis_jitllm.settings import FLAGS, JitllmSettings, resolve_settings
@@ -168,6 +169,13 @@ class PoolFacts:
     logits_bytes: int = 0
     quantized: bool = False
     """the weights are a quantized file (a few rows share the decode matvec, ``groupMV``)"""
+    mixture: bool = False
+    """a mixture model: no block may go home (the host's expert pages are not modelled)"""
+    expert_bank: ExpertBank | None = None
+    """the routed bank of an auto-streamed block (None: no block is streamed)"""
+    expert_streams: tuple[tuple[int, int], ...] = ()
+    """per device with a pool: its auto-streamed blocks and the sheets of each one's
+    expert cache (0: the plain bank of one token's selection)"""
 
     @property
     def layer_page_bytes(self) -> int:
@@ -181,15 +189,78 @@ def _refuse(path: str, value: object, cause: str) -> InputRefused:
 
 def _check_model(pool: str, model: ModelArchitecture, weights: str | None) -> None:
     why = None
-    if model.moe is not None:
-        why = "mixture-of-experts blocks (expert paging and auto-streaming)"
-    elif model.attention not in (AttentionKind.MHA, AttentionKind.GQA) or model.layer_types:
+    if model.attention not in (AttentionKind.MHA, AttentionKind.GQA) or model.layer_types:
         why = f"{model.attention.value} attention"
     elif weights is None and model.dtype not in _DTYPE_BYTES:
         why = f"{model.dtype} weights (a .jlm converted from a 16-bit checkpoint or a GGUF only)"
     if why is not None:
         raise _refuse(
             f"deployment.pools.{pool}.model", model.hf_id, f"not modelled by blis-jitllm yet: {why}"
+        )
+
+
+#: why a mixture block cannot go home: the host's expert pages are not modelled
+_SENT_HOME = (
+    "jitllm would send a block home as the history grows (-relocate), where the host "
+    "pager keeps each routed expert in a page of its own and gives expert pages up "
+    "first, least recently used (guides/memory.mdx), which is not modelled by "
+    "blis-jitllm yet"
+)
+
+
+def _expert_banks(model: ModelArchitecture) -> list[ExpertBank | None]:
+    """Each block's routed-expert bank in the model's 16-bit weights (a GGUF mixture is
+    refused by the memory arithmetic): an expert's sheets are its gate, up and down
+    matrices; the leading dense blocks have none."""
+    moe = model.moe
+    assert moe is not None
+    sheet = 3 * model.hidden_size * moe.expert_intermediate_size * _DTYPE_BYTES[model.dtype]
+    bank = ExpertBank(moe.num_experts, moe.experts_per_token, sheet)
+    return [None if i < moe.first_dense_layers else bank for i in range(model.num_layers)]
+
+
+def _check_mixture(
+    spec: EnginePoolSpec,
+    settings: JitllmSettings,
+    offer: MixtureOffer,
+    owner: tuple[int | None, ...],
+    offered: int,
+    source: str,
+) -> None:
+    """What the port of a mixture model's placement does not model, refused by name: a
+    mixture block on the host (the host pager's expert pages), and auto-streamed blocks
+    without ``-warm`` (the stream trial the first session would run)."""
+    home = [i for i, o in enumerate(owner) if o is None]
+    if home:
+        why = (
+            f"AutoStream kept the blocks above every device's whole budget there ("
+            f"{offer.kept_home})"
+            if offer.kept_home
+            else "no device had room for them"
+        )
+        path, value = "engine.args.devices", spec.args.get("devices")
+        if offered < len(owner) and not offer.kept_home:
+            path, value, why = "engine.args.gpu-layers", settings.gpu_layers, "-gpu-layers"
+        raise InputRefused.one(
+            path,
+            value,
+            f"{len(home)} of {len(owner)} mixture blocks run on the host ({why}), where the "
+            "host pager keeps each routed expert in a page of its own and gives expert "
+            "pages up first, least recently used (guides/memory.mdx): not modelled by "
+            "blis-jitllm yet; give the devices room for every block",
+            source,
+        )
+    if any(offer.streamed) and not settings.warm:
+        raise InputRefused.one(
+            "engine.args.warm",
+            settings.warm,
+            "auto-streamed mixture blocks are measured against the host by the first "
+            "session that streams them (initStreamTrial: after 32 decoded tokens it "
+            "moves every block home and back in timed runs of 24 and keeps the faster), "
+            "whose wall-clock outcome is not modelled by blis-jitllm; with -warm (the "
+            "default) that session is the warm-up's single decode step, which never "
+            "reaches the trial",
+            source,
         )
 
 
@@ -385,16 +456,29 @@ def _plan(
         Device(f"cuda:{i}", b.limit, 1.0, used=scratch)
         for i, b in zip(indexes, budgets, strict=True)
     ]
-    placed = place_blocks(blocks[:offered], devices, extra=offered * history_per_block + head)
-    placed = Placement(
-        placed.devices, placed.owner + (None,) * (n - offered), placed.used, placed.share
-    )
-    ruled = place_head(placed, head, blocks, blocks)
+    source = f"{ENGINE} pool for {model.hf_id} on {hw.id}"
+    mixture: MixtureOffer | None = None
+    if model.moe is None:
+        placed = place_blocks(blocks[:offered], devices, extra=offered * history_per_block + head)
+        placed = Placement(
+            placed.devices, placed.owner + (None,) * (n - offered), placed.used, placed.share
+        )
+        ruled = place_head(placed, head, blocks, blocks)
+    else:
+        mixture = offer_mixture(
+            blocks,
+            _expert_banks(model),
+            devices,
+            offered,
+            extra=offered * history_per_block + head,
+            first_pages=2 * page_bytes(kv_row, page_positions(settings.max_seq)),
+        )
+        ruled = place_head(mixture.placement, head, mixture.charges, mixture.reads)
+        _check_mixture(spec, settings, mixture, ruled.placement.owner, offered, source)
     placement = ruled.placement
     owner = placement.owner
     on_device = sum(1 for o in owner if o is not None)
     head_on_device = ruled.device is not None
-    source = f"{ENGINE} pool for {model.hf_id} on {hw.id}"
     host_sizes = tuple(b for b, o in zip(blocks, owner, strict=True) if o is None)
     host_weights = embedding + sum(host_sizes) + (0 if head_on_device else head)
     host_limit = 0
@@ -463,7 +547,7 @@ def _plan(
     # holds the plan's host blocks; the blocks sent home are not in it)
     relocate: tuple[tuple[int, int], ...] = ()
     part_sets: tuple[tuple[PlanPart, ...], ...] = ()
-    if machine is not None and len(pooled) == 1 and not over:
+    if machine is not None and len(pooled) == 1 and not over and mixture is None:
         limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
         if embedding + sum(blocks) + head <= limit:
             host_limit = host_limit or limit
@@ -496,6 +580,15 @@ def _plan(
         lim // (layer_page * layers) - 1
         for lim, layers in zip(kv_limits, device_layers, strict=True)
     ]
+    if any(x < 1 for x in pages) and mixture is not None:
+        names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
+        raise InputRefused.one(
+            "engine.args.devices",
+            spec.args.get("devices"),
+            f"the mixture blocks placed on {names} (with their expert caches) leave no room "
+            f"for a page of KV history: {_SENT_HOME}",
+            source,
+        )
     if any(x < 1 for x in pages) and not relocate:
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         rooms = [b.limit - scratch - head for b in budgets]
@@ -558,6 +651,22 @@ def _plan(
         cache_position_bytes=n * host_layer,
         logits_bytes=model.vocab_size * 4,
         quantized=settings.weights is not None,
+        mixture=mixture is not None,
+        expert_bank=next(
+            (b for b, st in zip(_expert_banks(model), mixture.streamed, strict=True) if st),
+            None,
+        )
+        if mixture is not None
+        else None,
+        expert_streams=tuple(
+            (
+                sum(1 for o, st in zip(owner, mixture.streamed, strict=True) if o == d and st),
+                mixture.caches[d],
+            )
+            for d in pooled
+        )
+        if mixture is not None
+        else (),
     )
     return plan, facts, settings, model
 
@@ -765,6 +874,10 @@ class JitllmEngine:
             if self._moved < len(f.relocate):
                 self._relocate_one(d, need)
                 continue
+            if f.mixture:
+                raise SimulationError(
+                    f"{ENGINE}: the KV pool of device {d} cannot grow for the pass: {_SENT_HOME}"
+                )
             if self._evict(d, need, want - pages + 1, callers) <= 1:
                 return
             raise SimulationError(
@@ -1128,10 +1241,11 @@ class JitllmEngine:
             page_in[self._facts.pager_slot] = self._pager.run_pass()
         restored = sum(self._uploads.pop(u.row.request_id, 0) for u in units if u.prompt)
         streamed = self._streamed(units)
+        experts = self._expert_uploads(tokens)
         for d, slot in enumerate(self._facts.device_slots):
             if slot is not None:
                 upload = restored * self._facts.layer_position_bytes * self._layers[d]
-                page_in[slot] += streamed[d] + upload + self._migrated
+                page_in[slot] += streamed[d] + upload + self._migrated + experts[d]
                 self._migrated = 0
         # a run of blocks goes to its device as one submission (jitllm reports one
         # submission a token with every block on the card), not one launch a kernel
@@ -1146,6 +1260,19 @@ class JitllmEngine:
                 self._moved, len(self._facts.relocate), runs_tiled(tokens, self._facts.quantized)
             ),
         )
+
+    def _expert_uploads(self, tokens: int) -> list[int]:
+        """Per device with a pool: the expert sheets a pass of ``tokens`` rows uploads
+        over its link into its auto-streamed blocks (:func:`~blis_jitllm.moe.
+        pass_upload_sheets`: what the rows select that the cache does not hold)."""
+        f = self._facts
+        bank = f.expert_bank
+        if bank is None:
+            return [0] * len(f.device_layers)
+        return [
+            round(blocks * bank.sheet * pass_upload_sheets(tokens, bank, cache))
+            for blocks, cache in f.expert_streams
+        ]
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         """A pass ended; after the iteration's last, the rows move on and the next
@@ -1250,6 +1377,22 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
     }
 
 
+def _experts(facts: PoolFacts) -> dict[str, object]:
+    """Auto-streamed mixture blocks: how many each device holds, their expert caches and
+    the sheets one decoded token uploads."""
+    bank = facts.expert_bank
+    if bank is None:
+        return {}
+    return {
+        "auto-streamed blocks": [blocks for blocks, _ in facts.expert_streams],
+        "expert cache sheets a block": [cache for _, cache in facts.expert_streams],
+        "expert bytes a decode pass uploads": [
+            round(blocks * bank.sheet * pass_upload_sheets(1, bank, cache))
+            for blocks, cache in facts.expert_streams
+        ],
+    }
+
+
 class JitllmEngineFactory:
     """EngineFactory for the jitllm snapshot of 2026-12-03."""
 
@@ -1299,6 +1442,7 @@ class JitllmEngineFactory:
                 else "not modelled for this placement (several devices, more blocks than "
                 "the host budget holds, no machine)"
             ),
+            **_experts(facts),
             "kv page positions": facts.page,
             "kv pages a layer": budget.num_gpu_blocks if budget is not None else 0,
         }

@@ -149,14 +149,21 @@ def rank_devices(devices: Sequence[Device]) -> tuple[Device, ...]:
 
 
 def plan_shares(
-    avail: Sequence[int], n_blocks: int, per: int, fixed: int, extra: int
+    avail: Sequence[int],
+    n_blocks: int,
+    per: int,
+    fixed: int,
+    extra: int,
+    spread_all: bool = False,
 ) -> tuple[int, ...] | None:
     """``planShares``: the device index each of ``n_blocks`` blocks is steered to, or
     ``None`` for fill-first.
 
     ``avail[i]`` is device ``i``'s room at planning (limit less what it held then),
     ``per`` one block's charge, ``fixed`` what each device used pays once, ``extra``
-    what the devices must hold beside the blocks.
+    what the devices must hold beside the blocks. ``spread_all`` (auto-streamed
+    mixture blocks, ``multi.go@38610fab``: "what the bases leave is their expert
+    caches") takes every device rather than the fewest that hold the need.
     """
     if n_blocks <= 0:
         return None
@@ -173,7 +180,7 @@ def plan_shares(
     while k < len(avail):
         total += avail[k]
         k += 1
-        if fits(total, k):
+        if fits(total, k) and not spread_all:
             break
     if per == 0 or total < need(k):
         return None
@@ -196,12 +203,16 @@ def place_blocks(
     fixed: int = 0,
     extra: int = 0,
     fill_first: bool = False,
+    streamed: Sequence[bool] = (),
 ) -> Placement:
     """Place blocks of the given charges (bytes as a device holds them, in layer
     order) on ``devices`` (ranked fastest first, see :func:`rank_devices`).
 
     ``fixed`` is charged by a device with its first block; ``extra`` is what the plan
-    keeps room for beside the blocks (``planExtra``).
+    keeps room for beside the blocks (``planExtra``). ``streamed`` marks auto-streamed
+    mixture blocks (``PrepLayer``, ``multi.go@38610fab``): once one is seen, the plan is
+    priced again on the next streamed block, with no fixed cost, over every device
+    (``spreadAll``).
     """
     n = len(blocks)
     base = [d.used for d in devices]
@@ -212,12 +223,22 @@ def place_blocks(
     share: tuple[int, ...] | None = None
     cur = 0
     placed = 0
+    # ``AutoStream`` sets ``spreadAll`` as the first streamed block is offered
+    spread_from = next((i for i, st in enumerate(streamed) if st), n)
+    seen = 0  # streamed blocks offered (``streamSeen``)
+    stream_priced = False  # ``streamPlanned``
     for li, size in enumerate(blocks):
+        pricing = plan_n > 1 and share is None and placed == 1
+        if li >= spread_from and plan_n > 1 and not stream_priced:
+            auto = streamed[li]
+            pricing = auto and seen > 0
+            seen += 1 if auto else 0
+            if pricing:
+                share, stream_priced = None, True
         start = cur
         if share is not None and li < len(share) and share[li] > start:
             start = share[li]
         # priced on the second block placed: the first also paid one-time charges
-        pricing = plan_n > 1 and share is None and placed == 1
         chosen: int | None = None
         for i in range(start, len(devices)):
             charge = size if touched[i] else size + fixed
@@ -231,8 +252,10 @@ def place_blocks(
             if pricing:
                 per = used[i] - before
                 one_time = before - base[i] - per if before > base[i] + per else 0
+                if stream_priced:
+                    one_time = 0
                 room = [max(d.limit - b, 0) for d, b in zip(devices, base, strict=True)]
-                share = plan_shares(room, plan_n, per, one_time, extra)
+                share = plan_shares(room, plan_n, per, one_time, extra, stream_priced)
             break
         owner.append(chosen)
         if chosen is not None:
