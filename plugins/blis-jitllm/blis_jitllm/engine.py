@@ -264,6 +264,42 @@ def _check_mixture(
         )
 
 
+def _check_stream_host(
+    spec: EnginePoolSpec,
+    settings: JitllmSettings,
+    machine: MachineSpec | None,
+    offer: MixtureOffer,
+    blocks: list[int],
+    home: int,
+    source: str,
+) -> None:
+    """A streamed block's fill reads the selected sheets from the host pager's copy of
+    the block (``streamBank.w``, re-pointed by ``ensure`` each token); modelled where
+    the host's weight budget holds every streamed block beside the embedding (and a
+    host head), which the load then preloads and, every block being on a device, no
+    ``applyPageBudget`` narrows. Elsewhere the pager would read expert pages from the
+    disk, least recently used first out: refused by name."""
+    streamed = sum(b for b, st in zip(blocks, offer.streamed, strict=True) if st)
+    if machine is None:
+        raise _refuse(
+            f"deployment.pools.{spec.pool}.machine",
+            None,
+            "auto-streamed mixture blocks upload their experts from the host's copy: name "
+            "the machine the pool runs on (its host memory holds the banks)",
+        )
+    limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
+    if streamed + home > limit:
+        raise InputRefused.one(
+            "engine.args.maxmem",
+            settings.maxmem,
+            f"the auto-streamed blocks' host copy ({(streamed + home) / 2**30:.2f} GiB with the "
+            f"embedding and head) exceeds the host's weight budget ({limit / 2**30:.2f} "
+            "GiB): the host pager would read their experts from the disk in expert pages, "
+            "given up least recently used first, which is not modelled by blis-jitllm yet",
+            source,
+        )
+
+
 def _weight_bytes(env: Environment, request: LoweringRequest, n: int) -> tuple[list[int], int, int]:
     """Bytes of each block, of the token embedding and of the output head (final norm
     and output matrix) in the pool's weight format, from the memory arithmetic."""
@@ -475,6 +511,9 @@ def _plan(
         )
         ruled = place_head(mixture.placement, head, mixture.charges, mixture.reads)
         _check_mixture(spec, settings, mixture, ruled.placement.owner, offered, source)
+        if any(mixture.streamed):
+            home = embedding + (0 if ruled.device is not None else head)
+            _check_stream_host(spec, settings, machine, mixture, blocks, home, source)
     placement = ruled.placement
     owner = placement.owner
     on_device = sum(1 for o in owner if o is not None)

@@ -178,6 +178,8 @@ def test_what_the_mixture_port_does_not_model_is_refused_by_name(
         (_spec(devices="all", **{"gpu-layers": 40}), "engine.args.gpu-layers"),
         # the stream trial a session without the warm-up would run
         (_spec(devices=SMALL, warm=False, **{"max-batch": 8}), "engine.args.warm"),
+        # the banks' host copy beyond the host's budget: expert pages read from disk
+        (_spec(devices=SMALL, maxmem="8G", **{"max-batch": 8}), "engine.args.maxmem"),
     ]
     for spec, path in cases:
         with pytest.raises(InputRefused) as exc:
