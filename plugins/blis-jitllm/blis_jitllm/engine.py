@@ -39,6 +39,15 @@ following the KV, and a step names the placement it ran on (``StepShape.part_set
 blocks come back, lowest first, when room returns. When neither frees room the run
 stops with that reason; so does a host history beyond the host's memory.
 
+Mixture-of-experts models (:mod:`blis_jitllm.moe`): blocks that fit are resident; a
+block that with its routed bank exceeds every device's whole budget is auto-streamed
+(its base and one token's expert sheets on the card, an expert cache from the room
+placement leaves) and every pass uploads the sheets its rows select that the cache does
+not hold over the device's link. Refused by name: a mixture block on the host (the
+host pager's expert pages), streamed blocks without ``-warm`` (the stream trial) or
+beyond the host's weight budget; a mixture model's pool that cannot grow stops the run
+(the block ``-relocate`` would send home is a host mixture block).
+
 Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
 where ``measured-jitllm.yaml`` has them, the floor elsewhere, and the Result says no
 serving run backs them), except that a pass of more rows than the decode matvec carries

@@ -48,7 +48,7 @@ frame's fill map is empty, so every chunk of the page is read; its slack is not)
 ``trimFree`` walks Go's map of free frames in a random order; the port walks the sizes
 smallest first (which frames survive a trim is a coin toss upstream). Expert pages
 (evicted first, least recently used) and pins (a page being read) are not modelled:
-expert models are refused.
+a mixture model whose blocks would run on the host is refused (``engine._check_mixture``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ Follows the router of ``jit/gpu/tier/multi.go`` (``PrepLayer``, ``PlanBlocks``,
 * blocks are offered in layer order. A block goes to the first device, from a cursor
   that only moves forward, that has room for it resident; a block no device takes runs
   on the host, and later blocks are still offered. Automatic placement never pages a
-  block in (paging is opt-in per block, or the MoE auto-stream), so the second pass of
-  ``PrepLayer`` (``mayPage``) never admits one here;
+  block in (paging is opt-in per block), so the second pass of ``PrepLayer``
+  (``mayPage``) never admits one here; a mixture block above every device's budget is
+  offered with its base and one token's expert sheets (:mod:`blis_jitllm.moe`), and
+  such blocks spread the plan over every device (``spreadAll``);
 * after the second block is placed, its charge (``per``) and what its device charged
   beyond the blocks (``fixed``: the staging buffer, the session's seat) price a plan
   (:func:`plan_shares`) over the fewest devices that hold every block, each device's
