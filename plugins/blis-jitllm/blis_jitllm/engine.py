@@ -1488,7 +1488,7 @@ class JitllmEngineFactory:
                 f"on: up to {len(facts.relocate)} blocks go home as the history grows"
                 if facts.relocate
                 else "not modelled for this placement (several devices, more blocks than "
-                "the host budget holds, no machine)"
+                "the host budget holds, no machine, a mixture model)"
             ),
             **_experts(facts),
             "kv page positions": facts.page,
