@@ -225,3 +225,12 @@ def test_a_pool_the_caches_leave_no_room_stops_the_run_naming_relocate(
         while (shape := engine.schedule(now)) is not None:
             now += 10_000
             engine.complete(shape, now)
+
+
+def test_streamed_blocks_spread_the_plan_over_every_device() -> None:
+    from blis_jitllm.placement import plan_shares
+
+    # the fewest devices that hold four unit blocks: the first alone
+    assert plan_shares([10, 10, 10], 4, 1, 0, 0) == (0, 0, 0, 0)
+    # spreadAll: every device, in proportion to its room
+    assert plan_shares([10, 10, 10], 4, 1, 0, 0, spread_all=True) == (0, 1, 1, 2)
