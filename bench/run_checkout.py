@@ -1,4 +1,4 @@
-"""Run a Go-parity scenario with the code of one checkout: the unit ``farm-bench`` times.
+"""Run a Go-parity scenario with the code of one checkout: the unit ``bench/paired.py`` times.
 
     python bench/run_checkout.py CHECKOUT [NUM_REQUESTS] [--scenario 1x5k]
 
@@ -6,7 +6,7 @@ Puts ``CHECKOUT`` (a clone or ``git worktree`` of this repository) and its plugi
 folders first on ``sys.path``, so one environment times two commits against each other:
 
     git worktree add /tmp/base <commit>
-    farm-bench -n 3 --timeout 1500 --vs "python bench/run_checkout.py /tmp/base 5000" \\
+    python bench/paired.py -n 3 --base "python bench/run_checkout.py /tmp/base 5000" \\
         -- python bench/run_checkout.py . 5000
 
 Prints the Result's content hash, so the two commits can be seen to agree.
@@ -14,7 +14,7 @@ Prints the Result's content hash, so the two commits can be seen to agree.
 ``--installed`` runs the packages installed in this environment instead (the scenario
 files still come from ``CHECKOUT``): a compiled blis-vllm wheel against its own source,
 
-    farm-bench -n 3 --timeout 1500 --vs "python bench/run_checkout.py . 2000" \\
+    python bench/paired.py -n 3 --base "python bench/run_checkout.py . 2000" \\
         -- python bench/run_checkout.py . 2000 --installed
 """
 
