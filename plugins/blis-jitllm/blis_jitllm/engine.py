@@ -32,12 +32,14 @@ A row's KV pages are taken as it writes positions; the pool grows by doubling (e
 exactly) and keeps released pages. Where it cannot grow, rows' oldest wholly written
 pages go home (``kvevict.go``: other rows first, in the order they were admitted) and
 every later pass of such a row streams them back over the device's link, alone. With
-``-relocate`` (on in ``jitllmd serve``; modelled on one device where the host's budget
-holds every block)
-the highest block goes home with its history before any history does, the seam
-following the KV, and a step names the placement it ran on (``StepShape.part_set``);
-blocks come back, lowest first, when room returns. When neither frees room the run
-stops with that reason; so does a host history beyond the host's memory.
+``-relocate`` (on in ``jitllmd serve``; modelled on one device) the highest block goes
+home with its history before any history does, the seam following the KV, and a step
+names the placement it ran on (``StepShape.part_set``); its weights do not cross the
+link: the block joins the host pager's pages (below the plan's host blocks) and the next
+pass reads it from the disk. Blocks come back, lowest first, when room returns, each
+read through the pager before the card takes it and its page then dropped. When neither
+frees room the run stops with that reason; so does a host history beyond the host's
+memory.
 
 Mixture-of-experts models (:mod:`blis_jitllm.moe`): blocks that fit are resident; a
 block that with its routed bank exceeds every device's whole budget is auto-streamed
@@ -162,6 +164,15 @@ class PoolFacts:
     its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home,
     and the sets after them each placement again on the batched twin
     (:func:`~blis_jitllm.kernels.part_set`)"""
+    relocate_off: str = ""
+    """why ``-relocate`` is not modelled for this placement ("" where it is)"""
+    pager_sizes: tuple[int, ...] = ()
+    """the host pager's pages in block order: the blocks ``-relocate`` may send home
+    (lowest first), then the plan's host blocks; its page ``len(relocate) - k`` is the
+    block ``relocate[k - 1]``"""
+    slots: tuple[PartSlots, ...] = ()
+    """per count of blocks sent home (0 to ``len(relocate)``): which of its placement's
+    paging parts carry the pager's reads and each device's link"""
     layer_position_bytes: int = 0
     """KV bytes one position takes in one layer on a device (float32 K and V)"""
     host_layer_position_bytes: int = 0
@@ -190,6 +201,18 @@ class PoolFacts:
     def layer_page_bytes(self) -> int:
         """One KV page of one layer on a device."""
         return self.page * self.layer_position_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PartSlots:
+    """Where a step's ``page_in_bytes`` go on one placement: its paging parts' count,
+    the one the host pager reads over (``None``: the placement runs no host block), and
+    per device with a pool the one its link carries (KV streamed back, blocks and
+    history moved)."""
+
+    paging: int
+    pager: int | None
+    devices: tuple[int | None, ...]
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -424,10 +447,12 @@ def _no_kv_room(
     per_block: int,
     names: str,
     source: str,
+    why: str,
 ) -> InputRefused:
-    """Devices filled with blocks that leave a pool no KV page: the refusal names the
-    ``-gpu-layers`` that leaves each device, filled in turn, room for one context of its
-    blocks' history (and for the head: ``rooms`` are each device's room less it)."""
+    """Devices filled with blocks that leave a pool no KV page: the refusal names why
+    ``-relocate`` is not modelled there and the ``-gpu-layers`` that leaves each device,
+    filled in turn, room for one context of its blocks' history (and for the head:
+    ``rooms`` are each device's room less it)."""
     fit = 0
     for room in rooms:
         taken = 0
@@ -438,9 +463,8 @@ def _no_kv_room(
         "engine.args.gpu-layers",
         settings.gpu_layers,
         f"the blocks placed on {names} leave no room for a page of KV history: jitllm "
-        "would send blocks home as the history grows (-relocate), which is not modelled "
-        f"by blis-jitllm yet; gpu-layers {fit} leaves room for one context of "
-        f"{settings.max_seq} positions",
+        f"would move blocks off the card as the history grows (-relocate), and {why}; "
+        f"gpu-layers {fit} leaves room for one context of {settings.max_seq} positions",
         source,
     )
 
@@ -590,36 +614,48 @@ def _plan(
     layer_page = page_bytes(kv_row, p)
     pooled = [d for d in range(len(devices)) if any(o == d for o in owner)]
     # -relocate (on in jitllmd serve): with one device, blocks go home one at a time, the
-    # highest first, when its pool can neither grow nor send history home; modelled where
-    # the host's budget holds every block beside the embedding and head (a pager there
-    # holds the plan's host blocks; the blocks sent home are not in it)
-    relocate: tuple[tuple[int, int], ...] = ()
+    # highest first, when its pool can neither grow nor send history home; each is then
+    # read through the host pager like the plan's host blocks (its page was dropped when
+    # the card took it), where the machine names a disk to read it from
+    reloc = (
+        _relocation(
+            machine, pooled, owner, blocks, settings, embedding, head, head_on_device, host_sizes
+        )
+        if mixture is None
+        else _Relocation(
+            why_not="a mixture model: the block it would send home runs on the host with its "
+            "experts paged (the host pager's expert pages), which blis-jitllm does not model"
+        )
+    )
+    relocate = reloc.relocate
     part_sets: tuple[tuple[PlanPart, ...], ...] = ()
-    if machine is not None and len(pooled) == 1 and not over and mixture is None:
-        limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
-        if embedding + sum(blocks) + head <= limit:
-            host_limit = host_limit or limit
-            mine = [i for i, o in enumerate(owner) if o == pooled[0]]
-            relocate = tuple((i, blocks[i]) for i in reversed(mine[1:]))  # the first stays
-            link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
-            moved = list(owner)
-            sets = []
-            for i, _ in relocate:
-                moved[i] = None
-                sets.append(
-                    _parts(
-                        env,
-                        request,
-                        tuple(moved),
-                        ruled.device,
-                        hw.id,
-                        machine.host,
-                        link,
-                        page_link,  # the pager's part, where the plan has one
-                        len(devices),
-                    ).parts
-                )
-            part_sets = tuple(sets)
+    paging = sum(1 for x in parts.parts if x.page_link is not None)
+    slots = [PartSlots(paging, parts.pager_slot, parts.device_slots)]
+    if relocate:
+        assert machine is not None
+        host_limit = host_limit or reloc.host_limit
+        if reloc.page_budget:
+            page_budget, page_link = reloc.page_budget, machine.storage
+        link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
+        moved = list(owner)
+        sets = []
+        for i, _ in relocate:
+            moved[i] = None
+            at = _parts(
+                env,
+                request,
+                tuple(moved),
+                ruled.device,
+                hw.id,
+                machine.host,
+                link,
+                page_link,  # the pager's part, where the machine names a disk
+                len(devices),
+            )
+            sets.append(at.parts)
+            paging = sum(1 for x in at.parts if x.page_link is not None)
+            slots.append(PartSlots(paging, at.pager_slot, at.device_slots))
+        part_sets = tuple(sets)
     device_layers = tuple(sum(1 for o in owner if o == d) for d in pooled)
     kv_limits = tuple(
         budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in pooled
@@ -641,13 +677,18 @@ def _plan(
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         rooms = [b.limit - scratch - head for b in budgets]
         per_block = history_per_block + layer_page  # and the pool's dummy page
-        raise _no_kv_room(settings, blocks, rooms, per_block, names, source)
+        raise _no_kv_room(settings, blocks, rooms, per_block, names, source, reloc.why_not)
     host_page = host_page_positions(model.max_position_embeddings)
     host_position = (n - on_device) * host_layer
     host_kv_limit = 0
     if machine is not None and (host_position or relocate):
-        # with -relocate, room for the history of every block that may go home
-        resident = min(host_weights, host_limit) + sum(c for _, c in relocate)
+        # with -relocate, room for the history of every block that may go home; their
+        # weights are the pager's (within its budget) where the machine names a disk
+        moved_weights = sum(c for _, c in relocate)
+        if reloc.page_budget:
+            resident = min(host_weights + moved_weights, host_limit)
+        else:
+            resident = min(host_weights, host_limit) + moved_weights
         host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
     # every placement again with its device projections on the batched twin, which a
     # pass of more rows than the decode matvec carries runs (kernels.part_set)
@@ -686,12 +727,19 @@ def _plan(
         host_kv_limit_bytes=host_kv_limit,
         host_page_budget=page_budget if page_link is not None else 0,
         host_block_sizes=host_sizes if page_budget and page_link is not None else (),
+        pager_sizes=(reloc.pager_sizes if reloc.page_budget else host_sizes)
+        if page_budget and page_link is not None
+        else (),
         page_link=page_link,
         devices=len(pooled),
         paging_parts=sum(1 for x in parts.parts if x.page_link is not None),
         pager_slot=parts.pager_slot,
         device_slots=tuple(parts.device_slots[d] for d in pooled),
         relocate=relocate,
+        relocate_off=reloc.why_not,
+        slots=tuple(
+            PartSlots(x.paging, x.pager, tuple(x.devices[d] for d in pooled)) for x in slots
+        ),
         layer_position_bytes=page_bytes(kv_row, 1),
         host_layer_position_bytes=host_layer,
         host_page=host_page,
@@ -717,6 +765,83 @@ def _plan(
         else (),
     )
     return plan, facts, settings, model
+
+
+@dataclass(frozen=True, slots=True)
+class _Relocation:
+    """What ``-relocate`` comes to for a placement: the blocks it may send home
+    (highest first, with their charges), the host budget and the pager that reads them
+    (``page_budget`` 0: no pager for them), or why it is not modelled."""
+
+    relocate: tuple[tuple[int, int], ...] = ()
+    host_limit: int = 0
+    page_budget: int = 0
+    pager_sizes: tuple[int, ...] = ()
+    why_not: str = ""
+
+
+def _relocation(
+    machine: MachineSpec | None,
+    pooled: list[int],
+    owner: tuple[int | None, ...],
+    blocks: list[int],
+    settings: JitllmSettings,
+    embedding: int,
+    head: int,
+    head_on_device: bool,
+    host_sizes: tuple[int, ...],
+) -> _Relocation:
+    """``-relocate`` on one device (``model.go*`` ``relocateUntil``, ``relocateHome``):
+    every block on the card but the first may go home, the highest first. Once home a
+    block runs on the host and is faulted in through the host pager on every pass that
+    reaches it (``engine/model/batch.go`` ``rowsHost`` -> ``Model.pageIn``; its page was
+    dropped when the card took it: ``offerRange`` -> ``releaseLayer`` ->
+    ``File.DropPage``), so the pager's pages are those blocks, lowest first, then the
+    plan's host blocks, in one budget: the host's weight budget less the embedding and a
+    host head. Where the machine names no disk the port runs no pager: the blocks sent
+    home must then fit the budget beside the host's weights, and read nothing (as the
+    host blocks there). Not modelled, with the reason: no machine, several devices (a
+    full card's highest block would first move to the next card,
+    ``tier.GPU.SpillAfter``), one block on the card, a pager whose budget holds no such
+    block."""
+    if machine is None:
+        return _Relocation(
+            why_not="the pool names no machine, whose host would run the blocks sent home"
+        )
+    if len(pooled) != 1:
+        return _Relocation(
+            why_not=f"the blocks are on {len(pooled)} devices: a full card's highest block "
+            "would first move to the next card (tier.GPU.SpillAfter, where no other "
+            "session has history on it) or else home, which blis-jitllm does not model"
+            if pooled
+            else "no block is on a device"
+        )
+    mine = [i for i, o in enumerate(owner) if o == pooled[0]]
+    relocate = tuple((i, blocks[i]) for i in reversed(mine[1:]))  # the first stays
+    if not relocate:
+        return _Relocation(
+            why_not="the card holds one block, which blis-jitllm keeps there (sending it "
+            "home demotes every block)"
+        )
+    limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
+    host_resident = embedding + (0 if head_on_device else head)
+    if machine.storage is None:
+        if host_resident + sum(host_sizes) + sum(c for _, c in relocate) > limit:
+            return _Relocation(
+                why_not=f"machine {machine.id} names no disk to page the blocks sent home "
+                f"from, and the host's weight budget ({limit / 2**30:.2f} GiB) does not hold "
+                "them beside its own weights"
+            )
+        return _Relocation(relocate, limit)
+    page_budget = limit - host_resident
+    sizes = tuple(c for _, c in reversed(relocate)) + host_sizes
+    if page_budget < max(sizes):
+        return _Relocation(
+            why_not=f"the host pager's budget ({max(page_budget, 0) / 2**30:.2f} GiB beside "
+            f"the embedding and head) holds less than one block ({max(sizes) / 2**30:.2f} "
+            "GiB)"
+        )
+    return _Relocation(relocate, limit, page_budget, sizes)
 
 
 def _kv_dtype(kv_row: int, host_layer: int, device_attached: bool) -> str:
@@ -806,13 +931,17 @@ class JitllmEngine:
             )
         self._uploads: dict[str, int] = {}  # restored positions a row's first pass uploads
         self._pager: BudgetPager | None = None
+        self._pager_reads = 0  # bytes an offer back to the card read through the pager
         if facts.host_page_budget:
-            self._pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
+            # its pages: the blocks -relocate may send home, then the plan's host blocks
+            self._pager = BudgetPager(
+                facts.host_page_budget, facts.pager_sizes or facts.host_block_sizes
+            )
             # a budget that holds every host block starts with them all: the server's
             # load preloads the pages (``LoadModel``: ``model.WithPreload``,
             # ``server/engine.go`` index id 70901474045) and nothing evicts them
             if settings.warm or sum(facts.host_block_sizes) <= facts.host_page_budget:
-                self._pager.run_pass()  # the warm-up generate before serving
+                self._pager.run_pass(len(facts.relocate))  # the warm-up generate
         # per device with a pool: pages a layer, the dummy included
         self._pool_pages = [1] * len(facts.device_layers)
         # -relocate: blocks sent home so far, and what the devices hold now
@@ -930,11 +1059,10 @@ class JitllmEngine:
                 return
             raise SimulationError(
                 f"{ENGINE}: the KV pool of device {d} cannot grow and its rows have no "
-                "wholly written page left to send home; jitllm would move a block home "
-                "(-relocate)"
+                "wholly written page left to send home; jitllm would move a block off the "
+                "card (-relocate)"
                 + (
-                    ", which is not modelled by blis-jitllm on several devices or where the "
-                    "host pager cannot hold every block"
+                    f", and {f.relocate_off}"
                     if not f.relocate
                     else ", and every block but the first has gone: it would demote every "
                     "block to the host, which is not modelled by blis-jitllm"
@@ -943,7 +1071,11 @@ class JitllmEngine:
 
     def _relocate_one(self, d: int, need: dict[str, int]) -> None:
         """``relocateHome``: the highest block left on the device goes home with its
-        KV history; its weights' room goes to the pool."""
+        KV history (``migrateKV``, over the device's link); its weights' room goes to
+        the pool. The weights do not cross: the card's copy is released
+        (``ReleaseLayers``) and the next pass faults the block in through the host
+        pager (``rowsHost`` -> ``pageIn``), from the model file, since its page was
+        dropped when the card took it."""
         f = self._facts
         _, charge = f.relocate[self._moved]
         resident = sum(need.values()) - sum(self._home[d].values())
@@ -951,24 +1083,38 @@ class JitllmEngine:
         self._layers[d] -= 1
         self._limits[d] += charge
         self._host_position += f.host_layer_position_bytes
-        self._migrated += charge + resident * f.layer_page_bytes
+        self._migrated += resident * f.layer_page_bytes
 
     def _reclaim(self) -> None:
         """``reclaim``: once room came back (a row left), offer the blocks sent home back,
-        lowest first, keeping each only while the pool still fits beside it."""
+        lowest first, keeping each only while the pool still fits beside it. An offer
+        reads the block through the host pager first (``offerRange`` -> ``pageIn``: a
+        hit, or a read from the model file that may evict), also for the block the card
+        then declines ("offering a block the card cannot hold reads its page for
+        nothing"); a block the card takes crosses its link with its history and gives
+        its page up (``releaseLayer`` -> ``DropPage``), and the offer ends by handing
+        every free frame back (``TrimFree``)."""
         f = self._facts
         self._room_changed = False
+        pager = self._pager
         while self._moved:
             _, charge = f.relocate[self._moved - 1]
+            page = len(f.relocate) - self._moved  # its page in the pager
+            if pager is not None:
+                self._pager_reads += pager.touch(page)
             layers = self._layers[0] + 1
             if self._pool_pages[0] * f.layer_page_bytes * layers > self._limits[0] - charge:
-                return
+                break
             resident = sum(self._held.values()) - sum(self._home[0].values())
             self._moved -= 1
             self._layers[0] = layers
             self._limits[0] -= charge
             self._host_position -= f.host_layer_position_bytes
             self._migrated += charge + resident * f.layer_page_bytes
+            if pager is not None:
+                pager.drop(page)
+        if pager is not None:
+            pager.trim_free()
 
     def _evict(self, d: int, need: dict[str, int], short: int, callers: set[str]) -> int:
         """``evictForRoom`` on device ``d``: free ``short`` pages (the want and one spare)
@@ -1221,8 +1367,9 @@ class JitllmEngine:
         history they move over each device's link."""
         self._step_id += 1
         self._swaps = swaps
-        page_in = [0] * self._facts.paging_parts
-        for slot, num_bytes in zip(self._facts.device_slots, self._swap, strict=True):
+        slots = self._facts.slots[self._moved]
+        page_in = [0] * slots.paging
+        for slot, num_bytes in zip(slots.devices, self._swap, strict=True):
             if slot is not None:
                 page_in[slot] += num_bytes
         self._swap = [0] * len(self._swap)
@@ -1284,13 +1431,21 @@ class JitllmEngine:
         tokens = sum(u.tokens for u in units)
         # every pass runs every block: the host pager reads the blocks it does not hold,
         # each device the history its rows sent home
-        page_in = [0] * self._facts.paging_parts
-        if self._pager is not None and self._facts.pager_slot is not None:
-            page_in[self._facts.pager_slot] = self._pager.run_pass()
+        f = self._facts
+        slots = f.slots[self._moved]
+        page_in = [0] * slots.paging
+        if self._pager is not None:
+            # the blocks sent home (the pages below the plan's host blocks) and those
+            read = self._pager.run_pass(len(f.relocate) - self._moved) + self._pager_reads
+            self._pager_reads = 0
+            if slots.pager is not None:
+                page_in[slots.pager] = read
+            # else an offer back read a block, and the card now runs every block: a
+            # placement with no host part has no disk link to price it over (not priced)
         restored = sum(self._uploads.pop(u.row.request_id, 0) for u in units if u.prompt)
         streamed = self._streamed(units)
         experts = self._expert_uploads(tokens)
-        for d, slot in enumerate(self._facts.device_slots):
+        for d, slot in enumerate(slots.devices):
             if slot is not None:
                 upload = restored * self._facts.layer_position_bytes * self._layers[d]
                 page_in[slot] += streamed[d] + upload + self._migrated + experts[d]
@@ -1408,6 +1563,12 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
     finished history may take before ``applyPageBudget`` evicts."""
     if not facts.host_page_budget:
         return {"host pager": "off: no host block, or no disk to page from"}
+    if not facts.host_block_sizes:
+        return {
+            "host pager budget": facts.host_page_budget,
+            "host pager": "holds the blocks -relocate sends home (none at the load), each "
+            f"read over {facts.page_link} on the pass after it moves",
+        }
     slack = facts.host_page_budget - sum(facts.host_block_sizes)
     if slack >= 0:
         return {
@@ -1486,9 +1647,9 @@ class JitllmEngineFactory:
             ),
             "relocate": (
                 f"on: up to {len(facts.relocate)} blocks go home as the history grows"
+                + (", read through the host pager" if facts.pager_sizes else "")
                 if facts.relocate
-                else "not modelled for this placement (several devices, more blocks than "
-                "the host budget holds, no machine, a mixture model)"
+                else f"not modelled for this placement: {facts.relocate_off}"
             ),
             **_experts(facts),
             "kv page positions": facts.page,

@@ -35,6 +35,17 @@ not the ones further behind the cursor. :meth:`BudgetPager.set_budget` is
 ``File.SetBudget``: narrowing evicts the excess at once, widening reads nothing, and what
 was evicted faults back in as the scan reaches it.
 
+Blocks come and go from the scan when ``-relocate`` moves the seam (read 2026-12-05):
+a block a device took gave its page up (``offerRange`` -> ``releaseLayer`` ->
+``File.DropPage``: the frame to the free list, its capacity refunded, ``recent``
+forgotten if it was that block; then ``File.TrimFree`` hands every free frame back), and
+one sent home is faulted in through the pager like any host block on the next pass that
+reaches it (``engine/model/batch.go`` ``rowsHost``: ``m.pageIn(li)`` for every block
+not on a device). :meth:`BudgetPager.run_pass` scans from a first page so that the
+engine can hold the blocks that may go home below the plan's host blocks, in block
+order; :meth:`BudgetPager.drop` and :meth:`BudgetPager.trim_free` are ``DropPage`` and
+``TrimFree``.
+
 Frames (``File.take``, ``unhold``, ``trimFree``; ``format/jlm/read.go@635f1f30``,
 ``format/jlm/offheap.go@9f5a43ff``): an evicted block's frame goes to a free list, and a
 page-in takes a free frame of its block's size, else the smallest free frame up to a
@@ -182,9 +193,22 @@ class BudgetPager:
             return self.recent
         return min(self.resident, default=-1)
 
-    def run_pass(self) -> int:
-        """One forward pass over every block; returns the bytes it paged in."""
-        return sum(self.touch(li) for li in range(len(self.sizes)))
+    def run_pass(self, first: int = 0) -> int:
+        """One forward pass over the blocks from ``first`` (every block by default) to
+        the last; returns the bytes it paged in."""
+        return sum(self.touch(li) for li in range(first, len(self.sizes)))
+
+    def drop(self, li: int) -> None:
+        """``File.DropPage``: block ``li`` leaves the pager (a device took it); its
+        frame goes to the free list, its capacity refunded, and it is no longer the most
+        recent block. A block not resident is left alone."""
+        if li in self.resident:
+            self._evict(li)
+            self.page_outs -= 1  # a drop is not an eviction: page_outs counts those
+
+    def trim_free(self) -> None:
+        """``File.TrimFree``: every free frame handed back (the end of an offer)."""
+        self._trim_free(0)
 
     def set_budget(self, budget: int) -> int:
         """``File.SetBudget``: a new budget (at least one byte: ``pagerBudget``); a

@@ -67,6 +67,9 @@ def test_fewer_cards_than_the_plan_needs_fill_each_in_turn(
         f.plan(_spec(devices="cuda:0,cuda:1,cuda:2"), env)
     assert exc.value.errors[0].path == "engine.args.gpu-layers"
     assert "gpu-layers 76 leaves room" in exc.value.errors[0].cause
+    # -relocate over several cards is what is not modelled, and the refusal says so
+    assert "the blocks are on 3 devices" in exc.value.errors[0].cause
+    assert "tier.GPU.SpillAfter" in exc.value.errors[0].cause
     plan = f.plan(_spec(devices="cuda:0,cuda:1,cuda:2", **{"gpu-layers": 76}), env)
     # 76 blocks offered: the plan holds them over three cards, split in proportion; the
     # last 4 blocks on the host, and the head back on the card of the last placed block

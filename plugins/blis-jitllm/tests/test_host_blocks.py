@@ -67,17 +67,29 @@ def test_blocks_that_do_not_fit_the_card_run_on_the_host(
     assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks >= 4096 // 256
 
 
-def test_a_card_filled_with_blocks_beside_the_host_pager_is_refused_naming_where_to_cut(
+def test_a_card_filled_with_blocks_beside_a_pager_that_evicts_from_the_start_relocates(
     blis_environment: Callable[[str], Environment],
 ) -> None:
-    """-relocate is modelled only where the host's budget holds every block: with a
-    pager that evicts from the start (2 GiB), a card that fill-first left without a KV
-    page is refused, naming the -gpu-layers to use."""
-    with pytest.raises(InputRefused) as exc:
-        JitllmEngineFactory().plan(_spec(maxmem="2G"), blis_environment("p-0"))
-    err = exc.value.errors[0]
-    assert err.path == "engine.args.gpu-layers"
-    assert "-relocate" in err.cause and "gpu-layers 13 leaves room" in err.cause
+    """-relocate beside a host pager that evicts from the start (2 GiB): the blocks sent
+    home join the pager's pages, below the plan's host blocks, in the one budget
+    (``rowsHost`` -> ``pageIn`` faults each block not on a device through it), so the
+    plan is no longer refused."""
+    env = blis_environment("p-0")
+    f = JitllmEngineFactory()
+    spec = _spec(maxmem="2G")
+    engine = f.build(spec, env, "p-0")
+    facts = engine._facts
+    assert len(facts.relocate) == 20 and facts.relocate_off == ""
+    assert sum(facts.host_block_sizes) > facts.host_page_budget  # it evicts from the start
+    # the pager's pages: the blocks that may go home, lowest first, then the host's
+    assert facts.pager_sizes == (
+        tuple(c for _, c in reversed(facts.relocate)) + facts.host_block_sizes
+    )
+    assert "read through the host pager" in str(f.resolved_args(spec, env)["relocate"])
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 3000),), 8), 0)
+    shapes = _one_at_a_time(engine)
+    assert engine._moved > 0
+    assert all(s.page_in_bytes[1] > 0 for s in shapes)  # a thrashing pager reads a pass
 
 
 @pytest.mark.parametrize(
@@ -286,13 +298,65 @@ def test_relocate_sends_blocks_home_as_the_history_grows_and_takes_them_back(
     moved = [s.part_set - (relocations + 1) if s.part_set > relocations else s.part_set
              for s in shapes]  # fmt: skip
     assert moved[0] > 0 and moved == sorted(moved)  # home as the history grows
-    first = shapes[0].page_in_bytes[0]  # the blocks' weights and history crossing
-    assert first >= sum(c for _, c in engine._facts.relocate[: moved[0]])
+    # a block sent home leaves its weights behind (the card's copy is released) and is
+    # faulted in through the host pager on the next pass (rowsHost -> pageIn): the
+    # pager, which holds every host block here, reads exactly the blocks newly home over
+    # the disk (paging part 1); the card's link (part 0) carries only their history
+    relocate = engine._facts.relocate
+    layer_page = engine._facts.layer_page_bytes
+    before = 0
+    for s, k in zip(shapes, moved, strict=True):
+        device, pager = s.page_in_bytes or (0, 0)
+        assert pager == sum(c for _, c in relocate[before:k])
+        if k > before:  # (other passes carry the prompt cache's seal over the link)
+            assert device % layer_page == 0
+            assert device < relocate[k - 1][1]  # history, not the block's weights
+        before = k
+    assert engine._pager is not None
+    home = range(relocations - before, relocations)  # the pages of the blocks home
+    assert set(home) <= engine._pager.resident
     # room came back (here: the budget raised, one of jitllm's triggers): the blocks are
-    # offered back, lowest first, each kept while the pool still fits beside it
+    # offered back, lowest first, each kept while the pool still fits beside it; each
+    # offer reads the block through the pager (a hit here), the card takes it, its page
+    # is dropped and the offer hands the free frames back (TrimFree)
     engine._limits[0] += 8 << 30
     engine._reclaim()
     assert engine._moved == 0
+    assert engine._pager_reads == 0
+    assert not set(home) & engine._pager.resident and not engine._pager.free
+
+
+def test_an_offer_back_reads_an_evicted_block_through_the_pager(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``reclaim`` -> ``offerRange`` -> ``pageIn``: a block sent home that the pager has
+    since evicted (here a narrowed budget took the lowest pages, which the blocks sent
+    home are) is read again from the model file before the card takes it back; the read
+    is the next pass's, over the disk, with the weights' upload over the card's link."""
+    env = blis_environment("p-0")
+    engine = JitllmEngineFactory().build(_spec(**{"max-queue": -1}), env, "p-0")
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 3000),), 8), 0)
+    shape = engine.schedule(0)
+    assert shape is not None and engine._moved == 1
+    engine.complete(shape, 1000)
+    pager = engine._pager
+    assert pager is not None
+    page = len(engine._facts.relocate) - 1  # the page of the block sent home
+    assert page in pager.resident
+    # evicts the most recent block (the last), then the lowest (the one sent home)
+    pager.set_budget(pager.used - pager.frames[pager.recent] - 1)
+    pager.set_budget(engine._facts.host_page_budget)
+    assert page not in pager.resident
+    engine._limits[0] += 8 << 30
+    engine._reclaim()
+    charge = engine._facts.relocate[0][1]
+    assert engine._moved == 0 and engine._pager_reads == charge
+    assert page not in pager.resident  # read, then dropped once the card took it
+    upload = engine._migrated
+    assert upload >= charge  # the weights and their history go up the card's link
+    nxt = engine.schedule(2000)
+    assert nxt is not None and nxt.part_set in (0, len(engine._facts.relocate) + 1)
+    assert nxt.page_in_bytes[1] >= charge and nxt.page_in_bytes[0] >= upload
 
 
 def _one_at_a_time(engine: object) -> list[StepShape]:

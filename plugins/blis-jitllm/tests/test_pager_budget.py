@@ -443,3 +443,27 @@ def test_kv_f16_sets_the_host_pages_width_only_on_a_load_that_opens_no_device(
     assert facts({"devices": "cpu", "kv-f16": False})[:2] == (kv_row * 8, 32 * kv_row * 8)
     assert facts({"devices": "cpu", "kv-f16": True})[:2] == (kv_row * 4, 32 * kv_row * 4)
     assert facts({"kv-f16": True}) == facts({}) == (kv_row * 8, 32 * kv_row * 8, kv_row * 8)
+
+
+def test_blocks_sent_home_are_the_lowest_pages_and_leave_by_drop() -> None:
+    """The engine's pager holds the blocks ``-relocate`` may send home below the plan's
+    host blocks, in block order: a pass with ``k`` of them home scans from page
+    ``R - k``. Being the lowest-numbered, they are ``evictOne``'s first victims after the
+    most recent block; a block the card takes back leaves by ``DropPage`` (its frame
+    free, its charge refunded, no longer the most recent) and ``TrimFree`` hands the
+    free frames back."""
+    pager = BudgetPager(50, (10, 10, 10, 10, 10))  # pages 0-1 may go home, 2-4 are host
+    assert pager.run_pass(2) == 30  # none home: the host blocks only
+    assert pager.run_pass(1) == 10  # the highest block came home (page 1)
+    assert pager.run_pass(0) == 10 and pager.resident == {0, 1, 2, 3, 4}
+    assert pager.set_budget(30) == 2
+    assert pager.resident == {1, 2, 3}  # 4 (the most recent), then 0 (the lowest)
+    pager.touch(1)
+    assert pager.recent == 1
+    outs = pager.page_outs
+    pager.drop(1)  # the card took block 1 back
+    assert pager.resident == {2, 3} and pager.used == 20 and pager.recent == -1
+    assert pager.page_outs == outs and pager.free == {10: 1}  # (the shrink trimmed the rest)
+    pager.drop(1)  # not resident: nothing happens
+    pager.trim_free()
+    assert pager.free == {} and pager.used == 20
