@@ -71,6 +71,8 @@ def test_fewer_cards_than_the_plan_needs_fill_each_in_turn(
     assert "the blocks are on 3 devices" in exc.value.errors[0].cause
     assert "tier.GPU.SpillAfter" in exc.value.errors[0].cause
     plan = f.plan(_spec(devices="cuda:0,cuda:1,cuda:2", **{"gpu-layers": 76}), env)
+    resolved = f.resolved_args(_spec(devices="cuda:0,cuda:1,cuda:2", **{"gpu-layers": 76}), env)
+    assert str(resolved["relocate"]).startswith("not modelled for this placement: the blocks")
     # 76 blocks offered: the plan holds them over three cards, split in proportion; the
     # last 4 blocks on the host, and the head back on the card of the last placed block
     assert [(p.hardware, _blocks(p.layers)) for p in plan.parts] == [

@@ -359,6 +359,35 @@ def test_an_offer_back_reads_an_evicted_block_through_the_pager(
     assert nxt.page_in_bytes[1] >= charge and nxt.page_in_bytes[0] >= upload
 
 
+def test_relocate_is_not_modelled_where_the_pager_holds_no_block_it_would_send_home(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """A block sent home is read through the host pager (one budget with the host's
+    blocks), so a pager budget below the largest such block leaves -relocate
+    unmodelled, and the reason says so; a machine that names no disk runs no pager, so
+    the blocks sent home must fit the host budget beside its weights. Otherwise the
+    pager's pages are the blocks that may go home, lowest first, then the host's."""
+    from blis_jitllm.engine import _relocation
+
+    machine = blis_environment("p-0").machine(LAPTOP)
+    gib = 2**30
+    settings = resolve_settings({"load": Q4, "maxmem": "1G"}, 4096)
+    owner = (0, 0, 0, None)
+    blocks = [gib // 10, gib // 10, 6 * gib // 10, gib // 10]
+    # the embedding takes half the budget: 0.50 GiB left for pages, block 2 is 0.60
+    small = _relocation(machine, [0], owner, blocks, settings, gib // 2, 0, True, (gib // 10,))
+    assert small.relocate == () and "holds less than one block (0.60 GiB)" in small.why_not
+    fits = _relocation(machine, [0], owner, blocks, settings, gib // 4, 0, True, (gib // 10,))
+    assert fits.relocate == ((2, blocks[2]), (1, blocks[1])) and fits.why_not == ""
+    assert fits.page_budget == gib - gib // 4
+    assert fits.pager_sizes == (blocks[1], blocks[2], gib // 10)
+    diskless = machine.model_copy(update={"storage": None})
+    none = _relocation(diskless, [0], owner, blocks, settings, gib // 4, 0, True, (gib // 10,))
+    assert none.relocate == () and "names no disk" in none.why_not
+    two = _relocation(machine, [0, 1], (0, 1, 1, None), blocks, settings, 0, 0, True, ())
+    assert two.relocate == () and "tier.GPU.SpillAfter" in two.why_not
+
+
 def _one_at_a_time(engine: object) -> list[StepShape]:
     """Run ``engine`` to the end, a step at a time (1 ms each); its steps in order."""
     from blis_jitllm import JitllmEngine
