@@ -1018,6 +1018,36 @@ def candidate_grid() -> dict[str, Any]:
     }
 
 
+HOST_PER_SEQUENCE_GRID: dict[str, tuple[float, ...]] = {
+    "attn": (0.9, 0.95, 1.0),
+    "host": (0.0, 50.0),
+    "allreduce": (8.0,),
+    "moe": (0.85,),
+    "item": (5.0, 15.0, 30.0),
+    "fe_fixed": (5000.0,),
+    "fe_per_token": (0.0,),
+}
+"""``--write-candidates --host-per-sequence``: the host step's cost per scheduled sequence
+(``per_item_us``, assumed 5 µs) fitted beside the attention efficiency and the fixed host
+cost, the rest at the full fit's values: whether the shared runs admit a per-sequence
+cost large enough to explain the saturated runs' slow decode (docs/accuracy.md)."""
+
+
+def host_per_sequence_grid() -> dict[str, Any]:
+    """:func:`candidate_grid` with the host step's ``per_item_us`` a parameter (``item``)
+    and the values of :data:`HOST_PER_SEQUENCE_GRID`."""
+    grid = candidate_grid()
+    grid["source"] = "bench/accuracy.py --write-candidates --host-per-sequence"
+    grid["parameters"] = {
+        k: {"values": list(v), "prior": None} for k, v in HOST_PER_SEQUENCE_GRID.items()
+    }
+    grid["stages"] = [[*GRID, "item"], list(FE_GRID)]
+    for e in grid["entries"]:
+        if e["family"] == "host_step" and e["params"].get("overhead_us") == "$host":
+            e["params"]["per_item_us"] = "$item"
+    return grid
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point (see module doc)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1044,11 +1074,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="PATH",
         help="write the --fit/--fit-frontend grids as a `blis score --candidates` file and stop",
     )
+    ap.add_argument(
+        "--host-per-sequence",
+        action="store_true",
+        help="with --write-candidates: the grid that fits the host step's cost per sequence",
+    )
     a = ap.parse_args(argv)
     if a.write_candidates:
         import yaml
 
-        a.write_candidates.write_text(yaml.safe_dump(candidate_grid(), sort_keys=False))
+        grid = host_per_sequence_grid() if a.host_per_sequence else candidate_grid()
+        a.write_candidates.write_text(yaml.safe_dump(grid, sort_keys=False))
         print(f"candidate grid written to {a.write_candidates}", file=sys.stderr)
         return 0
     started = time.perf_counter()
