@@ -13,10 +13,12 @@ from blis_scorers.adapters import (
     INFERENCE_SIM_TRAINING,
     INFERENCEMAX,
     VLLM_BENCH_SERVE,
+    VLLM_BENCH_SUMMARY,
     InferenceMax,
     InferencePerf,
     InferenceSimTraining,
     VllmBenchServe,
+    VllmBenchSummary,
 )
 from blis_scorers.dashboard import HTML, HtmlDashboard
 from blis_scorers.scorers import (
@@ -43,6 +45,7 @@ __all__ = [
     "SCORERS",
     "THROUGHPUT",
     "VLLM_BENCH_SERVE",
+    "VLLM_BENCH_SUMMARY",
     "DistributionScorer",
     "FateScorer",
     "HtmlDashboard",
@@ -52,4 +55,5 @@ __all__ = [
     "LatencyScorer",
     "ThroughputScorer",
     "VllmBenchServe",
+    "VllmBenchSummary",
 ]

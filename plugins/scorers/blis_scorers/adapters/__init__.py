@@ -10,8 +10,16 @@ from blis_scorers.adapters.inferencemax import ADAPTER as INFERENCEMAX
 from blis_scorers.adapters.inferencemax import InferenceMax
 from blis_scorers.adapters.vllm_bench_serve import ADAPTER as VLLM_BENCH_SERVE
 from blis_scorers.adapters.vllm_bench_serve import VllmBenchServe
+from blis_scorers.adapters.vllm_bench_summary import ADAPTER as VLLM_BENCH_SUMMARY
+from blis_scorers.adapters.vllm_bench_summary import VllmBenchSummary
 
-ADAPTERS = (INFERENCE_SIM_TRAINING, INFERENCE_PERF, INFERENCEMAX, VLLM_BENCH_SERVE)
+ADAPTERS = (
+    INFERENCE_SIM_TRAINING,
+    INFERENCE_PERF,
+    INFERENCEMAX,
+    VLLM_BENCH_SERVE,
+    VLLM_BENCH_SUMMARY,
+)
 
 __all__ = [
     "ADAPTERS",
@@ -19,8 +27,10 @@ __all__ = [
     "INFERENCE_PERF",
     "INFERENCE_SIM_TRAINING",
     "VLLM_BENCH_SERVE",
+    "VLLM_BENCH_SUMMARY",
     "InferenceMax",
     "InferencePerf",
     "InferenceSimTraining",
     "VllmBenchServe",
+    "VllmBenchSummary",
 ]
