@@ -155,9 +155,14 @@ def test_the_committed_data_set_matches_its_hash_and_loads_every_point(tmp_path:
     data = (DATA / source["file"]).read_bytes()
     assert hashlib.sha256(data).hexdigest() == source["sha256"]
     points = ADAPTER.load(DATA, tmp_path)
-    assert len(points) == 13 and not any(p.refusals for p in points)
+    assert len(points) == 15 and not any(p.refusals for p in points)
     engines = {p.engine for p in points}
-    assert engines == {"vllm@0.10.2", "vllm@0.11.0", "vllm@0.15.1"}
+    assert engines == {"vllm@0.10.2", "vllm@0.11.0", "vllm@0.15.1", None}
+    r1 = next(p for p in points if p.unit.endswith("3200-800-c256"))
+    assert r1.scenario.deployment.pools[0].args["block_size"] == 1
+    assert r1.aggregates["e2e.mean"] == pytest.approx(117.81902)
+    assert any(s.startswith("model: deepseek-ai/DeepSeek-R1 priced as") for s in r1.substitutions)
+    assert "not stated" in r1.estimated["engine release"]
     long = next(p for p in points if p.unit.startswith("isambard/"))
     assert long.scenario.workload.arrival.max_concurrency == 512
     assert long.scenario.workload.output_len.value == 1024 and long.aggregates[
@@ -176,3 +181,31 @@ def test_blis_score_scores_a_summary_point_and_grades_an_unknown_chip_g5(
     assert ok["status"] == "scored" and ok["grade"] == "G4"
     assert ok["substitutions"][0] == "engine release vllm@0.11.0; scored with vllm@0.33.0"
     assert chip["grade"] == "G5" and "TPU-v7x" in chip["reason"]
+
+
+def test_the_committed_figures_agree_with_each_other_as_vllm_computes_them() -> None:
+    """A typo in a quoted figure shows: vLLM prints output throughput as generated
+    tokens / duration and request throughput as completed / duration (both rounded)."""
+    doc = yaml.safe_load((DATA / "points.yaml").read_text())
+    for p in doc["points"]:
+        m = p["measured"]
+        tput = m["total_generated_tokens"] / m["benchmark_duration_s"]
+        assert tput == pytest.approx(m["output_token_throughput"], rel=2e-3), p["id"]
+        rps = m["successful_requests"] / m["benchmark_duration_s"]
+        assert abs(rps - m["request_throughput"]) <= 0.006 + 2e-3 * rps, p["id"]
+        for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+            if key not in m:
+                continue
+            stats = m[key]
+            assert stats["median"] <= stats["p99"], (p["id"], key)
+        assert p["source"] in doc["sources"], p["id"]
+
+
+def test_an_unstated_release_is_unrecorded_and_a_missing_one_refused(tmp_path: Path) -> None:
+    folder = _write(tmp_path / "d", [_point(vllm_release=None), _point(id="x")])
+    del_release = yaml.safe_load((folder / "points.yaml").read_text())
+    del del_release["points"][1]["vllm_release"]
+    (folder / "points.yaml").write_text(yaml.safe_dump(del_release))
+    (p,) = ADAPTER.load(folder, tmp_path)
+    assert p.engine is None and "not stated" in p.estimated["engine release"]
+    assert [(r.row, r.field) for r in p.refusals] == [(1, "vllm_release")]

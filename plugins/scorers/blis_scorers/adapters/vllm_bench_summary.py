@@ -11,11 +11,12 @@ printed figures verbatim (milliseconds as printed).
 
 * State: model, chip, TP, the engine arguments the serve command passed, the prompt
   count, ``--request-rate``, ``--max-concurrency``, ``--ignore-eos``; the measured
-  release is the point's ``engine`` (scored with the release blis-vllm models).
+  release is the point's ``engine`` (scored with the release blis-vllm models; a
+  ``vllm_release: null`` where the source does not state it leaves it unrecorded).
 * Estimate (named in each point's ``estimated``): the ``random`` dataset's prompts as
   fixed lengths of the measured mean input (total input tokens / successful requests;
-  with range ratio 0, vLLM's default since 0.9, every prompt has the requested length up
-  to re-tokenisation); the output length: the requested one under ``--ignore-eos``, else
+  with range ratio 0, the default of these releases, every prompt has the requested
+  length up to re-tokenisation); the output length: the requested one under ``--ignore-eos``, else
   the measured mean (total generated / successful), forced on every request; ``inf``
   without ``--max-concurrency`` is every request sent at time 0 (a closed loop of N
   slots); ``--max-concurrency C`` is vLLM's FIFO semaphore of C; a finite rate R is
@@ -23,10 +24,10 @@ printed figures verbatim (milliseconds as printed).
   ``--seed`` stream cannot be reproduced), rescaled as vLLM does so the last request is
   due at N/R; engine arguments the serve command did not pass take vLLM 0.33.0's defaults
   as blis-vllm resolves them. A point's ``replay`` mapping holds BLIS's own replay
-  choices, kept apart from the source's facts: ``hardware_substitution`` (the catalog
-  chip standing in for one it lacks), ``engine_args_not_passed`` (stated arguments
-  blis-vllm refuses, with why), ``engine_args_override`` with ``why``; each is named
-  in the point's substitutions.
+  choices, kept apart from the source's facts: ``model_substitution`` and
+  ``hardware_substitution`` (the catalog entry standing in for one it lacks),
+  ``engine_args_not_passed`` (stated arguments blis-vllm refuses, with why),
+  ``engine_args_override`` with ``why``; each is named in the point's substitutions.
 * Refused, as a :class:`RowRefusal` (row = the point's position, field, value, cause)
   on the file's first replayable point (and the file refused whole when none is left):
   a dataset other than ``random`` (per-request lengths not printed), failed requests
@@ -166,9 +167,13 @@ class VllmBenchSummary:
         if not isinstance(hardware, str) or not hardware:
             raise _Refuse("hardware", hardware, "must be stated (a catalog id)")
         tp = _positive_int(e, "tp", "")
-        release = e.get("vllm_release")
-        if not isinstance(release, str) or not release:
-            raise _Refuse("vllm_release", release, "the release that served the run must be stated")
+        if "vllm_release" not in e:
+            raise _Refuse(
+                "vllm_release", None, "say the release, or null where the source does not"
+            )
+        release = e["vllm_release"]
+        if release is not None and (not isinstance(release, str) or not release):
+            raise _Refuse("vllm_release", release, "must be a release string or null (not stated)")
         bench, measured = e.get("bench"), e.get("measured")
         if not isinstance(bench, dict):
             raise _Refuse("bench", bench, "the benchmark command's parameters are missing")
@@ -296,7 +301,11 @@ class VllmBenchSummary:
             "engine arguments": "those the serve command passed; vLLM 0.33.0's defaults "
             "(as blis-vllm resolves them) for the rest",
         }
+        if release is None:
+            estimated["engine release"] = "not stated by the source (graded as unrecorded)"
         subs = ["statistics only (printed summary, no per-request rows): compared figures"]
+        if isinstance(replay.get("model_substitution"), str):
+            subs.append(f"model: {' '.join(replay['model_substitution'].split())}")
         if isinstance(replay.get("hardware_substitution"), str):
             subs.append(f"hardware: {' '.join(replay['hardware_substitution'].split())}")
         not_passed = replay.get("engine_args_not_passed")
@@ -332,7 +341,7 @@ class VllmBenchSummary:
             scenario=scenario,
             requests=(),
             compared=(0, n),
-            engine=f"vllm@{release}",
+            engine=f"vllm@{release}" if release else None,
             recorded={
                 "serve_command": e.get("serve_command"),
                 "bench": dict(bench),
