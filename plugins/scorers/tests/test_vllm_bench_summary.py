@@ -133,15 +133,17 @@ def test_unreplayable_points_are_refused_by_row_field_and_cause(tmp_path: Path) 
         _point(id="fail", measured={"successful_requests": 38}),
         _point(id="rate", bench={"request_rate": 0}),
         _point(id="conc", bench={"max_concurrency": 0}),
+        _point(id="tp", tp=0),
     ]
     (ok,) = ADAPTER.load(_write(tmp_path / "d", points), tmp_path)
     by_row = {r.row: r for r in ok.refusals}
-    assert sorted(by_row) == [1, 2, 3, 4]
+    assert sorted(by_row) == [1, 2, 3, 4, 5]
+    assert (by_row[5].field, by_row[5].cause) == ("tp", "must be an integer >= 1")
     assert (by_row[1].field, by_row[1].value) == ("bench.dataset", "'sharegpt'")
     assert "40 prompts sent, 38 succeeded" in by_row[2].cause
     assert by_row[3].field == "bench.request_rate"
     assert (by_row[4].field, by_row[4].value) == ("bench.max_concurrency", "0")
-    assert "4 points of points.yaml refused" in ok.substitutions
+    assert "5 points of points.yaml refused" in ok.substitutions
 
 
 def test_a_file_with_nothing_replayable_is_refused_whole(tmp_path: Path) -> None:

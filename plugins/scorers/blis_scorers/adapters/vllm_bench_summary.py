@@ -91,7 +91,7 @@ def _read(path: Path) -> Mapping[str, Any] | None:
 def _positive_int(mapping: Mapping[str, Any], key: str, where: str) -> int:
     value = mapping.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _Refuse(f"{where}.{key}", value, "must be an integer >= 1")
+        raise _Refuse(f"{where}.{key}" if where else key, value, "must be an integer >= 1")
     return value
 
 
