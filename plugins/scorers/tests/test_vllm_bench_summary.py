@@ -119,7 +119,13 @@ def test_replay_choices_are_applied_and_named_as_substitutions(tmp_path: Path) -
         },
     )
     (got,) = ADAPTER.load(_write(tmp_path / "d", [p]), tmp_path)
-    assert got.scenario.deployment.pools[0].args == {"max_num_seqs": 64, "max_model_len": 4096}
+    assert got.scenario.deployment.pools[0].args == {
+        "max_num_seqs": 64,
+        "max_model_len": 4096,
+        # vLLM 0.11.0's own defaults where 0.33.0's differ (RELEASE_DEFAULTS)
+        "scheduler_reserve_full_isl": False,
+        "async_scheduling": False,
+    }
     subs = " | ".join(got.substitutions)
     assert "hardware: GH200 priced as H100-SXM" in subs
     assert "engine argument stream_interval 20 not passed: refused by blis-vllm" in subs
@@ -213,3 +219,25 @@ def test_an_unstated_release_is_unrecorded_and_a_missing_one_refused(tmp_path: P
     (p,) = ADAPTER.load(folder, tmp_path)
     assert p.engine is None and "not stated" in p.estimated["engine release"]
     assert [(r.row, r.field) for r in p.refusals] == [(1, "vllm_release")]
+
+
+def test_a_release_before_0_33_replays_its_own_defaults_where_the_command_set_none(
+    tmp_path: Path,
+) -> None:
+    """0.11.0 had no full-sequence admission gate and synchronous scheduling by default:
+    both are replayed unless the serve command passed the field, and named."""
+    points = [
+        _point(),
+        _point(id="src/async", engine_args={"max_num_seqs": 64, "async_scheduling": True}),
+        _point(id="src/new", vllm_release="0.33.0"),
+    ]
+    old, passed, new = ADAPTER.load(_write(tmp_path / "d", points), tmp_path / "w")
+    args = old.scenario.deployment.pools[0].args
+    assert args["scheduler_reserve_full_isl"] is False and args["async_scheduling"] is False
+    subs = " | ".join(old.substitutions)
+    assert "scheduler_reserve_full_isl False: vLLM 0.11.0's default" in subs
+    assert "CUDA-graph memory estimate" in old.estimated["KV pool"]
+    assert passed.scenario.deployment.pools[0].args["async_scheduling"] is True
+    assert "async_scheduling" not in " | ".join(passed.substitutions)
+    assert "scheduler_reserve_full_isl" not in new.scenario.deployment.pools[0].args
+    assert "KV pool" not in new.estimated

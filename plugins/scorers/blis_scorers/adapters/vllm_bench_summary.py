@@ -22,8 +22,10 @@ printed figures verbatim (milliseconds as printed).
   slots); ``--max-concurrency C`` is vLLM's FIFO semaphore of C; a finite rate R is
   Gamma inter-arrivals of shape ``burstiness`` drawn from BLIS's own stream (vLLM's
   ``--seed`` stream cannot be reproduced), rescaled as vLLM does so the last request is
-  due at N/R; engine arguments the serve command did not pass take vLLM 0.33.0's defaults
-  as blis-vllm resolves them. A point's ``replay`` mapping holds BLIS's own replay
+  due at N/R; engine arguments the serve command did not pass take the measured
+  release's defaults where they differ from vLLM 0.33.0's in a field blis-vllm models
+  (:data:`RELEASE_DEFAULTS`, each named in the point's substitutions), else 0.33.0's as
+  blis-vllm resolves them. A point's ``replay`` mapping holds BLIS's own replay
   choices, kept apart from the source's facts: ``model_substitution`` and
   ``hardware_substitution`` (the catalog entry standing in for one it lacks),
   ``engine_args_not_passed`` (stated arguments blis-vllm refuses, with why),
@@ -55,6 +57,24 @@ FORMAT: Final = "vllm-bench-summary"
 ENGINE_VERSION: Final = "0.33.0"
 _STATS: Final = (("mean", "mean"), ("p50", "median"), ("p99", "p99"))
 _METRICS: Final = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms"), ("e2e", "e2el_ms"))
+RELEASE_DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = {
+    "0.10.2": {"scheduler_reserve_full_isl": False, "async_scheduling": False},
+    "0.11.0": {"scheduler_reserve_full_isl": False, "async_scheduling": False},
+    "0.15.1": {"scheduler_reserve_full_isl": False},
+}
+"""Defaults of a measured release that differ from vLLM 0.33.0's in fields blis-vllm
+models, replayed where the serve command did not pass the field (read in each release's
+wheel from PyPI, 2026-12-05): none of 0.10.2, 0.11.0 and 0.15.1 has 0.33.0's
+full-sequence admission gate (``scheduler_reserve_full_isl``, on by default in 0.33.0:
+no such field or check in their ``v1/core/sched/scheduler.py`` or
+``v1/core/kv_cache_manager.py``), so a waiting request is admitted whenever its next
+chunk fits; 0.10.2's and 0.11.0's ``SchedulerConfig.async_scheduling`` defaults to
+False (0.15.1's, like 0.33.0's, to None: chosen by the engine). Their
+``max_num_batched_tokens`` and ``max_num_seqs`` defaults for ``vllm serve`` are 0.33.0's
+on the chips scored here (8192 and 1024 at 70 GiB and more, A100 excepted; 2048 and 256
+below). Not replayable as an argument: those releases size the KV pool without 0.33.0's
+CUDA-graph memory estimate (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, absent from
+their ``envs.py``), so their pools were larger by that estimate (named in ``estimated``)."""
 
 
 class _Refuse(Exception):
@@ -251,13 +271,18 @@ class VllmBenchSummary:
             "num_requests": n,
             "ignore_eos": True,
         }
+        defaults = {
+            k: v
+            for k, v in RELEASE_DEFAULTS.get(release or "", {}).items()
+            if k not in args and k not in override
+        }
         pool = {
             "name": "pool",
             "engine": {"kind": "vllm", "version": ENGINE_VERSION},
             "model": model,
             "hardware": hardware,
             "layout": {"tp": tp},
-            "args": {**args, **override},
+            "args": {**defaults, **args, **override},
         }
         try:
             scenario = scenario_of(
@@ -298,11 +323,17 @@ class VllmBenchSummary:
                 f"{total_out} / {done}); requested {asked_out}, the run stopped at EOS "
                 "where it came earlier: every simulated request is forced to the mean"
             ),
-            "engine arguments": "those the serve command passed; vLLM 0.33.0's defaults "
-            "(as blis-vllm resolves them) for the rest",
+            "engine arguments": "those the serve command passed; the measured release's "
+            "defaults where they differ from vLLM 0.33.0's (substitutions), 0.33.0's (as "
+            "blis-vllm resolves them) for the rest",
         }
         if release is None:
             estimated["engine release"] = "not stated by the source (graded as unrecorded)"
+        elif release in RELEASE_DEFAULTS:
+            estimated["KV pool"] = (
+                f"sized by vLLM 0.33.0's rule, which subtracts a CUDA-graph memory estimate "
+                f"that vLLM {release} did not: the measured pool was larger by it"
+            )
         subs = ["statistics only (printed summary, no per-request rows): compared figures"]
         if isinstance(replay.get("model_substitution"), str):
             subs.append(f"model: {' '.join(replay['model_substitution'].split())}")
@@ -314,6 +345,10 @@ class VllmBenchSummary:
             for key, why in not_passed.items():
                 shown = f" {stated[key]}" if isinstance(stated, dict) and key in stated else ""
                 subs.append(f"engine argument {key}{shown} not passed: {why}")
+        for key, value in defaults.items():
+            subs.append(
+                f"engine argument {key} {value}: vLLM {release}'s default, where 0.33.0's differs"
+            )
         for key, value in override.items():
             was = args.get(key, "the engine's default")
             why = " ".join(str(replay.get("why", "")).split())
