@@ -100,6 +100,8 @@ from blis_jitllm.memcache import MemCache
 from blis_jitllm.moe import ExpertBank, MixtureOffer, offer_mixture, pass_upload_sheets
 from blis_jitllm.paging import BudgetPager
 from blis_jitllm.placement import Device, Placement, place_blocks, place_head
+from blis_jitllm.priority import MAPPING as PRIORITY_MAPPING
+from blis_jitllm.priority import jitllm_priority, row_priority
 from blis_jitllm.settings import FLAGS, JitllmSettings, resolve_settings
 from blis_jitllm.step_loop import MAX_STEP_ROWS, Row, StepLoop, Unit
 from blis_jitllm.version import ENGINE, ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
@@ -1238,7 +1240,9 @@ class JitllmEngine:
     # -- requests ------------------------------------------------------------------------
 
     def add_request(self, request: InferenceRequest, now_us: int) -> None:
-        """A generate: queued for a row, or refused."""
+        """A generate: queued for a row, or refused. Its integer priority goes out as
+        ``jitllm_priority`` by BLIS's mapping (below 0 "high", else "normal";
+        :mod:`blis_jitllm.priority`)."""
         n = request.input_tokens
         max_seq = self._settings.max_seq
         if n == 0:
@@ -1266,7 +1270,10 @@ class JitllmEngine:
             restored = self._cache.lookup(_segments(request), n)
             if restored:
                 self._uploads[request.request_id] = restored
-        self.loop.submit(request.request_id, n, max_tokens, now_us * 1000, restored)
+        # ``jitllm_priority`` as BLIS maps the request's integer priority (BLIS's mapping,
+        # :mod:`blis_jitllm.priority`), then ``rowPriority``
+        prio = row_priority(jitllm_priority(request.priority))
+        self.loop.submit(request.request_id, n, max_tokens, now_us * 1000, restored, prio)
         if self._park_snaps:
             self._divide()  # ``CreateSession`` re-divides: the parked rows' snapshots count
         self._metrics["jitllm_sessions"] = float(len(self._requests))
@@ -1652,6 +1659,7 @@ class JitllmEngineFactory:
                 else f"not modelled for this placement: {facts.relocate_off}"
             ),
             **_experts(facts),
+            "jitllm_priority": PRIORITY_MAPPING,
             "kv page positions": facts.page,
             "kv pages a layer": budget.num_gpu_blocks if budget is not None else 0,
         }

@@ -162,11 +162,20 @@ class StepLoop:
         max_tokens: int,
         now_ns: int = 0,
         restored: int = 0,
+        priority: int = 0,
     ) -> None:
         """A request waits for a row (``submit``), ``restored`` prompt positions already
-        in (the memory prefix cache's)."""
+        in (the memory prefix cache's), ``priority`` its ``rowPriority`` (1 for
+        ``jitllm_priority: high``, :func:`~blis_jitllm.priority.row_priority`)."""
         self.waiting.append(
-            Row(request_id, prompt_tokens, max_tokens, fed=restored, since_ns=now_ns)
+            Row(
+                request_id,
+                prompt_tokens,
+                max_tokens,
+                fed=restored,
+                since_ns=now_ns,
+                priority=priority,
+            )
         )
 
     def cancel(self, request_id: str) -> bool:
