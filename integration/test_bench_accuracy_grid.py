@@ -1,6 +1,6 @@
 """``bench/accuracy.py --write-candidates``: the grids it writes load as ``blis score
---candidates`` files, and ``--host-per-sequence`` makes the host step's cost per
-sequence a fitted parameter."""
+--candidates`` files, and ``--host-per-sequence`` makes the host step's cost per sequence
+a fitted parameter (here, not in ``tests/``: the script imports blis-vllm)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from blis_core.scoring.crossval import CandidateGrid
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "accuracy.py"
