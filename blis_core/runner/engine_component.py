@@ -213,8 +213,8 @@ instance may serve both legs of a request."""
 
 _MIN_SPAN_STEPS = 3
 """Steps (judged by the last step's length) that must fit before the lookahead for a
-decode span to be asked, unless the instance's last span was resumed past its first
-lookahead (held: :meth:`EngineComponent._take_span`)."""
+decode span to be asked, unless the instance's takes of held spans outnumber the spans
+it asked for (held: :meth:`EngineComponent._take_span`)."""
 
 StepObserver = Callable[[str, StepShape, int], None]
 CompletionObserver = Callable[[str, StepOutcome, int], None]
@@ -818,8 +818,8 @@ class EngineComponent(Component):
             span, pricer, base = held
         else:
             # An offer, its calendar and its quote cost a few steps' worth: a span is
-            # asked for with less room only while this instance's spans outlive their
-            # lookahead (resumed: inputs mostly go to other instances).
+            # asked for with less room only while this instance's held spans are resumed
+            # more often than it asks for spans (inputs mostly go to other instances).
             last = flights[-1]
             room = (limit_us - now_us) // max(1, last.end_us - last.start_us)
             if room < _MIN_SPAN_STEPS and self._resumed_takes <= self._fresh_spans:
