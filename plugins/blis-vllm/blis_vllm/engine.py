@@ -447,7 +447,10 @@ class VllmEngine:
             return None
         if self._unsettled is not None:
             self._settle()
-        outs = [out for _, out in self._in_flight if out is not None]
+        outs = []
+        for _, out in self._in_flight:
+            assert out is not None  # settled above
+            outs.append(out)
         offer = self._spans.offer(outs, self.MAX_SPAN_STEPS)
         return None if offer is None else VllmDecodeSpan(self, offer)
 
