@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,20 @@ from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.scenario import Scenario
 from pydantic import ValidationError
 
-__all__ = ["read_deployment", "scenario_of"]
+__all__ = ["finite_number", "read_deployment", "scenario_of", "short_repr"]
+
+
+def finite_number(value: object) -> float | None:
+    """``value`` as a float when it is a finite int or float (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def short_repr(value: object) -> str:
+    """``repr(value)`` cut to 60 characters, for a refusal's value."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def scenario_of(doc: dict[str, Any], source: str) -> Scenario:

@@ -40,7 +40,7 @@ import yaml
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scoring import MeasuredPoint
 
-from blis_scorers.adapters.common import read_deployment, scenario_of
+from blis_scorers.adapters.common import finite_number, read_deployment, scenario_of
 
 __all__ = ["ADAPTER", "InferencePerf"]
 
@@ -59,12 +59,6 @@ def _yaml(path: Path) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise InputRefused.one("", str(path), f"cannot read: {exc}", str(path)) from exc
-
-
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _get(doc: Any, *keys: str) -> Any:
@@ -121,7 +115,7 @@ class InferencePerf:
                 str(cfg_path),
             )
         deployment, engine = self._deployment(path)
-        timeout = _num(_get(cfg, "load", "request_timeout"))
+        timeout = finite_number(_get(cfg, "load", "request_timeout"))
         load_type = str(_get(cfg, "load", "type") or "constant")
         ignore_eos = bool(_get(cfg, "server", "ignore_eos"))
         points = []
@@ -157,27 +151,27 @@ class InferencePerf:
         for metric, key, wanted in _LATENCIES:
             block = _get(stats, "successes", "latency", key)
             for st in wanted:
-                v = _num(_get(block, _STAT_KEYS[st]))
+                v = finite_number(_get(block, _STAT_KEYS[st]))
                 if v is not None:
                     aggregates[f"{metric}.{st}"] = v
         for metric, key in (
             ("completed_per_s", "requests_per_sec"),
             ("output_tokens_per_s", "output_tokens_per_sec"),
         ):
-            v = _num(_get(stats, "successes", "throughput", key))
+            v = finite_number(_get(stats, "successes", "throughput", key))
             if v is not None:
                 aggregates[f"{metric}.rate"] = v
-        ok = _num(_get(stats, "successes", "count")) or 0.0
-        failed = _num(_get(stats, "failures", "count")) or 0.0
+        ok = finite_number(_get(stats, "successes", "count")) or 0.0
+        failed = finite_number(_get(stats, "failures", "count")) or 0.0
         if ok + failed > 0:
             aggregates["completed.fraction"] = ok / (ok + failed)
             kind = "timed_out" if timeout is not None else "dropped"
             aggregates[f"{kind}.fraction"] = failed / (ok + failed)
         estimated: dict[str, str] = {"engine arguments": "vLLM's defaults for any not given"}
         shared = dict(sp)
-        prompt = _num(_get(stats, "successes", "prompt_len", "mean"))
-        configured = (_num(sp.get("system_prompt_len")) or 0.0) + (
-            _num(sp.get("question_len")) or 0.0
+        prompt = finite_number(_get(stats, "successes", "prompt_len", "mean"))
+        configured = (finite_number(sp.get("system_prompt_len")) or 0.0) + (
+            finite_number(sp.get("question_len")) or 0.0
         )
         if prompt and configured and "token_inflation" not in shared:
             shared["token_inflation"] = round(prompt / configured, 4)

@@ -51,7 +51,7 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scenario import Scenario
 from blis_core.contracts.scoring import MeasuredPoint, MeasuredRequest, RowRefusal
 
-from blis_scorers.adapters.common import scenario_of
+from blis_scorers.adapters.common import finite_number, scenario_of
 
 __all__ = ["ADAPTER", "InferenceSimTraining"]
 
@@ -90,12 +90,6 @@ def _read_yaml(path: Path) -> Any:
 def _group_of_prompt() -> list[int]:
     perm = np.random.default_rng(GROUP_SEED).permutation(PROMPTS)
     return [int(p) // USERS for p in perm]
-
-
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 class InferenceSimTraining:
@@ -178,7 +172,7 @@ class InferenceSimTraining:
         if cfg_path.exists():
             cfg = _read_yaml(cfg_path)
             if isinstance(cfg, dict) and isinstance(cfg.get("load"), dict):
-                timeout_s = _num(cfg["load"].get("request_timeout"))
+                timeout_s = finite_number(cfg["load"].get("request_timeout"))
         return _Run(name, replay, truth, exp, profile, timeout_s)
 
     # ------------------------------------------------------------------ points
@@ -289,7 +283,7 @@ class InferenceSimTraining:
             if not isinstance(req, dict) or not isinstance(truth, dict):
                 refusals.append(RowRefusal(row=i, field="", value=str(req), cause="not an object"))
                 continue
-            t = _num(req.get("arrival_time_us"))
+            t = finite_number(req.get("arrival_time_us"))
             if t is None or t < 0:
                 refusals.append(
                     RowRefusal(
@@ -301,11 +295,11 @@ class InferenceSimTraining:
                 )
                 continue
             arrival[i] = int(t)
-            n_in = _num(req.get("input_tokens"))
+            n_in = finite_number(req.get("input_tokens"))
             inputs[i] = int(n_in) if n_in is not None and n_in >= 1 else 0
             failed = bool(req.get("has_error")) or bool(truth.get("has_error"))
-            ttft[i] = _num(truth.get("ttft_s"))
-            e2e[i] = _num(truth.get("e2e_s"))
+            ttft[i] = finite_number(truth.get("ttft_s"))
+            e2e[i] = finite_number(truth.get("e2e_s"))
             if failed:
                 fates[i] = failed_fate
                 e2e[i] = None

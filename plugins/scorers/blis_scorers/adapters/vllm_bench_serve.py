@@ -42,24 +42,13 @@ import yaml
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scoring import MeasuredPoint, MeasuredRequest, RowRefusal
 
-from blis_scorers.adapters.common import read_deployment, scenario_of
+from blis_scorers.adapters.common import finite_number, read_deployment, scenario_of, short_repr
 
 __all__ = ["ADAPTER", "VllmBenchServe"]
 
 _PER_REQUEST: Final = ("input_lens", "output_lens", "ttfts", "itls")
 ENGINE_VERSION: Final = "0.33.0"
 _MAX_TOKENS: Final = 10_000_000  # far beyond any context a request can have
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _read(path: Path) -> Mapping[str, Any] | None:
@@ -111,7 +100,7 @@ class VllmBenchServe:
             raise InputRefused.one("", src, "cannot be read as a JSON object", src)
         if not isinstance(doc.get("input_lens"), list) or not doc["input_lens"]:
             raise InputRefused.one(
-                "input_lens", _short(doc.get("input_lens")), "must be a non-empty list", src
+                "input_lens", short_repr(doc.get("input_lens")), "must be a non-empty list", src
             )
         n = len(doc["input_lens"])
         for key in ("output_lens", "ttfts", "itls", "errors", "latencies", "start_times"):
@@ -120,27 +109,29 @@ class VllmBenchServe:
                 not isinstance(doc.get(key), list) or len(doc[key]) != n
             ):
                 raise InputRefused.one(
-                    key, _short(doc.get(key)), f"must be a list of {n} entries", src
+                    key, short_repr(doc.get(key)), f"must be a list of {n} entries", src
                 )
         errors = doc.get("errors") or [""] * n
         starts = doc.get("start_times")
         subs: list[str] = []
         rate = doc.get("request_rate")
         infinite = isinstance(rate, float) and rate == math.inf
-        if not (rate in ("inf", None) or infinite or (_num(rate) or 0.0) > 0):
-            raise InputRefused.one("request_rate", _short(rate), "must be 'inf' or a rate > 0", src)
+        if not (rate in ("inf", None) or infinite or (finite_number(rate) or 0.0) > 0):
+            raise InputRefused.one(
+                "request_rate", short_repr(rate), "must be 'inf' or a rate > 0", src
+            )
         concurrency = doc.get("max_concurrency")
         if concurrency is not None and (
             isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
         ):
             raise InputRefused.one(
-                "max_concurrency", _short(concurrency), "must be null or an integer >= 1", src
+                "max_concurrency", short_repr(concurrency), "must be null or an integer >= 1", src
             )
         if isinstance(starts, list) and not all(
-            _num(t) is not None and 0 <= (_num(t) or 0.0) < 1e12 for t in starts
+            finite_number(t) is not None and 0 <= (finite_number(t) or 0.0) < 1e12 for t in starts
         ):
             raise InputRefused.one(
-                "start_times", _short(starts), "must be send times in seconds (finite)", src
+                "start_times", short_repr(starts), "must be send times in seconds (finite)", src
             )
         if isinstance(starts, list):
             t0 = min(float(s) for s in starts)
@@ -150,7 +141,7 @@ class VllmBenchServe:
                     f"max_concurrency {concurrency} (a closed loop) replayed open loop "
                     "at the measured send times"
                 )
-        elif rate in ("inf", None) or _num(rate) == math.inf:
+        elif rate in ("inf", None) or finite_number(rate) == math.inf:
             if concurrency:
                 raise InputRefused.one(
                     "start_times",
@@ -171,38 +162,38 @@ class VllmBenchServe:
         refusals: list[RowRefusal] = []
         requests: list[MeasuredRequest] = []
         for i in range(n):
-            n_in = _num(doc["input_lens"][i])
+            n_in = finite_number(doc["input_lens"][i])
             if n_in is None or n_in < 1 or n_in > _MAX_TOKENS:
                 refusals.append(
                     RowRefusal(
                         row=i,
                         field="input_lens",
-                        value=_short(doc["input_lens"][i]),
+                        value=short_repr(doc["input_lens"][i]),
                         cause="not a length >= 1; not replayed",
                     )
                 )
                 continue
             err = errors[i] if isinstance(errors[i], str) else ("error" if errors[i] else "")
-            n_out = _num(doc["output_lens"][i]) or 0.0
+            n_out = finite_number(doc["output_lens"][i]) or 0.0
             if n_out > _MAX_TOKENS or n_out < 0:
                 refusals.append(
                     RowRefusal(
                         row=i,
                         field="output_lens",
-                        value=_short(doc["output_lens"][i]),
+                        value=short_repr(doc["output_lens"][i]),
                         cause=f"not a length in [0, {_MAX_TOKENS}]; not replayed",
                     )
                 )
                 continue
-            ttft = _num(doc["ttfts"][i])
+            ttft = finite_number(doc["ttfts"][i])
             itl = doc["itls"][i] if isinstance(doc["itls"][i], list) else []
-            gaps = tuple(g for g in (_num(x) for x in itl) if g is not None)
+            gaps = tuple(g for g in (finite_number(x) for x in itl) if g is not None)
             if err:
                 fate = "timed_out" if "timeout" in err.lower() else "failed"
                 requests.append(MeasuredRequest(i, send[i], int(n_in), 0, fate, None, None))
                 continue
             lat = doc.get("latencies")
-            e2e = _num(lat[i]) if isinstance(lat, list) and len(lat) == n else None
+            e2e = finite_number(lat[i]) if isinstance(lat, list) and len(lat) == n else None
             if e2e is None and ttft is not None:
                 e2e = ttft + sum(gaps)
             if ttft is None or e2e is None or n_out < 1:
@@ -210,7 +201,7 @@ class VllmBenchServe:
                     RowRefusal(
                         row=i,
                         field="ttfts",
-                        value=_short(doc["ttfts"][i]),
+                        value=short_repr(doc["ttfts"][i]),
                         cause="a request without error must have a TTFT and "
                         "an output; replayed, not compared",
                     )

@@ -40,7 +40,6 @@ printed figures verbatim (milliseconds as printed).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -49,7 +48,7 @@ import yaml
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.scoring import MeasuredPoint, RowRefusal
 
-from blis_scorers.adapters.common import scenario_of
+from blis_scorers.adapters.common import finite_number, scenario_of, short_repr
 
 __all__ = ["ADAPTER", "VllmBenchSummary"]
 
@@ -83,17 +82,6 @@ class _Refuse(Exception):
     def __init__(self, field: str, value: object, cause: str) -> None:
         super().__init__(cause)
         self.field, self.value, self.cause = field, value, cause
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _read(path: Path) -> Mapping[str, Any] | None:
@@ -148,7 +136,7 @@ class VllmBenchSummary:
             raise InputRefused.one("format", None, f"is not a {FORMAT} YAML file", src)
         entries = doc.get("points")
         if not isinstance(entries, list) or not entries:
-            raise InputRefused.one("points", _short(entries), "must be a non-empty list", src)
+            raise InputRefused.one("points", short_repr(entries), "must be a non-empty list", src)
         raw = doc.get("sources")
         sources: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         points: list[MeasuredPoint] = []
@@ -163,7 +151,7 @@ class VllmBenchSummary:
                     raise _Refuse("id", point.unit, "repeats an earlier point's id")
             except _Refuse as r:
                 refusals.append(
-                    RowRefusal(row=i, field=r.field, value=_short(r.value), cause=r.cause)
+                    RowRefusal(row=i, field=r.field, value=short_repr(r.value), cause=r.cause)
                 )
                 continue
             seen.add(point.unit)
@@ -226,13 +214,13 @@ class VllmBenchSummary:
                 "are not printed",
             )
         rate = bench.get("request_rate", "inf")
-        rate_s = _number(rate)
+        rate_s = finite_number(rate)
         if not (rate == "inf" or (rate_s is not None and rate_s > 0)):
             raise _Refuse("bench.request_rate", rate, "must be 'inf' or a rate > 0")
         conc = bench.get("max_concurrency")
         if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
             raise _Refuse("bench.max_concurrency", conc, "must be null or an integer >= 1")
-        burst = _number(bench.get("burstiness", 1.0))
+        burst = finite_number(bench.get("burstiness", 1.0))
         if burst is None or burst <= 0:
             raise _Refuse("bench.burstiness", bench.get("burstiness"), "must be a number > 0")
         total_in = _positive_int(measured, "total_input_tokens", "measured")
@@ -242,7 +230,7 @@ class VllmBenchSummary:
         ignore_eos = bench.get("ignore_eos") is True
         n_in = max(1, round(total_in / done))
         n_out = asked_out if ignore_eos else max(1, round(total_out / done))
-        duration = _number(measured.get("benchmark_duration_s"))
+        duration = finite_number(measured.get("benchmark_duration_s"))
         if duration is None or duration <= 0:
             raise _Refuse(
                 "measured.benchmark_duration_s", measured.get("benchmark_duration_s"), "must be > 0"
@@ -253,11 +241,11 @@ class VllmBenchSummary:
             if not isinstance(stats, dict):
                 continue
             for st, printed in _STATS:
-                v = _number(stats.get(printed))
+                v = finite_number(stats.get(printed))
                 if v is not None:
                     aggregates[f"{metric}.{st}"] = v / 1000.0
         aggregates["completed_per_s.rate"] = done / duration
-        out_tput = _number(measured.get("output_token_throughput"))
+        out_tput = finite_number(measured.get("output_token_throughput"))
         if out_tput is not None:
             aggregates["output_tokens_per_s.rate"] = out_tput
         aggregates["completed.fraction"] = 1.0
