@@ -121,16 +121,20 @@ class VllmBenchSummary:
         self, path: Path, work_dir: Path, *, max_requests: int | None = None
     ) -> list[MeasuredPoint]:
         """One point per replayable summary; ``max_requests`` does not apply."""
-        files = sorted(p for p in path.glob("*.y*ml") if _read(p)) if path.is_dir() else [path]
+        docs: list[tuple[Path, Mapping[str, Any] | None]]
+        if path.is_dir():
+            read = [(p, _read(p)) for p in sorted(path.glob("*.y*ml"))]
+            docs = [(p, doc) for p, doc in read if doc is not None]
+        else:
+            docs = [(path, _read(path))]
         points: list[MeasuredPoint] = []
-        for f in files:
-            points.extend(self._file(f))
+        for f, doc in docs:
+            points.extend(self._file(f, doc))
         if not points:
             raise InputRefused.one("", str(path), f"holds no {FORMAT} point", str(path))
         return points
 
-    def _file(self, path: Path) -> list[MeasuredPoint]:
-        doc = _read(path)
+    def _file(self, path: Path, doc: Mapping[str, Any] | None) -> list[MeasuredPoint]:
         src = str(path)
         if doc is None:
             raise InputRefused.one("format", None, f"is not a {FORMAT} YAML file", src)
