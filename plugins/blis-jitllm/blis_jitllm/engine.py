@@ -1472,9 +1472,10 @@ class JitllmEngine:
         )
 
     def _expert_uploads(self, tokens: int) -> list[int]:
-        """Per device with a pool: the expert sheets a pass of ``tokens`` rows uploads
-        over its link into its auto-streamed blocks (:func:`~blis_jitllm.moe.
-        pass_upload_sheets`: what the rows select that the cache does not hold)."""
+        """Per device with a pool: the bytes of the expert sheets a pass of ``tokens``
+        rows uploads over its link into its auto-streamed blocks
+        (:func:`~blis_jitllm.moe.pass_upload_sheets`: what the rows select that the cache
+        does not hold)."""
         f = self._facts
         bank = f.expert_bank
         if bank is None:
