@@ -1103,7 +1103,7 @@ class JitllmEngine:
             _, charge = f.relocate[self._moved - 1]
             page = len(f.relocate) - self._moved  # its page in the pager
             if pager is not None:
-                self._pager_reads += pager.touch(page)
+                self._pager_reads += round(pager.touch(page))
             layers = self._layers[0] + 1
             if self._pool_pages[0] * f.layer_page_bytes * layers > self._limits[0] - charge:
                 break
@@ -1443,7 +1443,7 @@ class JitllmEngine:
         page_in = [0] * slots.paging
         if self._pager is not None:
             # the blocks sent home (the pages below the plan's host blocks) and those
-            read = self._pager.run_pass(len(f.relocate) - self._moved) + self._pager_reads
+            read = round(self._pager.run_pass(len(f.relocate) - self._moved)) + self._pager_reads
             self._pager_reads = 0
             if slots.pager is not None:
                 page_in[slots.pager] = read

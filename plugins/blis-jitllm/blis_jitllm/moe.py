@@ -138,11 +138,13 @@ def cache_sheets(limit: int, used: int, streamed: int, bank: ExpertBank) -> int:
     return min(n, bank.experts)
 
 
-def pass_upload_sheets(rows: int, bank: ExpertBank, cache: int) -> float:
+def pass_upload_sheets(rows: int, bank: ExpertBank, cache: float) -> float:
     """Expected sheets one streamed block uploads for a pass of ``rows`` tokens: the
     distinct experts the rows select (``E x (1 - (1 - k/E)**rows)``, uniform independent
     routing, BLIS's convention), less those a warm cache of ``cache`` sheets holds
-    (``cache/E`` of them; none without a cache)."""
+    (``cache/E`` of them; none without a cache). The host pager's expert pages read by
+    the same rule, ``cache`` then the expected count of the block's expert pages it
+    holds (:class:`~blis_jitllm.paging.BudgetPager`)."""
     if rows <= 0:
         return 0.0
     e, k = bank.experts, bank.per_token
