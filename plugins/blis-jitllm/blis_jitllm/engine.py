@@ -45,10 +45,15 @@ Mixture-of-experts models (:mod:`blis_jitllm.moe`): blocks that fit are resident
 block that with its routed bank exceeds every device's whole budget is auto-streamed
 (its base and one token's expert sheets on the card, an expert cache from the room
 placement leaves) and every pass uploads the sheets its rows select that the cache does
-not hold over the device's link. Refused by name: a mixture block on the host (the
-host pager's expert pages), streamed blocks without ``-warm`` (the stream trial) or
-beyond the host's weight budget; a mixture model's pool that cannot grow stops the run
-(the block ``-relocate`` would send home is a host mixture block).
+not hold over the device's link. A mixture block on the host is paged by the host
+pager as ``jitllmd serve`` pages it: its shared part (attention, norms, router, shared
+experts) is a block page, each routed expert a page of its own, and expert pages are
+given up first, least recently used; a pass reads the experts its rows chose that the
+pager does not hold (:class:`~blis_jitllm.paging.BudgetPager`). Refused by name:
+streamed blocks beside blocks on the host (one pager serving the device's fills and the
+host's blocks), without ``-warm`` (the stream trial) or beyond the host's weight budget;
+a mixture model's pool that cannot grow stops the run (``-relocate`` moving a mixture
+block is not modelled).
 
 Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
 where ``measured-jitllm.yaml`` has them, the floor elsewhere, and the Result says no
@@ -98,7 +103,7 @@ from blis_jitllm.kv import (
 )
 from blis_jitllm.memcache import MemCache
 from blis_jitllm.moe import ExpertBank, MixtureOffer, offer_mixture, pass_upload_sheets
-from blis_jitllm.paging import BudgetPager
+from blis_jitllm.paging import BudgetPager, frames_cross
 from blis_jitllm.placement import Device, Placement, place_blocks, place_head
 from blis_jitllm.priority import MAPPING as PRIORITY_MAPPING
 from blis_jitllm.priority import jitllm_priority, row_priority
@@ -150,7 +155,12 @@ class PoolFacts:
     """bytes the host pager holds the host's blocks in (0: no pager: no host block, or no
     disk to read one from); at least their sum where the budget holds them all"""
     host_block_sizes: tuple[int, ...] = ()
-    """the host's blocks in scan order, for the pager"""
+    """the host's block pages in scan order, for the pager: a mixture block's shared
+    part (attention, norms, router, shared experts), whose routed experts are pages of
+    their own"""
+    host_block_banks: tuple[ExpertBank | None, ...] = ()
+    """per host block page, the routed bank held in expert pages (None: a dense block);
+    empty where no mixture block is on the host"""
     page_link: str | None = None
     """the link the pager reads blocks over (the machine's disk)"""
     devices: int = 1
@@ -192,7 +202,8 @@ class PoolFacts:
     quantized: bool = False
     """the weights are a quantized file (a few rows share the decode matvec, ``groupMV``)"""
     mixture: bool = False
-    """a mixture model: no block may go home (the host's expert pages are not modelled)"""
+    """a mixture model: no block may go home (``-relocate`` moving a mixture block is not
+    modelled)"""
     expert_bank: ExpertBank | None = None
     """the routed bank of an auto-streamed block (None: no block is streamed)"""
     expert_streams: tuple[tuple[int, int], ...] = ()
@@ -233,12 +244,12 @@ def _check_model(pool: str, model: ModelArchitecture, weights: str | None) -> No
         )
 
 
-#: why a mixture block cannot go home: the host's expert pages are not modelled
+#: why a mixture block cannot go home: -relocate is not modelled for mixture models
 _SENT_HOME = (
-    "jitllm would send a block home as the history grows (-relocate), where the host "
-    "pager keeps each routed expert in a page of its own and gives expert pages up "
-    "first, least recently used (guides/memory.mdx), which is not modelled by "
-    "blis-jitllm yet"
+    "jitllm would send a block home as the history grows (-relocate): its shared part "
+    "and its routed experts would join the host pager's pages (a streamed block giving "
+    "up its expert cache) and come back when room returns, which blis-jitllm does not "
+    "model for a mixture model yet"
 )
 
 
@@ -261,14 +272,18 @@ def _check_mixture(
     offered: int,
     source: str,
 ) -> None:
-    """What the port of a mixture model's placement does not model, refused by name: a
-    mixture block on the host (the host pager's expert pages), and auto-streamed blocks
-    without ``-warm`` (the stream trial the first session would run)."""
+    """What the port of a mixture model's placement does not model, refused by name:
+    auto-streamed blocks beside blocks on the host (the streamed blocks' fills would
+    claim their experts through the host pager that pages the host's blocks, while the
+    host's histories narrow it), and auto-streamed blocks without ``-warm`` (the stream
+    trial the first session would run). Mixture blocks on the host alone are modelled:
+    the host pager's block and expert pages."""
     home = [i for i, o in enumerate(owner) if o is None]
-    if home:
+    streamed = sum(1 for o, st in zip(owner, offer.streamed, strict=True) if st and o is not None)
+    if home and streamed:
         why = (
-            f"AutoStream kept the blocks above every device's whole budget there ("
-            f"{offer.kept_home})"
+            f"AutoStream kept the blocks above every device's whole budget there "
+            f"({offer.kept_home})"
             if offer.kept_home
             else "no device had room for them"
         )
@@ -278,10 +293,12 @@ def _check_mixture(
         raise InputRefused.one(
             path,
             value,
-            f"{len(home)} of {len(owner)} mixture blocks run on the host ({why}), where the "
-            "host pager keeps each routed expert in a page of its own and gives expert "
-            "pages up first, least recently used (guides/memory.mdx): not modelled by "
-            "blis-jitllm yet; give the devices room for every block",
+            f"{len(home)} of {len(owner)} mixture blocks run on the host ({why}) beside "
+            f"{streamed} auto-streamed blocks, whose fills read their selected experts "
+            "from the host pager's expert pages: one pager holding both the streamed "
+            "banks and the host's blocks (narrowed by the host's histories) is not "
+            "modelled by blis-jitllm yet; give the devices room for every block, or "
+            "none (devices cpu)",
             source,
         )
     if any(offer.streamed) and not settings.warm:
@@ -311,8 +328,9 @@ def _check_stream_host(
     the block (``streamBank.w``, re-pointed by ``ensure`` each token); modelled where
     the host's weight budget holds every streamed block beside the embedding (and a
     host head), which the load then preloads and, every block being on a device, no
-    ``applyPageBudget`` narrows. Elsewhere the pager would read expert pages from the
-    disk, least recently used first out: refused by name."""
+    ``applyPageBudget`` narrows. Elsewhere the fills would claim the selected experts
+    through the host pager's expert pages, a path between the device's expert cache and
+    the host pager that is not modelled: refused by name."""
     streamed = sum(b for b, st in zip(blocks, offer.streamed, strict=True) if st)
     if machine is None:
         raise _refuse(
@@ -328,8 +346,9 @@ def _check_stream_host(
             settings.maxmem,
             f"the auto-streamed blocks' host copy ({(streamed + home) / 2**30:.2f} GiB with the "
             f"embedding and head) exceeds the host's weight budget ({limit / 2**30:.2f} "
-            "GiB): the host pager would read their experts from the disk in expert pages, "
-            "given up least recently used first, which is not modelled by blis-jitllm yet",
+            "GiB): their fills would claim the selected experts through the host pager's "
+            "expert pages and read the missing ones from the disk, a path between the "
+            "device's expert cache and the host pager that blis-jitllm does not model yet",
             source,
         )
 
@@ -529,6 +548,7 @@ def _plan(
     ]
     source = f"{ENGINE} pool for {model.hf_id} on {hw.id}"
     mixture: MixtureOffer | None = None
+    banks: list[ExpertBank | None] = [None] * n
     if model.moe is None:
         placed = place_blocks(blocks[:offered], devices, extra=offered * history_per_block + head)
         placed = Placement(
@@ -536,9 +556,10 @@ def _plan(
         )
         ruled = place_head(placed, head, blocks, blocks)
     else:
+        banks = _expert_banks(model)
         mixture = offer_mixture(
             blocks,
-            _expert_banks(model),
+            banks,
             devices,
             offered,
             extra=offered * history_per_block + head,
@@ -555,6 +576,16 @@ def _plan(
     head_on_device = ruled.device is not None
     host_sizes = tuple(b for b, o in zip(blocks, owner, strict=True) if o is None)
     host_weights = embedding + sum(host_sizes) + (0 if head_on_device else head)
+    # the host pager's pages: a block's page, less its routed bank in a mixture block,
+    # whose experts are each a page of their own (``File.measureExtents`` skips the
+    # expert-paged banks)
+    host_banks = tuple(k for k, o in zip(banks, owner, strict=True) if o is None)
+    host_pages = tuple(
+        b - (k.bytes if k is not None else 0) for b, k in zip(host_sizes, host_banks, strict=True)
+    )
+    sheets = sorted({k.sheet for k in host_banks if k is not None})
+    if not sheets:
+        host_banks = ()
     host_limit = 0
     page_budget = 0
     page_link: str | None = None
@@ -592,14 +623,21 @@ def _plan(
         page_budget = host_limit - (host_weights - sum(host_sizes)) if host_sizes else 0
         page_link = machine.storage if host_sizes else None
         over = host_weights > host_limit
+        for sheet in sheets:
+            crossing = frames_cross(host_pages, sheet)
+            if crossing is not None:
+                raise _refuse(f"deployment.pools.{spec.pool}.model", model.hf_id, crossing)
         if over:
             refusal = None
+            largest = max(host_pages + tuple(sheets))
             if page_link is None:
                 refusal = f"machine {machine.id} names no disk to page the model file from"
-            elif page_budget < max(host_sizes):
+            elif page_budget < largest:
                 refusal = (
                     f"{max(page_budget, 0) / 2**30:.2f} GiB is left for paging beside the "
-                    f"embedding and head, less than one block ({max(host_sizes) / 2**30:.2f} GiB)"
+                    f"embedding and head, less than one "
+                    + ("block" if not sheets else "page (a block's shared part or an expert)")
+                    + f" ({largest / 2**30:.2f} GiB)"
                 )
             if refusal is not None:
                 raise InputRefused.one(
@@ -621,12 +659,13 @@ def _plan(
     # the card took it), where the machine names a disk to read it from
     reloc = (
         _relocation(
-            machine, pooled, owner, blocks, settings, embedding, head, head_on_device, host_sizes
+            machine, pooled, owner, blocks, settings, embedding, head, head_on_device, host_pages
         )
         if mixture is None
         else _Relocation(
-            why_not="a mixture model: the block it would send home runs on the host with its "
-            "experts paged (the host pager's expert pages), which blis-jitllm does not model"
+            why_not="a mixture model: moving a mixture block (its shared part and its routed "
+            "experts into the host pager's pages, a streamed block's expert cache given up) "
+            "is not modelled by blis-jitllm"
         )
     )
     relocate = reloc.relocate
@@ -728,8 +767,9 @@ def _plan(
         host_position_bytes=host_position if machine is not None else 0,
         host_kv_limit_bytes=host_kv_limit,
         host_page_budget=page_budget if page_link is not None else 0,
-        host_block_sizes=host_sizes if page_budget and page_link is not None else (),
-        pager_sizes=(reloc.pager_sizes if reloc.page_budget else host_sizes)
+        host_block_sizes=host_pages if page_budget and page_link is not None else (),
+        host_block_banks=host_banks if page_budget and page_link is not None else (),
+        pager_sizes=(reloc.pager_sizes if reloc.page_budget else host_pages)
         if page_budget and page_link is not None
         else (),
         page_link=page_link,
@@ -937,13 +977,19 @@ class JitllmEngine:
         if facts.host_page_budget:
             # its pages: the blocks -relocate may send home, then the plan's host blocks
             self._pager = BudgetPager(
-                facts.host_page_budget, facts.pager_sizes or facts.host_block_sizes
+                facts.host_page_budget,
+                facts.pager_sizes or facts.host_block_sizes,
+                facts.host_block_banks,
             )
-            # a budget that holds every host block starts with them all: the server's
-            # load preloads the pages (``LoadModel``: ``model.WithPreload``,
-            # ``server/engine.go`` index id 70901474045) and nothing evicts them
-            if settings.warm or sum(facts.host_block_sizes) <= facts.host_page_budget:
-                self._pager.run_pass(len(facts.relocate))  # the warm-up generate
+            # a budget that holds every host page (a mixture block's expert pages too)
+            # starts with them all: the server's load preloads the pages (``LoadModel``:
+            # ``model.WithPreload``, ``server/engine.go`` index id 70901474045;
+            # ``File.Preload`` runs where the budget holds every page) and nothing
+            # evicts them; else the warm-up generate is one pass of one token from empty
+            if _host_pages_fit(facts):
+                self._pager.preload(len(facts.relocate))
+            elif settings.warm:
+                self._pager.run_pass(len(facts.relocate))
         # per device with a pool: pages a layer, the dummy included
         self._pool_pages = [1] * len(facts.device_layers)
         # -relocate: blocks sent home so far, and what the devices hold now
@@ -1442,8 +1488,10 @@ class JitllmEngine:
         slots = f.slots[self._moved]
         page_in = [0] * slots.paging
         if self._pager is not None:
-            # the blocks sent home (the pages below the plan's host blocks) and those
-            read = round(self._pager.run_pass(len(f.relocate) - self._moved)) + self._pager_reads
+            # the blocks sent home (the pages below the plan's host blocks) and those,
+            # with the expert pages the pass's rows chose that the pager does not hold
+            first = len(f.relocate) - self._moved
+            read = round(self._pager.run_pass(first, tokens)) + self._pager_reads
             self._pager_reads = 0
             if slots.pager is not None:
                 page_in[slots.pager] = read
@@ -1565,10 +1613,21 @@ class JitllmEngine:
         return len(self._requests)
 
 
+def _host_pages_fit(facts: PoolFacts) -> bool:
+    """The host pager's budget holds every page of the host's blocks: their block pages
+    and every expert page of their banks."""
+    whole = sum(facts.host_block_sizes) + sum(
+        k.bytes for k in facts.host_block_banks if k is not None
+    )
+    return whole <= facts.host_page_budget
+
+
 def _paging(facts: PoolFacts) -> dict[str, object]:
-    """The host pager's budget and what it reads a pass once past its first passes (the
-    mean of 16 passes after two); where the budget holds every host block, the slack a
-    finished history may take before ``applyPageBudget`` evicts."""
+    """The host pager's budget and what it reads a pass of one token once past its first
+    passes (the mean of 16 passes after two, after 64 where mixture blocks are on the
+    host, their expert pages filling slowly); where the budget holds
+    every host page, the slack a finished history may take before ``applyPageBudget``
+    evicts. Mixture blocks on the host are described with their expert pages."""
     if not facts.host_page_budget:
         return {"host pager": "off: no host block, or no disk to page from"}
     if not facts.host_block_sizes:
@@ -1577,21 +1636,41 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
             "host pager": "holds the blocks -relocate sends home (none at the load), each "
             f"read over {facts.page_link} on the pass after it moves",
         }
-    slack = facts.host_page_budget - sum(facts.host_block_sizes)
+    out: dict[str, object] = {"host pager budget": facts.host_page_budget}
+    mixed = [k for k in facts.host_block_banks if k is not None]
+    if mixed:
+        bank = mixed[0]
+        out["host expert pages"] = (
+            f"{len(mixed)} mixture blocks on the host each page their shared part "
+            f"(attention, norms, router) as a block page and each of their {bank.experts} "
+            f"routed experts as a page of its own ({bank.sheet} bytes); expert pages are "
+            "given up first, least recently used, then block pages (the most recently "
+            f"used, then the lowest); a token reads the {bank.per_token} experts its router "
+            "chose that are not held"
+        )
+    pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes, facts.host_block_banks)
+    slack = facts.host_page_budget - pager.total_bytes
     if slack >= 0:
-        return {
-            "host pager budget": facts.host_page_budget,
-            "host pager": f"holds every host block; histories ending together past "
-            f"{slack} bytes evict blocks, read again over {facts.page_link}",
-        }
-    pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
-    for _ in range(2):
+        out["host pager"] = (
+            "holds every host block"
+            + (" and expert page" if mixed else "")
+            + f"; histories ending together past {slack} bytes evict "
+            + ("expert pages first, then blocks" if mixed else "blocks")
+            + f", read again over {facts.page_link}"
+        )
+        return out
+    for _ in range(64 if mixed else 2):
         pager.run_pass()
+    before = pager.expert_page_ins
     steady = sum(pager.run_pass() for _ in range(16)) / 16
-    return {
-        "host pager budget": facts.host_page_budget,
-        f"page-in bytes a pass over {facts.page_link}": round(steady),
-    }
+    out[f"page-in bytes a pass over {facts.page_link}"] = round(steady)
+    if mixed:
+        pages = (pager.expert_page_ins - before) / 16
+        out["expert pages a decode pass reads"] = round(pages, 2)
+        out["expert page-in bytes a decode pass"] = round(pages * mixed[0].sheet)
+        held = [pager.expert_pages(i) for i, k in enumerate(facts.host_block_banks) if k]
+        out["expert pages a mixture block holds"] = round(sum(held) / len(held), 2)
+    return out
 
 
 def _experts(facts: PoolFacts) -> dict[str, object]:

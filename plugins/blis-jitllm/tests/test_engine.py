@@ -52,7 +52,8 @@ def _run(engine: JitllmEngine, step_us: int = 10_000) -> list[tuple[StepShape, S
     ("spec", "match"),
     [
         (_spec("meta-llama/Llama-2-70b-hf"), "32 of 80 blocks run on the host .*name the machine"),
-        (_spec("mistralai/Mixtral-8x7B-v0.1"), "4 of 32 mixture blocks run on the host"),
+        # mixture blocks on the host are paged like any host block: a machine is needed
+        (_spec("mistralai/Mixtral-8x7B-v0.1"), "4 of 32 blocks run on the host .*name the machine"),
         (_spec(layout=ParallelLayout(tp=2)), "not by tensor"),
         (_spec(**{"kv-budget": "2G"}), "not a flag of jitllmd serve"),
         (_spec(**{"max-batches": 4}), "not a flag of jitllmd serve"),

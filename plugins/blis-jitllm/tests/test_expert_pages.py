@@ -6,12 +6,20 @@ the lowest-numbered; a pass reads the experts its rows chose that are not held."
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from itertools import pairwise
 
 import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import StepMode, StepShape
 from hypothesis import given
 from hypothesis import strategies as st
 
+from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.moe import ExpertBank, pass_upload_sheets
 from blis_jitllm.paging import BudgetPager, frames_cross
 
@@ -20,6 +28,9 @@ SMALL = ExpertBank(4, 2, 10)
 #: enough rows that every expert of SMALL is chosen (1 - (1/2)**64 of them)
 ALL = 64
 
+QWEN = "Qwen/Qwen3-30B-A3B"
+V100 = "V100-SXM2-16GB"
+BOX = "v100-sxm2-8x-e5-2680v4"
 #: Qwen3-30B-A3B in bfloat16: one expert's gate, up and down, and a block's shared part
 SHEET = 3 * 2048 * 768 * 2
 BANK = ExpertBank(128, 8, SHEET)
@@ -128,3 +139,83 @@ def test_frames_of_a_block_and_an_expert_page_within_a_quarter_are_refused() -> 
     assert frames_cross((100, 400), 70) is None
     with pytest.raises(ValueError, match="within a quarter"):
         BudgetPager(1000, (100,), (ExpertBank(4, 2, 110),))
+
+
+# -- the engine ----------------------------------------------------------------------
+
+
+def _spec(**args: object) -> EnginePoolSpec:
+    return EnginePoolSpec(
+        "p",
+        QWEN,
+        V100,
+        ParallelLayout(),
+        {"max-seq": 4096, "devices": "cpu", "no-mem-cache": True, **args},
+        machine=BOX,
+    )
+
+
+def test_blis_plan_describes_the_host_expert_pages_and_what_a_token_reads(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("xp-0")
+    f = JitllmEngineFactory()
+    reads: list[int] = []
+    for maxmem in ("12G", "20G", "40G"):
+        resolved = f.resolved_args(_spec(maxmem=maxmem), env)
+        assert resolved["host blocks"] == 48
+        pages = str(resolved["host expert pages"])
+        assert "each of their 128 routed experts as a page of its own" in pages
+        assert "given up first, least recently used" in pages
+        experts, total = (
+            resolved["expert page-in bytes a decode pass"],
+            resolved["page-in bytes a pass over nvme-gen4"],
+        )
+        assert isinstance(experts, int) and isinstance(total, int)
+        assert total >= experts
+        reads.append(experts)
+    assert reads[0] > reads[1] > reads[2] > 0
+    roomy = f.resolved_args(_spec(), env)
+    assert "holds every host block and expert page" in str(roomy["host pager"])
+    assert "expert page-in bytes a decode pass" not in roomy
+
+
+def test_a_host_mixture_pass_reads_its_missing_experts_over_the_disk(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Every pass's disk read is a replay of the pager on the plan's pages: the warm-up
+    pass, then one pass of each step's rows; a decode step pays for the read."""
+    env = blis_environment("xp-1")
+    engine = JitllmEngineFactory().build(_spec(maxmem="20G"), env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    facts = engine._facts
+    assert facts.host_block_sizes == (BASE,) * 48 and facts.host_block_banks == (BANK,) * 48
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 600),), 8), 0)
+    shapes: list[StepShape] = []
+    now = 0
+    while engine.num_unfinished():
+        shape = engine.schedule(now)
+        assert shape is not None
+        shapes.append(shape)
+        now += 10_000
+        engine.complete(shape, now)
+    replay = BudgetPager(facts.host_page_budget, facts.host_block_sizes, facts.host_block_banks)
+    replay.run_pass()  # the warm-up generate
+    slot = facts.pager_slot
+    assert slot is not None
+    for s in shapes:
+        assert s.page_in_bytes[slot] == round(replay.run_pass(0, s.scheduled_tokens))
+    decode = next(s for s in shapes if s.mode is StepMode.DECODE_ONLY)
+    assert 0 < decode.page_in_bytes[slot] < 48 * 8 * SHEET
+    free = env.price_step(engine.plan, dataclasses.replace(decode, page_in_bytes=()))
+    assert env.price_step(engine.plan, decode) > free
+
+
+def test_a_host_budget_below_one_page_is_refused_naming_the_page(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """1200 MiB leaves some 14 MB beside the 1.24 GB of embedding and head: less than a
+    block's shared part (38 MB)."""
+    with pytest.raises(InputRefused, match=r"less than one page \(a block's shared part") as exc:
+        JitllmEngineFactory().plan(_spec(maxmem="1200M"), blis_environment("xp-2"))
+    assert exc.value.errors[0].path == "engine.args.maxmem"

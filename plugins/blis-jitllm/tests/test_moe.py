@@ -171,22 +171,45 @@ def test_what_the_mixture_port_does_not_model_is_refused_by_name(
     env = blis_environment("moe-2")
     f = JitllmEngineFactory()
     cases = [
-        # blocks no device has room for run home: the host's expert pages
+        # streamed blocks beside blocks no device has room for: one host pager for the
+        # streamed banks' fills and the host's blocks
         (_spec(devices=",".join(f"cuda:{i}=1180M" for i in range(4))), "engine.args.devices"),
-        # AutoStream refuses a base above every budget: the blocks stay home
-        (_spec(devices="cuda:0=30M"), "engine.args.devices"),
-        (_spec(devices="all", **{"gpu-layers": 40}), "engine.args.gpu-layers"),
+        (_spec(devices=SMALL, **{"gpu-layers": 40, "max-batch": 8}), "engine.args.gpu-layers"),
         # the stream trial a session without the warm-up would run
         (_spec(devices=SMALL, warm=False, **{"max-batch": 8}), "engine.args.warm"),
-        # the banks' host copy beyond the host's budget: expert pages read from disk
+        # the banks' host copy beyond the host's budget: the fills through expert pages
         (_spec(devices=SMALL, maxmem="8G", **{"max-batch": 8}), "engine.args.maxmem"),
     ]
     for spec, path in cases:
         with pytest.raises(InputRefused) as exc:
             f.plan(spec, env)
         assert exc.value.errors[0].path == path
-    with pytest.raises(InputRefused, match=r"AutoStream kept .* exceeds the widest"):
-        f.plan(_spec(devices="cuda:0=30M"), env)
+    four = _spec(devices=",".join(f"cuda:{i}=1180M" for i in range(4)))
+    with pytest.raises(
+        InputRefused, match=r"32 of 48 mixture blocks run on the host .* beside 16 auto-streamed"
+    ):
+        f.plan(four, env)
+    with pytest.raises(InputRefused, match=r"fills would claim the selected experts"):
+        f.plan(_spec(devices=SMALL, maxmem="8G", **{"max-batch": 8}), env)
+
+
+def test_mixture_blocks_left_home_are_planned_with_the_host_pager(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Blocks ``AutoStream`` keeps home (a base above every budget), blocks past
+    ``-gpu-layers`` and ``-devices cpu`` run on the host, paged by its pager (on this
+    503 GiB box the budget holds every page)."""
+    env = blis_environment("moe-5")
+    f = JitllmEngineFactory()
+    for spec, home in (
+        (_spec(devices="cuda:0=30M"), 48),
+        (_spec(devices="all", **{"gpu-layers": 40}), 8),
+        (_spec(devices="cpu"), 48),
+    ):
+        resolved = f.resolved_args(spec, env)
+        assert resolved["host blocks"] == home
+        assert f"{home} mixture blocks on the host" in str(resolved["host expert pages"])
+        assert "holds every host block and expert page" in str(resolved["host pager"])
 
 
 def test_room_left_after_placement_becomes_expert_caches_and_saves_uploads(
@@ -220,7 +243,9 @@ def test_a_pool_the_caches_leave_no_room_stops_the_run_naming_relocate(
     spec = _spec(devices=roomy, **{"max-seq": 2048, "max-batch": 4, "no-mem-cache": True})
     engine = JitllmEngineFactory().build(spec, env, "p-0")
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 600),), 4), 0)
-    with pytest.raises(SimulationError, match=r"send a block home .*-relocate.*expert pages"):
+    with pytest.raises(
+        SimulationError, match=r"send a block home .*-relocate.*not model for a mixture model"
+    ):
         now = 0
         while (shape := engine.schedule(now)) is not None:
             now += 10_000
