@@ -626,6 +626,9 @@ class Simulation:
         n = stride - 1
         comps = self._components
         pending_to = self._pending_to
+        # Whether events of a component naming these receivers can reach ``c``, per
+        # receiver tuple: the instances of a pool all name the same client and router.
+        far: dict[tuple[str, ...], bool] = {}
         first: int | None = None
         # NOTE: in time order, so the scan stops at the first event that may reach ``c``.
         for k in sorted(self._heap):
@@ -637,8 +640,15 @@ class Simulation:
                     continue
             else:
                 other = comps[idx]
-                if other._devs_key != k or apart(other.sends_to()):
+                if other._devs_key != k:
                     continue
+                to = other.sends_to()
+                if to is not None:
+                    known = far.get(to)
+                    if known is None:
+                        known = far[to] = apart(to)
+                    if known:
+                        continue
             first = k // stride
             break
         if self.horizon_us is not None and (first is None or first > self.horizon_us):
