@@ -51,9 +51,12 @@ experts) is a block page, each routed expert a page of its own, and expert pages
 given up first, least recently used; a pass reads the experts its rows chose that the
 pager does not hold (:class:`~blis_jitllm.paging.BudgetPager`). Refused by name:
 streamed blocks beside blocks on the host (one pager serving the device's fills and the
-host's blocks), without ``-warm`` (the stream trial) or beyond the host's weight budget;
-a mixture model's pool that cannot grow stops the run (``-relocate`` moving a mixture
-block is not modelled).
+host's blocks), without ``-warm`` (the stream trial) or beyond the host's weight budget.
+``-relocate`` moves resident mixture blocks as it moves dense ones: one sent home
+brings its shared part into the host pager as a block page and its routed experts as
+expert pages; taken back, its whole bank goes up again, read through the pager where
+not held. Where auto-streamed blocks are on the device it is not modelled, and a
+mixture model's pool that cannot grow then stops the run.
 
 Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
 where ``measured-jitllm.yaml`` has them, the floor elsewhere, and the Result says no
@@ -181,7 +184,10 @@ class PoolFacts:
     pager_sizes: tuple[int, ...] = ()
     """the host pager's pages in block order: the blocks ``-relocate`` may send home
     (lowest first), then the plan's host blocks; its page ``len(relocate) - k`` is the
-    block ``relocate[k - 1]``"""
+    block ``relocate[k - 1]`` (a mixture block's page its shared part)"""
+    pager_banks: tuple[ExpertBank | None, ...] = ()
+    """per page of ``pager_sizes``, the routed bank held in expert pages (None: a dense
+    block); empty where no page has one"""
     slots: tuple[PartSlots, ...] = ()
     """per count of blocks sent home (0 to ``len(relocate)``): which of its placement's
     paging parts carry the pager's reads and each device's link"""
@@ -202,8 +208,8 @@ class PoolFacts:
     quantized: bool = False
     """the weights are a quantized file (a few rows share the decode matvec, ``groupMV``)"""
     mixture: bool = False
-    """a mixture model: no block may go home (``-relocate`` moving a mixture block is not
-    modelled)"""
+    """a mixture model: where ``-relocate`` is not modelled (``relocate_off``) a pool that
+    cannot grow stops the run rather than send history home first"""
     expert_bank: ExpertBank | None = None
     """the routed bank of an auto-streamed block (None: no block is streamed)"""
     expert_streams: tuple[tuple[int, int], ...] = ()
@@ -244,13 +250,21 @@ def _check_model(pool: str, model: ModelArchitecture, weights: str | None) -> No
         )
 
 
-#: why a mixture block cannot go home: -relocate is not modelled for mixture models
-_SENT_HOME = (
-    "jitllm would send a block home as the history grows (-relocate): its shared part "
-    "and its routed experts would join the host pager's pages (a streamed block giving "
-    "up its expert cache) and come back when room returns, which blis-jitllm does not "
-    "model for a mixture model yet"
+#: why -relocate is not modelled beside auto-streamed mixture blocks
+_STREAMED_HOME = (
+    "auto-streamed mixture blocks are on the device: the block sent home would be a "
+    "streamed one (giving up its expert cache, its base and plain bank's room going to "
+    "the pool) or a resident one run on the host beside them (one host pager serving the "
+    "streamed blocks' fills and the host's blocks), neither modelled by blis-jitllm yet"
 )
+
+
+def _not_relocated(why_not: str) -> str:
+    """Why a pool that cannot grow is not relieved by ``-relocate`` here."""
+    return (
+        "jitllm would send a block home as the history grows (-relocate), which "
+        f"blis-jitllm does not model for this placement: {why_not}"
+    )
 
 
 def _expert_banks(model: ModelArchitecture) -> list[ExpertBank | None]:
@@ -656,17 +670,27 @@ def _plan(
     # -relocate (on in jitllmd serve): with one device, blocks go home one at a time, the
     # highest first, when its pool can neither grow nor send history home; each is then
     # read through the host pager like the plan's host blocks (its page was dropped when
-    # the card took it), where the machine names a disk to read it from
+    # the card took it), where the machine names a disk to read it from; a mixture
+    # block's shared part as a block page, its routed experts as expert pages
+    streamed = mixture is not None and any(
+        st for st, o in zip(mixture.streamed, owner, strict=True) if o is not None
+    )
     reloc = (
         _relocation(
-            machine, pooled, owner, blocks, settings, embedding, head, head_on_device, host_pages
+            machine,
+            pooled,
+            owner,
+            blocks,
+            settings,
+            embedding,
+            head,
+            head_on_device,
+            host_pages,
+            banks=banks if mixture is not None else None,
+            host_banks=host_banks,
         )
-        if mixture is None
-        else _Relocation(
-            why_not="a mixture model: moving a mixture block (its shared part and its routed "
-            "experts into the host pager's pages, a streamed block's expert cache given up) "
-            "is not modelled by blis-jitllm"
-        )
+        if not streamed
+        else _Relocation(why_not=_STREAMED_HOME)
     )
     relocate = reloc.relocate
     part_sets: tuple[tuple[PlanPart, ...], ...] = ()
@@ -705,13 +729,13 @@ def _plan(
         lim // (layer_page * layers) - 1
         for lim, layers in zip(kv_limits, device_layers, strict=True)
     ]
-    if any(x < 1 for x in pages) and mixture is not None:
+    if any(x < 1 for x in pages) and streamed:
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         raise InputRefused.one(
             "engine.args.devices",
             spec.args.get("devices"),
             f"the mixture blocks placed on {names} (with their expert caches) leave no room "
-            f"for a page of KV history: {_SENT_HOME}",
+            f"for a page of KV history: {_not_relocated(reloc.why_not)}",
             source,
         )
     if any(x < 1 for x in pages) and not relocate:
@@ -772,6 +796,9 @@ def _plan(
         pager_sizes=(reloc.pager_sizes if reloc.page_budget else host_pages)
         if page_budget and page_link is not None
         else (),
+        pager_banks=(reloc.pager_banks if reloc.page_budget else host_banks)
+        if page_budget and page_link is not None
+        else (),
         page_link=page_link,
         devices=len(pooled),
         paging_parts=sum(1 for x in parts.parts if x.page_link is not None),
@@ -819,6 +846,9 @@ class _Relocation:
     host_limit: int = 0
     page_budget: int = 0
     pager_sizes: tuple[int, ...] = ()
+    pager_banks: tuple[ExpertBank | None, ...] = ()
+    """per page of ``pager_sizes``, the routed bank held in expert pages (None: a dense
+    block); empty where no page has one"""
     why_not: str = ""
 
 
@@ -832,6 +862,8 @@ def _relocation(
     head: int,
     head_on_device: bool,
     host_sizes: tuple[int, ...],
+    banks: list[ExpertBank | None] | None = None,
+    host_banks: tuple[ExpertBank | None, ...] = (),
 ) -> _Relocation:
     """``-relocate`` on one device (``model.go*`` ``relocateUntil``, ``relocateHome``):
     every block on the card but the first may go home, the highest first. Once home a
@@ -845,7 +877,15 @@ def _relocation(
     host blocks there). Not modelled, with the reason: no machine, several devices (a
     full card's highest block would first move to the next card,
     ``tier.GPU.SpillAfter``), one block on the card, a pager whose budget holds no such
-    block."""
+    block.
+
+    A mixture model's block (``banks``: each block's routed bank, None for a dense
+    one; ``host_banks``: those of the plan's host pages, empty where none has one) goes
+    home as the host pager holds any host mixture block: its shared part (the block
+    less its bank, as ``File.measureExtents`` skips the expert-paged banks) is a block
+    page and each routed expert a page of its own. Not modelled, with the reason: a
+    pager budget below one such page, and pages whose frames ``File.take`` would cross
+    (:func:`~blis_jitllm.paging.frames_cross`)."""
     if machine is None:
         return _Relocation(
             why_not="the pool names no machine, whose host would run the blocks sent home"
@@ -876,14 +916,28 @@ def _relocation(
             )
         return _Relocation(relocate, limit)
     page_budget = limit - host_resident
-    sizes = tuple(c for _, c in reversed(relocate)) + host_sizes
-    if page_budget < max(sizes):
+    home = tuple(reversed(relocate))  # the pager's order: the lowest first
+    moved_banks = tuple(banks[i] if banks else None for i, _ in home)
+    sizes = (
+        tuple(c - (k.bytes if k else 0) for (_, c), k in zip(home, moved_banks, strict=True))
+        + host_sizes
+    )
+    pager_banks = moved_banks + (host_banks or (None,) * len(host_sizes))
+    sheets = sorted({k.sheet for k in pager_banks if k is not None})
+    if not sheets:
+        pager_banks = ()
+    largest = max(sizes + tuple(sheets))
+    if page_budget < largest:
+        page = "block" if not sheets else "page (a block's shared part or an expert)"
         return _Relocation(
             why_not=f"the host pager's budget ({max(page_budget, 0) / 2**30:.2f} GiB beside "
-            f"the embedding and head) holds less than one block ({max(sizes) / 2**30:.2f} "
-            "GiB)"
+            f"the embedding and head) holds less than one {page} ({largest / 2**30:.2f} GiB)"
         )
-    return _Relocation(relocate, limit, page_budget, sizes)
+    for sheet in sheets:
+        crossing = frames_cross(sizes, sheet)
+        if crossing is not None:
+            return _Relocation(why_not=f"the blocks it would send home: {crossing}")
+    return _Relocation(relocate, limit, page_budget, sizes, pager_banks)
 
 
 def _kv_dtype(kv_row: int, host_layer: int, device_attached: bool) -> str:
@@ -979,7 +1033,7 @@ class JitllmEngine:
             self._pager = BudgetPager(
                 facts.host_page_budget,
                 facts.pager_sizes or facts.host_block_sizes,
-                facts.host_block_banks,
+                facts.pager_banks if facts.pager_sizes else facts.host_block_banks,
             )
             # a budget that holds every host page (a mixture block's expert pages too)
             # starts with them all: the server's load preloads the pages (``LoadModel``:
@@ -1099,9 +1153,10 @@ class JitllmEngine:
             if self._moved < len(f.relocate):
                 self._relocate_one(d, need)
                 continue
-            if f.mixture:
+            if f.mixture and not f.relocate:
                 raise SimulationError(
-                    f"{ENGINE}: the KV pool of device {d} cannot grow for the pass: {_SENT_HOME}"
+                    f"{ENGINE}: the KV pool of device {d} cannot grow for the pass: "
+                    + _not_relocated(f.relocate_off)
                 )
             if self._evict(d, need, want - pages + 1, callers) <= 1:
                 return
@@ -1123,7 +1178,8 @@ class JitllmEngine:
         the pool. The weights do not cross: the card's copy is released
         (``ReleaseLayers``) and the next pass faults the block in through the host
         pager (``rowsHost`` -> ``pageIn``), from the model file, since its page was
-        dropped when the card took it."""
+        dropped when the card took it; a mixture block's routed experts are then expert
+        pages of the pager, read as the passes' rows choose them (``ensureExperts``)."""
         f = self._facts
         _, charge = f.relocate[self._moved]
         resident = sum(need.values()) - sum(self._home[d].values())
@@ -1141,7 +1197,11 @@ class JitllmEngine:
         then declines ("offering a block the card cannot hold reads its page for
         nothing"); a block the card takes crosses its link with its history and gives
         its page up (``releaseLayer`` -> ``DropPage``), and the offer ends by handing
-        every free frame back (``TrimFree``)."""
+        every free frame back (``TrimFree``). A mixture block's offer reads its shared
+        part's page; taken, its bank is assembled an expert page at a time through the
+        pager (``bankWeight``: the pages not held read from the model file,
+        :meth:`~blis_jitllm.paging.BudgetPager.bank_upload`) and every page of it is
+        dropped."""
         f = self._facts
         self._room_changed = False
         pager = self._pager
@@ -1149,7 +1209,8 @@ class JitllmEngine:
             _, charge = f.relocate[self._moved - 1]
             page = len(f.relocate) - self._moved  # its page in the pager
             if pager is not None:
-                self._pager_reads += round(pager.touch(page))
+                # ``pageIn``: the block's page (a mixture block's banks are not in it)
+                self._pager_reads += round(pager.touch(page, 0))
             layers = self._layers[0] + 1
             if self._pool_pages[0] * f.layer_page_bytes * layers > self._limits[0] - charge:
                 break
@@ -1160,6 +1221,9 @@ class JitllmEngine:
             self._host_position -= f.host_layer_position_bytes
             self._migrated += charge + resident * f.layer_page_bytes
             if pager is not None:
+                # a mixture block's bank goes up an expert page at a time, each read
+                # through the pager where it is not held (``bankWeight``)
+                self._pager_reads += round(pager.bank_upload(page))
                 pager.drop(page)
         if pager is not None:
             pager.trim_free()
@@ -1634,7 +1698,13 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
         return {
             "host pager budget": facts.host_page_budget,
             "host pager": "holds the blocks -relocate sends home (none at the load), each "
-            f"read over {facts.page_link} on the pass after it moves",
+            f"read over {facts.page_link} on the pass after it moves"
+            + (
+                " (a mixture block's shared part as a block page, each routed expert as a "
+                "page of its own, read on the passes whose rows choose it)"
+                if any(facts.pager_banks)
+                else ""
+            ),
         }
     out: dict[str, object] = {"host pager budget": facts.host_page_budget}
     mixed = [k for k in facts.host_block_banks if k is not None]
@@ -1735,6 +1805,13 @@ class JitllmEngineFactory:
             "relocate": (
                 f"on: up to {len(facts.relocate)} blocks go home as the history grows"
                 + (", read through the host pager" if facts.pager_sizes else "")
+                + (
+                    " (a mixture block's shared part as a block page and its routed "
+                    "experts as expert pages, read as its rows choose them; taken back, "
+                    "its whole bank goes up again, the expert pages not held read first)"
+                    if any(facts.pager_banks[: len(facts.relocate)])
+                    else ""
+                )
                 if facts.relocate
                 else f"not modelled for this placement: {facts.relocate_off}"
             ),

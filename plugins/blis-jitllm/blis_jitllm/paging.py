@@ -45,7 +45,11 @@ reaches it (``engine/model/batch.go`` ``rowsHost``: ``m.pageIn(li)`` for every b
 not on a device). :meth:`BudgetPager.run_pass` scans from a first page so that the
 engine can hold the blocks that may go home below the plan's host blocks, in block
 order; :meth:`BudgetPager.drop` and :meth:`BudgetPager.trim_free` are ``DropPage`` and
-``TrimFree``.
+``TrimFree``. A mixture block sent home brings its shared part in as a block page and its
+routed experts as expert pages, claimed on the passes whose rows choose them; a device
+taking it back first assembles its whole bank through the pager
+(:meth:`BudgetPager.bank_upload`: ``Model.bankWeight``'s ``Sheet``, one expert page at a
+time), reading the expert pages not held.
 
 Frames (``File.take``, ``unhold``, ``trimFree``; ``format/jlm/read.go@635f1f30``,
 ``format/jlm/offheap.go@9f5a43ff``): an evicted block's frame goes to a free list, and a
@@ -307,6 +311,34 @@ class BudgetPager:
             self.expert_page_outs -= held
             self._gen[li] = self._gen.get(li, 0) + 1
             self._scale[li] = 1.0
+
+    def bank_upload(self, li: int) -> float:
+        """A device takes mixture block ``li`` back (``-relocate``'s ``reclaim``): the
+        bytes its routed bank reads from the disk, 0 for a dense block. The upload
+        assembles the bank one expert page at a time (``Model.bankWeight``'s ``Sheet``:
+        ``Hold`` of the block's page and of expert page ``x`` until the device has
+        copied it), so every expert page the pager does not hold is read, each whole;
+        the held ones are hits (the port pins them, as ``ensureExperts`` would). Each
+        read makes room for itself (``makeRoom``): other blocks' expert pages, least
+        recently used, give way first, and where they are not enough the block's own
+        sheets already copied (expert pages too, and released), never a block page.
+        The block's pages are still charged: :meth:`drop` follows once the card took
+        it."""
+        bank = self.banks[li] if self.banks else None
+        if bank is None:
+            return 0.0
+        self.tick += 1
+        misses = bank.experts - self.expert_pages(li)
+        # the held ones pinned: out of the least recently used order, still charged
+        self._gen[li] = self._gen.get(li, 0) + 1
+        self._scale[li] = 1.0
+        short = self.used + misses * bank.sheet - self.budget
+        if short > _SLACK:
+            self._evict_experts(short)
+        read = misses * bank.sheet
+        self.expert_page_ins += misses
+        self.page_in_bytes += read
+        return read
 
     def trim_free(self) -> None:
         """``File.TrimFree``: every free frame handed back (the end of an offer)."""

@@ -243,8 +243,11 @@ def test_a_pool_the_caches_leave_no_room_stops_the_run_naming_relocate(
     spec = _spec(devices=roomy, **{"max-seq": 2048, "max-batch": 4, "no-mem-cache": True})
     engine = JitllmEngineFactory().build(spec, env, "p-0")
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 600),), 4), 0)
+    # -relocate moves resident mixture blocks, not streamed ones (nor blocks beside them)
     with pytest.raises(
-        SimulationError, match=r"send a block home .*-relocate.*not model for a mixture model"
+        SimulationError,
+        match=r"send a block home .*-relocate.*not model for this placement: auto-streamed "
+        r"mixture blocks are on the device",
     ):
         now = 0
         while (shape := engine.schedule(now)) is not None:
