@@ -207,6 +207,21 @@ class PoolPlan(Document):
     graph_policy: GraphPolicy = GraphPolicy()
     draft_policy: DraftPolicy | None = None
     host_work: str = Field(description="key of the per-step host overhead model")
+    frontend_servers: int | None = Field(
+        default=None,
+        gt=0,
+        description="processes that do a request's work before the engine core (HTTP, "
+        "chat template, IPC: ``Environment.frontend_delay_us``), each one request at a "
+        "time, first come first served (vLLM's API servers, SGLang's TokenizerManager: "
+        "one event loop each); a request takes the one that frees first. None: that work "
+        "of different requests overlaps and only the tokenisation goes one prompt at a time",
+    )
+    frontend_tokenizes: bool = Field(
+        default=False,
+        description="with frontend_servers: a process tokenises the prompt on its own event "
+        "loop (SGLang's TokenizerManager), not in a tokenizer thread of its own that takes "
+        "one prompt at a time beside the loop (vLLM's renderer pool)",
+    )
     max_num_batched_tokens: int = Field(gt=0)
     max_num_seqs: int = Field(gt=0)
     max_model_len: int = Field(gt=0)

@@ -18,8 +18,13 @@ first spends ``env.frontend_delay_us(plan, input_tokens)`` in the instance's fro
 (API server: HTTP parsing, tokenisation, IPC; a small heap, released by an internal
 event at its due time) and only then reaches ``engine.add_request``; the tokenisation
 part (``env.tokenize_us``) is one tokenizer's work, one prompt at a time, so a prompt
-also waits for the prompts that entered before it; a release counts as
-an input, so it precedes a step boundary at the same instant. With a zero delay the
+also waits for the prompts that entered before it. Where the plan names
+``frontend_servers`` (an API server process is one event loop), the rest of that work is
+done by that many processes, each one request at a time, first come first served on the
+process that frees first, and the prompt is then tokenised by that process's tokenizer
+thread (or on its loop, ``frontend_tokenizes``): a burst reaches the engine spread out
+rather than at once. A release counts as an input, so it precedes a step boundary at the
+same instant. With a zero delay the
 request is added at once, as before. Step reports reach the client
 ``env.stream_delay_us(plan)`` after the step ends (output processing, detokenisation,
 SSE); the router's copy keeps the KV-event delay. An abort of a request still in the
@@ -267,6 +272,11 @@ class EngineComponent(Component):
         self._frontend_seq = 0
         # When the API server's tokenizer is next free (it tokenises one prompt at a time).
         self._tokenizer_free_us = 0
+        # When each frontend process's event loop and tokenizer are next free
+        # (plan.frontend_servers; none: their work overlaps).
+        self._servers_free_us = [0] * (self._plan.frontend_servers or 0)
+        self._server_tokenizer_free_us = [0] * (self._plan.frontend_servers or 0)
+        self._frontend_tokenizes = self._plan.frontend_tokenizes
         # Scheduled steps in order, each with its timeline through the pipeline stages.
         self._in_flight: deque[_InFlight] = deque()
         self._stage_free_us = [0] * engine.plan.layout.pp
@@ -430,12 +440,28 @@ class EngineComponent(Component):
     def _enter_frontend(self, req: InferenceRequest, now_us: int) -> None:
         delay_us = self._env.frontend_delay_us(self._plan, req.input_tokens)
         tokenize_us = self._env.tokenize_us(self._plan, req.input_tokens)
-        if tokenize_us > 0:
+        servers = self._servers_free_us
+        if servers:
+            # The request's work on the frontend process that frees first, after the
+            # requests that process took before: one process, one event loop, so its work
+            # for two requests does not overlap. The prompt is tokenised on the loop too
+            # (frontend_tokenizes), or next by the process's one tokenizer thread, which
+            # takes one prompt at a time while the loop goes on with the next request.
+            k = servers.index(min(servers))
+            if self._frontend_tokenizes:
+                ready_us = servers[k] = max(now_us, servers[k]) + delay_us
+            else:
+                ready_us = servers[k] = max(now_us, servers[k]) + delay_us - tokenize_us
+                if tokenize_us > 0:
+                    tokenizers = self._server_tokenizer_free_us
+                    ready_us = tokenizers[k] = max(ready_us, tokenizers[k]) + tokenize_us
+            delay_us = ready_us - now_us
+        elif tokenize_us > 0:
             # One tokenizer, one prompt at a time (vLLM 0.33.0 vllm/renderers/base.py: the
             # renderer's pool of renderer_num_workers = 1 runs tokenizer(prompt); SGLang
             # 0.5.23 srt/managers/tokenizer_manager.py _tokenize_texts: on its event
-            # loop): a prompt waits for those before it. A prompt aborted in the
-            # frontend keeps its turn (the tokenizer's work is not taken back).
+            # loop): a prompt waits for those before it. A prompt aborted in the frontend
+            # keeps its turn (the tokenizer's work is not taken back).
             start_us = max(now_us, self._tokenizer_free_us)
             self._tokenizer_free_us = start_us + tokenize_us
             delay_us += start_us - now_us

@@ -170,3 +170,77 @@ def test_request_in_the_frontend_at_the_horizon_is_queued(
     f = run_scenario(parse_scenario(doc, "t"), make_host(), data).replications[0].fates
     assert f.queued_at_horizon == 20
     assert f.not_started == 0 and f.completed == 0
+
+
+def _serial_component(data: DataSources, servers: int, tokenizes: bool = False) -> EngineComponent:
+    toy = importlib.import_module("toy_engine")
+    env = make_environment(data, "e", RandomStreams(1))
+    spec = EnginePoolSpec(pool="p", model="meta-llama/Llama-2-7b-hf", hardware="H100-SXM",
+                          layout=ParallelLayout(), args={"max_num_seqs": 4})  # fmt: skip
+    engine = toy.ToyFactory("1.0").build(spec, env, "e")
+    engine._plan = engine.plan.model_copy(
+        update={"frontend_servers": servers, "frontend_tokenizes": tokenizes}
+    )
+    return EngineComponent("e", engine, env, client="c", router=None, scrape_interval_us=0)
+
+
+def _dues(comp: EngineComponent) -> dict[str, int]:
+    return {req.request_id: due for due, _, req in comp._frontend}
+
+
+def test_one_frontend_process_serves_one_request_at_a_time(
+    install_plugins: Callable[..., None], priced: DataSources
+) -> None:
+    """With ``frontend_servers`` 1 (an API server: one process, one event loop) a request
+    entering while another is in the frontend waits for it; once the server is free, a
+    request takes exactly the frontend delay, as with overlapping frontend work."""
+    install_plugins(TOY)
+    comp = _serial_component(priced, 1)
+    reqs = [_msg("request", _req(f"r{i}", 50), i) for i in range(3)]
+    comp.external(0, reqs)
+    one = FE_US + PER_TOKEN_US * 50
+    assert _dues(comp) == {"r0": one, "r1": 2 * one, "r2": 3 * one}
+    late = 10 * one
+    comp.external(late, [_msg("request", _req("r3", 50), 3)])
+    assert _dues(comp)["r3"] == late + one
+    # Overlapping frontend work (no frontend_servers): all three are due at once.
+    free = _serial_component(priced, 1)
+    free._servers_free_us = []
+    free.external(0, reqs)
+    assert set(_dues(free).values()) == {one}
+
+
+def test_several_frontend_processes_share_the_requests(
+    install_plugins: Callable[..., None], priced: DataSources
+) -> None:
+    """Two API servers: the third of three simultaneous requests waits for the first
+    server to free; the first two do not wait."""
+    install_plugins(TOY)
+    comp = _serial_component(priced, 2)
+    comp.external(0, [_msg("request", _req(f"r{i}", 50), i) for i in range(3)])
+    one = FE_US + PER_TOKEN_US * 50
+    assert sorted(_dues(comp).values()) == [one, one, 2 * one]
+
+
+def test_tokenizer_thread_overlaps_the_next_request(
+    install_plugins: Callable[..., None], priced: DataSources
+) -> None:
+    """vLLM tokenises in a thread of its own (the renderer's pool): the event loop takes
+    the next request while the tokenizer works on the one before, so two requests are
+    spaced by the longer of the two stages; SGLang tokenises on its event loop
+    (``frontend_tokenizes``), so they are spaced by both."""
+    install_plugins(TOY)
+    tok_us = 30
+    entry = _entry("tokenize:toy/llama-2", per_item_us=tok_us)
+    data = dataclasses.replace(
+        priced, registry=build_registry([*priced.registry.entries, entry], "test")
+    )
+    loop = FE_US + PER_TOKEN_US * 50  # the work on the loop, 1,100 us
+    tok = tok_us * 50  # the tokenisation, 1,500 us: the slower stage
+    reqs = [_msg("request", _req(f"r{i}", 50), i) for i in range(2)]
+    thread = _serial_component(data, 1)
+    thread.external(0, reqs)
+    assert _dues(thread) == {"r0": loop + tok, "r1": loop + 2 * tok}
+    on_loop = _serial_component(data, 1, tokenizes=True)
+    on_loop.external(0, reqs)
+    assert _dues(on_loop) == {"r0": loop + tok, "r1": 2 * (loop + tok)}

@@ -143,7 +143,11 @@ def build_plan(
             steps_in_flight=2 if settings.enable_overlap else 1,
         )
     )
-    partial = partial.model_copy(update=_moe_lowered(settings, partial.layers))
+    # The HTTP server and the TokenizerManager share one process and one event loop, which
+    # also tokenises (srt/entrypoints/http_server.py, srt/managers/tokenizer_manager.py
+    # _tokenize_texts, SGLang 0.5.23; tokenizer_worker_num 1, more is refused).
+    frontend = {"frontend_servers": 1, "frontend_tokenizes": True}
+    partial = partial.model_copy(update={**_moe_lowered(settings, partial.layers), **frontend})
     layers = sum(g.num_layers for g in partial.kv_groups)
     cell = env.kv_bytes_per_token_per_layer(model, settings.layout, dtype, attention) * layers
     weights = env.weight_bytes_per_rank(partial)
