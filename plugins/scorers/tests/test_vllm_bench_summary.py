@@ -173,6 +173,12 @@ def test_the_committed_data_set_matches_its_hash_and_loads_every_point(tmp_path:
     assert r1.aggregates["e2e.mean"] == pytest.approx(117.81902)
     assert any(s.startswith("model: deepseek-ai/DeepSeek-R1 priced as") for s in r1.substitutions)
     assert "not stated" in r1.estimated["engine release"]
+    # One role per source: a lab's baseline and tuned serve commands on one box, and the
+    # cases of one session, are near-copies.
+    groups = {p.near_copies for p in points}
+    assert len(groups) == len({p.recorded["source"] for p in points}) == 9
+    tuned = {p.near_copies for p in points if "gpt-oss-20b-h100" in p.unit}
+    assert tuned == {"vllm-bench-summary/gpustack-gpt-oss-20b-h100"}
     long = next(p for p in points if p.unit.startswith("isambard/"))
     assert long.scenario.workload.arrival.max_concurrency == 512
     assert long.scenario.workload.output_len.value == 1024 and long.aggregates[

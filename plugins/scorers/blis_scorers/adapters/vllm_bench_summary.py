@@ -362,7 +362,10 @@ class VllmBenchSummary:
         }
         return MeasuredPoint(
             unit=unit,
-            near_copies=f"{FORMAT}/{unit}",
+            # One source is one lab's session on one box: its cases ran one after another
+            # on the same server, its baseline and tuned commands on the same model and
+            # chips; they are near-copies (one role for all, seed §10).
+            near_copies=f"{FORMAT}/{source_id}" if isinstance(source_id, str) else unit,
             adapter=self.name,
             source=str(src_doc.get("url")) if isinstance(src_doc, dict) else str(path),
             scenario=scenario,
