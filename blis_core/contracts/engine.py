@@ -346,7 +346,11 @@ class DecodeSpan(Protocol):
         ...
 
     def shape(self, index: int) -> StepShape:
-        """The shape of the step that boundary ``index`` (from 0) schedules."""
+        """The shape of the step that boundary ``index`` (from 0) schedules: a
+        ``DECODE_ONLY`` step, boundary 0's shape with ``step_id`` and every sequence's
+        ``context_tokens`` plus ``index`` (each boundary appends one token to every
+        sequence of the batch), all else equal. The simulator relies on it: it prices
+        boundaries ahead from one shape without asking for theirs."""
         ...
 
 

@@ -270,6 +270,19 @@ class SimEnvironment:
             return None
         return [seconds_to_us(t) for t in quote.totals], quote
 
+    def quote_advancing(
+        self, plan: PoolPlan, first: StepShape, count: int
+    ) -> tuple[list[int], StepQuote] | None:
+        """What :meth:`quote_steps` gives for ``first`` and the ``count - 1`` decode steps
+        after it, each with every sequence's context one token longer (a decode span's
+        boundaries), without making their shapes; ``None`` where it cannot."""
+        if self.extra_methods or first.part_set:
+            return None
+        quote = self.compiled(plan).quote_advancing(first, count)
+        if quote is None:
+            return None
+        return [seconds_to_us(t) for t in quote.totals], quote
+
     def count_quote(self, plan: PoolPlan, quote: StepQuote, count: int, start: int = 0) -> None:
         """Count steps ``start`` to ``count`` (excluded) of ``quote`` in the rank totals,
         as that many :meth:`price_step` calls in that order would."""

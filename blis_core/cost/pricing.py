@@ -485,12 +485,18 @@ class CompiledPlan:
 
     def _term_seconds(self, shape: StepShape) -> tuple[list[float], list[bool], bool]:
         """Each term's seconds for ``shape`` (not IDLE), whether its work is inside the
-        entry's covered ranges, and whether every term's is.
+        entry's covered ranges, and whether every term's is."""
+        return self._term_seconds_at(self.aggregates(shape, check_seqs=False), shape)
+
+    def _term_seconds_at(
+        self, agg: list[float], shape: StepShape
+    ) -> tuple[list[float], list[bool], bool]:
+        """:meth:`_term_seconds` of ``shape`` whose aggregate vector is ``agg``.
 
         The matrix product is numpy's; then each term's IEEE operations in the order of
         the vectorised form this replaced, one term at a time in plain floats (numpy's
         per-call cost on arrays of a few terms was most of a step's price)."""
-        w: list[float] = (self.matrix @ np.array(self.aggregates(shape, check_seqs=False))).tolist()
+        w: list[float] = (self.matrix @ np.array(agg)).tolist()
         n = self.n
         n2 = 2 * n
         n3 = 3 * n
@@ -565,6 +571,41 @@ class CompiledPlan:
         totals: list[float] = []
         for shape in shapes:
             sec, ins, _ = self._term_seconds(shape)
+            seconds.append(sec)
+            inside.append(ins)
+            totals.append(pairwise_sum(sec, 0, n))
+        return StepQuote(seconds, inside, totals)
+
+    def quote_advancing(self, first: StepShape, count: int) -> StepQuote | None:
+        """What :meth:`quote_seconds` gives for ``count`` decode steps: ``first`` and each
+        next one with every sequence's context one token longer (a decode span's
+        boundaries, :class:`~blis_core.contracts.engine.DecodeSpan`), without their
+        shapes. Only the decode attention's KV aggregate moves, by one token a sequence
+        a step, an exact sum of integers, so every figure is the one the shapes give, to
+        the bit. ``None`` where :meth:`quote_seconds` would be, and for other than a plain
+        decode step or a plan with a sliding window (a per-sequence sum)."""
+        if (
+            count < 1
+            or first.mode is not StepMode.DECODE_ONLY
+            or self.has_draft
+            or self.has_window
+            or bool(self.page_js)
+            or bool(first.dp_rank_tokens)
+        ):
+            return None
+        agg = self.aggregates(first, check_seqs=False)
+        seqs = first.seqs
+        # The aggregate's own integers (``aggregates``: (ctx_sum + sched) / dp).
+        base = sum(map(_seq_ctx, seqs)) + sum(map(_seq_new, seqs))
+        n_seqs = len(seqs)
+        dp = self.dp
+        n = self.n
+        seconds: list[list[float]] = []
+        inside: list[list[bool]] = []
+        totals: list[float] = []
+        for j in range(count):
+            agg[KD] = (base + j * n_seqs) / dp
+            sec, ins, _ = self._term_seconds_at(agg, first)
             seconds.append(sec)
             inside.append(ins)
             totals.append(pairwise_sum(sec, 0, n))

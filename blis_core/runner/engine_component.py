@@ -169,11 +169,15 @@ class _SpanPricer:
             return prices[index]
         if self._sim is not None:
             stop = min(self._span.num_steps, index + self._chunk)
-            shapes = [shape, *(self._span.shape(j) for j in range(index + 1, stop))]
-            quoted = self._sim.quote_steps(self._plan, shapes)
+            # A span's next boundaries are this one with every context a token longer
+            # (DecodeSpan), so they are priced without asking for their shapes.
+            quoted = self._sim.quote_advancing(self._plan, shape, stop - index)
+            if quoted is None:
+                shapes = [shape, *(self._span.shape(j) for j in range(index + 1, stop))]
+                quoted = self._sim.quote_steps(self._plan, shapes)
             self._chunk = min(2 * self._chunk, 64)
             if quoted is not None:
-                self._quotes.append((len(shapes), quoted[1]))
+                self._quotes.append((stop - index, quoted[1]))
                 prices.extend(quoted[0])
                 return prices[index]
             # Priced one by one from here: count what was quoted before, in order.

@@ -198,6 +198,59 @@ def test_a_quote_prices_and_counts_as_price_step_does(
             assert quoting.method_seconds() == once.method_seconds()
 
 
+@pytest.mark.parametrize(
+    ("model", "layout", "graph"),
+    [
+        ("meta-llama/Llama-2-7b-hf", {}, GraphMode.FULL),
+        ("meta-llama/Llama-3.1-8B-Instruct", {"tp": 2}, GraphMode.NONE),
+        ("mistralai/Mixtral-8x7B-v0.1", {"tp": 2}, GraphMode.PIECEWISE),
+        ("meta-llama/Llama-3.1-8B-Instruct", {"dp": 2}, GraphMode.FULL),
+    ],
+)
+def test_an_advancing_quote_is_the_quote_of_the_spans_shapes_to_the_bit(
+    catalog: Catalog, model: str, layout: dict[str, int], graph: GraphMode
+) -> None:
+    """A decode span's steps priced from its first shape (every context a token longer a
+    step) give the figures, inside flags and counts the shapes give, bit for bit; across
+    the covered ranges' edges too (contexts from 40 to past 8k, a batch of one)."""
+    registry = installed_registry(catalog)
+    plan = _plan(catalog, model, **layout)
+    rng = random.Random(7)
+    for batch, lo in ((1, 40), (13, 300), (64, 8_150)):
+        contexts = [lo + rng.randrange(0, 400) for _ in range(batch)]
+        shapes = [
+            StepShape(
+                5 + j,
+                StepMode.DECODE_ONLY,
+                tuple(SeqChunk(1, c + j) for c in contexts),
+                batch + (batch % 2),
+                graph_mode=graph,
+            )
+            for j in range(40)
+        ]
+        by_shapes, advancing = _fresh_env(catalog, registry), _fresh_env(catalog, registry)
+        want = by_shapes.quote_steps(plan, shapes)
+        got = advancing.quote_advancing(plan, shapes[0], len(shapes))
+        assert want is not None and got is not None
+        assert got[0] == want[0]
+        assert got[1].seconds == want[1].seconds and got[1].inside == want[1].inside
+        assert got[1].totals == want[1].totals
+        by_shapes.count_quote(plan, want[1], 23, start=3)
+        advancing.count_quote(plan, got[1], 23, start=3)
+        assert advancing.rank_totals().seconds == by_shapes.rank_totals().seconds
+
+
+def test_no_advancing_quote_where_the_shapes_differ_by_more_than_the_context(
+    env: SimEnvironment, catalog: Catalog
+) -> None:
+    mixed = StepShape(2, StepMode.MIXED, (SeqChunk(500, 100), SeqChunk(1, 700)), 512)
+    assert env.quote_advancing(_plan(catalog), mixed, 4) is None
+    window = _plan(catalog, "openai/gpt-oss-20b")
+    assert env.compiled(window).has_window
+    assert env.quote_advancing(window, _decode(4, 100), 4) is None
+    assert env.quote_advancing(_plan(catalog), _decode(4, 100), 0) is None
+
+
 def test_no_quote_for_idle_steps(env: SimEnvironment, catalog: Catalog) -> None:
     idle = StepShape(1, StepMode.IDLE, (), 0)
     assert env.quote_steps(_plan(catalog), [_decode(4, 100), idle]) is None

@@ -8,12 +8,13 @@ are compared by ``test_steady_identity.py``; this pins the engine-level contract
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from typing import Any
 
 import pytest
 from blis_core.contracts.engine import SpanEngine, StepOutcome
-from blis_core.contracts.shape import StepShape
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from vllm_fakes import req, tiny_engine
 
 from blis_vllm.engine import VllmEngine
@@ -106,6 +107,15 @@ def test_a_span_equals_its_boundaries(async_scheduling: bool, prefix_caching: bo
     while True:
         span = spanned.engine.decode_span()
         if span is not None and span.num_steps >= 3:
+            # The contract the simulator prices by: boundary i is boundary 0's decode step
+            # with the step id and every context plus i.
+            first = span.shape(0)
+            assert first.mode is StepMode.DECODE_ONLY
+            for i in range(span.num_steps):
+                advanced = tuple(SeqChunk(q.new_tokens, q.context_tokens + i) for q in first.seqs)
+                assert span.shape(i) == dataclasses.replace(
+                    first, step_id=first.step_id + i, seqs=advanced
+                )
             # Cut the span short, as an input would; take it in pieces with a scrape
             # between them, as the engine component does at a scrape.
             n = max(1, span.num_steps - 1) if taken % 2 else span.num_steps
