@@ -6,6 +6,7 @@ plan), and the capability flags that apply.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -20,12 +21,13 @@ from blis_core.contracts.engine import (
     EngineInstance,
     EnginePoolSpec,
     Environment,
+    SpanEngine,
     StepOutcome,
 )
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import PoolPlan
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import StepMode, StepShape
+from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 __all__ = ["EngineConformance", "PrefixCachingConformance", "drive_engine", "pep440_of"]
 
@@ -165,6 +167,41 @@ class EngineConformance:
         a = drive_engine(self.factory.build(self.spec, env, "a"), env, reqs)[0]
         b = drive_engine(self.factory.build(self.spec, env, "b"), env, reqs)[0]
         assert a == b
+
+    @pytest.mark.conformance
+    def test_a_span_advances_every_context_by_one_token(
+        self, engine: EngineInstance, env: Environment
+    ) -> None:
+        """A SpanEngine's span is what the simulator prices ahead from its first shape:
+        boundary ``i`` is boundary 0's decode step with the step id and every
+        sequence's context plus ``i`` (``DecodeSpan.shape``)."""
+        if not isinstance(engine, SpanEngine):
+            pytest.skip("not a SpanEngine: it offers no spans")
+        for i in range(6):
+            engine.add_request(_request(i, 40 + 7 * i, 60), 0)
+        now, offered = 0, 0
+        in_flight: list[tuple[StepShape, int]] = []
+        for _ in range(10_000):
+            while len(in_flight) < engine.plan.steps_in_flight:
+                shape = engine.schedule(now)
+                if shape is None:
+                    break
+                in_flight.append((shape, env.price_step(engine.plan, shape)))
+            if not in_flight:
+                break
+            span = engine.decode_span()
+            if span is not None:
+                offered += 1
+                first = span.shape(0)
+                assert first.mode is StepMode.DECODE_ONLY
+                for k in range(span.num_steps):
+                    seqs = tuple(SeqChunk(q.new_tokens, q.context_tokens + k) for q in first.seqs)
+                    want = dataclasses.replace(first, step_id=first.step_id + k, seqs=seqs)
+                    assert span.shape(k) == want, f"boundary {k} of a span"
+            shape, duration = in_flight.pop(0)
+            now += duration
+            engine.complete(shape, now)
+        assert offered, "a SpanEngine offered no span over six steady decodes"
 
     @pytest.mark.conformance
     def test_abort_removes_request(self, engine: EngineInstance) -> None:
