@@ -1149,6 +1149,12 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"max_num_batched   {plan.max_num_batched_tokens}")
         print(f"max_model_len     {plan.max_model_len}")
         print(f"steps in flight   {plan.steps_in_flight}")
+        if plan.frontend_servers:
+            where = "on its loop" if plan.frontend_tokenizes else "by its tokenizer thread"
+            print(
+                f"frontend          {plan.frontend_servers} process(es), one request at a "
+                f"time each; prompts tokenised {where}"
+            )
         if budget is not None:
             print(f"GPU KV blocks     {budget.num_gpu_blocks} x {budget.block_size_tokens} tokens")
             print(f"KV bytes / rank   {budget.kv_bytes}")

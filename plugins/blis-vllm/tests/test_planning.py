@@ -100,3 +100,23 @@ def test_build_refuses_what_the_run_phase_does_not_model() -> None:
     assert plan.draft_policy is not None and plan.draft_policy.num_speculative_tokens == 2
     with pytest.raises(InputRefused):
         VllmEngineFactory().build(spec, FakeEnvironment(), "i0")
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_one_api_server_process_per_data_parallel_rank(dp: int) -> None:
+    """vLLM 0.33.0 without --api-server-count starts one API server per data-parallel
+    rank (internal load balancing), each tokenising in its renderer thread."""
+    env = FakeEnvironment(weight_bytes=13 * GIB, activation_bytes=2 * GIB, graph_bytes=GIB // 2)
+    spec = pool_spec("meta-llama/Llama-2-7b-hf", dp=dp, max_model_len=4096)
+    plan = VllmEngineFactory().plan(spec, env)
+    assert plan.frontend_servers == dp and not plan.frontend_tokenizes
+
+
+def test_blis_plan_names_the_frontend_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    from blis_core.cli import main
+
+    argv = ["plan", "--engine", "vllm@0.33.0", "--model", "meta-llama/Llama-3.1-8B"]
+    assert main([*argv, "--hardware", "H100-SXM", "--dp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "frontend          2 process(es), one request at a time each" in out
+    assert "tokenised by its tokenizer thread" in out
