@@ -450,7 +450,8 @@ class EngineComponent(Component):
             # requests that process took before: one process, one event loop, so its work
             # for two requests does not overlap. The prompt is tokenised on the loop too
             # (frontend_tokenizes), or next by the process's one tokenizer thread, which
-            # takes one prompt at a time while the loop goes on with the next request.
+            # takes one prompt at a time while the loop goes on with the next request. A
+            # request aborted in the frontend keeps its turn on both, as with the tokenizer.
             k = servers.index(min(servers))
             if self._frontend_tokenizes:
                 ready_us = servers[k] = max(now_us, servers[k]) + delay_us

@@ -244,3 +244,16 @@ def test_tokenizer_thread_overlaps_the_next_request(
     on_loop = _serial_component(data, 1, tokenizes=True)
     on_loop.external(0, reqs)
     assert _dues(on_loop) == {"r0": loop + tok, "r1": 2 * (loop + tok)}
+
+
+def test_a_request_aborted_in_a_frontend_process_keeps_its_turn(
+    install_plugins: Callable[..., None], priced: DataSources
+) -> None:
+    """The process's work on a request aborted in the frontend is not taken back: the
+    request after it is still due when it would have been."""
+    install_plugins(TOY)
+    comp = _serial_component(priced, 1)
+    comp.external(0, [_msg("request", _req(f"r{i}", 50), i) for i in range(2)])
+    one = FE_US + PER_TOKEN_US * 50
+    comp.external(10, [_msg("abort", "r0", 2)])
+    assert _dues(comp) == {"r1": 2 * one}
