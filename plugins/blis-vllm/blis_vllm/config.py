@@ -40,7 +40,7 @@ from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
 from blis_vllm.moe_backend import MOE_BACKENDS, normalize_moe_backend, resolve_expert_path
-from blis_vllm.surface import field_list, surface_lists
+from blis_vllm.surface import SERVE_ARGS, field_list, surface_lists
 
 __all__ = [
     "INERT_ARGS",
@@ -194,6 +194,11 @@ class VllmSettings:
     """The scheduler's ``use_eagle_block_drop``: EAGLE/EAGLE3/MTP without
     ``disable_eagle_block_drop`` and without lookahead block hashes (which prove the
     boundary token): a prefix hit gives back its last matched block."""
+    api_server_count: int = 1
+    """``vllm serve --api-server-count``: API server processes in front of the engine
+    core, each one event loop (``PoolPlan.frontend_servers``); unset, one per
+    data-parallel rank (vLLM 0.33.0 ``entrypoints/cli/serve.py`` ``ServeSubcommand.cmd``,
+    internal load balancing)."""
     """``SchedulerConfig.scheduler_reserve_full_isl`` (vLLM 0.33.0
     ``config/scheduler.py``, default ``True``): admit a waiting request only if its
     whole current sequence fits in the free KV blocks, not just its first chunk."""
@@ -328,7 +333,7 @@ def resolve_settings(
     for name in args:
         if name in _REMOVED_ARGS:
             errors.append(FieldError(_arg_path(name), args[name], _REMOVED_ARGS[name]))
-        elif name in MODELLED_ARGS or name in INERT_ARGS:
+        elif name in MODELLED_ARGS or name in INERT_ARGS or name in SERVE_ARGS:
             continue
         elif name in NOT_MODELLED_ARGS:
             if is_upstream_default(name, args[name]):
@@ -344,7 +349,12 @@ def resolve_settings(
             )
         else:
             errors.append(
-                FieldError(_arg_path(name), args[name], "unknown vLLM 0.33.0 engine argument")
+                FieldError(
+                    _arg_path(name),
+                    args[name],
+                    "unknown vLLM 0.33.0 engine argument (of vllm serve's own arguments "
+                    f"blis-vllm reads {', '.join(sorted(SERVE_ARGS))})",
+                )
             )
     errors.extend(_surface_errors(args, model))
 
@@ -668,6 +678,16 @@ def resolve_settings(
                 f" (={block_size}) >= num_speculative_tokens (={prefill_ahead}).",
             )
         )
+    api_servers = args.get("api_server_count", layout.dp)
+    if isinstance(api_servers, bool) or not isinstance(api_servers, int) or api_servers < 1:
+        errors.append(
+            FieldError(
+                _arg_path("api_server_count"),
+                api_servers,
+                "an integer of at least 1 (0, --headless, serves no API: not modelled)",
+            )
+        )
+        api_servers = 1
     if errors:
         raise InputRefused(errors, source=f"vllm@0.33.0 pool for {model.hf_id}")
     return VllmSettings(
@@ -706,6 +726,7 @@ def resolve_settings(
         kv_load_failure_policy=kv_policy,
         kv_recompute_threshold=kv_threshold,
         moe_backend=moe_backend,
+        api_server_count=api_servers,
     )
 
 

@@ -339,11 +339,10 @@ def build_partial_plan(
         draft_policy=draft,
         host_work=f"{ENGINE_KIND}-{UPSTREAM_RELEASE}/"
         + ("async" if settings.async_scheduling else "sync"),
-        # One API server process per data-parallel rank (--api-server-count unset:
-        # vllm/entrypoints/cli/serve.py ServeSubcommand.cmd, internal load balancing), each
-        # one event loop; the chat template and tokenisation go to its renderer pool of
+        # --api-server-count processes (unset: one per data-parallel rank), each one event
+        # loop; the chat template and tokenisation go to its renderer pool of
         # renderer_num_workers = 1 thread (vllm/renderers/base.py, hf.py), 0.33.0.
-        frontend_servers=settings.layout.dp,
+        frontend_servers=settings.api_server_count,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs,
         max_model_len=settings.max_model_len,

@@ -28,6 +28,7 @@ from blis_core.contracts import load_packaged_yaml
 __all__ = [
     "FIELD_STATUSES",
     "LIST_NAMES",
+    "SERVE_ARGS",
     "SURFACE_STATUSES",
     "field_list",
     "status_of",
@@ -59,6 +60,15 @@ SURFACE_STATUSES = frozenset(
 FIELD_STATUSES = SURFACE_STATUSES | {"proven_inert"}
 """The statuses a configuration field may have (design §4)."""
 
+SERVE_ARGS: Mapping[str, str] = {
+    "api_server_count": "vllm serve --api-server-count (vllm/entrypoints/common/cli_args.py): "
+    "API server processes, each one event loop serving one request's frontend work at a "
+    "time; unset, one per data-parallel rank",
+}
+"""The arguments of ``vllm serve`` outside ``EngineArgs`` that blis-vllm reads, each
+modelled (``blis surface vllm`` lists them as ``serve_args``); blis_vllm.config refuses any
+other as unknown."""
+
 
 def _load(name: str, key: str) -> dict[str, dict[str, Any]]:
     text = resources.files("blis_vllm").joinpath("data", name).read_text(encoding="utf-8")
@@ -89,10 +99,13 @@ def status_of(list_name: str, item: str) -> str | None:
 
 
 def surface_statuses() -> dict[str, dict[str, str]]:
-    """List name -> item -> status, every surface list and ``fields`` (SurfaceReporting)."""
+    """List name -> item -> status, every surface list, ``fields`` and ``serve_args``
+    (the ``vllm serve`` arguments outside EngineArgs that blis-vllm reads, all modelled;
+    :data:`SERVE_ARGS`) (SurfaceReporting)."""
     out = {
         name: {item: str(e["status"]) for item, e in sorted(items.items())}
         for name, items in sorted(surface_lists().items())
     }
     out["fields"] = {item: str(e["status"]) for item, e in sorted(field_list().items())}
+    out["serve_args"] = {item: "modelled" for item in sorted(SERVE_ARGS)}
     return out

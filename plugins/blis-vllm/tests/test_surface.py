@@ -42,6 +42,7 @@ from blis_vllm.planning import select_attention_backend
 from blis_vllm.surface import (
     FIELD_STATUSES,
     LIST_NAMES,
+    SERVE_ARGS,
     SURFACE_STATUSES,
     field_list,
     surface_lists,
@@ -85,7 +86,10 @@ def _other_value(name: str) -> Any:
 
 def test_lists_are_the_seven_reported_ones() -> None:
     assert tuple(sorted(LISTS)) == tuple(sorted(LIST_NAMES))
-    assert set(surface_statuses()) == {*LIST_NAMES, "fields"}
+    assert set(surface_statuses()) == {*LIST_NAMES, "fields", "serve_args"}
+    # vllm serve's own arguments (outside EngineArgs): none is an EngineArgs field.
+    assert surface_statuses()["serve_args"] == {"api_server_count": "modelled"}
+    assert not set(SERVE_ARGS) & set(FIELDS)
     assert isinstance(VllmEngineFactory(), SurfaceReporting)
     assert VllmEngineFactory().surface() == surface_statuses()
 
@@ -332,3 +336,29 @@ def test_mla_model_groups_are_mla_attention_kind() -> None:
     plan = VllmEngineFactory().plan(spec, env)
     (group,) = scheduler_kv_cache_groups(plan.kv_groups)
     assert (group.attention, group.spec_kind) == ("full", "mla_attention")
+
+
+@pytest.mark.parametrize(("dp", "count", "servers"), [(1, None, 1), (2, None, 2), (1, 3, 3)])
+def test_api_server_count_sets_the_frontend_processes(
+    dp: int, count: int | None, servers: int
+) -> None:
+    """vllm serve --api-server-count, unset one per data-parallel rank (0.33.0
+    entrypoints/cli/serve.py), is the plan's count of frontend processes."""
+    args = {} if count is None else {"api_server_count": count}
+    settings = resolve_settings(args, LLAMA2_7B, H100, ParallelLayout(dp=dp))
+    assert settings.api_server_count == servers
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
+def test_api_server_count_below_one_or_not_an_integer_is_refused(bad: object) -> None:
+    with pytest.raises(InputRefused) as info:
+        _resolve(api_server_count=bad)
+    (err,) = info.value.errors
+    assert err.path.endswith("api_server_count") and "at least 1" in err.cause
+
+
+def test_an_unknown_argument_names_the_serve_arguments_read() -> None:
+    with pytest.raises(InputRefused) as info:
+        _resolve(api_servers=2)
+    (err,) = info.value.errors
+    assert "unknown vLLM 0.33.0 engine argument" in err.cause and "api_server_count" in err.cause
