@@ -167,6 +167,9 @@ class VllmSettings:
     kv_cache_memory_bytes: int | None
     block_size_user_specified: bool
     scheduler_reserve_full_isl: bool = True
+    """``SchedulerConfig.scheduler_reserve_full_isl`` (vLLM 0.33.0
+    ``config/scheduler.py``, default ``True``): admit a waiting request only if its
+    whole current sequence fits in the free KV blocks, not just its first chunk."""
     kv_connector: str | None = None
     """``kv_transfer_config.kv_connector`` (only ``NixlConnector`` is modelled)."""
     kv_role: str = "kv_both"
@@ -199,9 +202,6 @@ class VllmSettings:
     core, each one event loop (``PoolPlan.frontend_servers``); unset, one per
     data-parallel rank (vLLM 0.33.0 ``entrypoints/cli/serve.py`` ``ServeSubcommand.cmd``,
     internal load balancing)."""
-    """``SchedulerConfig.scheduler_reserve_full_isl`` (vLLM 0.33.0
-    ``config/scheduler.py``, default ``True``): admit a waiting request only if its
-    whole current sequence fits in the free KV blocks, not just its first chunk."""
 
     @property
     def max_concurrent_batches(self) -> int:
