@@ -13,7 +13,12 @@ from blis_conformance.cost import (
     CostMethodConformance,
     FloorConformance,
 )
-from blis_conformance.engine import EngineConformance, PrefixCachingConformance, drive_engine
+from blis_conformance.engine import (
+    EngineConformance,
+    PrefixCachingConformance,
+    SpanConformance,
+    drive_engine,
+)
 from blis_conformance.golden import assert_golden
 from blis_conformance.identity import BothWays, run_both_ways
 from blis_conformance.inits import assert_init_follows_fields, explicit_init_dataclasses
@@ -30,6 +35,7 @@ __all__ = [
     "PrefixCachingConformance",
     "RouterConformance",
     "ScorerConformance",
+    "SpanConformance",
     "assert_golden",
     "assert_init_follows_fields",
     "drive_engine",

@@ -29,7 +29,13 @@ from blis_core.contracts.plan import PoolPlan
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
-__all__ = ["EngineConformance", "PrefixCachingConformance", "drive_engine", "pep440_of"]
+__all__ = [
+    "EngineConformance",
+    "PrefixCachingConformance",
+    "SpanConformance",
+    "drive_engine",
+    "pep440_of",
+]
 
 _BLIS_TAG = re.compile(r"^(?P<base>.+)-blis\.(?P<n>\d+)$")
 
@@ -169,41 +175,6 @@ class EngineConformance:
         assert a == b
 
     @pytest.mark.conformance
-    def test_a_span_advances_every_context_by_one_token(
-        self, engine: EngineInstance, env: Environment
-    ) -> None:
-        """A SpanEngine's span is what the simulator prices ahead from its first shape:
-        boundary ``i`` is boundary 0's decode step with the step id and every
-        sequence's context plus ``i`` (``DecodeSpan.shape``)."""
-        if not isinstance(engine, SpanEngine):
-            pytest.skip("not a SpanEngine: it offers no spans")
-        for i in range(6):
-            engine.add_request(_request(i, 40 + 7 * i, 60), 0)
-        now, offered = 0, 0
-        in_flight: list[tuple[StepShape, int]] = []
-        for _ in range(10_000):
-            while len(in_flight) < engine.plan.steps_in_flight:
-                shape = engine.schedule(now)
-                if shape is None:
-                    break
-                in_flight.append((shape, env.price_step(engine.plan, shape)))
-            if not in_flight:
-                break
-            span = engine.decode_span()
-            if span is not None:
-                offered += 1
-                first = span.shape(0)
-                assert first.mode is StepMode.DECODE_ONLY
-                for k in range(span.num_steps):
-                    seqs = tuple(SeqChunk(q.new_tokens, q.context_tokens + k) for q in first.seqs)
-                    want = dataclasses.replace(first, step_id=first.step_id + k, seqs=seqs)
-                    assert span.shape(k) == want, f"boundary {k} of a span"
-            shape, duration = in_flight.pop(0)
-            now += duration
-            engine.complete(shape, now)
-        assert offered, "a SpanEngine offered no span over six steady decodes"
-
-    @pytest.mark.conformance
     def test_abort_removes_request(self, engine: EngineInstance) -> None:
         engine.add_request(_request(0, 64, 8), 0)
         engine.abort_request("c0", 0)
@@ -328,3 +299,46 @@ class PrefixCachingConformance:
         shapes, _ = drive_engine(engine, env, [_request(1, 32, 2, shared=512)])
         computed = sum(c.new_tokens for s in shapes for c in s.seqs)
         assert computed < 512, f"the shared 512-token prefix was recomputed ({computed} tokens)"
+
+
+class SpanConformance:
+    """Add to an engine suite when the engine offers decode spans (``SpanEngine``)."""
+
+    factory: ClassVar[EngineFactory]
+    spec: ClassVar[EnginePoolSpec]
+
+    @pytest.mark.conformance
+    def test_a_span_advances_every_context_by_one_token(
+        self, blis_environment: Callable[[str], Environment]
+    ) -> None:
+        """A span is what the simulator prices ahead from its first shape: boundary ``i``
+        is boundary 0's decode step with the step id and every sequence's context plus
+        ``i`` (``DecodeSpan.shape``)."""
+        env = blis_environment("span")
+        engine = self.factory.build(self.spec, env, "span")
+        assert isinstance(engine, SpanEngine), "a suite with spans needs a SpanEngine"
+        for i in range(6):
+            engine.add_request(_request(i, 40 + 7 * i, 60), 0)
+        now, offered = 0, 0
+        in_flight: list[tuple[StepShape, int]] = []
+        for _ in range(10_000):
+            while len(in_flight) < engine.plan.steps_in_flight:
+                shape = engine.schedule(now)
+                if shape is None:
+                    break
+                in_flight.append((shape, env.price_step(engine.plan, shape)))
+            if not in_flight:
+                break
+            span = engine.decode_span()
+            if span is not None:
+                offered += 1
+                first = span.shape(0)
+                assert first.mode is StepMode.DECODE_ONLY
+                for k in range(span.num_steps):
+                    seqs = tuple(SeqChunk(q.new_tokens, q.context_tokens + k) for q in first.seqs)
+                    want = dataclasses.replace(first, step_id=first.step_id + k, seqs=seqs)
+                    assert span.shape(k) == want, f"boundary {k} of a span"
+            shape, duration = in_flight.pop(0)
+            now += duration
+            engine.complete(shape, now)
+        assert offered, "a SpanEngine offered no span over six steady decodes"

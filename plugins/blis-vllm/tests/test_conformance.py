@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from blis_conformance import EngineConformance, PrefixCachingConformance
+from blis_conformance import EngineConformance, PrefixCachingConformance, SpanConformance
 from blis_core.contracts.engine import EnginePoolSpec
 from blis_core.contracts.plan import ParallelLayout
 
@@ -17,7 +17,7 @@ _SPEC = EnginePoolSpec(
 )
 
 
-class TestVllmConformance(EngineConformance, PrefixCachingConformance):
+class TestVllmConformance(EngineConformance, PrefixCachingConformance, SpanConformance):
     factory = VllmEngineFactory()
     spec = _SPEC
     metric_names = (
