@@ -85,12 +85,15 @@ def test_delays_add_request_and_chunks_as_priced(
     assert l1 - l0 == frontend + STREAM_US
 
 
-def _component(data: DataSources) -> EngineComponent:
+def _component(data: DataSources, **plan: object) -> EngineComponent:
+    """The toy engine's component; ``plan`` replaces fields of the toy's plan."""
     toy = importlib.import_module("toy_engine")
     env = make_environment(data, "e", RandomStreams(1))
     spec = EnginePoolSpec(pool="p", model="meta-llama/Llama-2-7b-hf", hardware="H100-SXM",
                           layout=ParallelLayout(), args={"max_num_seqs": 4})  # fmt: skip
     engine = toy.ToyFactory("1.0").build(spec, env, "e")
+    if plan:
+        engine._plan = engine.plan.model_copy(update=plan)
     return EngineComponent("e", engine, env, client="c", router=None, scrape_interval_us=0)
 
 
@@ -173,15 +176,7 @@ def test_request_in_the_frontend_at_the_horizon_is_queued(
 
 
 def _serial_component(data: DataSources, servers: int, tokenizes: bool = False) -> EngineComponent:
-    toy = importlib.import_module("toy_engine")
-    env = make_environment(data, "e", RandomStreams(1))
-    spec = EnginePoolSpec(pool="p", model="meta-llama/Llama-2-7b-hf", hardware="H100-SXM",
-                          layout=ParallelLayout(), args={"max_num_seqs": 4})  # fmt: skip
-    engine = toy.ToyFactory("1.0").build(spec, env, "e")
-    engine._plan = engine.plan.model_copy(
-        update={"frontend_servers": servers, "frontend_tokenizes": tokenizes}
-    )
-    return EngineComponent("e", engine, env, client="c", router=None, scrape_interval_us=0)
+    return _component(data, frontend_servers=servers, frontend_tokenizes=tokenizes)
 
 
 def _dues(comp: EngineComponent) -> dict[str, int]:
@@ -204,8 +199,7 @@ def test_one_frontend_process_serves_one_request_at_a_time(
     comp.external(late, [_msg("request", _req("r3", 50), 3)])
     assert _dues(comp)["r3"] == late + one
     # Overlapping frontend work (no frontend_servers): all three are due at once.
-    free = _serial_component(priced, 1)
-    free._servers_free_us = []
+    free = _component(priced)
     free.external(0, reqs)
     assert set(_dues(free).values()) == {one}
 
