@@ -565,16 +565,17 @@ class CompiledPlan:
             or any(s.mode is StepMode.IDLE for s in shapes)
         ):
             return None
-        n = self.n
-        seconds: list[list[float]] = []
-        inside: list[list[bool]] = []
-        totals: list[float] = []
+        quote = StepQuote([], [], [])
         for shape in shapes:
-            sec, ins, _ = self._term_seconds(shape)
-            seconds.append(sec)
-            inside.append(ins)
-            totals.append(pairwise_sum(sec, 0, n))
-        return StepQuote(seconds, inside, totals)
+            self._quote_step(quote, self.aggregates(shape, check_seqs=False), shape)
+        return quote
+
+    def _quote_step(self, quote: StepQuote, agg: list[float], shape: StepShape) -> None:
+        """Append the step ``shape`` with aggregates ``agg`` to ``quote``."""
+        sec, ins, _ = self._term_seconds_at(agg, shape)
+        quote.seconds.append(sec)
+        quote.inside.append(ins)
+        quote.totals.append(pairwise_sum(sec, 0, self.n))
 
     def quote_advancing(self, first: StepShape, count: int) -> StepQuote | None:
         """What :meth:`quote_seconds` gives for ``count`` decode steps: ``first`` and each
@@ -599,17 +600,11 @@ class CompiledPlan:
         base = sum(map(_seq_ctx, seqs)) + sum(map(_seq_new, seqs))
         n_seqs = len(seqs)
         dp = self.dp
-        n = self.n
-        seconds: list[list[float]] = []
-        inside: list[list[bool]] = []
-        totals: list[float] = []
+        quote = StepQuote([], [], [])
         for j in range(count):
             agg[KD] = (base + j * n_seqs) / dp
-            sec, ins, _ = self._term_seconds_at(agg, first)
-            seconds.append(sec)
-            inside.append(ins)
-            totals.append(pairwise_sum(sec, 0, n))
-        return StepQuote(seconds, inside, totals)
+            self._quote_step(quote, agg, first)
+        return quote
 
     def count_quote(self, quote: StepQuote, count: int, start: int = 0) -> None:
         """Add steps ``start`` to ``count`` (excluded) of ``quote`` to the running totals,
