@@ -144,8 +144,11 @@ def build_plan(
         )
     )
     # The HTTP server and the TokenizerManager share one process and one event loop, which
-    # also tokenises (srt/entrypoints/http_server.py, srt/managers/tokenizer_manager.py
-    # _tokenize_texts, SGLang 0.5.23; tokenizer_worker_num 1, more is refused).
+    # also tokenises a text prompt (srt/entrypoints/http_server.py,
+    # srt/managers/tokenizer_manager.py _tokenize_texts, SGLang 0.5.23; tokenizer_worker_num
+    # 1, more is refused). The OpenAI chat route renders and tokenises in the loop's
+    # default thread pool instead (srt/entrypoints/openai/serving_base.py handle_request):
+    # not told apart here, the request path is not in the plan.
     frontend = {"frontend_servers": 1, "frontend_tokenizes": True}
     partial = partial.model_copy(update={**_moe_lowered(settings, partial.layers), **frontend})
     layers = sum(g.num_layers for g in partial.kv_groups)
