@@ -167,6 +167,13 @@ class CompiledPlan:
                     mat[row, j, idx] = coef
         self.matrix = mat.reshape(4 * n, self.width)
         self.n = n
+        # The step's work vector, written in place (``np.dot``'s ``out``: the product
+        # ``matrix @ agg`` computes, the same BLAS call).
+        self._work = np.empty(4 * n)
+        self._all_js = list(range(n))
+        # The terms whose work reads the decode attention's KV aggregate: the only ones
+        # a decode span's next boundary prices differently (quote_advancing).
+        self._kd_js = [j for j in range(n) if bool(mat[:, j, KD].any())]
         # (hardware, link) -> the chip and its link bandwidth; one entry unless split
         chips: dict[tuple[str | None, str | None], tuple[HardwareSpec, float]] = {
             (None, None): (hw, link_bandwidth(catalog, hw))
@@ -496,26 +503,49 @@ class CompiledPlan:
         The matrix product is numpy's; then each term's IEEE operations in the order of
         the vectorised form this replaced, one term at a time in plain floats (numpy's
         per-call cost on arrays of a few terms was most of a step's price)."""
-        w: list[float] = (self.matrix @ np.array(agg)).tolist()
+        w = self._work_of(agg)
         n = self.n
         n2 = 2 * n
-        n3 = 3 * n
         for k, num_bytes in enumerate(shape.page_in_bytes):
             w[n2 + self.page_js[k]] = float(num_bytes)
         over = self._overhead_l[shape.graph_mode]
         if self.has_draft and shape.draft_passes > 1:
             over = self._overhead(shape).tolist()
         counts = self._counts_l[self.stage_kind(shape)]
+        seconds = [0.0] * n
+        inside = [False] * n
+        all_inside = self._fill_terms(w, self._all_js, over, counts, seconds, inside)
+        return seconds, inside, all_inside
+
+    def _work_of(self, agg: list[float]) -> list[float]:
+        """Each term's flops, bytes, link bytes and items (``matrix @ agg``), as floats."""
+        np.dot(self.matrix, np.array(agg), out=self._work)
+        work: list[float] = self._work.tolist()
+        return work
+
+    def _fill_terms(
+        self,
+        w: list[float],
+        js: list[int],
+        over: list[float],
+        counts: list[float],
+        seconds: list[float],
+        inside: list[bool],
+    ) -> bool:
+        """Write the seconds of the terms ``js`` for the work ``w`` into ``seconds`` and
+        whether each is inside its entry's covered ranges into ``inside``; whether all of
+        ``js`` are."""
+        n = self.n
+        n2 = 2 * n
+        n3 = 3 * n
         inv_f, inv_b, inv_l = self._inv_l
         mid_f, mid_b, mid_l = self._mid_l
         half_f, half_b, half_l = self._half_l
         per_item = self._per_item_l
         serial = self._serial_l
         is_host = self._is_host_l
-        seconds = [0.0] * n
-        inside = [True] * n
         all_inside = True
-        for j in range(n):
+        for j in js:
             f = w[j]
             b = w[n + j]
             lk = w[n2 + j]
@@ -531,13 +561,15 @@ class CompiledPlan:
             launched = f != 0.0 or b != 0.0 or lk != 0.0 or is_host[j]
             per += over[j] * (1.0 if launched else 0.0)
             seconds[j] = per * counts[j]
-            if not (
+            ins = (
                 abs(f - mid_f[j]) <= half_f[j]
                 and abs(b - mid_b[j]) <= half_b[j]
                 and abs(lk - mid_l[j]) <= half_l[j]
-            ):
-                inside[j] = all_inside = False
-        return seconds, inside, all_inside
+            )
+            inside[j] = ins
+            if not ins:
+                all_inside = False
+        return all_inside
 
     def _count(self, seconds: list[float], inside: list[bool], all_inside: bool) -> None:
         """Add one step's per-term seconds to the running totals."""
@@ -601,9 +633,24 @@ class CompiledPlan:
         n_seqs = len(seqs)
         dp = self.dp
         quote = StepQuote([], [], [])
-        for j in range(count):
+        agg[KD] = base / dp
+        self._quote_step(quote, agg, first)
+        # The next boundaries: only the terms that read the KV aggregate are priced
+        # again (the same work vector, the same operations: the same bits).
+        over = self._overhead_l[first.graph_mode]
+        counts = self._counts_l[self.stage_kind(first)]
+        kd_js = self._kd_js
+        n = self.n
+        seconds, inside = quote.seconds[0], quote.inside[0]
+        for j in range(1, count):
             agg[KD] = (base + j * n_seqs) / dp
-            self._quote_step(quote, agg, first)
+            w = self._work_of(agg)
+            seconds = seconds.copy()
+            inside = inside.copy()
+            self._fill_terms(w, kd_js, over, counts, seconds, inside)
+            quote.seconds.append(seconds)
+            quote.inside.append(inside)
+            quote.totals.append(pairwise_sum(seconds, 0, n))
         return quote
 
     def count_quote(self, quote: StepQuote, count: int, start: int = 0) -> None:

@@ -16,7 +16,7 @@ from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PoolP
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog
-from blis_core.cost.pricing import CompiledPlan, pairwise_sum
+from blis_core.cost.pricing import KD, CompiledPlan, pairwise_sum
 from blis_core.cost.registry import build_registry
 from blis_core.runner import installed_registry
 
@@ -238,6 +238,33 @@ def test_an_advancing_quote_is_the_quote_of_the_spans_shapes_to_the_bit(
         by_shapes.count_quote(plan, want[1], 23, start=3)
         advancing.count_quote(plan, got[1], 23, start=3)
         assert advancing.rank_totals().seconds == by_shapes.rank_totals().seconds
+
+
+def test_an_advancing_quote_follows_the_attention_term_into_its_covered_range(
+    catalog: Catalog,
+) -> None:
+    """A span whose decode attention starts below its entry's covered range and grows
+    into it: the quote's inside flags turn as the shapes' do (a later boundary is priced
+    from the previous one's terms, so a flag carried over would keep the old rank)."""
+    registry = installed_registry(catalog)
+    plan = _plan(catalog, "meta-llama/Llama-3.1-8B-Instruct")
+    compiled = _fresh_env(catalog, registry).compiled(plan)
+    (j,) = [k for k, t in enumerate(compiled.terms) if t.family == "attention_decode"]
+    flops_lo = float(compiled.lo[0, j])
+    per_token = float(compiled.matrix[j, KD])
+    assert flops_lo > 0 and per_token > 0
+    start = int(flops_lo / per_token) - 10  # ten tokens below the covered range
+    shapes = [_decode(1, start + i) for i in range(30)]
+    by_shapes, advancing = _fresh_env(catalog, registry), _fresh_env(catalog, registry)
+    want = by_shapes.quote_steps(plan, shapes)
+    got = advancing.quote_advancing(plan, shapes[0], len(shapes))
+    assert want is not None and got is not None
+    flags = [inside[j] for inside in want[1].inside]
+    assert not flags[0] and flags[-1]  # the range's edge is inside the span
+    assert got[1].inside == want[1].inside and got[1].seconds == want[1].seconds
+    by_shapes.count_quote(plan, want[1], len(shapes))
+    advancing.count_quote(plan, got[1], len(shapes))
+    assert advancing.rank_totals().seconds == by_shapes.rank_totals().seconds
 
 
 def test_no_advancing_quote_where_the_shapes_differ_by_more_than_the_context(
