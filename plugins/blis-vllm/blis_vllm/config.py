@@ -40,7 +40,7 @@ from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
 from blis_vllm.moe_backend import MOE_BACKENDS, normalize_moe_backend, resolve_expert_path
-from blis_vllm.surface import SERVE_ARGS, field_list, surface_lists
+from blis_vllm.surface import ENV_ARG, ENVIRONMENT, SERVE_ARGS, field_list, surface_lists
 
 __all__ = [
     "INERT_ARGS",
@@ -202,6 +202,10 @@ class VllmSettings:
     core, each one event loop (``PoolPlan.frontend_servers``); unset, one per
     data-parallel rank (vLLM 0.33.0 ``entrypoints/cli/serve.py`` ``ServeSubcommand.cmd``,
     internal load balancing)."""
+    memory_profiler_estimate_cudagraphs: bool = True
+    """``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` (the pool's ``env``; vLLM 0.33.0
+    ``envs.py``, default 1): whether the KV budget subtracts the profiled CUDA-graph
+    memory (``gpu_worker.py`` ``determine_available_memory``)."""
 
     @property
     def max_concurrent_batches(self) -> int:
@@ -333,7 +337,7 @@ def resolve_settings(
     for name in args:
         if name in _REMOVED_ARGS:
             errors.append(FieldError(_arg_path(name), args[name], _REMOVED_ARGS[name]))
-        elif name in MODELLED_ARGS or name in INERT_ARGS or name in SERVE_ARGS:
+        elif name in MODELLED_ARGS or name in INERT_ARGS or name in SERVE_ARGS or name == ENV_ARG:
             continue
         elif name in NOT_MODELLED_ARGS:
             if is_upstream_default(name, args[name]):
@@ -353,7 +357,8 @@ def resolve_settings(
                     _arg_path(name),
                     args[name],
                     "unknown vLLM 0.33.0 engine argument (of vllm serve's own arguments "
-                    f"blis-vllm reads {', '.join(sorted(SERVE_ARGS))})",
+                    f"blis-vllm reads {', '.join(sorted(SERVE_ARGS))}; environment "
+                    f"variables go under {ENV_ARG!r})",
                 )
             )
     errors.extend(_surface_errors(args, model))
@@ -688,6 +693,7 @@ def resolve_settings(
             )
         )
         api_servers = 1
+    environment = _environment(args.get(ENV_ARG, {}), errors)
     if errors:
         raise InputRefused(errors, source=f"vllm@0.33.0 pool for {model.hf_id}")
     return VllmSettings(
@@ -727,7 +733,52 @@ def resolve_settings(
         kv_recompute_threshold=kv_threshold,
         moe_backend=moe_backend,
         api_server_count=api_servers,
+        memory_profiler_estimate_cudagraphs=environment.get(
+            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", True
+        ),
     )
+
+
+def _environment(env: object, errors: list[FieldError]) -> dict[str, bool]:
+    """The pool's ``env`` argument read as vLLM 0.33.0's ``envs.py`` reads each variable
+    blis-vllm models (``bool(int(value))``); every other name and every value vLLM could
+    not read is added to ``errors``."""
+    if not isinstance(env, Mapping):
+        errors.append(
+            FieldError(
+                _arg_path(ENV_ARG),
+                env,
+                "a mapping of environment variable names to their values",
+            )
+        )
+        return {}
+    out: dict[str, bool] = {}
+    for name, value in env.items():
+        path = f"{_arg_path(ENV_ARG)}.{name}"
+        if name not in ENVIRONMENT:
+            errors.append(
+                FieldError(
+                    path,
+                    value,
+                    "not an environment variable blis-vllm models (it reads "
+                    f"{', '.join(sorted(ENVIRONMENT))})",
+                )
+            )
+            continue
+        try:
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise ValueError
+            out[name] = bool(int(value))
+        except ValueError:
+            errors.append(
+                FieldError(
+                    path,
+                    value,
+                    "vLLM 0.33.0 reads it as bool(int(value)): an integer such as '0' or "
+                    "'1' (any other value fails vLLM's start)",
+                )
+            )
+    return out
 
 
 def eagle_lookahead(

@@ -17,7 +17,8 @@
   ``request_memory`` (``vllm/v1/worker/utils.py``): requested = ceil(total x
   gpu_memory_utilization); available = requested - (weights + non-torch memory +
   peak activation) - CUDA-graph estimate (applied by default in 0.33.0,
-  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``); then
+  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``; not with ``0`` in the pool's ``env``,
+  though the plan still states it as ``graph_bytes``); then
   ``kv_cache_planning.py``: num_blocks = available // bytes per block
   (``_get_kv_cache_bytes_per_block``: the largest group's pages, i.e. page x group
   size for a hybrid model, whose groups share the pool); refused with upstream's
@@ -426,7 +427,8 @@ def decide_kv_budget(
         # where total_memory is what torch.cuda.mem_get_info() reports for the device.
         total = env.device_memory_bytes(hw.id)
         requested = math.ceil(total * settings.gpu_memory_utilization)
-        available = requested - (weights + nontorch + activation) - graphs
+        applied = graphs if settings.memory_profiler_estimate_cudagraphs else 0
+        available = requested - (weights + nontorch + activation) - applied
     source = f"vllm@{UPSTREAM_RELEASE} pool for {plan.model}"
     if available <= 0:
         raise InputRefused.one(

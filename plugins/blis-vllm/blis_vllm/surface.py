@@ -26,6 +26,8 @@ from typing import Any
 from blis_core.contracts import load_packaged_yaml
 
 __all__ = [
+    "ENVIRONMENT",
+    "ENV_ARG",
     "FIELD_STATUSES",
     "LIST_NAMES",
     "SERVE_ARGS",
@@ -69,6 +71,20 @@ SERVE_ARGS: Mapping[str, str] = {
 modelled (``blis surface vllm`` lists them as ``serve_args``); blis_vllm.config refuses any
 other as unknown."""
 
+ENV_ARG = "env"
+"""The pool argument holding the server's environment variables (name -> value as the
+process's environment would hold it); only the names in :data:`ENVIRONMENT` are read."""
+
+ENVIRONMENT: Mapping[str, str] = {
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "vllm/envs.py (0.33.0), read as "
+    "bool(int(value)), default 1: the profiled CUDA-graph memory is subtracted from the KV "
+    "cache budget (v1/worker/gpu_worker.py determine_available_memory); 0: it is not (as "
+    "releases before the estimate sized the pool)",
+}
+"""The environment variables of vLLM 0.33.0 that blis-vllm reads from a pool's
+``env`` argument, each modelled (``blis surface vllm`` lists them as ``environment``);
+blis_vllm.config refuses any other name."""
+
 
 def _load(name: str, key: str) -> dict[str, dict[str, Any]]:
     text = resources.files("blis_vllm").joinpath("data", name).read_text(encoding="utf-8")
@@ -99,13 +115,15 @@ def status_of(list_name: str, item: str) -> str | None:
 
 
 def surface_statuses() -> dict[str, dict[str, str]]:
-    """List name -> item -> status, every surface list, ``fields`` and ``serve_args``
+    """List name -> item -> status, every surface list, ``fields``, ``serve_args``
     (the ``vllm serve`` arguments outside EngineArgs that blis-vllm reads, all modelled;
-    :data:`SERVE_ARGS`) (SurfaceReporting)."""
+    :data:`SERVE_ARGS`) and ``environment`` (the environment variables it reads from a
+    pool's ``env`` argument, all modelled; :data:`ENVIRONMENT`) (SurfaceReporting)."""
     out = {
         name: {item: str(e["status"]) for item, e in sorted(items.items())}
         for name, items in sorted(surface_lists().items())
     }
     out["fields"] = {item: str(e["status"]) for item, e in sorted(field_list().items())}
     out["serve_args"] = {item: "modelled" for item in sorted(SERVE_ARGS)}
+    out["environment"] = {item: "modelled" for item in sorted(ENVIRONMENT)}
     return out

@@ -36,6 +36,24 @@ def test_attention_backend_selection() -> None:
     assert select_attention_backend(mla, blackwell) == "FLASHINFER_MLA"
 
 
+def test_without_the_cuda_graph_estimate_the_pool_keeps_its_bytes() -> None:
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0: determine_available_memory does not
+    subtract the profiled CUDA-graph memory; the plan still states it."""
+    env = FakeEnvironment(weight_bytes=13 * GIB, activation_bytes=2 * GIB, graph_bytes=GIB // 2)
+    args = {"max_num_batched_tokens": 2048, "max_num_seqs": 128, "max_model_len": 4096}
+    with_estimate = VllmEngineFactory().plan(pool_spec("meta-llama/Llama-2-7b-hf", **args), env)
+    env_off = {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
+    without = VllmEngineFactory().plan(
+        pool_spec("meta-llama/Llama-2-7b-hf", env=env_off, **args), env
+    )
+    assert with_estimate.kv_budget is not None and without.kv_budget is not None
+    gained = without.kv_budget.available_bytes - with_estimate.kv_budget.available_bytes
+    assert gained == GIB // 2 and without.graph_bytes == with_estimate.graph_bytes == GIB // 2
+    per_block = 16 * (2 * 32 * 128 * 2) * 32
+    assert without.kv_budget.num_gpu_blocks == without.kv_budget.available_bytes // per_block
+    assert without.kv_budget.num_gpu_blocks > with_estimate.kv_budget.num_gpu_blocks
+
+
 def test_kv_budget_follows_determine_available_memory() -> None:
     env = FakeEnvironment(weight_bytes=13 * GIB, activation_bytes=2 * GIB, graph_bytes=GIB // 2)
     spec = pool_spec(

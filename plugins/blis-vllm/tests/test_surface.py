@@ -86,9 +86,12 @@ def _other_value(name: str) -> Any:
 
 def test_lists_are_the_seven_reported_ones() -> None:
     assert tuple(sorted(LISTS)) == tuple(sorted(LIST_NAMES))
-    assert set(surface_statuses()) == {*LIST_NAMES, "fields", "serve_args"}
+    assert set(surface_statuses()) == {*LIST_NAMES, "fields", "serve_args", "environment"}
     # vllm serve's own arguments (outside EngineArgs): none is an EngineArgs field.
     assert surface_statuses()["serve_args"] == {"api_server_count": "modelled"}
+    assert surface_statuses()["environment"] == {
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "modelled"
+    }
     assert not set(SERVE_ARGS) & set(FIELDS)
     assert isinstance(VllmEngineFactory(), SurfaceReporting)
     assert VllmEngineFactory().surface() == surface_statuses()
@@ -362,3 +365,40 @@ def test_an_unknown_argument_names_the_serve_arguments_read() -> None:
         _resolve(api_servers=2)
     (err,) = info.value.errors
     assert "unknown vLLM 0.33.0 engine argument" in err.cause and "api_server_count" in err.cause
+
+
+@pytest.mark.parametrize(
+    ("value", "applied"), [(None, True), ("1", True), (1, True), ("0", False), (0, False)]
+)
+def test_the_cuda_graph_estimate_variable_is_read_as_vllm_reads_it(
+    value: object, applied: bool
+) -> None:
+    """VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, bool(int(value)) in vLLM 0.33.0's
+    envs.py, default 1."""
+    args = {} if value is None else {"env": {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": value}}
+    assert _resolve(**args).memory_profiler_estimate_cudagraphs is applied
+
+
+@pytest.mark.parametrize("bad", [True, "yes", 1.0, None])
+def test_a_value_vllm_could_not_read_is_refused(bad: object) -> None:
+    with pytest.raises(InputRefused) as info:
+        _resolve(env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": bad})
+    (err,) = info.value.errors
+    assert err.path == "engine.args.env.VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
+    assert "bool(int(value))" in err.cause
+
+
+def test_an_environment_variable_not_modelled_is_refused_by_name() -> None:
+    with pytest.raises(InputRefused) as info:
+        _resolve(
+            env={
+                "VLLM_ATTENTION_BACKEND": "TRITON_ATTN",
+                "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0",
+            }
+        )
+    (err,) = info.value.errors
+    assert err.path == "engine.args.env.VLLM_ATTENTION_BACKEND"
+    assert err.value == "TRITON_ATTN" and "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" in err.cause
+    with pytest.raises(InputRefused) as info:
+        _resolve(env=["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0"])
+    assert info.value.errors[0].path == "engine.args.env"
