@@ -125,6 +125,7 @@ def test_replay_choices_are_applied_and_named_as_substitutions(tmp_path: Path) -
         # vLLM 0.11.0's own defaults where 0.33.0's differ (RELEASE_DEFAULTS)
         "scheduler_reserve_full_isl": False,
         "async_scheduling": False,
+        "env": {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"},
     }
     subs = " | ".join(got.substitutions)
     assert "hardware: GH200 priced as H100-SXM" in subs
@@ -242,8 +243,12 @@ def test_a_release_before_0_33_replays_its_own_defaults_where_the_command_set_no
     assert args["scheduler_reserve_full_isl"] is False and args["async_scheduling"] is False
     subs = " | ".join(old.substitutions)
     assert "scheduler_reserve_full_isl False: vLLM 0.11.0's default" in subs
-    assert "CUDA-graph memory estimate" in old.estimated["KV pool"]
+    # 0.11.0 sized its pool without 0.33.0's CUDA-graph memory estimate
+    assert args["env"] == {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
+    assert "environment VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0: vLLM 0.11.0" in subs
+    assert "KV pool" not in old.estimated
     assert passed.scenario.deployment.pools[0].args["async_scheduling"] is True
     assert "async_scheduling" not in " | ".join(passed.substitutions)
     assert "scheduler_reserve_full_isl" not in new.scenario.deployment.pools[0].args
+    assert "env" not in new.scenario.deployment.pools[0].args
     assert "KV pool" not in new.estimated

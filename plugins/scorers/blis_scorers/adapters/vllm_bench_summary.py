@@ -56,10 +56,19 @@ FORMAT: Final = "vllm-bench-summary"
 ENGINE_VERSION: Final = "0.33.0"
 _STATS: Final = (("mean", "mean"), ("p50", "median"), ("p99", "p99"))
 _METRICS: Final = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_ms"), ("e2e", "e2el_ms"))
+_NO_GRAPH_ESTIMATE: Final = {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}
 RELEASE_DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = {
-    "0.10.2": {"scheduler_reserve_full_isl": False, "async_scheduling": False},
-    "0.11.0": {"scheduler_reserve_full_isl": False, "async_scheduling": False},
-    "0.15.1": {"scheduler_reserve_full_isl": False},
+    "0.10.2": {
+        "scheduler_reserve_full_isl": False,
+        "async_scheduling": False,
+        "env": _NO_GRAPH_ESTIMATE,
+    },
+    "0.11.0": {
+        "scheduler_reserve_full_isl": False,
+        "async_scheduling": False,
+        "env": _NO_GRAPH_ESTIMATE,
+    },
+    "0.15.1": {"scheduler_reserve_full_isl": False, "env": _NO_GRAPH_ESTIMATE},
 }
 """Defaults of a measured release that differ from vLLM 0.33.0's in fields blis-vllm
 models, replayed where the serve command did not pass the field (read in each release's
@@ -71,9 +80,10 @@ chunk fits; 0.10.2's and 0.11.0's ``SchedulerConfig.async_scheduling`` defaults 
 False (0.15.1's, like 0.33.0's, to None: chosen by the engine). Their
 ``max_num_batched_tokens`` and ``max_num_seqs`` defaults for ``vllm serve`` are 0.33.0's
 on the chips scored here (8192 and 1024 at 70 GiB and more, A100 excepted; 2048 and 256
-below). Not replayable as an argument: those releases size the KV pool without 0.33.0's
-CUDA-graph memory estimate (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, absent from
-their ``envs.py``), so their pools were larger by that estimate (named in ``estimated``)."""
+below). Those releases also size the KV pool without 0.33.0's CUDA-graph memory estimate
+(``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` is absent from their ``envs.py``; 0.33.0's
+own log calls the estimate the default since 0.21.0): replayed as that variable set to 0
+in the pool's ``env``, which blis-vllm models."""
 
 
 class _Refuse(Exception):
@@ -321,11 +331,6 @@ class VllmBenchSummary:
         }
         if release is None:
             estimated["engine release"] = "not stated by the source (graded as unrecorded)"
-        elif release in RELEASE_DEFAULTS:
-            estimated["KV pool"] = (
-                f"sized by vLLM 0.33.0's rule, which subtracts a CUDA-graph memory estimate "
-                f"that vLLM {release} did not: the measured pool was larger by it"
-            )
         subs = ["statistics only (printed summary, no per-request rows): compared figures"]
         if isinstance(replay.get("model_substitution"), str):
             subs.append(f"model: {' '.join(replay['model_substitution'].split())}")
@@ -338,6 +343,13 @@ class VllmBenchSummary:
                 shown = f" {stated[key]}" if isinstance(stated, dict) and key in stated else ""
                 subs.append(f"engine argument {key}{shown} not passed: {why}")
         for key, value in defaults.items():
+            if key == "env" and isinstance(value, Mapping):
+                subs.extend(
+                    f"environment {name}={setting}: vLLM {release} has no such variable and "
+                    "sized the KV pool as this setting does in 0.33.0"
+                    for name, setting in value.items()
+                )
+                continue
             subs.append(
                 f"engine argument {key} {value}: vLLM {release}'s default, where 0.33.0's differs"
             )
