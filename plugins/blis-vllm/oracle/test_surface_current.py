@@ -76,3 +76,30 @@ def test_committed_list_is_current(regenerated: Path, name: str) -> None:
         + "\n"
         + diff[:20000]
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, True), ("1", True), ("0", False), ("2", True)]
+)
+def test_the_environment_variables_read_are_vllms_with_its_parse(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: bool
+) -> None:
+    """Every variable of ``blis_vllm.surface.ENVIRONMENT`` is one vLLM 0.33.0's
+    ``envs.py`` defines, and vLLM reads each value as blis-vllm's pool ``env`` does."""
+    import vllm.envs as envs
+    from blis_core.contracts.errors import FieldError
+
+    from blis_vllm.config import _environment
+    from blis_vllm.surface import ENVIRONMENT
+
+    for name in ENVIRONMENT:
+        assert name in envs.environment_variables
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        upstream = envs.environment_variables[name]()
+        assert upstream is expected
+        errors: list[FieldError] = []
+        ours = _environment({} if value is None else {name: value}, errors)
+        assert not errors and ours.get(name, True) is expected
