@@ -375,6 +375,9 @@ class VllmEngine:
             hits: tuple[PrefixHit, ...] = ()
         else:
             transfers, hits, result = self._complete_general(out)
+        # Made before the finished requests' one-token emissions are dropped: a request's
+        # last token is in this step's emissions too.
+        emitted = self._emissions(result.new_tokens)
         for rid, _, _ in result.finished:
             self._accept_streams.pop(rid, None)
             self._one_token.pop(rid, None)
@@ -404,7 +407,7 @@ class VllmEngine:
             step_id=shape.step_id,
             first_scheduled=tuple(out.scheduled_new_reqs),
             prefix_hits=hits,
-            emitted=self._emissions(result.new_tokens),
+            emitted=emitted,
             finished=tuple(finished),
             preempted=tuple(out.preempted_req_ids),
             kv_events=tuple(self.scheduler.take_events()),

@@ -58,6 +58,9 @@ def test_requests_run_to_completion_sync_and_async() -> None:
         assert tokens == {f"r{i}": 7 for i in range(5)}, async_sched
         assert engine.num_unfinished() == 0
         assert engine.scheduler.kv_cache_manager.usage == 0.0
+        # Nothing per request outlives it (the one-token emissions are made once a
+        # request, its last one included).
+        assert not engine._one_token and not engine._accept_streams, async_sched
 
 
 def test_async_scheduling_boundary_arrival_joins_the_step_after_next() -> None:
