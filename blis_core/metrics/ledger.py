@@ -57,6 +57,10 @@ MAX_NARROW_GAP_US = 2**31 - 1
 SPILL_BUFFER_BYTES = 8 << 20
 """Gaps of fated requests held in memory before they are written to the spill file."""
 
+_SPILLED: Final = {code: array(code) for code in (GAP_TYPECODE, "q")}
+"""The one empty array of each gap typecode a spilled record keeps (its typecode says how
+its gaps read back): never appended to, as a request with a fate gets no more tokens."""
+
 
 class GapSpill:
     """Append-only store of gap arrays: an in-memory buffer flushed to an unnamed
@@ -283,7 +287,7 @@ class RequestLedger:
             # Final now (tokens after a fate are discarded): out of the record.
             rec.gaps_at = self._spill.put(gaps)
             rec.gap_count = len(gaps)
-            rec.chunk_gaps_us = array(gaps.typecode)
+            rec.chunk_gaps_us = _SPILLED[gaps.typecode]
 
     def has_fate(self, request_id: str) -> bool:
         """Whether the request's fate is written."""
