@@ -83,6 +83,7 @@ MODELLED_ARGS: frozenset[str] = frozenset(
         "pipeline_parallel_size",
         "data_parallel_size",
         "moe_backend",
+        "stream_interval",
     }
 )
 """EngineArgs fields this port resolves and models."""
@@ -202,6 +203,11 @@ class VllmSettings:
     core, each one event loop (``PoolPlan.frontend_servers``); unset, one per
     data-parallel rank (vLLM 0.33.0 ``entrypoints/cli/serve.py`` ``ServeSubcommand.cmd``,
     internal load balancing)."""
+    stream_interval: int = 1
+    """``SchedulerConfig.stream_interval`` (vLLM 0.33.0 ``config/scheduler.py``, >= 1):
+    a request's tokens reach the client when it finishes, at its first token, and once
+    at least this many have accumulated since the last send (``v1/engine/
+    output_processor.py`` ``RequestState.make_request_output``)."""
     memory_profiler_estimate_cudagraphs: bool = True
     """``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` (the pool's ``env``; vLLM 0.33.0
     ``envs.py``, default 1): whether the KV budget subtracts the profiled CUDA-graph
@@ -693,6 +699,15 @@ def resolve_settings(
             )
         )
         api_servers = 1
+    stream_interval = _typed(args, "stream_interval", int, errors)
+    if stream_interval is not None and stream_interval < 1:
+        errors.append(
+            FieldError(
+                _arg_path("stream_interval"),
+                stream_interval,
+                "Input should be greater than or equal to 1 (SchedulerConfig.stream_interval)",
+            )
+        )
     environment = _environment(args.get(ENV_ARG, {}), errors)
     if errors:
         raise InputRefused(errors, source=f"vllm@0.33.0 pool for {model.hf_id}")
@@ -733,6 +748,7 @@ def resolve_settings(
         kv_recompute_threshold=kv_threshold,
         moe_backend=moe_backend,
         api_server_count=api_servers,
+        stream_interval=1 if stream_interval is None else stream_interval,
         memory_profiler_estimate_cudagraphs=environment.get(
             "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", True
         ),

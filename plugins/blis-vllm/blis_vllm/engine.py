@@ -216,10 +216,13 @@ class VllmEngine:
             # One block table per KV cache group (gpt-oss: sliding window + full).
             kv_cache_groups=scheduler_kv_cache_groups(plan.kv_groups) if plan.kv_groups else None,
         )
-        # The exact fast path for steady decode steps (None: every step general).
+        # The exact fast path for steady decode steps (None: every step general). Not with
+        # a stream interval: a step's emissions then differ request by request.
         self.steady: SteadyDecode | None = (
             SteadyDecode(self.scheduler, self.scheduler.kv_cache_manager.coordinator)
-            if fast_forward_enabled() and SteadyDecode.eligible(self.scheduler, settings.layout.pp)
+            if fast_forward_enabled()
+            and SteadyDecode.eligible(self.scheduler, settings.layout.pp)
+            and settings.stream_interval == 1
             else None
         )
         self._spans: SpanPlanner | None = (
@@ -234,6 +237,8 @@ class VllmEngine:
         # emission of each unfinished request, and a one-token chunk per context length
         # (below _CACHED_CONTEXTS: a few pointers per engine whatever max_model_len is).
         self._one_token: dict[str, TokenEmission] = {}
+        # stream_interval > 1: each unfinished request's tokens (made, sent to the client).
+        self._streamed: dict[str, list[int]] = {}
         self._decode_chunks: list[SeqChunk | None] = [None] * _CACHED_CONTEXTS
         # V2+PP+async: the scheduler staggers a request's decodes ``pp`` schedule calls
         # apart, so an empty schedule is an (IDLE) step of the batch queue.
@@ -301,6 +306,7 @@ class VllmEngine:
             self._aborted.append(FinishedRequest(r.request_id, "abort", r.num_output_tokens))
             self._metrics.request_aborted(r.request_id)
             self._one_token.pop(r.request_id, None)
+            self._streamed.pop(r.request_id, None)
 
     def schedule(self, now_us: int) -> StepShape | None:
         """Schedule the next step, or ``None`` when no tokens can be scheduled now."""
@@ -377,7 +383,10 @@ class VllmEngine:
             transfers, hits, result = self._complete_general(out)
         # Made before the finished requests' one-token emissions are dropped: a request's
         # last token is in this step's emissions too.
-        emitted = self._emissions(result.new_tokens)
+        if self._settings.stream_interval > 1:
+            emitted = self._streamed_emissions(result.new_tokens, result.finished)
+        else:
+            emitted = self._emissions(result.new_tokens)
         for rid, _, _ in result.finished:
             self._accept_streams.pop(rid, None)
             self._one_token.pop(rid, None)
@@ -549,6 +558,35 @@ class VllmEngine:
             if emission is None:
                 emission = one[rid] = TokenEmission(rid, 1)
             out.append(emission)
+        return tuple(out)
+
+    def _streamed_emissions(
+        self, new_tokens: Mapping[str, int], finished: Sequence[tuple[str, str, int]]
+    ) -> tuple[TokenEmission, ...]:
+        """The step's emissions as the API server sends them with ``stream_interval`` > 1
+        (vLLM 0.33.0 ``v1/engine/output_processor.py``, ``RequestState.make_request_output``
+        in ``DELTA`` mode): a request's tokens since its last send go out when it has
+        finished, at its first token, or once at least ``stream_interval`` have gathered;
+        otherwise nothing reaches the client for it this step."""
+        interval = self._settings.stream_interval
+        done = {rid for rid, _, _ in finished}
+        streamed = self._streamed
+        out = []
+        for rid, n in new_tokens.items():
+            state = streamed.get(rid)
+            if state is None:
+                state = streamed[rid] = [0, 0]
+            state[0] += n
+            made, sent = state
+            if rid in done or sent == 0 or made - sent >= interval:
+                out.append(TokenEmission(rid, made - sent))
+                state[1] = made
+            if rid in done:
+                del streamed[rid]
+        for rid, _, _ in finished:  # one that finished with no token this step: the rest
+            state = streamed.pop(rid, None)
+            if state is not None and state[0] > state[1]:
+                out.append(TokenEmission(rid, state[0] - state[1]))
         return tuple(out)
 
     def _prefix_hits(self, out: SchedulerOutput) -> tuple[PrefixHit, ...]:

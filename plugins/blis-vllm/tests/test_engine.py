@@ -240,3 +240,47 @@ def test_data_parallel_is_refused_by_name() -> None:
     with pytest.raises(InputRefused) as exc:
         VllmEngineFactory().build(pool_spec(dp=2), FakeEnvironment(), "i0")
     assert "data parallelism is not modelled yet" in str(exc.value)
+
+
+@pytest.mark.parametrize("async_sched", [False, True])
+def test_a_stream_interval_sends_the_first_token_then_every_interval_then_the_rest(
+    async_sched: bool,
+) -> None:
+    """stream_interval 3 (vLLM 0.33.0 output_processor.py make_request_output, DELTA): a
+    request's tokens reach the client at its first token, once three or more have
+    gathered since the last send, and what is left when it finishes; the steps are the
+    ones stream_interval 1 makes."""
+    chunks: dict[int, dict[str, list[int]]] = {}
+    steps: dict[int, list[int]] = {}
+    for interval in (1, 3):
+        engine = tiny_engine(async_scheduling=async_sched, stream_interval=interval)
+        assert engine.steady is None or interval == 1
+        engine.add_request(req("a", ("ka", 40), max_tokens=8), 0)
+        engine.add_request(req("b", ("kb", 50), max_tokens=5), 0)
+        got: dict[str, list[int]] = {"a": [], "b": []}
+        ends: list[int] = []
+        now = 0
+        inflight = []
+        for _ in range(1000):
+            while (shape := engine.schedule(now)) is not None:
+                inflight.append(shape)
+            if not inflight:
+                break
+            now += 1000
+            out = engine.complete(inflight.pop(0), now)
+            ends.append(now)
+            for e in out.emitted:
+                got[e.request_id].append(e.num_tokens)
+        chunks[interval], steps[interval] = got, ends
+        assert not engine._streamed
+    assert chunks[1] == {"a": [1] * 8, "b": [1] * 5}
+    assert chunks[3] == {"a": [1, 3, 3, 1], "b": [1, 3, 1]}
+    assert steps[3] == steps[1]
+
+
+@pytest.mark.parametrize("bad", [0, -2, True, 2.0])
+def test_a_stream_interval_below_one_or_not_an_integer_is_refused(bad: object) -> None:
+    with pytest.raises(InputRefused) as info:
+        tiny_engine(stream_interval=bad)
+    (err,) = info.value.errors
+    assert err.path == "engine.args.stream_interval"

@@ -158,6 +158,7 @@ _MODELLED_SAMPLES: dict[str, Any] = {
     "pipeline_parallel_size": 1,
     "data_parallel_size": 1,
     "moe_backend": "Marlin",  # a dense model has no MoE layer: accepted, as upstream does
+    "stream_interval": 20,
 }
 
 
