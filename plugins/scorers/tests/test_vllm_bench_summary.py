@@ -110,10 +110,10 @@ def test_without_ignore_eos_every_request_gets_the_measured_mean_output(tmp_path
 
 def test_replay_choices_are_applied_and_named_as_substitutions(tmp_path: Path) -> None:
     p = _point(
-        engine_args_stated_not_replayed={"stream_interval": 20},
+        engine_args_stated_not_replayed={"enable_lora": True},
         replay={
             "hardware_substitution": "GH200 priced as H100-SXM",
-            "engine_args_not_passed": {"stream_interval": "refused by blis-vllm"},
+            "engine_args_not_passed": {"enable_lora": "refused by blis-vllm"},
             "engine_args_override": {"max_model_len": 4096},
             "why": "the default does not fit",
         },
@@ -129,7 +129,7 @@ def test_replay_choices_are_applied_and_named_as_substitutions(tmp_path: Path) -
     }
     subs = " | ".join(got.substitutions)
     assert "hardware: GH200 priced as H100-SXM" in subs
-    assert "engine argument stream_interval 20 not passed: refused by blis-vllm" in subs
+    assert "engine argument enable_lora True not passed: refused by blis-vllm" in subs
     assert "max_model_len 4096 replaces the engine's default: the default does not fit" in subs
 
 
