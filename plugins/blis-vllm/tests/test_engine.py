@@ -33,6 +33,27 @@ def _drain(engine: VllmEngine, limit: int = 10_000) -> dict[str, int]:
     return tokens
 
 
+def _run_all(engine: VllmEngine) -> tuple[dict[str, list[int]], list[int]]:
+    """Step ``engine`` as ``EngineCore`` does (schedule while it lets, then complete the
+    oldest step in flight, 1 ms a step) until nothing is left: each request's emitted
+    chunks (tokens each) and the steps' end times."""
+    chunks: dict[str, list[int]] = {}
+    ends: list[int] = []
+    now = 0
+    inflight = []
+    for _ in range(1000):
+        while (shape := engine.schedule(now)) is not None:
+            inflight.append(shape)
+        if not inflight:
+            break
+        now += 1000
+        out = engine.complete(inflight.pop(0), now)
+        ends.append(now)
+        for e in out.emitted:
+            chunks.setdefault(e.request_id, []).append(e.num_tokens)
+    return chunks, ends
+
+
 def test_engine_satisfies_the_contract_protocol() -> None:
     assert isinstance(tiny_engine(), EngineInstance)
 
@@ -43,18 +64,8 @@ def test_requests_run_to_completion_sync_and_async() -> None:
         assert engine.plan.steps_in_flight == (2 if async_sched else 1)
         for i in range(5):
             engine.add_request(req(f"r{i}", (f"k{i}", 40 + i), max_tokens=7), 0)
-        tokens: dict[str, int] = {}
-        now = 0
-        inflight = []
-        for _ in range(1000):
-            while (shape := engine.schedule(now)) is not None:
-                inflight.append(shape)
-            if not inflight:
-                break
-            now += 1000
-            out = engine.complete(inflight.pop(0), now)
-            for e in out.emitted:
-                tokens[e.request_id] = tokens.get(e.request_id, 0) + e.num_tokens
+        chunks, _ = _run_all(engine)
+        tokens = {rid: sum(c) for rid, c in chunks.items()}
         assert tokens == {f"r{i}": 7 for i in range(5)}, async_sched
         assert engine.num_unfinished() == 0
         assert engine.scheduler.kv_cache_manager.usage == 0.0
@@ -257,21 +268,7 @@ def test_a_stream_interval_sends_the_first_token_then_every_interval_then_the_re
         assert engine.steady is None or interval == 1
         engine.add_request(req("a", ("ka", 40), max_tokens=8), 0)
         engine.add_request(req("b", ("kb", 50), max_tokens=5), 0)
-        got: dict[str, list[int]] = {"a": [], "b": []}
-        ends: list[int] = []
-        now = 0
-        inflight = []
-        for _ in range(1000):
-            while (shape := engine.schedule(now)) is not None:
-                inflight.append(shape)
-            if not inflight:
-                break
-            now += 1000
-            out = engine.complete(inflight.pop(0), now)
-            ends.append(now)
-            for e in out.emitted:
-                got[e.request_id].append(e.num_tokens)
-        chunks[interval], steps[interval] = got, ends
+        chunks[interval], steps[interval] = _run_all(engine)
         assert not engine._streamed
     assert chunks[1] == {"a": [1] * 8, "b": [1] * 5}
     assert chunks[3] == {"a": [1, 3, 3, 1], "b": [1, 3, 1]}
