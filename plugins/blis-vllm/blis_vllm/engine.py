@@ -581,9 +581,7 @@ class VllmEngine:
             if rid in done or sent == 0 or made - sent >= interval:
                 out.append(TokenEmission(rid, made - sent))
                 state[1] = made
-            if rid in done:
-                del streamed[rid]
-        for rid, _, _ in finished:  # one that finished with no token this step: the rest
+        for rid, _, _ in finished:  # dropped; one with no token this step sends the rest
             state = streamed.pop(rid, None)
             if state is not None and state[0] > state[1]:
                 out.append(TokenEmission(rid, state[0] - state[1]))
