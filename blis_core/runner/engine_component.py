@@ -162,11 +162,14 @@ class _SpanPricer:
         step_us = max(1, last.end_us - last.start_us)
         self._chunk = max(2, min(16, (stop_us - flights[0].end_us) // step_us + 1))
 
-    def price(self, index: int, shape: StepShape) -> int:
-        """The price of the span's step ``index`` (``shape``), asked in order."""
+    def price(self, index: int) -> int:
+        """The price of the span's step ``index``, asked in order; the span's shapes are
+        asked for only where a chunk starts (or one by one, where the Environment cannot
+        quote)."""
         prices = self._prices
         if index < len(prices):
             return prices[index]
+        shape = self._span.shape(index)
         if self._sim is not None:
             stop = min(self._span.num_steps, index + self._chunk)
             # A span's next boundaries are this one with every context a token longer
@@ -861,8 +864,12 @@ class EngineComponent(Component):
             span, base = offered, 0
             pricer = _SpanPricer(self._env, self._plan, span, flights, limit_us)
             self._fresh_spans += 1
+        # The steps in flight, then those the boundaries schedule (boundary i's is
+        # span step base + i): their start and end times. A step's shape is made only
+        # where something reads it (the observer, a step left in flight, the pricer's
+        # chunks): a span of n boundaries otherwise makes O(batch) objects n times.
+        starts = [f.start_us for f in flights]
         ends = [f.end_us for f in flights]
-        every = list(flights)
         times: list[int] = []
         stage_free_us = self._stage_free_us[0]
         taken = 0  # boundaries (of this call) the engine has made
@@ -872,23 +879,30 @@ class EngineComponent(Component):
             if t >= limit_us or (times and t <= times[-1]):
                 break
             while 0 <= self._next_scrape_us < t:
-                taken = self._span_made(engine, span, times, every, taken)
+                taken = self._span_made(engine, span, base, times, starts, ends, taken)
                 self._scrape(self._next_scrape_us)
                 scrapes += 1
-            shape = span.shape(i)
             start_us = max(t, stage_free_us)
-            stage_free_us = start_us + pricer.price(i, shape)
+            stage_free_us = start_us + pricer.price(i)
+            starts.append(start_us)
             ends.append(stage_free_us)
-            every.append(_InFlight(shape, start_us, stage_free_us))
             times.append(t)
             if self._next_scrape_us == t:
-                taken = self._span_made(engine, span, times, every, taken)
+                taken = self._span_made(engine, span, base, times, starts, ends, taken)
                 self._scrape(t)
         n = len(times)  # >= 1: the first boundary is now, before the limit
         pricer.count(base + n)
-        self._span_made(engine, span, times, every, taken)
+        num_flights = len(flights)
+        # The steps left in flight: those already in flight that no boundary completed,
+        # then the last boundaries' (their shapes asked before the engine takes them).
+        left = list(flights)[n:]
+        left.extend(
+            _InFlight(span.shape(base + k - num_flights), starts[k], ends[k])
+            for k in range(max(n, num_flights), len(starts))
+        )
+        self._span_made(engine, span, base, times, starts, ends, taken)
         last_us = times[-1]
-        self._in_flight = deque(every[n:])
+        self._in_flight = deque(left)
         for flight in self._in_flight:
             if not flight.started and flight.start_us <= last_us:
                 flight.started = True
@@ -903,15 +917,21 @@ class EngineComponent(Component):
         self,
         engine: SpanEngine,
         span: DecodeSpan,
+        base: int,
         times: list[int],
-        every: list[_InFlight],
+        starts: list[int],
+        ends: list[int],
         taken: int,
     ) -> int:
-        """Have the engine make the boundaries ``times[taken:]`` of ``span`` and report
-        them; returns how many boundaries are now made."""
+        """Have the engine make the boundaries ``times[taken:]`` of ``span`` (this call's
+        first being span step ``base``'s) and report them; ``starts`` and ``ends`` are the
+        steps in flight before the call, then the steps its boundaries schedule. Returns
+        how many boundaries are now made."""
         if taken == len(times):
             return taken
         outcomes = engine.take_span(span, times[taken:])
+        # The step boundary i schedules is at len(starts) - len(times) + i.
+        scheduled = len(starts) - len(times)
         for i, (made, t) in enumerate(zip(outcomes, times[taken:], strict=True), taken):
             outcome = self._public(made, t)
             if self._kv_check is not None and outcome.kv_events:
@@ -920,9 +940,9 @@ class EngineComponent(Component):
             if self._observe_completion is not None:
                 self._observe_completion(self.name, outcome, t)
             if self._observe is not None:
-                new = every[i + len(every) - len(times)]
-                self._observe(self.name, new.shape, new.end_us - new.start_us)
-            self._reports.append((t, StepReport(self.name, every[i].start_us, outcome)))
+                k = scheduled + i
+                self._observe(self.name, span.shape(base + i), ends[k] - starts[k])
+            self._reports.append((t, StepReport(self.name, starts[i], outcome)))
         return len(times)
 
     def _scrape(self, now_us: int) -> None:
