@@ -101,10 +101,12 @@ class Pricer:
             )
         self.env = env
         self.catalog = env.catalog
-        self._plans: dict[str, PoolPlan] = {}
+        self._plans: dict[tuple[str, int], PoolPlan] = {}
 
-    def plan(self, model: str) -> PoolPlan:
-        if model not in self._plans:
+    def plan(self, model: str, tile_rows: int = 0) -> PoolPlan:
+        """The model's plan on the H200; ``tile_rows``: its expert GEMMs compute whole
+        tiles of that many rows an expert (the measured launch's ``BLOCK_SIZE_M``)."""
+        if (model, tile_rows) not in self._plans:
             hf_id, tp = MODELS[model]
             plan = default_plan(
                 self.catalog.model(hf_id),
@@ -114,20 +116,30 @@ class Pricer:
                 max_num_batched_tokens=8192,
             )
             experts = MIXTRAL_EXPERTS if hf_id.startswith("mistralai") else DEEPSEEK_EXPERTS
+            if tile_rows:
+                experts = {**experts, "expert_tile_rows": ((1 << 30, tile_rows),)}
             layers = tuple(
                 layer.model_copy(update=experts)
                 if layer.kind is LayerKind.MOE and not hf_id.startswith("openai")
                 else layer
                 for layer in plan.layers
             )
-            self._plans[model] = plan.model_copy(update={"layers": layers})
-        return self._plans[model]
+            self._plans[model, tile_rows] = plan.model_copy(update={"layers": layers})
+        return self._plans[model, tile_rows]
 
-    def term(self, model: str, layer: str, batch: int, context: int, prefill: int = 0) -> float:
+    def term(
+        self,
+        model: str,
+        layer: str,
+        batch: int,
+        context: int,
+        prefill: int = 0,
+        tile_rows: int = 0,
+    ) -> float:
         """Seconds a launch of ``layer``'s term takes in a decode step of ``batch``
         sequences at ``context`` tokens, or (``prefill``) in the prefill of one sequence of
-        that many new tokens."""
-        plan = self.plan(model)
+        that many new tokens; ``tile_rows`` as :meth:`plan`."""
+        plan = self.plan(model, tile_rows)
         if prefill:
             shape = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(prefill, 0),), prefill)
             family = "attention_prefill"
@@ -167,11 +179,15 @@ def comparisons(data: Path = DATA) -> Iterator[Comparison]:
     for family, r in rows:
         blis = pricer.term(r["model"], "attention", r["batch"], r["context"])
         yield Comparison(family, r["model"], r["batch"], r["context"], r["s"], blis)
+    # The expert GEMMs priced with the tile height the measured launch ran with, as
+    # blis-vllm's plans state vLLM's (LoweredLayer.expert_tile_rows).
     for r in sdpa["moe"]:
-        blis = pricer.term(r["model"], "experts", r["tokens"], 1)
+        tile = int(r["config"]["BLOCK_SIZE_M"])
+        blis = pricer.term(r["model"], "experts", r["tokens"], 1, tile_rows=tile)
         yield Comparison("moe", r["model"], r["tokens"], 0, r["s_up"] + r["s_down"], blis)
     for r in json.loads((data / "kernel_grid_fp8.json").read_text())["moe_fp8"]:
-        blis = pricer.term(r["model"], "experts", r["tokens"], 1)
+        tile = int(r["config"]["BLOCK_SIZE_M"])
+        blis = pricer.term(r["model"], "experts", r["tokens"], 1, tile_rows=tile)
         yield Comparison("moe fp8", r["model"], r["tokens"], 0, r["s_up"] + r["s_down"], blis)
     prefill = json.loads((data / "kernel_grid_prefill.json").read_text())
     for r in prefill["prefill"]:

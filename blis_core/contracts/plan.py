@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from blis_core.contracts.base import Document
 
@@ -77,6 +77,16 @@ class LoweredLayer(Document):
     entry's per-launch fixed cost (``overhead_us``) ``kernels`` times per layer instance
     and the path's work (FLOPs, bytes) once. Only MoE layers may state more than one; a
     plan that sets it on another kind is refused when priced.
+
+    ``expert_tile_rows`` (MoE layers only) says the expert GEMMs compute whole tiles of
+    rows: each expert's routed rows are padded up to a multiple of the tile height, and
+    the padded rows are computed too (vLLM's ``moe_align_block_size`` before its Triton
+    ``fused_moe_kernel``). It is the tile height as a step function of the tokens ``M``
+    the layer runs on one rank: pairs ``(up_to_tokens, tile_rows)`` with increasing
+    bounds; the first pair whose bound is at least ``M`` applies, the last one beyond
+    its bound. Empty: the path computes the routed rows only. The cost model prices the
+    expected padded rows of a step, an expert's rows drawn ``Binomial(M, top_k /
+    experts)``, without expert parallelism (with it, the routed rows).
     """
 
     kind: LayerKind
@@ -90,6 +100,21 @@ class LoweredLayer(Document):
         "the selected path (MoE: top-k through the weighted sum); the per-launch fixed cost "
         "is charged this many times, the work once",
     )
+    expert_tile_rows: tuple[tuple[int, int], ...] = Field(
+        default=(),
+        description="MoE: the expert GEMMs' tile height as a step function of the tokens on "
+        "one rank, (up_to_tokens, tile_rows) pairs with increasing bounds; empty: no padding",
+    )
+
+    @field_validator("expert_tile_rows")
+    @classmethod
+    def _tile_rule(cls, rule: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        bounds = [b for b, _ in rule]
+        if any(b < 1 for b in bounds) or any(t < 1 for _, t in rule):
+            raise ValueError("bounds and tile heights must be positive")
+        if bounds != sorted(set(bounds)):
+            raise ValueError("bounds must increase")
+        return rule
 
 
 class KVGroup(Document):

@@ -54,13 +54,13 @@ __all__ = ["CompiledPlan", "StepEvaluation", "StepQuote", "Term", "compile_plan"
 EXPERT_PATH_GEMMS = 2
 
 # Step aggregates (indices into the aggregate vector).
-ONE, T, S, SD, KD, QD, SP, NP, PP, KP, KDW, PPW, KPW, R, MOEF, NEWREQ = range(16)
-N_AGG = 16
+ONE, T, S, SD, KD, QD, SP, NP, PP, KP, KDW, PPW, KPW, R, MOEF, NEWREQ, MOEP = range(17)
+N_AGG = 17
 AGG_NAMES = (
     "one", "padded_tokens", "seqs", "decode_seqs", "decode_kv_tokens", "decode_query_tokens",
     "prefill_seqs", "prefill_tokens", "prefill_pairs", "prefill_kv_tokens",
     "decode_kv_tokens_windowed", "prefill_pairs_windowed", "prefill_kv_tokens_windowed",
-    "logit_rows", "moe_expert_fraction", "new_requests",
+    "logit_rows", "moe_expert_fraction", "new_requests", "moe_tile_padded_tokens",
 )  # fmt: skip
 
 # Stage kinds: the only stage, first, middle, last.
@@ -314,6 +314,17 @@ class CompiledPlan:
         moe = model.moe
         self.moe_keep = 1.0 - moe.experts_per_token / moe.num_experts if moe is not None else 1.0
         self.moe_token_mult = float(plan.layout.dp if plan.layout.ep > 1 else 1)
+        # The expert GEMMs' tile padding (LoweredLayer.expert_tile_rows), without expert
+        # parallelism: tokens -> tokens times the expected padded over routed rows.
+        tiled = next((x for x in plan.layers if x.kind is LayerKind.MOE), None)
+        self.moe_tiles: tuple[tuple[int, int], ...] = (
+            tiled.expert_tile_rows
+            if tiled is not None and moe is not None and plan.layout.ep == 1
+            else ()
+        )
+        self.moe_experts = moe.num_experts if moe is not None else 0
+        self.moe_top_k = moe.experts_per_token if moe is not None else 0
+        self._moe_padded: dict[float, float] = {}
         self.max_tokens = plan.max_num_batched_tokens
         self.max_seqs = plan.max_num_seqs
         self.num_stages = plan.layout.pp
@@ -417,6 +428,7 @@ class CompiledPlan:
             a[SP], a[NP], a[PP], a[KP] = sp / dp, np_ / dp, pp / dp, kp / dp
             a[PPW], a[KPW], a[NEWREQ] = ppw / dp, kpw / dp, newreq / dp
         a[MOEF] = 1.0 - self.moe_keep ** (tokens * self.moe_token_mult)
+        a[MOEP] = self._moe_padded_tokens(tokens) if self.moe_tiles else tokens
         if self.has_draft:
             a += self._draft_aggregates(shape, a, sched, ctx_sum)
         return a
@@ -455,7 +467,26 @@ class CompiledPlan:
             dec[S] = dec[R] = dec[SD] = dec[QD] = float(p * n)
             dec[KD] = dec[KDW] = float(kv)
             dec[MOEF] = p * (1.0 - self.moe_keep ** (padded * self.moe_token_mult))
+            dec[MOEP] = p * (self._moe_padded_tokens(padded) if self.moe_tiles else padded)
         return [*first, *dec]
+
+    def _moe_padded_tokens(self, tokens: float) -> float:
+        """``tokens`` times the expert GEMMs' expected padded rows over their routed rows:
+        each expert's rows ``Binomial(tokens, top_k / experts)`` padded up to the tile
+        height the rule gives for ``tokens`` (memoised per token count)."""
+        got = self._moe_padded.get(tokens)
+        if got is None:
+            m = int(tokens)
+            tile = self.moe_tiles[-1][1]
+            for bound, rows in self.moe_tiles:
+                if m <= bound:
+                    tile = rows
+                    break
+            p = self.moe_top_k / self.moe_experts
+            routed = m * self.moe_top_k
+            padded = self.moe_experts * expected_tiled_rows(m, p, tile)
+            got = self._moe_padded[tokens] = tokens * (padded / routed) if routed else tokens
+        return got
 
     def _overhead(self, shape: StepShape) -> npt.NDArray[np.float64]:
         """Per-launch overhead of every term for ``shape`` (graph mode, draft passes)."""
@@ -901,6 +932,34 @@ def _check_names(plan: PoolPlan) -> None:
                     f"only an MoE layer's kernel count is priced; a {layer.kind.value} layer "
                     "is priced as one launch",
                 )
+            if layer.expert_tile_rows and layer.kind is not LayerKind.MOE:
+                raise InputRefused.one(
+                    f"{where}.{i}.expert_tile_rows",
+                    layer.expert_tile_rows,
+                    f"only an MoE layer's expert GEMMs are tiled; a {layer.kind.value} layer "
+                    "states none",
+                )
+
+
+def expected_tiled_rows(n: int, p: float, tile: int) -> float:
+    """``E[ceil(X / tile) * tile]`` for ``X ~ Binomial(n, p)``: the rows one expert's GEMM
+    computes when its routed rows are padded up to whole tiles. Summed over the
+    probabilities within 12 standard deviations of the mean (the rest is below 1e-30)."""
+    if n <= 0 or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return float(-(-n // tile) * tile)
+    mean = n * p
+    spread = 12.0 * math.sqrt(mean * (1.0 - p)) + 1.0
+    lo, hi = max(0, int(mean - spread)), min(n, int(mean + spread) + 1)
+    log_p, log_q = math.log(p), math.log1p(-p)
+    lg = math.lgamma
+    base = lg(n + 1)
+    total = 0.0
+    for x in range(lo, hi + 1):
+        prob = math.exp(base - lg(x + 1) - lg(n - x + 1) + x * log_p + (n - x) * log_q)
+        total += prob * (-(-x // tile) * tile)
+    return total
 
 
 def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> CompiledPlan:
@@ -1135,7 +1194,7 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
                         "fp4" if quant == "mxfp4" else cdt,
                         "experts",
                         cnt,
-                        {T: 2 * 3 * h * width * k * routed},
+                        {MOEP: 2 * 3 * h * width * k * routed},
                         {
                             MOEF: local * 3 * h * width * exp_b,
                             T: k * routed * (2 * h + 3 * width) * act,

@@ -484,3 +484,63 @@ def test_a_kernel_count_on_a_layer_that_is_not_moe_is_refused(catalog: Catalog) 
     (err,) = exc.value.errors
     assert (err.path, err.value) == (f"plan.layers.{i}.kernels", 3)
     assert "only an MoE layer" in err.cause
+
+
+def _with_tiles(plan: PoolPlan, rule: tuple[tuple[int, int], ...]) -> PoolPlan:
+    layers = tuple(
+        layer.model_copy(update={"expert_tile_rows": rule})
+        if layer.kind is LayerKind.MOE
+        else layer
+        for layer in plan.layers
+    )
+    return plan.model_copy(update={"layers": layers})
+
+
+def _expert_flops(env: SimEnvironment, plan: PoolPlan, shape: StepShape) -> float:
+    cp = env.compiled(plan)
+    (j,) = [i for i, t in enumerate(cp.terms) if t.family == "moe_gemm"]
+    return cp.work_of(j, cp.evaluate(shape), "H100-SXM").flops
+
+
+def test_tiled_expert_gemms_compute_each_experts_rows_padded_to_whole_tiles(
+    catalog: Catalog,
+) -> None:
+    """``LoweredLayer.expert_tile_rows``: the expert GEMMs' FLOPs are those of every
+    expert's rows padded up to the tile height the rule gives for the step's tokens, an
+    expert's rows ``Binomial(tokens, top_k / experts)``; a one-row tile is no padding."""
+    env = _fresh_env(catalog, installed_registry(catalog))
+    plan = _plan(catalog, "mistralai/Mixtral-8x7B-v0.1", tp=2)
+    one = _decode(1, 100)
+    wide = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(512, 0),), 512)
+    untiled = _expert_flops(env, plan, wide)
+    assert _expert_flops(env, _with_tiles(plan, ((4096, 1),)), wide) == pytest.approx(
+        untiled, rel=1e-12
+    )
+    rule = ((32, 16), (10_000, 128))
+    tiled = _with_tiles(plan, rule)
+    # 512 tokens: 8 experts of Binomial(512, 1/4) rows, about 128 each, half of them
+    # spilling into a second 128-row tile (bench/moe_padding.py: 1.48x).
+    assert _expert_flops(env, tiled, wide) / untiled == pytest.approx(1.476, abs=0.002)
+    # One token: its two experts compute one 16-row tile each.
+    assert _expert_flops(env, tiled, one) / _expert_flops(env, plan, one) == pytest.approx(16)
+    # A prefill-sized step is bound by the arithmetic: the padding costs time there.
+    big = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(2048, 0),), 2048)
+    assert env.price_step(tiled, big) > env.price_step(plan, big)
+    # Nothing else of the step moves.
+    a, b = env.explain_step(plan, big), env.explain_step(tiled, big)
+    assert [p for p in a.parts if p.family != "moe_gemm"] == [
+        p for p in b.parts if p.family != "moe_gemm"
+    ]
+
+
+def test_expert_tile_rows_on_a_layer_that_is_not_moe_is_refused(catalog: Catalog) -> None:
+    plan = _plan(catalog)
+    i = next(k for k, x in enumerate(plan.layers) if x.kind is LayerKind.ATTENTION)
+    layers = list(plan.layers)
+    layers[i] = layers[i].model_copy(update={"expert_tile_rows": ((64, 16),)})
+    bad = plan.model_copy(update={"layers": tuple(layers)})
+    with pytest.raises(InputRefused) as exc:
+        _fresh_env(catalog, installed_registry(catalog)).price_step(bad, _decode(4, 100))
+    (err,) = exc.value.errors
+    assert err.path == f"plan.layers.{i}.expert_tile_rows"
+    assert "only an MoE layer" in err.cause

@@ -722,11 +722,13 @@ all-reduce) and launches only other batch sizes take (each noted in its ``source
 
 @dataclass(frozen=True, slots=True)
 class ExpertPath:
-    """The expert path a deployment runs: backend name, expert class, launches."""
+    """The expert path a deployment runs: backend name, expert class, launches, and the
+    quantization scheme it was selected for (``unquantized``, ``fp8_block``, ``mxfp4``)."""
 
     backend: str
     expert_class: str
     kernels: int
+    scheme: str = "unquantized"
 
     @property
     def impl(self) -> str:
@@ -798,7 +800,7 @@ def _counted(
         and (d.chip.exactly(90) or d.chip.family(100) or d.chip.family(120))
     ):
         count += 1  # DeepGEMM's E8M0 scales: silu_and_mul and the quantization apart
-    return ExpertPath(backend.name, expert_class, count)
+    return ExpertPath(backend.name, expert_class, count, d.quant)
 
 
 def resolve_expert_path(

@@ -48,6 +48,7 @@ from blis_core.contracts.plan import (
 )
 
 from blis_vllm.config import VllmSettings
+from blis_vllm.fused_moe_tiles import expert_tile_rows
 from blis_vllm.kv_cache_utils import KVCacheGroupSpec, get_kv_cache_groups, pool_bytes_per_block
 from blis_vllm.moe_backend import resolve_expert_path
 from blis_vllm.version import ENGINE_KIND, UPSTREAM_RELEASE
@@ -227,7 +228,15 @@ def moe_layer(
             f"{path} ({model.hf_id} on {hw.id})",
             f"vllm@{UPSTREAM_RELEASE}",
         )
-    return LoweredLayer(kind=LayerKind.MOE, impl=path.impl, count=count, kernels=path.kernels)
+    return LoweredLayer(
+        kind=LayerKind.MOE,
+        impl=path.impl,
+        count=count,
+        kernels=path.kernels,
+        expert_tile_rows=expert_tile_rows(
+            path.expert_class, model, hw, settings.layout.tp, path.scheme
+        ),
+    )
 
 
 def _lowered_layers(

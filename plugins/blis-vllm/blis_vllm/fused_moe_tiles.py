@@ -1,0 +1,120 @@
+"""The tile height of vLLM 0.33.0's Triton expert GEMM, as a step function of the tokens.
+
+``TritonExperts`` (``model_executor/layers/fused_moe/fused_moe.py``) sorts the routed
+(token, expert) pairs by expert and pads each expert's rows up to a multiple of
+``BLOCK_SIZE_M`` (``moe_align_block_size``); ``fused_moe_kernel`` computes the padded
+rows too. ``BLOCK_SIZE_M`` comes from ``try_get_optimal_moe_config``: the tuned table
+``configs/E=<experts>,N=<shard width>,device_name=<device>[,dtype=..][,block_shape=..].json``
+(``get_config_file_name``; every H200-family device reads ``NVIDIA_H200``), its entry
+whose key is nearest the layer's tokens ``M`` (the first such key on a tie), else
+``get_default_config``'s rule for the dtype. The tuned tables' ``BLOCK_SIZE_M`` columns
+for the catalog's models on :data:`DEVICE_FILE_NAMES` are in
+``data/fused_moe_block_m.yaml`` (``tools/generate_fused_moe_block_m.py`` writes it from the
+installed wheel; ``oracle/test_fused_moe_block_m.py`` checks it and the rule against
+vLLM 0.33.0's own ``try_get_optimal_moe_config``).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from blis_core.contracts import load_packaged_yaml
+from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
+
+__all__ = [
+    "DEVICE_FILE_NAMES",
+    "TILED_EXPERT_CLASSES",
+    "config_file_name",
+    "expert_tile_rows",
+    "tuned_block_m",
+]
+
+#: The catalog's chips as ``get_device_name_as_file_name`` spells them (the CUDA device
+#: name, or ROCm's marketing name, spaces as underscores).
+DEVICE_FILE_NAMES: dict[str, str] = {
+    "H100-SXM": "NVIDIA_H100_80GB_HBM3",
+    "H200-SXM": "NVIDIA_H200",
+    "A100-80GB-SXM": "NVIDIA_A100-SXM4-80GB",
+    "B200": "NVIDIA_B200",
+    "L40S": "NVIDIA_L40S",
+    "MI300X": "AMD_Instinct_MI300X",
+    "MI325X": "AMD_Instinct_MI325X",
+}
+
+#: Expert classes whose GEMMs are ``fused_moe_kernel`` over ``moe_align_block_size``.
+TILED_EXPERT_CLASSES = frozenset({"TritonExperts"})
+
+#: Block-FP8 weights' quantization block (DeepSeek-V3/R1 ``weight_block_size``).
+FP8_BLOCK_SHAPE = (128, 128)
+
+
+def config_file_name(
+    experts: int, width: int, device: str, dtype: str | None, block_shape: tuple[int, int] | None
+) -> str:
+    """``get_config_file_name(E, N, dtype, block_shape)`` on ``device``."""
+    name = f"E={experts},N={width},device_name={device}"
+    if dtype:
+        name += f",dtype={dtype}"
+    if block_shape:
+        name += f",block_shape=[{block_shape[0]},{block_shape[1]}]"
+    return name + ".json"
+
+
+@cache
+def _tables() -> dict[str, tuple[tuple[int, int], ...]]:
+    path = resources.files("blis_vllm").joinpath("data", "fused_moe_block_m.yaml")
+    raw = load_packaged_yaml(path.read_text(encoding="utf-8"))
+    return {name: tuple((int(m), int(b)) for m, b in rows) for name, rows in raw.items()}
+
+
+def tuned_block_m(file_name: str) -> tuple[tuple[int, int], ...] | None:
+    """The tuned table's ``(M key, BLOCK_SIZE_M)`` entries in the file's order, or ``None``
+    where vLLM 0.33.0 ships no such file."""
+    return _tables().get(file_name)
+
+
+def _default_rule(
+    dtype: str | None, block_shape: tuple[int, int] | None
+) -> tuple[tuple[int, int], ...]:
+    """``get_default_config``'s ``BLOCK_SIZE_M`` (CUDA and ROCm alike)."""
+    if dtype == "fp8_w8a8" and block_shape is not None:
+        return ((64, 16), (65, 64))
+    # bf16/fp16 and per-tensor FP8
+    return ((32, 16), (96, 32), (512, 64), (513, 128))
+
+
+def _nearest_key_rule(entries: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """The step function of ``configs[min(configs, key=lambda x: abs(x - M))]``."""
+    keys = [k for k, _ in entries]
+    block = dict(entries)
+    steps: list[tuple[int, int]] = []
+    for m in range(1, max(keys) + 1):
+        tile = block[min(keys, key=lambda k: abs(k - m))]
+        if steps and steps[-1][1] == tile:
+            steps[-1] = (m, tile)
+        else:
+            steps.append((m, tile))
+    return tuple(steps)
+
+
+def expert_tile_rows(
+    expert_class: str, model: ModelArchitecture, hw: HardwareSpec, tp: int, scheme: str | None
+) -> tuple[tuple[int, int], ...]:
+    """The expert GEMMs' tile height by tokens (``LoweredLayer.expert_tile_rows``) of the
+    expert path ``expert_class`` for ``model`` at tensor parallel ``tp`` on ``hw``
+    (quantization ``scheme``: ``unquantized``, ``fp8_block``); empty where the path's
+    GEMMs are not ``fused_moe_kernel`` or blis-vllm does not know the chip's device name."""
+    moe = model.moe
+    device = DEVICE_FILE_NAMES.get(hw.id)
+    if moe is None or device is None or expert_class not in TILED_EXPERT_CLASSES:
+        return ()
+    if scheme == "unquantized":
+        dtype, block_shape = None, None
+    elif scheme == "fp8_block":
+        dtype, block_shape = "fp8_w8a8", FP8_BLOCK_SHAPE
+    else:
+        return ()
+    width = moe.expert_intermediate_size // tp
+    table = tuned_block_m(config_file_name(moe.num_experts, width, device, dtype, block_shape))
+    return _nearest_key_rule(table) if table else _default_rule(dtype, block_shape)

@@ -1,0 +1,105 @@
+"""Write ``blis_vllm/data/fused_moe_block_m.yaml`` from the installed vLLM 0.33.0 wheel.
+
+    .tox/oracle-vllm/bin/python plugins/blis-vllm/tools/generate_fused_moe_block_m.py
+
+For every catalog MoE model whose expert path is ``TritonExperts`` on a chip of
+``DEVICE_FILE_NAMES``, at tensor parallel 1, 2, 4 and 8 (:func:`cases`), the tuned config
+file vLLM would read (``fused_moe.py`` ``get_config_file_name``) and, where the wheel
+ships it, its ``BLOCK_SIZE_M`` per key in the file's order: a fact of vLLM's, not a copy
+of its code. ``oracle/test_fused_moe_block_m.py`` checks the file and blis-vllm's rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from blis_core.cost import load_catalog
+
+from blis_vllm.fused_moe_tiles import (
+    DEVICE_FILE_NAMES,
+    FP8_BLOCK_SHAPE,
+    TILED_EXPERT_CLASSES,
+    config_file_name,
+)
+from blis_vllm.moe_backend import ExpertPath, resolve_expert_path
+
+OUT = Path(__file__).resolve().parents[1] / "blis_vllm" / "data" / "fused_moe_block_m.yaml"
+TENSOR_PARALLEL = (1, 2, 4, 8)
+HEADER = (
+    "# BLOCK_SIZE_M of vLLM 0.33.0's tuned fused-MoE configs (model_executor/layers/",
+    "# fused_moe/configs/<file>: [M key, BLOCK_SIZE_M] in the file's order), for the",
+    "# catalog's TritonExperts paths at TP 1-8. Written by",
+    "# plugins/blis-vllm/tools/generate_fused_moe_block_m.py; checked by",
+    "# plugins/blis-vllm/oracle/test_fused_moe_block_m.py.",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A deployment blis-vllm states a tile rule for, and vLLM's config file for it."""
+
+    model: str
+    hardware: str
+    tp: int
+    path: ExpertPath
+    file_args: tuple[int, int, str, str | None, tuple[int, int] | None]
+
+
+def cases() -> Iterator[Case]:
+    """The catalog's MoE models on ``TritonExperts`` on every chip vLLM names, TP 1-8."""
+    catalog = load_catalog()
+    for model in catalog.models.values():
+        moe = model.moe
+        if moe is None:
+            continue
+        for hw_id, device in DEVICE_FILE_NAMES.items():
+            path = resolve_expert_path("auto", model, catalog.hardware[hw_id])
+            if isinstance(path, str) or path.expert_class not in TILED_EXPERT_CLASSES:
+                continue
+            fp8 = path.scheme == "fp8_block"
+            for tp in TENSOR_PARALLEL:
+                yield Case(
+                    model.hf_id,
+                    hw_id,
+                    tp,
+                    path,
+                    (
+                        moe.num_experts,
+                        moe.expert_intermediate_size // tp,
+                        device,
+                        "fp8_w8a8" if fp8 else None,
+                        FP8_BLOCK_SHAPE if fp8 else None,
+                    ),
+                )
+
+
+def render(configs: Path) -> str:
+    """The data file's text from vLLM's ``configs`` folder."""
+    lines = list(HEADER)
+    for name in sorted({config_file_name(*case.file_args) for case in cases()}):
+        path = configs / name
+        if not path.exists():
+            continue
+        table = json.loads(path.read_text())
+        table.pop("triton_version", None)
+        rows = ", ".join(f"[{int(k)}, {v['BLOCK_SIZE_M']}]" for k, v in table.items())
+        lines.append(f'"{name}": [{rows}]')
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    import vllm.model_executor.layers.fused_moe as fused_moe
+
+    args.out.write_text(render(Path(fused_moe.__file__).parent / "configs"))
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()
