@@ -186,7 +186,7 @@ def test_plans_without_a_draft_model_price_as_before(env: SimEnvironment) -> Non
     assert env.price_step(plan, shape) == env.price_step(plan, replace(shape, draft_passes=5))
 
 
-N_AGG_WIDTH = 16
+N_AGG_WIDTH = 17  # the aggregates of one pass (blis_core.cost.pricing.N_AGG)
 
 
 # -- run phase: each method runs to completion; engine-side draft passes -------------------
