@@ -1454,7 +1454,7 @@ def _parser() -> argparse.ArgumentParser:
         "--cv-cache",
         metavar="PATH",
         help="keep each simulated (point, candidate) here and reuse it (an interrupted "
-        "--cross-validate resumes)",
+        "--cross-validate resumes); an entry is reused only by the same installed code",
     )
     data_args(p)
     cost_args(p)

@@ -238,6 +238,42 @@ def _score_with(point: MeasuredPoint, options: ScoreOptions) -> Evaluation:
     return Evaluation.of(score_point(point, options))
 
 
+CODE_SUFFIXES: Final = (".py", ".so", ".pyd", ".yaml", ".json")
+"""Files whose bytes make a package's behaviour (source, compiled modules, shipped data)."""
+
+
+def code_fingerprint(roots: Iterable[Path]) -> str:
+    """sha256 over every code or data file under ``roots`` (:data:`CODE_SUFFIXES`), by
+    path relative to its root, in sorted order: any change to what runs changes it."""
+    digest = hashlib.sha256()
+    for root in sorted(set(roots)):
+        files = sorted(
+            f for f in root.rglob("*") if f.suffix in CODE_SUFFIXES and "__pycache__" not in f.parts
+        )
+        for f in files:
+            digest.update(f"{root.name}/{f.relative_to(root).as_posix()}\0".encode())
+            digest.update(hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def installed_code_roots() -> list[Path]:
+    """The package folders of every installed BLIS distribution (``blis-*``): blis-core
+    and the plugins a score may run."""
+    import importlib.util
+    from importlib import metadata
+
+    roots: set[Path] = set()
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if not name.startswith("blis"):
+            continue
+        for pkg in (dist.read_text("top_level.txt") or "").split():
+            spec = importlib.util.find_spec(pkg)
+            if spec is not None and spec.submodule_search_locations:
+                roots.update(Path(loc) for loc in spec.submodule_search_locations)
+    return sorted(roots)
+
+
 @dataclass
 class _Simulations:
     """Every (point, candidate) simulated once, in parallel; optionally kept in a cache."""
@@ -256,8 +292,12 @@ class _Simulations:
     _registries: dict[Values, tuple[str, str]] = field(default_factory=dict)
     _point_keys: dict[int, str] = field(default_factory=dict)
     relevant: dict[int, frozenset[str]] = field(default_factory=dict)
+    _code: str = ""
 
     def __post_init__(self) -> None:
+        # A cached simulation is reused only by the same code: the key holds a
+        # fingerprint of every installed BLIS package's files.
+        self._code = code_fingerprint(installed_code_roots()) if self.cache is not None else ""
         if self.cache is not None and self.cache.exists():
             for line in self.cache.read_text().splitlines():
                 try:
@@ -298,7 +338,7 @@ class _Simulations:
 
     def _key(self, i: int, values: Values) -> str:
         """The cache key of (point ``i``, ``values``): what the point ran and was measured
-        at, and the candidate registry's content hash."""
+        at, the candidate registry's content hash and the installed code's fingerprint."""
         if i not in self._point_keys:
             point = self.points[i]
             measured = (point.requests, point.compared, sorted(point.aggregates.items()))
@@ -313,7 +353,7 @@ class _Simulations:
                 sort_keys=True,
                 default=str,
             )
-        text = self._point_keys[i] + self.registry(values)[1]
+        text = self._point_keys[i] + self.registry(values)[1] + self._code
         return hashlib.sha256(text.encode()).hexdigest()
 
     def reduce(self, i: int, values: Values) -> Values:

@@ -96,3 +96,26 @@ def test_the_loss_is_the_mean_capped_log_ratio_of_the_three_stage_means() -> Non
     assert point_loss(_score({"ttft": 0.0, "tpot": 0.0, "e2e": 0.0}, "not scored")) == (
         pytest.approx(math.log(3.0))
     )
+
+
+def test_the_cache_key_holds_a_fingerprint_of_the_code(tmp_path: Path) -> None:
+    """A cached simulation is reused only by the same code: the fingerprint of the
+    installed packages' files moves with any change to their code or shipped data."""
+    from blis_core.scoring.crossval import code_fingerprint, installed_code_roots
+
+    pkg = tmp_path / "blis_thing"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("X = 1\n")
+    (pkg / "data" / "entries.yaml").write_text("a: 1\n")
+    (pkg / "notes.txt").write_text("not code\n")
+    first = code_fingerprint([pkg])
+    assert code_fingerprint([pkg]) == first
+    (pkg / "notes.txt").write_text("still not code\n")
+    assert code_fingerprint([pkg]) == first
+    (pkg / "data" / "entries.yaml").write_text("a: 2\n")
+    assert code_fingerprint([pkg]) != first
+    second = code_fingerprint([pkg])
+    (pkg / "__init__.py").write_text("X = 2\n")
+    assert code_fingerprint([pkg]) not in (first, second)
+    # blis-core itself is among the roots of the installed distributions
+    assert any(root.name == "blis_core" for root in installed_code_roots())
