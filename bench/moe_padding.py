@@ -22,33 +22,21 @@ padded rate is flat while the real one climbs, the padding is what the price mis
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
+
+from blis_core.cost.pricing import expected_tiled_rows
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "measurements" / "h200-kernels"
 # H200 SXM dense Tensor Core peaks: the catalog's H200-SXM (blis_core/data/catalog/hardware.yaml).
 PEAK_FLOPS = {"bf16": 989.5e12, "fp8": 1979e12}
 
 
-def binomial_pmf(n: int, p: float) -> list[float]:
-    """``P(X = x)`` for ``x`` in ``0..n``, ``X ~ Binomial(n, p)`` (log-space, exact
-    enough for the means taken here)."""
-    lp, lq = math.log(p), math.log1p(-p)
-    return [
-        math.exp(
-            math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * lp + (n - x) * lq
-        )
-        for x in range(n + 1)
-    ]
-
-
 def expected_padded_rows(tokens: int, experts: int, top_k: int, block_m: int) -> float:
     """Expected rows the kernel computes: every expert's routed rows padded up to a
-    multiple of ``block_m``."""
-    pmf = binomial_pmf(tokens, top_k / experts)
-    per_expert = sum(pr * math.ceil(x / block_m) * block_m for x, pr in enumerate(pmf))
-    return experts * per_expert
+    multiple of ``block_m`` (the cost model's own expectation,
+    :func:`blis_core.cost.pricing.expected_tiled_rows`)."""
+    return experts * expected_tiled_rows(tokens, top_k / experts, block_m)
 
 
 def rows() -> list[tuple[str, dict[str, Any]]]:

@@ -47,7 +47,14 @@ from blis_core.cost.catalog import Catalog
 from blis_core.cost.registry import CoefficientEntry, Registry, effective_rank
 from blis_core.cost.roofline import entry_constants, link_bandwidth
 
-__all__ = ["CompiledPlan", "StepEvaluation", "StepQuote", "Term", "compile_plan"]
+__all__ = [
+    "CompiledPlan",
+    "StepEvaluation",
+    "StepQuote",
+    "Term",
+    "compile_plan",
+    "expected_tiled_rows",
+]
 
 #: grouped GEMM launches in an MoE layer's expert path (w13 and w2) of every path the
 #: engine plugins count (blis_vllm/moe_backend.py, blis_sglang/moe_runner.py)
