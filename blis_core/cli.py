@@ -1105,6 +1105,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 1
 
 
+def _tile_rule_text(rule: tuple[tuple[int, int], ...]) -> str:
+    """``expert_tile_rows`` as text: each expert's rows padded to tiles of N rows, by the
+    tokens a rank runs (``16 up to 24 tokens, 32 up to 40, ..., 128 beyond``)."""
+    parts = [f"{rows} up to {bound:,} tokens" for bound, rows in rule[:-1]]
+    parts.append(f"{rule[-1][1]} beyond {rule[-2][0]:,}" if len(rule) > 1 else f"{rule[-1][1]}")
+    return "rows padded to tiles of " + ", ".join(parts) + " (the expected padding is priced)"
+
+
 def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
     from blis_core.contracts.engine import ArgumentResolving, EnginePoolSpec
     from blis_core.contracts.plan import ParallelLayout
@@ -1161,6 +1169,8 @@ def _cmd_plan(args: argparse.Namespace, extra: list[str]) -> int:
         for layer in plan.layers:
             kernels = f" kernels={layer.kernels}" if layer.kernels != 1 else ""
             print(f"layer             {layer.kind.value} x{layer.count} impl={layer.impl}{kernels}")
+            if layer.expert_tile_rows:
+                print(f"expert tiles      {_tile_rule_text(layer.expert_tile_rows)}")
         for i, part in enumerate(plan.parts):
             kinds = ", ".join(f"{x.kind.value} x{x.count}" for x in part.layers)
             via = f" via {part.link}" if part.link else ""

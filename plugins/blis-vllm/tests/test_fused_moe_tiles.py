@@ -83,3 +83,31 @@ def test_the_plans_moe_layer_carries_the_rule() -> None:
         (moe,) = [x for x in plan.layers if x.kind is LayerKind.MOE]
         assert moe.expert_tile_rows == (_rule(model, "H100-SXM", 2) if tiled else ())
         assert bool(moe.expert_tile_rows) is tiled
+
+
+def test_blis_plan_prints_the_expert_tiles(capsys: pytest.CaptureFixture[str]) -> None:
+    from blis_core.cli import main
+
+    argv = ["plan", "--engine", "vllm@0.33.0", "--model", "Qwen/Qwen3-30B-A3B"]
+    assert main([*argv, "--hardware", "L40S", "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    # no tuned table for E=128,N=384 on the L40S: get_default_config's rule
+    assert (
+        "expert tiles      rows padded to tiles of 16 up to 32 tokens, 32 up to 96 tokens, "
+        "64 up to 512 tokens, 128 beyond 512"
+    ) in out
+    assert (
+        main(
+            [
+                "plan",
+                "--engine",
+                "vllm@0.33.0",
+                "--model",
+                "openai/gpt-oss-20b",
+                "--hardware",
+                "H100-SXM",
+            ]
+        )
+        == 0
+    )
+    assert "expert tiles" not in capsys.readouterr().out
