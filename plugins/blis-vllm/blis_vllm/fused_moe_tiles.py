@@ -24,6 +24,7 @@ from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 
 __all__ = [
     "DEVICE_FILE_NAMES",
+    "FP8_BLOCK_SHAPE",
     "TILED_EXPERT_CLASSES",
     "config_file_name",
     "expert_tile_rows",
