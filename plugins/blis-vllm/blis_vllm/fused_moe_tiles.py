@@ -12,10 +12,27 @@ for the catalog's models on :data:`DEVICE_FILE_NAMES` are in
 ``data/fused_moe_block_m.yaml`` (``tools/generate_fused_moe_block_m.py`` writes it from the
 installed wheel; ``oracle/test_fused_moe_block_m.py`` checks it and the rule against
 vLLM 0.33.0's own ``try_get_optimal_moe_config``).
+
+Two other expert paths pad the same way, each with its own rule for the tile height:
+
+- ``MarlinExperts`` (``experts/marlin_moe.py`` ``fused_marlin_moe``): the first of 8, 16,
+  32, 48, 64 rows with ``M * top_k / E / block < 0.9``, else 64 (``M`` the tokens, ``E``
+  the experts on the rank; the floor of 16 for 8-bit activations needs
+  ``VLLM_MARLIN_INPUT_DTYPE``, which blis-vllm does not model), then
+  ``moe_align_block_size``.
+- ``OAITritonMxfp4ExpertsMonolithic`` / ``OAITritonExperts`` on CUDA (gpt-oss's MXFP4
+  experts through ``matmul_ogs`` of the ``triton_kernels`` vLLM bundles,
+  ``third_party/triton_kernels/matmul_ogs_details/opt_flags.py``
+  ``make_default_opt_flags_nvidia``): ``max(16, min(next_power_of_2(max(1, M * top_k //
+  E)), 128))``, each expert's rows padded to it (``token_offs_pad[block_m]``); capped at
+  32 on SM12x (``gpt_oss_triton_kernels_moe.py`` ``_sm12x_block_m``). On ROCm
+  (``make_default_opt_flags_amd``) the two GEMMs can take different heights (the rule
+  reads each GEMM's width): not stated.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 
@@ -25,9 +42,12 @@ from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 __all__ = [
     "DEVICE_FILE_NAMES",
     "FP8_BLOCK_SHAPE",
+    "MARLIN_BLOCK_M",
     "TILED_EXPERT_CLASSES",
     "config_file_name",
     "expert_tile_rows",
+    "marlin_block_m",
+    "matmul_ogs_block_m",
     "tuned_block_m",
 ]
 
@@ -44,7 +64,12 @@ DEVICE_FILE_NAMES: dict[str, str] = {
 }
 
 #: Expert classes whose GEMMs are ``fused_moe_kernel`` over ``moe_align_block_size``.
-TILED_EXPERT_CLASSES = frozenset({"TritonExperts"})
+TILED_EXPERT_CLASSES = frozenset(
+    {"TritonExperts", "MarlinExperts", "OAITritonMxfp4ExpertsMonolithic", "OAITritonExperts"}
+)
+
+#: ``fused_marlin_moe``'s candidate tile heights, in the order it tries them.
+MARLIN_BLOCK_M = (8, 16, 32, 48, 64)
 
 #: Block-FP8 weights' quantization block (DeepSeek-V3/R1 ``weight_block_size``).
 FP8_BLOCK_SHAPE = (128, 128)
@@ -99,16 +124,58 @@ def _nearest_key_rule(entries: tuple[tuple[int, int], ...]) -> tuple[tuple[int, 
     return tuple(steps)
 
 
+def marlin_block_m(tokens: int, top_k: int, experts: int) -> int:
+    """``fused_marlin_moe``'s ``block_size_m`` for ``tokens`` (16-bit activations)."""
+    for block in MARLIN_BLOCK_M:
+        if tokens * top_k / experts / block < 0.9:
+            return block
+    return MARLIN_BLOCK_M[-1]
+
+
+def matmul_ogs_block_m(tokens: int, top_k: int, experts: int, cap: int = 128) -> int:
+    """``make_default_opt_flags_nvidia``'s ``block_m`` for a routed GEMM of ``tokens *
+    top_k`` rows over ``experts`` (no constraint, no bitwise invariance); ``cap`` 32 on
+    SM12x."""
+    per_expert = max(1, tokens * top_k // experts)
+    return max(16, min(1 << (per_expert - 1).bit_length(), cap))
+
+
+def _rule_of(tile: Callable[[int], int], top: int) -> tuple[tuple[int, int], ...]:
+    """The step function of a nondecreasing ``tile(M)`` that reaches ``top`` and stays."""
+    steps: list[tuple[int, int]] = []
+    m = 0
+    while not steps or steps[-1][1] != top:
+        m += 1
+        height = tile(m)
+        if steps and steps[-1][1] == height:
+            steps[-1] = (m, height)
+        else:
+            steps.append((m, height))
+    return tuple(steps)
+
+
 def expert_tile_rows(
     expert_class: str, model: ModelArchitecture, hw: HardwareSpec, tp: int, scheme: str | None
 ) -> tuple[tuple[int, int], ...]:
     """The expert GEMMs' tile height by tokens (``LoweredLayer.expert_tile_rows``) of the
     expert path ``expert_class`` for ``model`` at tensor parallel ``tp`` on ``hw``
-    (quantization ``scheme``: ``unquantized``, ``fp8_block``); empty where the path's
-    GEMMs are not ``fused_moe_kernel`` or blis-vllm does not know the chip's device name."""
+    (quantization ``scheme``: ``unquantized``, ``fp8_block``, ``mxfp4``); empty where the
+    path's GEMMs do not pad (or not by a rule stated here) or, for ``TritonExperts``,
+    blis-vllm does not know the chip's device name."""
     moe = model.moe
+    if moe is None or expert_class not in TILED_EXPERT_CLASSES:
+        return ()
+    top_k, experts = moe.experts_per_token, moe.num_experts
+    if expert_class == "MarlinExperts":
+        return _rule_of(lambda m: marlin_block_m(m, top_k, experts), MARLIN_BLOCK_M[-1])
+    if expert_class != "TritonExperts":
+        capability = hw.compute_capability
+        if capability is None:
+            return ()
+        cap = 32 if capability.split(".")[0] == "12" else 128
+        return _rule_of(lambda m: matmul_ogs_block_m(m, top_k, experts, cap), cap)
     device = DEVICE_FILE_NAMES.get(hw.id)
-    if moe is None or device is None or expert_class not in TILED_EXPERT_CLASSES:
+    if device is None:
         return ()
     if scheme == "unquantized":
         dtype, block_shape = None, None
@@ -117,5 +184,5 @@ def expert_tile_rows(
     else:
         return ()
     width = moe.expert_intermediate_size // tp
-    table = tuned_block_m(config_file_name(moe.num_experts, width, device, dtype, block_shape))
+    table = tuned_block_m(config_file_name(experts, width, device, dtype, block_shape))
     return _nearest_key_rule(table) if table else _default_rule(dtype, block_shape)

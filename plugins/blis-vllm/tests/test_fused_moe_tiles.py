@@ -50,11 +50,26 @@ def test_block_fp8_experts_take_the_block_quant_default() -> None:
     assert [_tile(rule, m) for m in (64, 65, 4096)] == [16, 64, 64]
 
 
+def test_marlin_takes_the_first_tile_an_expert_fills_under_nine_tenths() -> None:
+    # gpt-oss-20b on the A100 (MarlinExperts): 32 experts, top 4; M * 4 / 32 / b < 0.9
+    rule = _rule("openai/gpt-oss-20b", "A100-80GB-SXM", 1)
+    tokens = (57, 58, 115, 116, 230, 231, 345, 346)
+    assert [_tile(rule, m) for m in tokens] == [8, 16, 16, 32, 32, 48, 48, 64]
+    assert _tile(rule, 100_000) == 64
+
+
+def test_gpt_oss_on_hopper_takes_matmul_ogs_power_of_two_tiles() -> None:
+    # gpt-oss-120b on the H100 (OAITritonMxfp4ExpertsMonolithic): 128 experts, top 4;
+    # block_m = max(16, min(next_power_of_2(M * 4 // 128), 128))
+    rule = _rule("openai/gpt-oss-120b", "H100-SXM", 1)
+    tokens = (1, 543, 544, 1055, 1056, 2079, 2080, 10**6)
+    assert [_tile(rule, m) for m in tokens] == [16, 16, 32, 32, 64, 64, 128, 128]
+
+
 @pytest.mark.parametrize(
     ("model", "hw"),
     [
-        ("openai/gpt-oss-120b", "H100-SXM"),  # OAITritonMxfp4ExpertsMonolithic
-        ("openai/gpt-oss-20b", "A100-80GB-SXM"),  # MarlinExperts
+        ("openai/gpt-oss-120b", "MI300X"),  # OAITriton on ROCm: per-GEMM heights
         ("mistralai/Mixtral-8x7B-v0.1", "B200"),  # FlashInfer TRT-LLM
     ],
 )
@@ -71,17 +86,22 @@ def test_the_plans_moe_layer_carries_the_rule() -> None:
     from blis_vllm.engine import VllmEngineFactory
 
     env = SimEnvironment(CATALOG, installed_registry(CATALOG), (), lambda p, e: None)  # type: ignore[arg-type,return-value]
-    for model, tiled in (("mistralai/Mixtral-8x7B-v0.1", True), ("openai/gpt-oss-120b", False)):
+    cases = (
+        ("mistralai/Mixtral-8x7B-v0.1", "H100-SXM", True),
+        ("openai/gpt-oss-120b", "H100-SXM", True),
+        ("openai/gpt-oss-120b", "MI300X", False),
+    )
+    for model, hw, tiled in cases:
         spec = EnginePoolSpec(
             pool="p",
             model=model,
-            hardware="H100-SXM",
+            hardware=hw,
             layout=ParallelLayout(tp=2),
             args={"max_model_len": 4096},
         )
         plan = VllmEngineFactory().plan(spec, env)
         (moe,) = [x for x in plan.layers if x.kind is LayerKind.MOE]
-        assert moe.expert_tile_rows == (_rule(model, "H100-SXM", 2) if tiled else ())
+        assert moe.expert_tile_rows == (_rule(model, hw, 2) if tiled else ())
         assert bool(moe.expert_tile_rows) is tiled
 
 
@@ -105,7 +125,7 @@ def test_blis_plan_prints_the_expert_tiles(capsys: pytest.CaptureFixture[str]) -
                 "--model",
                 "openai/gpt-oss-20b",
                 "--hardware",
-                "H100-SXM",
+                "MI300X",
             ]
         )
         == 0
