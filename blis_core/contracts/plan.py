@@ -9,6 +9,7 @@ plan only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 
 from pydantic import Field, field_validator, model_validator
@@ -27,6 +28,7 @@ __all__ = [
     "ParallelLayout",
     "PlanPart",
     "PoolPlan",
+    "nearest_key_tile_rule",
 ]
 
 
@@ -115,6 +117,25 @@ class LoweredLayer(Document):
         if bounds != sorted(set(bounds)):
             raise ValueError("bounds must increase")
         return rule
+
+
+def nearest_key_tile_rule(entries: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """An ``expert_tile_rows`` step function from a tuned table read at its nearest key.
+
+    ``entries`` are a tuned table's ``(M key, tile height)`` pairs in the table's order; an
+    engine that takes the entry whose key is nearest the tokens ``M``, the first such entry
+    on a tie (``min(keys, key=lambda k: abs(k - M))``, as vLLM's and SGLang's fused-MoE
+    config lookups do), uses the tile this returns for every ``M``."""
+    keys = [k for k, _ in entries]
+    block = dict(entries)
+    steps: list[tuple[int, int]] = []
+    for m in range(1, max(keys) + 1):
+        tile = block[min(keys, key=lambda k: abs(k - m))]
+        if steps and steps[-1][1] == tile:
+            steps[-1] = (m, tile)
+        else:
+            steps.append((m, tile))
+    return tuple(steps)
 
 
 class KVGroup(Document):

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from blis_core.contracts.cost import CoefficientRank
 from blis_core.contracts.errors import InputRefused
-from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PoolPlan
+from blis_core.contracts.plan import (
+    GraphMode,
+    LayerKind,
+    ParallelLayout,
+    PoolPlan,
+    nearest_key_tile_rule,
+)
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import Catalog, SimEnvironment, default_plan, load_catalog
@@ -544,3 +550,12 @@ def test_expert_tile_rows_on_a_layer_that_is_not_moe_is_refused(catalog: Catalog
     (err,) = exc.value.errors
     assert err.path == f"plan.layers.{i}.expert_tile_rows"
     assert "only an MoE layer" in err.cause
+
+
+def test_a_tuned_tables_nearest_key_rule_takes_the_first_key_on_a_tie() -> None:
+    """``nearest_key_tile_rule``: the tile of the key nearest ``M``, the first listed on
+    a tie, as a step function; beyond the last key the last key's tile."""
+    rule = nearest_key_tile_rule([(1, 16), (64, 32), (128, 64), (256, 128), (512, 128)])
+    assert rule == ((32, 16), (96, 32), (192, 64), (512, 128))
+    # listed in another order, the tie between 64 and 128 at M = 96 goes to 128's tile
+    assert nearest_key_tile_rule([(128, 64), (64, 32)]) == ((95, 32), (128, 64))

@@ -304,11 +304,15 @@ launches only other batch sizes take (each noted in its ``source``)."""
 @dataclass(frozen=True, slots=True)
 class RunnerPath:
     """The expert path a deployment runs: ``moe_runner_backend`` as the server
-    arguments resolve it, the runner the quantization method builds, the launches."""
+    arguments resolve it, the runner the quantization method builds, the launches, the
+    experts its GEMMs hold (a fused shared expert counted) and the quantization scheme
+    (``unquantized``, ``fp8_block``)."""
 
     server_arg: str
     runner: str
     kernels: int
+    experts: int
+    scheme: str
 
     @property
     def impl(self) -> str:
@@ -394,4 +398,4 @@ def resolve_runner(requested: str, model: ModelArchitecture, hw: HardwareSpec) -
             f"with {arch.routing} routing on {chip.platform} are not counted"
         )
     buckets = moe.num_experts + shared + 1
-    return RunnerPath(server_arg, "triton", path.count(buckets))
+    return RunnerPath(server_arg, "triton", path.count(buckets), moe.num_experts + shared, quant)

@@ -44,6 +44,7 @@ from blis_core.contracts.plan import (
 )
 
 from blis_sglang.config import SglangSettings
+from blis_sglang.fused_moe_tiles import expert_tile_rows
 from blis_sglang.version import ENGINE, ENGINE_KIND, UPSTREAM_RELEASE
 
 __all__ = ["PoolSizes", "build_plan", "kv_cache_dtype", "max_num_reqs"]
@@ -100,15 +101,22 @@ def _graph_policy(settings: SglangSettings) -> GraphPolicy:
     )
 
 
-def _moe_lowered(settings: SglangSettings, layers: tuple[LoweredLayer, ...]) -> dict[str, object]:
+def _moe_lowered(
+    settings: SglangSettings,
+    model: ModelArchitecture,
+    hw: HardwareSpec,
+    layers: tuple[LoweredLayer, ...],
+) -> dict[str, object]:
     """The plan's layers with the MoE layers on the resolved expert path (their impl is
-    the request's; the launches are set here, the lowering request carrying none)."""
+    the request's; the launches and the tile rule are set here, the lowering request
+    carrying none)."""
     path = settings.moe_path
     if path is None:
         return {}
+    tiles = expert_tile_rows(path.experts, model, hw, settings.layout.tp, path.scheme)
     return {
         "layers": tuple(
-            layer.model_copy(update={"kernels": path.kernels})
+            layer.model_copy(update={"kernels": path.kernels, "expert_tile_rows": tiles})
             if layer.kind is LayerKind.MOE
             else layer
             for layer in layers
@@ -150,7 +158,9 @@ def build_plan(
     # default thread pool instead (srt/entrypoints/openai/serving_base.py handle_request):
     # not told apart here, the request path is not in the plan.
     frontend = {"frontend_servers": 1, "frontend_tokenizes": True}
-    partial = partial.model_copy(update={**_moe_lowered(settings, partial.layers), **frontend})
+    partial = partial.model_copy(
+        update={**_moe_lowered(settings, model, hw, partial.layers), **frontend}
+    )
     layers = sum(g.num_layers for g in partial.kv_groups)
     cell = env.kv_bytes_per_token_per_layer(model, settings.layout, dtype, attention) * layers
     weights = env.weight_bytes_per_rank(partial)

@@ -178,17 +178,22 @@ def quiet() -> Iterator[None]:
         logging.disable(logging.NOTSET)
 
 
-def _import_sglang() -> dict[str, Any]:
+def allow_sglang_import() -> None:
+    """Let ``import sglang`` run beside a CPU torch: PyPI's torchvision there lacks the
+    two op schemas its meta registrations look up, so they are declared (once) and its
+    pure-Python part imports."""
     import torch
 
     if not torch.version.cuda:
-        # PyPI's torchvision beside a CPU torch: declare the two op schemas its
-        # meta registrations look up, so its pure-Python part imports.
         with contextlib.suppress(RuntimeError):
             lib = torch.library.Library("torchvision", "DEF")
             lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
             lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            _import_sglang.lib = lib  # type: ignore[attr-defined]
+            allow_sglang_import.lib = lib  # type: ignore[attr-defined]
+
+
+def _import_sglang() -> dict[str, Any]:
+    allow_sglang_import()
     import sglang.srt.layers.rotary_embedding.base as rope_base
     from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
     from sglang.srt.managers.scheduler import Scheduler as RealScheduler

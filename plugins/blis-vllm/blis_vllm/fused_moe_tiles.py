@@ -38,6 +38,7 @@ from importlib import resources
 
 from blis_core.contracts import load_packaged_yaml
 from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
+from blis_core.contracts.plan import nearest_key_tile_rule
 
 __all__ = [
     "DEVICE_FILE_NAMES",
@@ -110,20 +111,6 @@ def _default_rule(
     return ((32, 16), (96, 32), (512, 64), (513, 128))
 
 
-def _nearest_key_rule(entries: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    """The step function of ``configs[min(configs, key=lambda x: abs(x - M))]``."""
-    keys = [k for k, _ in entries]
-    block = dict(entries)
-    steps: list[tuple[int, int]] = []
-    for m in range(1, max(keys) + 1):
-        tile = block[min(keys, key=lambda k: abs(k - m))]
-        if steps and steps[-1][1] == tile:
-            steps[-1] = (m, tile)
-        else:
-            steps.append((m, tile))
-    return tuple(steps)
-
-
 def marlin_block_m(tokens: int, top_k: int, experts: int) -> int:
     """``fused_marlin_moe``'s ``block_size_m`` for ``tokens`` (16-bit activations)."""
     for block in MARLIN_BLOCK_M:
@@ -185,4 +172,4 @@ def expert_tile_rows(
         return ()
     width = moe.expert_intermediate_size // tp
     table = tuned_block_m(config_file_name(experts, width, device, dtype, block_shape))
-    return _nearest_key_rule(table) if table else _default_rule(dtype, block_shape)
+    return nearest_key_tile_rule(table) if table else _default_rule(dtype, block_shape)
