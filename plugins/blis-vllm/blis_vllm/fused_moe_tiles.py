@@ -19,7 +19,11 @@ Two other expert paths pad the same way, each with its own rule for the tile hei
   32, 48, 64 rows with ``M * top_k / E / block < 0.9``, else 64 (``M`` the tokens, ``E``
   the experts on the rank; the floor of 16 for 8-bit activations needs
   ``VLLM_MARLIN_INPUT_DTYPE``, which blis-vllm does not model), then
-  ``moe_align_block_size``.
+  ``moe_align_block_size`` (:func:`marlin_block_m`). **Stated, not put in the plan**:
+  Marlin's kernel dequantises each block's weight tiles again for every block of rows,
+  so its cost is not the padded rows' multiply alone, and pricing it so (the MXFP4
+  entries refitted on padded rows) made InferenceMAX's held-out gpt-oss points worse
+  (``docs/accuracy.md``, "Marlin's padding, priced as rows, did not hold").
 - ``OAITritonMxfp4ExpertsMonolithic`` / ``OAITritonExperts`` on CUDA (gpt-oss's MXFP4
   experts through ``matmul_ogs`` of the ``triton_kernels`` vLLM bundles,
   ``third_party/triton_kernels/matmul_ogs_details/opt_flags.py``
@@ -48,6 +52,7 @@ __all__ = [
     "config_file_name",
     "expert_tile_rows",
     "marlin_block_m",
+    "marlin_tile_rule",
     "matmul_ogs_block_m",
     "tuned_block_m",
 ]
@@ -66,7 +71,7 @@ DEVICE_FILE_NAMES: dict[str, str] = {
 
 #: Expert classes whose GEMMs are ``fused_moe_kernel`` over ``moe_align_block_size``.
 TILED_EXPERT_CLASSES = frozenset(
-    {"TritonExperts", "MarlinExperts", "OAITritonMxfp4ExpertsMonolithic", "OAITritonExperts"}
+    {"TritonExperts", "OAITritonMxfp4ExpertsMonolithic", "OAITritonExperts"}
 )
 
 #: ``fused_marlin_moe``'s candidate tile heights, in the order it tries them.
@@ -112,7 +117,8 @@ def _default_rule(
 
 
 def marlin_block_m(tokens: int, top_k: int, experts: int) -> int:
-    """``fused_marlin_moe``'s ``block_size_m`` for ``tokens`` (16-bit activations)."""
+    """``fused_marlin_moe``'s ``block_size_m`` for ``tokens`` (16-bit activations); not in
+    the plan (the module's docstring says why)."""
     for block in MARLIN_BLOCK_M:
         if tokens * top_k / experts / block < 0.9:
             return block
@@ -125,6 +131,11 @@ def matmul_ogs_block_m(tokens: int, top_k: int, experts: int, cap: int = 128) ->
     SM12x."""
     per_expert = max(1, tokens * top_k // experts)
     return max(16, min(1 << (per_expert - 1).bit_length(), cap))
+
+
+def marlin_tile_rule(top_k: int, experts: int) -> tuple[tuple[int, int], ...]:
+    """:func:`marlin_block_m` as a step function of the tokens."""
+    return _rule_of(lambda m: marlin_block_m(m, top_k, experts), MARLIN_BLOCK_M[-1])
 
 
 def _rule_of(tile: Callable[[int], int], top: int) -> tuple[tuple[int, int], ...]:
@@ -153,8 +164,6 @@ def expert_tile_rows(
     if moe is None or expert_class not in TILED_EXPERT_CLASSES:
         return ()
     top_k, experts = moe.experts_per_token, moe.num_experts
-    if expert_class == "MarlinExperts":
-        return _rule_of(lambda m: marlin_block_m(m, top_k, experts), MARLIN_BLOCK_M[-1])
     if expert_class != "TritonExperts":
         capability = hw.compute_capability
         if capability is None:

@@ -22,7 +22,6 @@ from blis_core.cost import load_catalog
 from blis_vllm.fused_moe_tiles import (
     DEVICE_FILE_NAMES,
     FP8_BLOCK_SHAPE,
-    TILED_EXPERT_CLASSES,
     config_file_name,
 )
 from blis_vllm.moe_backend import ExpertPath, resolve_expert_path
@@ -58,7 +57,7 @@ def cases() -> Iterator[Case]:
             continue
         for hw_id, device in DEVICE_FILE_NAMES.items():
             path = resolve_expert_path("auto", model, catalog.hardware[hw_id])
-            if isinstance(path, str) or path.expert_class not in TILED_EXPERT_CLASSES:
+            if isinstance(path, str) or path.expert_class != "TritonExperts":
                 continue
             fp8 = path.scheme == "fp8_block"
             for tp in TENSOR_PARALLEL:
