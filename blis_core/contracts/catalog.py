@@ -67,6 +67,12 @@ class HardwareSpec(Document):
     compute_capability: str | None = Field(
         default=None, description="e.g. 9.0 for Hopper; None on AMD"
     )
+    device_name: str | None = Field(
+        default=None,
+        description="the name its runtime reports (CUDA's device name, ROCm's marketing "
+        "name), which engines key tuned kernel configurations by (vLLM's and SGLang's "
+        "fused-MoE config files spell it with underscores for spaces); None: not recorded",
+    )
     die: str | None = Field(
         default=None,
         description="the compute die the part is built on (e.g. GH100 for H100 and H200): "

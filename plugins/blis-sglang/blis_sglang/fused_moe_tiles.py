@@ -35,25 +35,21 @@ from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 from blis_core.contracts.plan import nearest_key_tile_rule
 
 __all__ = [
-    "DEVICE_FILE_NAMES",
     "FP8_BLOCK_SHAPE",
     "TRITON_FOLDER",
     "config_file_name",
+    "device_file_name",
     "expert_tile_rows",
     "tuned_block_m",
 ]
 
-#: The catalog's chips as ``get_device_name`` spells them (``torch.cuda.get_device_name``,
-#: spaces as underscores).
-DEVICE_FILE_NAMES: dict[str, str] = {
-    "H100-SXM": "NVIDIA_H100_80GB_HBM3",
-    "H200-SXM": "NVIDIA_H200",
-    "A100-80GB-SXM": "NVIDIA_A100-SXM4-80GB",
-    "B200": "NVIDIA_B200",
-    "L40S": "NVIDIA_L40S",
-    "MI300X": "AMD_Instinct_MI300X",
-    "MI325X": "AMD_Instinct_MI325X",
-}
+
+def device_file_name(hw: HardwareSpec) -> str | None:
+    """The chip's runtime device name as the config files spell it (spaces as
+    underscores, ``get_device_name_as_file_name``), or ``None`` where the catalog records
+    none."""
+    return hw.device_name.replace(" ", "_") if hw.device_name else None
+
 
 #: The configs folder of the Triton SGLang 0.5.23's pinned torch installs.
 TRITON_FOLDER = "triton_3_8_0"
@@ -97,7 +93,7 @@ def expert_tile_rows(
     parallel ``tp`` on ``hw`` (quantization ``scheme``: ``unquantized``, ``fp8_block``);
     empty where blis-sglang does not know the chip's device name."""
     moe = model.moe
-    device = DEVICE_FILE_NAMES.get(hw.id)
+    device = device_file_name(hw)
     if moe is None or device is None:
         return ()
     fp8 = scheme == "fp8_block"

@@ -2,9 +2,9 @@
 
     .tox/oracle-sglang/bin/python plugins/blis-sglang/tools/generate_fused_moe_block_m.py
 
-For every catalog MoE model on the Triton runner on a chip of ``DEVICE_FILE_NAMES``, at
-tensor parallel 1, 2, 4 and 8 (:func:`cases`), the tuned config file SGLang would look
-for (``fused_moe_triton_config.py`` ``get_config_file_name``), the folder its
+For every catalog MoE model on the Triton runner on a catalog chip that records its
+``device_name``, at tensor parallel 1, 2, 4 and 8 (:func:`cases`), the tuned config file
+SGLang would look for (``fused_moe_triton_config.py`` ``get_config_file_name``), the folder its
 ``get_moe_configs`` finds it in (``TRITON_FOLDER`` first, then the other ``triton_*``
 folders newest first) and that table's ``BLOCK_SIZE_M`` per key in the file's order: a
 fact of SGLang's, not a copy of its code. ``oracle/test_fused_moe_block_m.py`` checks the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from blis_core.cost import load_catalog
 
-from blis_sglang.fused_moe_tiles import DEVICE_FILE_NAMES, TRITON_FOLDER, config_file_name
+from blis_sglang.fused_moe_tiles import TRITON_FOLDER, config_file_name, device_file_name
 from blis_sglang.moe_runner import RunnerPath, resolve_runner
 
 OUT = Path(__file__).resolve().parents[1] / "blis_sglang" / "data" / "fused_moe_block_m.yaml"
@@ -56,8 +56,11 @@ def cases() -> Iterator[Case]:
         moe = model.moe
         if moe is None:
             continue
-        for hw_id, device in DEVICE_FILE_NAMES.items():
-            path = resolve_runner("auto", model, catalog.hardware[hw_id])
+        for hw_id, chip in catalog.hardware.items():
+            device = device_file_name(chip)
+            if device is None:
+                continue
+            path = resolve_runner("auto", model, chip)
             if isinstance(path, str):
                 continue
             fp8 = path.scheme == "fp8_block"

@@ -8,7 +8,7 @@ rows too. ``BLOCK_SIZE_M`` comes from ``try_get_optimal_moe_config``: the tuned 
 (``get_config_file_name``; every H200-family device reads ``NVIDIA_H200``), its entry
 whose key is nearest the layer's tokens ``M`` (the first such key on a tie), else
 ``get_default_config``'s rule for the dtype. The tuned tables' ``BLOCK_SIZE_M`` columns
-for the catalog's models on :data:`DEVICE_FILE_NAMES` are in
+for the catalog's models on its chips that record a ``device_name`` are in
 ``data/fused_moe_block_m.yaml`` (``tools/generate_fused_moe_block_m.py`` writes it from the
 installed wheel; ``oracle/test_fused_moe_block_m.py`` checks it and the rule against
 vLLM 0.33.0's own ``try_get_optimal_moe_config``).
@@ -45,11 +45,11 @@ from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 from blis_core.contracts.plan import nearest_key_tile_rule
 
 __all__ = [
-    "DEVICE_FILE_NAMES",
     "FP8_BLOCK_SHAPE",
     "MARLIN_BLOCK_M",
     "TILED_EXPERT_CLASSES",
     "config_file_name",
+    "device_file_name",
     "expert_tile_rows",
     "marlin_block_m",
     "marlin_tile_rule",
@@ -57,17 +57,13 @@ __all__ = [
     "tuned_block_m",
 ]
 
-#: The catalog's chips as ``get_device_name_as_file_name`` spells them (the CUDA device
-#: name, or ROCm's marketing name, spaces as underscores).
-DEVICE_FILE_NAMES: dict[str, str] = {
-    "H100-SXM": "NVIDIA_H100_80GB_HBM3",
-    "H200-SXM": "NVIDIA_H200",
-    "A100-80GB-SXM": "NVIDIA_A100-SXM4-80GB",
-    "B200": "NVIDIA_B200",
-    "L40S": "NVIDIA_L40S",
-    "MI300X": "AMD_Instinct_MI300X",
-    "MI325X": "AMD_Instinct_MI325X",
-}
+
+def device_file_name(hw: HardwareSpec) -> str | None:
+    """The chip's runtime device name as the config files spell it (spaces as
+    underscores, ``get_device_name_as_file_name``), or ``None`` where the catalog records
+    none."""
+    return hw.device_name.replace(" ", "_") if hw.device_name else None
+
 
 #: Expert classes whose GEMMs are ``fused_moe_kernel`` over ``moe_align_block_size``.
 TILED_EXPERT_CLASSES = frozenset(
@@ -170,7 +166,7 @@ def expert_tile_rows(
             return ()
         cap = 32 if capability.split(".")[0] == "12" else 128
         return _rule_of(lambda m: matmul_ogs_block_m(m, top_k, experts, cap), cap)
-    device = DEVICE_FILE_NAMES.get(hw.id)
+    device = device_file_name(hw)
     if device is None:
         return ()
     if scheme == "unquantized":

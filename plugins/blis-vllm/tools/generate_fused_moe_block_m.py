@@ -2,9 +2,9 @@
 
     .tox/oracle-vllm/bin/python plugins/blis-vllm/tools/generate_fused_moe_block_m.py
 
-For every catalog MoE model whose expert path is ``TritonExperts`` on a chip of
-``DEVICE_FILE_NAMES``, at tensor parallel 1, 2, 4 and 8 (:func:`cases`), the tuned config
-file vLLM would read (``fused_moe.py`` ``get_config_file_name``) and, where the wheel
+For every catalog MoE model whose expert path is ``TritonExperts`` on a catalog chip that
+records its ``device_name``, at tensor parallel 1, 2, 4 and 8 (:func:`cases`), the tuned
+config file vLLM would read (``fused_moe.py`` ``get_config_file_name``) and, where the wheel
 ships it, its ``BLOCK_SIZE_M`` per key in the file's order: a fact of vLLM's, not a copy
 of its code. ``oracle/test_fused_moe_block_m.py`` checks the file and blis-vllm's rule.
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 from blis_core.cost import load_catalog
 
 from blis_vllm.fused_moe_tiles import (
-    DEVICE_FILE_NAMES,
     FP8_BLOCK_SHAPE,
     config_file_name,
+    device_file_name,
 )
 from blis_vllm.moe_backend import ExpertPath, resolve_expert_path
 
@@ -55,8 +55,11 @@ def cases() -> Iterator[Case]:
         moe = model.moe
         if moe is None:
             continue
-        for hw_id, device in DEVICE_FILE_NAMES.items():
-            path = resolve_expert_path("auto", model, catalog.hardware[hw_id])
+        for hw_id, chip in catalog.hardware.items():
+            device = device_file_name(chip)
+            if device is None:
+                continue
+            path = resolve_expert_path("auto", model, chip)
             if isinstance(path, str) or path.expert_class != "TritonExperts":
                 continue
             fp8 = path.scheme == "fp8_block"
