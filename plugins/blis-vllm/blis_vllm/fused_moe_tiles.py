@@ -65,7 +65,8 @@ def device_file_name(hw: HardwareSpec) -> str | None:
     return hw.device_name.replace(" ", "_") if hw.device_name else None
 
 
-#: Expert classes whose GEMMs are ``fused_moe_kernel`` over ``moe_align_block_size``.
+#: Expert classes whose tile rule the plan carries: ``fused_moe_kernel`` over
+#: ``moe_align_block_size`` and gpt-oss's ``matmul_ogs`` (Marlin's is stated, not carried).
 TILED_EXPERT_CLASSES = frozenset(
     {"TritonExperts", "OAITritonMxfp4ExpertsMonolithic", "OAITritonExperts"}
 )
