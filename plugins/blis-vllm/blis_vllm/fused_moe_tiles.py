@@ -29,7 +29,10 @@ Two other expert paths pad the same way, each with its own rule for the tile hei
   ``third_party/triton_kernels/matmul_ogs_details/opt_flags.py``
   ``make_default_opt_flags_nvidia``): ``max(16, min(next_power_of_2(max(1, M * top_k //
   E)), 128))``, each expert's rows padded to it (``token_offs_pad[block_m]``); capped at
-  32 on SM12x (``gpt_oss_triton_kernels_moe.py`` ``_sm12x_block_m``). On ROCm
+  32 on SM12x (``gpt_oss_triton_kernels_moe.py`` ``_sm12x_block_m``). That is the copy
+  ``import_triton_kernels`` loads when no ``triton_kernels`` is installed beside vLLM (a
+  ``pip install vllm==0.33.0``); an installed one comes first, and its 3.8 generation
+  (``matmul_details``) was not read. On ROCm
   (``make_default_opt_flags_amd``) the two GEMMs can take different heights (the rule
   reads each GEMM's width): not stated.
 """
