@@ -1108,7 +1108,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _tile_rule_text(rule: tuple[tuple[int, int], ...]) -> str:
     """``expert_tile_rows`` as text, by the tokens a rank runs (``rows padded to tiles of 16
     up to 32 tokens, 32 up to 96 tokens, ..., 128 beyond 512 (...)``)."""
-    parts = [f"{rows} up to {bound:,} tokens" for bound, rows in rule[:-1]]
+    parts = [
+        f"{rows} up to {bound:,} token{'' if bound == 1 else 's'}" for bound, rows in rule[:-1]
+    ]
     parts.append(f"{rule[-1][1]} beyond {rule[-2][0]:,}" if len(rule) > 1 else f"{rule[-1][1]}")
     return "rows padded to tiles of " + ", ".join(parts) + " (the expected padding is priced)"
 

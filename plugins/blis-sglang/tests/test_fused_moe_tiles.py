@@ -5,6 +5,7 @@ on the plan's MoE layer. The oracle env checks the rule against SGLang's own
 
 from __future__ import annotations
 
+import pytest
 from blis_core.cost.catalog import load_catalog
 
 from blis_sglang.fused_moe_tiles import config_file_name, expert_tile_rows, tuned_block_m
@@ -70,3 +71,14 @@ def test_the_plans_moe_layer_carries_the_rule() -> None:
     plan = SglangEngineFactory().plan(spec, env)
     (moe,) = [x for x in plan.layers if x.kind is LayerKind.MOE]
     assert moe.expert_tile_rows == _rule(MIXTRAL, "H100-SXM", 2) != ()
+
+
+def test_blis_plan_prints_the_expert_tiles(capsys: pytest.CaptureFixture[str]) -> None:
+    from blis_core.cli import main
+
+    argv = ["plan", "--engine", "sglang@0.5.23", "--model", MIXTRAL, "--hardware", "H100-SXM"]
+    assert main([*argv, "--tp", "2"]) == 0
+    # triton_3_3_1's table for E=8,N=7168 on the H100: keys 1 (16 rows) and 2 (64) first
+    assert (
+        "expert tiles      rows padded to tiles of 16 up to 1 token, 64 up to 3 tokens, "
+    ) in capsys.readouterr().out
