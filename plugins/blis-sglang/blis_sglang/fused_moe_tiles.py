@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from typing import NamedTuple
 
 from blis_core.contracts import load_packaged_yaml
 from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
@@ -37,10 +38,12 @@ from blis_core.contracts.plan import nearest_key_tile_rule
 __all__ = [
     "FP8_BLOCK_SHAPE",
     "TRITON_FOLDER",
+    "ConfigFile",
     "config_file_name",
     "device_file_name",
     "expert_tile_rows",
     "tuned_block_m",
+    "tuned_config_file",
 ]
 
 
@@ -70,6 +73,43 @@ def config_file_name(
     return name + ".json"
 
 
+class ConfigFile(NamedTuple):
+    """``get_config_file_name``'s arguments for one deployment's expert GEMMs: the experts
+    ``E``, the shard width ``N``, the device's file name, the dtype and block shape."""
+
+    experts: int
+    width: int
+    device: str
+    dtype: str | None
+    block_shape: tuple[int, int] | None
+
+    @property
+    def name(self) -> str:
+        """The tuned table's file name."""
+        return config_file_name(*self)
+
+
+def tuned_config_file(
+    experts: int, model: ModelArchitecture, hw: HardwareSpec, tp: int, scheme: str
+) -> ConfigFile | None:
+    """The tuned table the Triton runner asks for with ``model`` (``experts`` local
+    experts, a fused shared expert counted) at tensor parallel ``tp`` on ``hw``
+    (quantization ``scheme``: ``unquantized``, ``fp8_block``), or ``None`` where the chip
+    records no device name."""
+    moe = model.moe
+    device = device_file_name(hw)
+    if moe is None or device is None:
+        return None
+    fp8 = scheme == "fp8_block"
+    return ConfigFile(
+        experts,
+        moe.expert_intermediate_size // tp,
+        device,
+        "fp8_w8a8" if fp8 else None,
+        FP8_BLOCK_SHAPE if fp8 else None,
+    )
+
+
 @cache
 def _tables() -> dict[str, tuple[tuple[int, int], ...]]:
     path = resources.files("blis_sglang").joinpath("data", "fused_moe_block_m.yaml")
@@ -92,19 +132,10 @@ def expert_tile_rows(
     ``model`` with ``experts`` local experts (a fused shared expert counted) at tensor
     parallel ``tp`` on ``hw`` (quantization ``scheme``: ``unquantized``, ``fp8_block``);
     empty where blis-sglang does not know the chip's device name."""
-    moe = model.moe
-    device = device_file_name(hw)
-    if moe is None or device is None:
+    config = tuned_config_file(experts, model, hw, tp, scheme)
+    if config is None:
         return ()
-    fp8 = scheme == "fp8_block"
-    name = config_file_name(
-        experts,
-        moe.expert_intermediate_size // tp,
-        device,
-        "fp8_w8a8" if fp8 else None,
-        FP8_BLOCK_SHAPE if fp8 else None,
-    )
-    table = tuned_block_m(name)
+    table = tuned_block_m(config.name)
     if table:
         return nearest_key_tile_rule(table)
-    return ((1, 64),) if fp8 else ((experts, 16), (experts + 1, 64))
+    return ((1, 64),) if config.block_shape else ((experts, 16), (experts + 1, 64))

@@ -64,20 +64,17 @@ def test_the_tile_rule_is_sglangs_block_size_m(monkeypatch: pytest.MonkeyPatch) 
     catalog = load_catalog()
     checked = tuned = 0
     for case in _generator().cases():
-        device = case.file_name.split("device_name=")[1].split(",")[0].removesuffix(".json")
+        experts, width, device, dtype, block_shape = case.config
         monkeypatch.setattr(cfg, "get_device_name", lambda d=device: d)
         cfg.get_moe_configs.cache_clear()
         model = catalog.models[case.model]
         assert model.moe is not None
-        width = model.moe.expert_intermediate_size // case.tp
-        fp8 = case.path.scheme == "fp8_block"
         rule = expert_tile_rows(
             case.path.experts, model, catalog.hardware[case.hardware], case.tp, case.path.scheme
         )
         assert rule, case
-        experts, hidden = case.path.experts, model.hidden_size
-        block = [128, 128] if fp8 else None
-        dtype = "fp8_w8a8" if fp8 else None
+        hidden = model.hidden_size
+        block = list(block_shape) if block_shape else None
         tuned += cfg.get_moe_configs(experts, width, dtype, *(block or (0, 0))) is not None
         for m in TOKENS:
             config = cfg.try_get_optimal_moe_config(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from blis_core.cost import load_catalog
 
-from blis_sglang.fused_moe_tiles import TRITON_FOLDER, config_file_name, device_file_name
+from blis_sglang.fused_moe_tiles import TRITON_FOLDER, ConfigFile, tuned_config_file
 from blis_sglang.moe_runner import RunnerPath, resolve_runner
 
 OUT = Path(__file__).resolve().parents[1] / "blis_sglang" / "data" / "fused_moe_block_m.yaml"
@@ -46,33 +46,23 @@ class Case:
     hardware: str
     tp: int
     path: RunnerPath
-    file_name: str
+    config: ConfigFile
 
 
 def cases() -> Iterator[Case]:
     """The catalog's MoE models on the Triton runner on every chip named, TP 1-8."""
     catalog = load_catalog()
     for model in catalog.models.values():
-        moe = model.moe
-        if moe is None:
+        if model.moe is None:
             continue
         for hw_id, chip in catalog.hardware.items():
-            device = device_file_name(chip)
-            if device is None:
-                continue
             path = resolve_runner("auto", model, chip)
             if isinstance(path, str):
                 continue
-            fp8 = path.scheme == "fp8_block"
             for tp in TENSOR_PARALLEL:
-                name = config_file_name(
-                    path.experts,
-                    moe.expert_intermediate_size // tp,
-                    device,
-                    "fp8_w8a8" if fp8 else None,
-                    (128, 128) if fp8 else None,
-                )
-                yield Case(model.hf_id, hw_id, tp, path, name)
+                config = tuned_config_file(path.experts, model, chip, tp, path.scheme)
+                if config is not None:
+                    yield Case(model.hf_id, hw_id, tp, path, config)
 
 
 def folders(configs: Path) -> list[str]:
@@ -90,7 +80,7 @@ def render(configs: Path) -> str:
     """The data file's text from SGLang's ``configs`` folder."""
     lines = list(HEADER)
     order = folders(configs)
-    for name in sorted({case.file_name for case in cases()}):
+    for name in sorted({case.config.name for case in cases()}):
         found = next((configs / d / name for d in order if (configs / d / name).exists()), None)
         if found is None:
             continue

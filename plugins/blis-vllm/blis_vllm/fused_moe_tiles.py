@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
+from typing import NamedTuple
 
 from blis_core.contracts import load_packaged_yaml
 from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
@@ -51,6 +52,7 @@ __all__ = [
     "FP8_BLOCK_SHAPE",
     "MARLIN_BLOCK_M",
     "TILED_EXPERT_CLASSES",
+    "ConfigFile",
     "config_file_name",
     "device_file_name",
     "expert_tile_rows",
@@ -58,6 +60,7 @@ __all__ = [
     "marlin_tile_rule",
     "matmul_ogs_block_m",
     "tuned_block_m",
+    "tuned_config_file",
 ]
 
 
@@ -91,6 +94,42 @@ def config_file_name(
     if block_shape:
         name += f",block_shape=[{block_shape[0]},{block_shape[1]}]"
     return name + ".json"
+
+
+class ConfigFile(NamedTuple):
+    """``get_config_file_name``'s arguments for one deployment's expert GEMMs: the experts
+    ``E``, the shard width ``N``, the device's file name, the dtype and block shape."""
+
+    experts: int
+    width: int
+    device: str
+    dtype: str | None
+    block_shape: tuple[int, int] | None
+
+    @property
+    def name(self) -> str:
+        """The tuned table's file name."""
+        return config_file_name(*self)
+
+
+def tuned_config_file(
+    model: ModelArchitecture, hw: HardwareSpec, tp: int, scheme: str | None
+) -> ConfigFile | None:
+    """The tuned table ``TritonExperts`` asks for with ``model`` at tensor parallel ``tp``
+    on ``hw`` (quantization ``scheme``), or ``None`` where the chip records no device
+    name or the scheme is not ``unquantized`` or ``fp8_block``."""
+    moe = model.moe
+    device = device_file_name(hw)
+    if moe is None or device is None:
+        return None
+    if scheme == "unquantized":
+        dtype, block_shape = None, None
+    elif scheme == "fp8_block":
+        dtype, block_shape = "fp8_w8a8", FP8_BLOCK_SHAPE
+    else:
+        return None
+    width = moe.expert_intermediate_size // tp
+    return ConfigFile(moe.num_experts, width, device, dtype, block_shape)
 
 
 @cache
@@ -170,15 +209,10 @@ def expert_tile_rows(
             return ()
         cap = 32 if capability.split(".")[0] == "12" else 128
         return _rule_of(lambda m: matmul_ogs_block_m(m, top_k, experts, cap), cap)
-    device = device_file_name(hw)
-    if device is None:
+    config = tuned_config_file(model, hw, tp, scheme)
+    if config is None:
         return ()
-    if scheme == "unquantized":
-        dtype, block_shape = None, None
-    elif scheme == "fp8_block":
-        dtype, block_shape = "fp8_w8a8", FP8_BLOCK_SHAPE
-    else:
-        return ()
-    width = moe.expert_intermediate_size // tp
-    table = tuned_block_m(config_file_name(experts, width, device, dtype, block_shape))
-    return nearest_key_tile_rule(table) if table else _default_rule(dtype, block_shape)
+    table = tuned_block_m(config.name)
+    if table:
+        return nearest_key_tile_rule(table)
+    return _default_rule(config.dtype, config.block_shape)

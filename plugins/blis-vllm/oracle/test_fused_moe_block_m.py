@@ -58,7 +58,7 @@ def test_the_tile_rule_is_vllms_block_size_m(monkeypatch: pytest.MonkeyPatch) ->
     catalog = load_catalog()
     checked = tuned = 0
     for case in _generator().cases():
-        experts, width, device, dtype, block_shape = case.file_args
+        experts, width, device, dtype, block_shape = case.config
         monkeypatch.setattr(fused_moe, "get_device_name_as_file_name", lambda d=device: d)
         fused_moe.get_moe_configs.cache_clear()
         model = catalog.models[case.model]

@@ -19,11 +19,7 @@ from pathlib import Path
 
 from blis_core.cost import load_catalog
 
-from blis_vllm.fused_moe_tiles import (
-    FP8_BLOCK_SHAPE,
-    config_file_name,
-    device_file_name,
-)
+from blis_vllm.fused_moe_tiles import ConfigFile, tuned_config_file
 from blis_vllm.moe_backend import ExpertPath, resolve_expert_path
 
 OUT = Path(__file__).resolve().parents[1] / "blis_vllm" / "data" / "fused_moe_block_m.yaml"
@@ -45,44 +41,29 @@ class Case:
     hardware: str
     tp: int
     path: ExpertPath
-    file_args: tuple[int, int, str, str | None, tuple[int, int] | None]
+    config: ConfigFile
 
 
 def cases() -> Iterator[Case]:
     """The catalog's MoE models on ``TritonExperts`` on every chip vLLM names, TP 1-8."""
     catalog = load_catalog()
     for model in catalog.models.values():
-        moe = model.moe
-        if moe is None:
+        if model.moe is None:
             continue
         for hw_id, chip in catalog.hardware.items():
-            device = device_file_name(chip)
-            if device is None:
-                continue
             path = resolve_expert_path("auto", model, chip)
             if isinstance(path, str) or path.expert_class != "TritonExperts":
                 continue
-            fp8 = path.scheme == "fp8_block"
             for tp in TENSOR_PARALLEL:
-                yield Case(
-                    model.hf_id,
-                    hw_id,
-                    tp,
-                    path,
-                    (
-                        moe.num_experts,
-                        moe.expert_intermediate_size // tp,
-                        device,
-                        "fp8_w8a8" if fp8 else None,
-                        FP8_BLOCK_SHAPE if fp8 else None,
-                    ),
-                )
+                config = tuned_config_file(model, chip, tp, path.scheme)
+                if config is not None:
+                    yield Case(model.hf_id, hw_id, tp, path, config)
 
 
 def render(configs: Path) -> str:
     """The data file's text from vLLM's ``configs`` folder."""
     lines = list(HEADER)
-    for name in sorted({config_file_name(*case.file_args) for case in cases()}):
+    for name in sorted({case.config.name for case in cases()}):
         path = configs / name
         if not path.exists():
             continue
