@@ -199,13 +199,23 @@ class Catalog:
             ) from None
 
     def die_siblings(self, hardware_id: str) -> tuple[str, ...]:
-        """The other chips built on ``hardware_id``'s die (sorted; none when its die is
-        unset or unknown): the chips whose fitted entries may price it, transferred."""
+        """The other chips built on ``hardware_id``'s die (none when its die is unset or
+        unknown): the chips whose fitted entries may price it, transferred. Nearest first:
+        by the ratio of their memory bandwidths (the H100 PCIe's HBM2e is nearer the H100
+        SXM's than the H200's), then by id; a key fitted on several is priced from the
+        nearest (:meth:`~blis_core.cost.registry.Registry.best`)."""
         hw = self.hardware.get(hardware_id)
         if hw is None or hw.die is None:
             return ()
+        bandwidth = hw.memory_bandwidth_bytes_per_s
         return tuple(
-            sorted(k for k, v in self.hardware.items() if v.die == hw.die and k != hardware_id)
+            sorted(
+                (k for k, v in self.hardware.items() if v.die == hw.die and k != hardware_id),
+                key=lambda k: (
+                    abs(math.log(self.hardware[k].memory_bandwidth_bytes_per_s / bandwidth)),
+                    k,
+                ),
+            )
         )
 
     def fabric(self, fabric_id: str) -> FabricSpec:

@@ -23,8 +23,9 @@ own rank, and as ``transferred`` outside their ``covered`` range (``flops``,
 for the host families). A fitted entry of one chip also prices a chip built on the
 same die (the catalog's ``die``: H100 and H200 share GH100), as ``transferred``: the same
 kernels on the same SMs, priced against the other chip's own peaks; a chip's own entries
-win over its sibling's, a sibling's roofline fractions are never borrowed, and host paths
-(``host_request``, run on the host CPU) are not looked up this way. A family with no
+win over its sibling's, the nearest sibling's (by memory bandwidth) over a farther one's,
+a sibling's roofline fractions are never borrowed, and host paths (``host_request``, run
+on the host CPU) are not looked up this way. A family with no
 fitted entry of its own for a key borrows the fitted entries of the family whose kernels
 do the same work (:data:`FAMILY_TRANSFER`: an expert GEMM streams its weights through
 the same tensor-core tiles as a dense GEMM of its dtype), again as ``transferred``, below
@@ -260,9 +261,10 @@ class Registry:
         (:meth:`~blis_core.cost.catalog.Catalog.die_siblings`): their fitted entries
         match too, as ``transferred`` (their efficiencies priced against this chip's own
         peaks), so they rank above the roofline floor and below anything fitted on the
-        chip itself. The fitted entries of ``FAMILY_TRANSFER[family]`` match the same way,
-        as ``transferred`` and after every entry of ``family`` of that rank (the floor's
-        fractions are never borrowed across families). ``None`` only when no entry
+        chip itself, the nearest sibling's first (their order). The fitted entries of
+        ``FAMILY_TRANSFER[family]`` match the same way, as ``transferred`` and after every
+        entry of ``family`` of that rank (the floor's fractions are never borrowed across
+        families). ``None`` only when no entry
         matches at all; the embedded registry holds a roofline entry for every family on
         every chip (``*``), so this never happens with it.
         """
@@ -289,7 +291,7 @@ class Registry:
                 # ``transferred``, and specificity alone let a collective fitted on 2-4
                 # ranks price 8.
                 not _covers_ranks(e, ranks),
-                e.hardware in siblings,
+                siblings.index(e.hardware) + 1 if e.hardware in siblings else 0,
                 -_specificity(e),
             ),
             default=None,

@@ -165,8 +165,10 @@ def test_rank_shares_sum_to_one() -> None:
 def test_a_die_siblings_fitted_entry_prices_a_chip_with_none_of_its_own_transferred(
     catalog: Catalog, registry: Registry
 ) -> None:
-    assert catalog.die_siblings("H200-SXM") == ("H100-SXM",)
-    assert catalog.die_siblings("H100-SXM") == ("H200-SXM",)
+    # Nearest memory bandwidth first: 3.35 TB/s (H100 SXM), 4.8 (H200), 2.0 (H100 PCIe).
+    assert catalog.die_siblings("H200-SXM") == ("H100-SXM", "H100-PCIe")
+    assert catalog.die_siblings("H100-SXM") == ("H200-SXM", "H100-PCIe")
+    assert catalog.die_siblings("H100-PCIe") == ("H100-SXM", "H200-SXM")
     assert catalog.die_siblings("L40S") == ()
     siblings = catalog.die_siblings("H200-SXM")
     # Without siblings the H200 has only the floor for a norm; with them, the H100's
@@ -213,6 +215,25 @@ def test_a_chips_own_fitted_entry_beats_its_die_siblings() -> None:
     )  # fmt: skip
     borrowed = build_registry([floor], "t").best("gemm", "x", "H200-SXM", "bf16", 1, ("H100-SXM",))
     assert borrowed is None
+
+
+def test_a_key_fitted_on_several_die_siblings_is_priced_from_the_nearest() -> None:
+    def entry(hardware: str, impl: str) -> CoefficientEntry:
+        return CoefficientEntry(
+            family="gemm", impl=impl, hardware=hardware, dtype="*",
+            rank=CoefficientRank.CALIBRATED, method="fitted",
+            params={"memory_efficiency": 0.8}, covered={}, source="test",
+        )  # fmt: skip
+
+    near, far = entry("H100-SXM", "*"), entry("H200-SXM", "*")
+    for order in ([near, far], [far, near]):
+        reg = build_registry(order, "test")
+        assert reg.best("gemm", "x", "H100-PCIe", "bf16", 1, ("H100-SXM", "H200-SXM")) is near
+        assert reg.best("gemm", "x", "H100-PCIe", "bf16", 1, ("H200-SXM", "H100-SXM")) is far
+    # The nearer sibling's entry wins over a farther one's more specific entry.
+    specific = entry("H200-SXM", "x")
+    reg = build_registry([specific, near], "test")
+    assert reg.best("gemm", "x", "H100-PCIe", "bf16", 1, ("H100-SXM", "H200-SXM")) is near
 
 
 def test_on_a_die_sibling_a_collective_covering_the_ranks_beats_a_more_specific_one() -> None:
