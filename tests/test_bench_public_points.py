@@ -1,0 +1,116 @@
+"""``bench/public_points_table.py`` and ``bench/hardware_whatif.py``: the public points'
+table and the what-if copy of a dataset on another chip."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def _record(unit: str, metric: str, statistic: str, observed: float, predicted: float) -> dict:
+    return {
+        "unit": unit,
+        "metric": metric,
+        "statistic": statistic,
+        "observed": observed,
+        "predicted": predicted,
+        "relative_error": (predicted - observed) / observed,
+    }
+
+
+def _dataset(folder: Path, points: list[dict]) -> Path:
+    folder.mkdir()
+    sources = {p["source"]: {"url": "https://example.org"} for p in points}
+    doc = {"format": "vllm-bench-summary", "sources": sources, "points": points}
+    (folder / "points.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return folder
+
+
+def test_the_table_has_one_row_per_scored_point_in_the_datasets_order(tmp_path: Path) -> None:
+    data = _dataset(
+        tmp_path / "d",
+        [
+            {"id": "gpustack/b/random-1-1", "source": "s"},
+            {"id": "vllm-recipes/a/random-1-1", "source": "s"},
+            {"id": "gpustack/unscored", "source": "s"},
+        ],
+    )
+    records = []
+    for unit, scale in (("vllm-recipes/a/random-1-1", 1.0), ("gpustack/b/random-1-1", 2.0)):
+        records += [
+            _record(unit, "ttft", "mean", 586.0, 376.2 * scale),
+            _record(unit, "tpot", "mean", 1.1697, 0.7276),
+            _record(unit, "output_tokens_per_s", "rate", 1409.0, 2485.0),
+        ]
+    score = tmp_path / "score.json"
+    score.write_text(json.dumps({"records": records}))
+    out = _run("public_points_table.py", str(score), "--dataset", str(data))
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.splitlines()[2:]
+    assert rows == [
+        "| GPUStack b/random-1-1 | 586.0 → 752.4 s | +28 % | 1,169.7 → 727.6 ms | −38 % "
+        "| 1,409 → 2,485 | +76 % |",
+        "| vLLM recipes a/random-1-1 | 586.0 → 376.2 s | −36 % | 1,169.7 → 727.6 ms | −38 % "
+        "| 1,409 → 2,485 | +76 % |",
+    ]
+    assert "not in the score: gpustack/unscored" in out.stderr
+
+
+def _point(pid: str, source: str, hardware: str, replay: dict | None = None) -> dict:
+    point = {"id": pid, "source": source, "hardware": hardware, "measured": {"x": 1}}
+    if replay is not None:
+        point["replay"] = replay
+    return point
+
+
+def test_the_what_if_copy_changes_only_the_chosen_points_chip(tmp_path: Path) -> None:
+    data = _dataset(
+        tmp_path / "d",
+        [
+            _point("p/one", "lab-h100", "H100-SXM", {"why": "pool", "engine_args_override": {}}),
+            _point("p/two", "lab-a100", "A100-80GB-SXM"),
+            _point("p/three", "other-h100", "H100-SXM"),
+        ],
+    )
+    out_dir = tmp_path / "out"
+    out = _run(
+        "hardware_whatif.py", str(data), str(out_dir),
+        "--from", "H100-SXM", "--to", "H100-PCIe", "--source", "lab-h100",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load((out_dir / "points.yaml").read_text())
+    assert [p["id"] for p in doc["points"]] == ["p/one@H100-PCIe"]
+    (point,) = doc["points"]
+    assert point["hardware"] == "H100-PCIe" and point["measured"] == {"x": 1}
+    assert point["replay"]["why"].startswith("pool what-if: replayed on H100-PCIe")
+    assert point["replay"]["engine_args_override"] == {}
+    assert list(doc["sources"]) == ["lab-h100"]
+    derived = yaml.safe_load((out_dir / "SOURCE.yaml").read_text())
+    assert derived["changed"] == ["p/one@H100-PCIe"]
+
+
+def test_the_what_if_refuses_an_unknown_source_and_an_empty_selection(tmp_path: Path) -> None:
+    data = _dataset(tmp_path / "d", [_point("p/one", "lab", "A100-80GB-SXM")])
+    unknown = _run(
+        "hardware_whatif.py", str(data), str(tmp_path / "o1"),
+        "--from", "A100-80GB-SXM", "--to", "H100-SXM", "--source", "nope",
+    )  # fmt: skip
+    assert unknown.returncode == 2 and "nope" in unknown.stderr
+    empty = _run(
+        "hardware_whatif.py", str(data), str(tmp_path / "o2"),
+        "--from", "H100-SXM", "--to", "H200-SXM",
+    )  # fmt: skip
+    assert empty.returncode == 2 and "no point of chip 'H100-SXM'" in empty.stderr
+    assert not (tmp_path / "o2").exists()
