@@ -120,8 +120,10 @@ ARCHITECTURES: Mapping[str, MoeArchitecture] = MappingProxyType(
     {
         # mixtral.py FusedMoE(renormalize=True); activation silu (the default)
         "MixtralForCausalLM": MoeArchitecture("silu", "RenormalizeNaive"),
-        # qwen3_moe.py renormalize=config.norm_topk_prob (true for Qwen3-30B-A3B)
-        "Qwen3MoeForCausalLM": MoeArchitecture("silu", "RenormalizeNaive"),
+        # qwen3_moe.py renormalize=config.norm_topk_prob (true for Qwen3-30B-A3B and
+        # Qwen3-235B-A22B); Qwen's FP8 checkpoints (e.g. Qwen3-235B-A22B-Instruct-2507-FP8)
+        # config weight_block_size [128, 128]
+        "Qwen3MoeForCausalLM": MoeArchitecture("silu", "RenormalizeNaive", fp8="block"),
         # gpt_oss.py FusedMoEFactory(renormalize=True, activation="swigluoai")
         "GptOssForCausalLM": MoeArchitecture("swigluoai", "RenormalizeNaive"),
         # deepseek_v2.py: sigmoid scoring, e_score_correction_bias, n_group 8;

@@ -36,6 +36,7 @@ QWEN3 = "Qwen/Qwen3-30B-A3B"
 DSV3 = "deepseek-ai/DeepSeek-V3"
 OSS20 = "openai/gpt-oss-20b"
 OSS120 = "openai/gpt-oss-120b"
+QWEN3_FP8 = "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"
 
 
 def _path(requested: str, model: str, hw: str, dp: int = 1) -> ExpertPath | str:
@@ -105,6 +106,8 @@ AUTO = [
     (DSV3, "L40S", "FusedMoE:triton"),  # FP8 from 8.9
     (DSV3, "A100-80GB-SXM", "FusedMoE:marlin"),  # no FP8 tensor cores: W8A16 Marlin
     (DSV3, "MI325X", "FusedMoE:triton"),
+    (QWEN3_FP8, "H100-SXM", "FusedMoE:triton"),  # Qwen3 MoE FP8 checkpoints: 128x128 blocks
+    (QWEN3_FP8, "A100-80GB-SXM", "FusedMoE:marlin"),
     (OSS120, "H100-SXM", "FusedMoE:triton"),  # the OAI triton_kernels before Marlin
     (OSS120, "H200-SXM", "FusedMoE:triton"),
     (OSS120, "B200", "FusedMoE:flashinfer_trtllm"),
