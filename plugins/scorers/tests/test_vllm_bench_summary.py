@@ -164,7 +164,7 @@ def test_the_committed_data_set_matches_its_hash_and_loads_every_point(tmp_path:
     data = (DATA / source["file"]).read_bytes()
     assert hashlib.sha256(data).hexdigest() == source["sha256"]
     points = ADAPTER.load(DATA, tmp_path)
-    assert len(points) == 63 and not any(p.refusals for p in points)
+    assert len(points) == 71 and not any(p.refusals for p in points)
     chips = {p.scenario.deployment.pools[0].hardware for p in points}
     assert chips == {"H100-SXM", "H200-SXM", "A100-80GB-SXM", "MI300X"}
     engines = {p.engine for p in points}
