@@ -7,10 +7,9 @@
 A diagnostic, not a correction: the copy holds the points of chip ``--from`` whose
 ``source`` is named (all of them when no ``--source`` is given) with every measured figure
 kept and only their ``hardware`` changed, so ``blis score`` prices the same runs on the
-other catalog chip.
-Each changed point's ``replay.why`` records the change; its id gets ``@<to>``. The copy's
-``SOURCE.yaml`` says it is derived. What such a score can say is whether a run behaves like
-the other chip, not which chip it ran on.
+other catalog chip. Each changed point's ``replay.why`` records the change and its id gets
+``@<to>``; the copy's ``SOURCE.yaml`` says it is derived. What such a score can say is
+whether a run behaves like the other chip, not which chip it ran on.
 """
 
 from __future__ import annotations
@@ -59,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     changed = relabel(doc, args.old, args.new, set(args.source))
     if not changed:
         parser.error(f"no point of chip {args.old!r} matches")
-    doc["points"] = [p for p in doc["points"] if p["id"] in set(changed)]
+    kept = set(changed)
+    doc["points"] = [p for p in doc["points"] if p["id"] in kept]
     used = {p["source"] for p in doc["points"]}
     doc["sources"] = {k: v for k, v in doc["sources"].items() if k in used}
     args.out.mkdir(parents=True, exist_ok=True)
