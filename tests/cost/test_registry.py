@@ -165,10 +165,12 @@ def test_rank_shares_sum_to_one() -> None:
 def test_a_die_siblings_fitted_entry_prices_a_chip_with_none_of_its_own_transferred(
     catalog: Catalog, registry: Registry
 ) -> None:
-    # Nearest memory bandwidth first: 3.35 TB/s (H100 SXM), 4.8 (H200), 2.0 (H100 PCIe).
-    assert catalog.die_siblings("H200-SXM") == ("H100-SXM", "H100-PCIe")
-    assert catalog.die_siblings("H100-SXM") == ("H200-SXM", "H100-PCIe")
-    assert catalog.die_siblings("H100-PCIe") == ("H100-SXM", "H200-SXM")
+    # Nearest memory bandwidth first: 3.35 TB/s (H100 SXM), 4.8 (H200), 4.0 (GH200),
+    # 2.0 (H100 PCIe).
+    assert catalog.die_siblings("H200-SXM") == ("GH200-96GB", "H100-SXM", "H100-PCIe")
+    assert catalog.die_siblings("H100-SXM") == ("GH200-96GB", "H200-SXM", "H100-PCIe")
+    assert catalog.die_siblings("H100-PCIe") == ("H100-SXM", "GH200-96GB", "H200-SXM")
+    assert catalog.die_siblings("GH200-96GB") == ("H100-SXM", "H200-SXM", "H100-PCIe")
     assert catalog.die_siblings("L40S") == ()
     siblings = catalog.die_siblings("H200-SXM")
     # Without siblings the H200 has only the floor for a norm; with them, the H100's

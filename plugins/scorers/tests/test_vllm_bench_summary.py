@@ -166,7 +166,7 @@ def test_the_committed_data_set_matches_its_hash_and_loads_every_point(tmp_path:
     points = ADAPTER.load(DATA, tmp_path)
     assert len(points) == 71 and not any(p.refusals for p in points)
     chips = {p.scenario.deployment.pools[0].hardware for p in points}
-    assert chips == {"H100-SXM", "H200-SXM", "A100-80GB-SXM", "MI300X"}
+    assert chips == {"H100-SXM", "H200-SXM", "A100-80GB-SXM", "MI300X", "GH200-96GB"}
     engines = {p.engine for p in points}
     assert engines == {"vllm@0.10.2", "vllm@0.11.0", "vllm@0.15.1", None}
     r1 = next(p for p in points if p.unit.endswith("3200-800-c256"))
