@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from blis_core.cost import load_catalog
+
 
 def relabel(doc: dict[str, Any], old: str, new: str, sources: set[str]) -> list[str]:
     """Change ``hardware`` from ``old`` to ``new`` on the selected points of ``doc`` in
@@ -51,7 +53,16 @@ def main(argv: list[str] | None = None) -> int:
         "--source", action="append", default=[], help="only points of this source (repeatable)"
     )
     args = parser.parse_args(argv)
-    doc = yaml.safe_load((args.dataset / "points.yaml").read_text())
+    try:
+        doc = yaml.safe_load((args.dataset / "points.yaml").read_text())
+        if not isinstance(doc.get("points"), list):
+            raise KeyError("points")
+    except (OSError, yaml.YAMLError, AttributeError, KeyError) as exc:
+        parser.error(f"{args.dataset}: not a vllm-bench-summary directory ({exc})")
+    chips = load_catalog().hardware
+    for flag, chip in (("--from", args.old), ("--to", args.new)):
+        if chip not in chips:
+            parser.error(f"{flag} {chip}: not a catalog chip; the catalog has {sorted(chips)}")
     unknown = set(args.source) - set(doc.get("sources", {}))
     if unknown:
         parser.error(f"--source: not in {args.dataset / 'points.yaml'}: {sorted(unknown)}")

@@ -71,8 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("score", type=Path, help="a `blis score --json` document")
     parser.add_argument("--dataset", type=Path, default=Path("data/measurements/public-saturated"))
     args = parser.parse_args(argv)
-    by_point = records_by_point(json.loads(args.score.read_text()))
-    order = [p["id"] for p in yaml.safe_load((args.dataset / "points.yaml").read_text())["points"]]
+    try:
+        by_point = records_by_point(json.loads(args.score.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"{args.score}: not a `blis score --json` document ({exc})")
+    try:
+        points = yaml.safe_load((args.dataset / "points.yaml").read_text())["points"]
+        order = [p["id"] for p in points]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        parser.error(f"{args.dataset}: not a vllm-bench-summary directory ({exc})")
     print(HEADER)
     for point_id in order:
         if point_id not in by_point:

@@ -114,3 +114,14 @@ def test_the_what_if_refuses_an_unknown_source_and_an_empty_selection(tmp_path: 
     )  # fmt: skip
     assert empty.returncode == 2 and "no point of chip 'H100-SXM'" in empty.stderr
     assert not (tmp_path / "o2").exists()
+    chip = _run(
+        "hardware_whatif.py", str(data), str(tmp_path / "o3"),
+        "--from", "A100-80GB-SXM", "--to", "TPU-v7x",
+    )  # fmt: skip
+    assert chip.returncode == 2 and "--to TPU-v7x: not a catalog chip" in chip.stderr
+    missing = _run(
+        "hardware_whatif.py", str(tmp_path / "none"), str(tmp_path / "o4"),
+        "--from", "A100-80GB-SXM", "--to", "H100-SXM",
+    )  # fmt: skip
+    assert missing.returncode == 2 and "not a vllm-bench-summary directory" in missing.stderr
+    assert not (tmp_path / "o3").exists() and not (tmp_path / "o4").exists()
