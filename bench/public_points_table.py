@@ -3,17 +3,25 @@ and output tokens per second, measured and simulated, with the signed errors.
 
     blis score data/measurements/public-saturated --format vllm-bench-summary \
         --jobs 2 --json out.json
-    python bench/public_points_table.py out.json [--dataset DATASET]
+    python bench/public_points_table.py out.json [--dataset DATASET] [--summary]
+        [--exclude SUBSTRING ...]
 
 Rows follow the dataset's ``points.yaml`` order; a point the score does not hold is left
 out and named on stderr. The errors are the score's own ``relative_error`` (simulated −
-measured) / measured, rounded to whole percent.
+measured) / measured, rounded to whole percent. ``--summary`` prints, instead of the
+rows, the figures docs/accuracy.md quotes for the set: how many points' output tokens/s
+are more than 20 % high and their range, the medians of the output tokens/s, mean TTFT and
+mean TPOT errors, the same over the prefill-heavy points (outputs longer than 4 tokens,
+ten input tokens or more an output token), and the issue's criteria (completed requests/s and output
+tokens/s within ±5 %, mean TPOT within ±10 %). ``--exclude`` leaves out every point whose
+id contains the substring (repeatable).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,10 +74,66 @@ def row(point_id: str, records: dict[tuple[str, str], dict[str, Any]]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _error(records: dict[tuple[str, str], dict[str, Any]], metric: str, stat: str) -> float:
+    return float(records[(metric, stat)]["relative_error"])
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:+.0f} %"
+
+
+def summary(by_point: dict[str, dict[tuple[str, str], dict[str, Any]]], ids: list[str]) -> str:
+    """The set's figures (``--summary``)."""
+    lines = [f"points: {len(ids)}"]
+    for label, chosen in (("all", ids), ("prefill-heavy", [i for i in ids if _heavy(i)])):
+        if not chosen:
+            continue
+        tok = [_error(by_point[i], "output_tokens_per_s", "rate") for i in chosen]
+        ttft = [_error(by_point[i], "ttft", "mean") for i in chosen]
+        tpot = [_error(by_point[i], "tpot", "mean") for i in chosen]
+        high = [e for e in tok if e > 0.2]
+        lines.append(
+            f"{label} ({len(chosen)}): output tok/s median {_pct(statistics.median(tok))} "
+            f"({_pct(min(tok))} to {_pct(max(tok))}), more than +20 % in {len(high)}"
+            + (f" ({_pct(min(high))} to {_pct(max(high))})" if high else "")
+            + f"; mean TTFT median {_pct(statistics.median(ttft))}; "
+            f"mean TPOT median {_pct(statistics.median(tpot))}"
+        )
+    capacity = [
+        i
+        for i in ids
+        if abs(_error(by_point[i], "output_tokens_per_s", "rate")) <= 0.05
+        and abs(_error(by_point[i], "completed_per_s", "rate")) <= 0.05
+    ]
+    tpot_ok = [i for i in ids if abs(_error(by_point[i], "tpot", "mean")) <= 0.10]
+    both = sorted(set(capacity) & set(tpot_ok))
+    lines.append(f"capacity within ±5 %: {len(capacity)} {sorted(capacity)}")
+    lines.append(f"mean TPOT within ±10 %: {len(tpot_ok)} {sorted(tpot_ok)}")
+    lines.append(f"both: {len(both)} {both}")
+    return "\n".join(lines)
+
+
+def _heavy(point_id: str) -> bool:
+    """A prefill-heavy point: a ``random-<in>-<out>`` id with outputs longer than 4 tokens
+    and at least ten input tokens an output token (2,000/100 to 32,000/100)."""
+    case = point_id.rsplit("/", 1)[-1].split("-")
+    if len(case) < 3 or case[0] != "random":
+        return False
+    try:
+        inputs, outputs = int(case[1]), int(case[2])
+    except ValueError:
+        return False
+    return outputs > 4 and inputs >= 10 * outputs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("score", type=Path, help="a `blis score --json` document")
     parser.add_argument("--dataset", type=Path, default=Path("data/measurements/public-saturated"))
+    parser.add_argument("--summary", action="store_true", help="the set's figures, not rows")
+    parser.add_argument(
+        "--exclude", action="append", default=[], metavar="SUBSTRING", help="leave these out"
+    )
     args = parser.parse_args(argv)
     try:
         by_point = records_by_point(json.loads(args.score.read_text()))
@@ -80,11 +144,19 @@ def main(argv: list[str] | None = None) -> int:
         order = [p["id"] for p in points]
     except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
         parser.error(f"{args.dataset}: not a vllm-bench-summary directory ({exc})")
-    print(HEADER)
+    scored = []
     for point_id in order:
+        if any(part in point_id for part in args.exclude):
+            continue
         if point_id not in by_point:
             print(f"not in the score: {point_id}", file=sys.stderr)
             continue
+        scored.append(point_id)
+    if args.summary:
+        print(summary(by_point, scored))
+        return 0
+    print(HEADER)
+    for point_id in scored:
         print(row(point_id, by_point[point_id]))
     return 0
 

@@ -68,6 +68,38 @@ def test_the_table_has_one_row_per_scored_point_in_the_datasets_order(tmp_path: 
     assert "not in the score: gpustack/unscored" in out.stderr
 
 
+def test_the_summary_counts_the_sets_errors_and_leaves_out_what_is_excluded(
+    tmp_path: Path,
+) -> None:
+    ids = ["lab/a/random-2000-100", "lab/b/random-128-4", "lab/c/random-4000-200"]
+    data = _dataset(tmp_path / "d", [{"id": i, "source": "s"} for i in ids])
+    records = []
+    for unit, tok, tpot in ((ids[0], 1.5, 1.0), (ids[1], 1.01, 0.5), (ids[2], 1.1, 0.95)):
+        records += [
+            _record(unit, "ttft", "mean", 10.0, 5.0),
+            _record(unit, "tpot", "mean", 0.1, 0.1 * tpot),
+            _record(unit, "output_tokens_per_s", "rate", 100.0, 100.0 * tok),
+            _record(unit, "completed_per_s", "rate", 1.0, 1.0 * tok),
+        ]
+    score = tmp_path / "score.json"
+    score.write_text(json.dumps({"records": records}))
+    out = _run("public_points_table.py", str(score), "--dataset", str(data), "--summary")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "points: 3"
+    assert lines[1].startswith("all (3): output tok/s median +10 % (+1 % to +50 %)")
+    assert "more than +20 % in 1 (+50 % to +50 %)" in lines[1]
+    assert lines[2].startswith("prefill-heavy (2): output tok/s median +30 %")
+    assert lines[3] == "capacity within ±5 %: 1 ['lab/b/random-128-4']"
+    assert lines[4].startswith("mean TPOT within ±10 %: 2 ")
+    assert lines[5] == "both: 0 []"
+    less = _run(
+        "public_points_table.py", str(score), "--dataset", str(data), "--summary",
+        "--exclude", "/a/",
+    )  # fmt: skip
+    assert less.stdout.splitlines()[0] == "points: 2"
+
+
 def _point(pid: str, source: str, hardware: str, replay: dict | None = None) -> dict:
     point = {"id": pid, "source": source, "hardware": hardware, "measured": {"x": 1}}
     if replay is not None:
