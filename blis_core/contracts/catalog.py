@@ -87,6 +87,13 @@ class HardwareSpec(Document):
     )
     source: str
 
+    @property
+    def device_file_name(self) -> str | None:
+        """``device_name`` as vLLM's and SGLang's tuned-config file names spell it (spaces
+        as underscores, their ``get_device_name_as_file_name``), or ``None`` where the
+        catalog records no device name."""
+        return self.device_name.replace(" ", "_") if self.device_name else None
+
     @model_validator(mode="after")
     def _flops_positive(self) -> HardwareSpec:
         bad = {k: v for k, v in self.peak_flops.items() if not v > 0}

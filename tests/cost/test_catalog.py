@@ -54,6 +54,14 @@ def test_catalog_figures_match_catalog_facts(catalog: Catalog) -> None:
     assert catalog.model("deepseek-ai/DeepSeek-V3").attention is AttentionKind.MLA
 
 
+def test_a_chips_device_name_is_spelt_as_the_tuned_config_files_spell_it(
+    catalog: Catalog,
+) -> None:
+    assert catalog.chip("H100-SXM").device_file_name == "NVIDIA_H100_80GB_HBM3"
+    assert catalog.chip("MI300X").device_file_name == "AMD_Instinct_MI300X"
+    assert catalog.chip("GH200-96GB").device_file_name is None  # not recorded
+
+
 def test_path_load_gives_same_hash_as_embedded(catalog: Catalog, tmp_path: Path) -> None:
     for f in EMBEDDED.glob("*.yaml"):
         # reformat: same content, different bytes

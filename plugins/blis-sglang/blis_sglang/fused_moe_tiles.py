@@ -40,18 +40,10 @@ __all__ = [
     "TRITON_FOLDER",
     "ConfigFile",
     "config_file_name",
-    "device_file_name",
     "expert_tile_rows",
     "tuned_block_m",
     "tuned_config_file",
 ]
-
-
-def device_file_name(hw: HardwareSpec) -> str | None:
-    """The chip's runtime device name as the config files spell it (spaces as
-    underscores, ``get_device_name_as_file_name``), or ``None`` where the catalog records
-    none."""
-    return hw.device_name.replace(" ", "_") if hw.device_name else None
 
 
 #: The configs folder of the Triton SGLang 0.5.23's pinned torch installs.
@@ -97,7 +89,7 @@ def tuned_config_file(
     (quantization ``scheme``: ``unquantized``, ``fp8_block``), or ``None`` where the chip
     records no device name."""
     moe = model.moe
-    device = device_file_name(hw)
+    device = hw.device_file_name
     if moe is None or device is None:
         return None
     fp8 = scheme == "fp8_block"

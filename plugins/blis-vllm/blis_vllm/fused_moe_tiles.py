@@ -54,7 +54,6 @@ __all__ = [
     "TILED_EXPERT_CLASSES",
     "ConfigFile",
     "config_file_name",
-    "device_file_name",
     "expert_tile_rows",
     "marlin_block_m",
     "marlin_tile_rule",
@@ -62,13 +61,6 @@ __all__ = [
     "tuned_block_m",
     "tuned_config_file",
 ]
-
-
-def device_file_name(hw: HardwareSpec) -> str | None:
-    """The chip's runtime device name as the config files spell it (spaces as
-    underscores, ``get_device_name_as_file_name``), or ``None`` where the catalog records
-    none."""
-    return hw.device_name.replace(" ", "_") if hw.device_name else None
 
 
 #: Expert classes whose tile rule the plan carries: ``fused_moe_kernel`` over
@@ -119,7 +111,7 @@ def tuned_config_file(
     on ``hw`` (quantization ``scheme``), or ``None`` where the chip records no device
     name or the scheme is not ``unquantized`` or ``fp8_block``."""
     moe = model.moe
-    device = device_file_name(hw)
+    device = hw.device_file_name
     if moe is None or device is None:
         return None
     if scheme == "unquantized":
