@@ -43,7 +43,7 @@ def test_the_shape_asked_for_is_the_shape_priced() -> None:
     a = pricer.seconds(base, narrow, "H100-SXM", 16, 16, 6)
     b = pricer.seconds(base, wide, "H100-SXM", 16, 16, 6)
     assert 1.8 < b / a < 2.1  # twice the weights to read at 16 tokens
-    # Mixtral at TP 2 is the served layer: the derived shape prices as the plan does
+    # the derived shape reaches the catalog the plan is priced from
     assert pricer.catalog.model(pricer.model(base, narrow)).moe.expert_intermediate_size == 7168
 
 
