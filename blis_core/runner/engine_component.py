@@ -225,8 +225,8 @@ instance may serve both legs of a request."""
 
 _MIN_SPAN_STEPS = 3
 """Steps (judged by the last step's length) that must fit before the lookahead for a
-decode span to be asked, unless the instance's takes of held spans outnumber the spans
-it asked for (held: :meth:`EngineComponent._take_span`)."""
+decode span to be asked, unless the spans the instance asked for are at most one more
+than its takes of held spans (held: :meth:`EngineComponent._take_span`)."""
 
 StepObserver = Callable[[str, StepShape, int], None]
 CompletionObserver = Callable[[str, StepOutcome, int], None]
@@ -853,10 +853,12 @@ class EngineComponent(Component):
         else:
             # An offer, its calendar and its quote cost a few steps' worth: a span is
             # asked for with less room only while this instance's held spans are resumed
-            # more often than it asks for spans (inputs mostly go to other instances).
+            # about as often as it asks for spans (inputs mostly go to other instances).
+            # Two spans are asked for before any is resumed: an instance that waited for
+            # three steps of room first would, behind a busy router, wait for good.
             last = flights[-1]
             room = (limit_us - now_us) // max(1, last.end_us - last.start_us)
-            if room < _MIN_SPAN_STEPS and self._resumed_takes <= self._fresh_spans:
+            if room < _MIN_SPAN_STEPS and self._resumed_takes + 1 < self._fresh_spans:
                 return 0
             offered = engine.decode_span()
             if offered is None:
