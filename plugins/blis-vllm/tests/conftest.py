@@ -45,19 +45,20 @@ def steady_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture
-def resumed_spans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A one-item counter of the decode spans taken again in a later call with no scrape
-    between (``VllmEngine.take_span``): spans the engine component held past its
-    lookahead and resumed at a later boundary. (The component splits one call's
-    boundaries around a scrape; a held span's next call follows none.)"""
-    counted = [0]
+def resumed_spans(monkeypatch: pytest.MonkeyPatch) -> dict[int, int]:
+    """The decode spans taken again in a later call with no scrape between
+    (``VllmEngine.take_span``), by engine (``id``), counted from the test's start: spans
+    the engine component held past its lookahead and resumed at a later boundary. (The
+    component splits one call's boundaries around a scrape; a held span's next call
+    follows none.)"""
+    counted: dict[int, int] = {}
     last: dict[int, Any] = {}  # engine -> the span of its last take, if no scrape since
     take_span = VllmEngine.take_span
     scrape = VllmEngine.scrape
 
     def taking(self: VllmEngine, span: Any, boundaries_us: Any) -> Any:
         if last.get(id(self)) is span:
-            counted[0] += 1
+            counted[id(self)] = counted.get(id(self), 0) + 1
         last[id(self)] = span
         return take_span(self, span, boundaries_us)
 

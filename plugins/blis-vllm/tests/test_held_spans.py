@@ -17,8 +17,6 @@ from blis_conformance import run_both_ways
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources
 
-from blis_vllm.engine import VllmEngine
-
 REPLICAS = 8
 
 
@@ -51,25 +49,8 @@ def busy_cluster() -> dict[str, Any]:
 
 
 def test_every_instance_of_a_busy_cluster_resumes_held_spans(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, resumed_spans: dict[int, int]
 ) -> None:
-    resumed: dict[int, int] = {}  # engine -> spans taken again with no scrape between
-    last: dict[int, Any] = {}
-    take_span = VllmEngine.take_span
-    scrape = VllmEngine.scrape
-
-    def taking(self: VllmEngine, span: Any, boundaries_us: Any) -> Any:
-        if last.get(id(self)) is span:
-            resumed[id(self)] = resumed.get(id(self), 0) + 1
-        last[id(self)] = span
-        return take_span(self, span, boundaries_us)
-
-    def scraping(self: VllmEngine) -> Any:
-        last.pop(id(self), None)
-        return scrape(self)
-
-    monkeypatch.setattr(VllmEngine, "take_span", taking)
-    monkeypatch.setattr(VllmEngine, "scrape", scraping)
     both = run_both_ways(parse_scenario(busy_cluster(), "busy"), DataSources.load(), monkeypatch)
     assert not both.differences()
-    assert len(resumed) == REPLICAS, resumed
+    assert len(resumed_spans) == REPLICAS, resumed_spans
