@@ -103,21 +103,44 @@ __all__ = ["PREFILL_LEG_PARAMS", "PREFILL_LEG_SUFFIX", "EngineComponent"]
 @dataclass(slots=True)
 class _InFlight:
     """A scheduled step: it enters the first stage at ``start_us`` and leaves the last
-    at ``end_us``; ``started`` once its KV moves have been started."""
+    at ``end_us``; ``started`` once its KV moves have been started. A step a decode
+    span scheduled keeps the span and its index instead of its shape (``shape`` None):
+    the shape of a whole batch is made only if the step is read (:meth:`step_shape`),
+    which a span taken on at the next boundary never does."""
 
-    shape: StepShape
+    shape: StepShape | None
     start_us: int
     end_us: int
     started: bool = False
+    span: DecodeSpan | None = None
+    index: int = 0
 
     # NOTE: an explicit __init__ (the fields in order, their defaults): compiled, the one
     # `dataclasses` writes would stay interpreted at every step
     # (tests/test_explicit_inits.py holds it to the fields).
-    def __init__(self, shape: StepShape, start_us: int, end_us: int, started: bool = False) -> None:
+    def __init__(
+        self,
+        shape: StepShape | None,
+        start_us: int,
+        end_us: int,
+        started: bool = False,
+        span: DecodeSpan | None = None,
+        index: int = 0,
+    ) -> None:
         self.shape = shape
         self.start_us = start_us
         self.end_us = end_us
         self.started = started
+        self.span = span
+        self.index = index
+
+    def step_shape(self) -> StepShape:
+        """The step's shape (made from its span the first time it is asked for)."""
+        shape = self.shape
+        if shape is None:
+            assert self.span is not None
+            shape = self.shape = self.span.shape(self.index)
+        return shape
 
 
 def _copied(samples: Mapping[str, float]) -> dict[str, float]:
@@ -607,11 +630,13 @@ class EngineComponent(Component):
         for flight in self._in_flight:
             if not flight.started and flight.start_us <= now_us:
                 flight.started = True
-                self._start_moves(flight.shape, now_us)
+                self._start_moves(flight.step_shape(), now_us)
 
     def _step_end(self, now_us: int) -> None:
         flight = self._in_flight.popleft()
-        outcome: StepOutcome = self._public(self.engine.complete(flight.shape, now_us), now_us)
+        outcome: StepOutcome = self._public(
+            self.engine.complete(flight.step_shape(), now_us), now_us
+        )
         if self._kv_check is not None and outcome.kv_events:
             self._kv_check.apply(outcome.kv_events, now_us)
         if self._observe_completion is not None:
@@ -899,7 +924,7 @@ class EngineComponent(Component):
         # then the last boundaries' (their shapes asked before the engine takes them).
         left = list(flights)[n:]
         left.extend(
-            _InFlight(span.shape(base + k - num_flights), starts[k], ends[k])
+            _InFlight(None, starts[k], ends[k], span=span, index=base + k - num_flights)
             for k in range(max(n, num_flights), len(starts))
         )
         self._span_made(engine, span, base, times, starts, ends, taken)

@@ -131,8 +131,8 @@ class VllmDecodeSpan:
 
     __slots__ = (
         "_graph",
+        "_last",
         "_padded",
-        "_shapes",
         "calls",
         "emitted",
         "engine",
@@ -155,10 +155,10 @@ class VllmDecodeSpan:
         self.calls = engine._calls
         # The last boundary's time, once taken.
         self.last_us = -1
-        # The shapes asked for and not yet taken, by index: a boundary's shape is asked
-        # for by the caller's pricing (a chunk ahead), by the caller at the boundary and
-        # by take_span; it is made once (a StepShape is immutable).
-        self._shapes: dict[int, StepShape] = {}
+        # The shape asked for last, by index: the caller's pricing asks for a chunk's
+        # first, and a step left in flight is asked for only if it is read (the same
+        # index, at most once more).
+        self._last: tuple[int, StepShape] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -167,22 +167,18 @@ class VllmDecodeSpan:
 
     def shape(self, index: int) -> StepShape:
         """The decode step boundary ``index`` schedules (what ``_steady_shape`` gives)."""
-        shape = self._shapes.get(index)
-        if shape is None:
-            shape = self._shapes[index] = StepShape(
-                step_id=self.offer.first_step_id + index,
-                mode=StepMode.DECODE_ONLY,
-                seqs=self.engine._decode_seqs(self.offer.contexts, index),
-                padded_tokens=self._padded,
-                graph_mode=self._graph,
-                num_stages=self.engine._settings.layout.pp,
-            )
-        return shape
-
-    def take_shape(self, index: int) -> StepShape:
-        """:meth:`shape` for a boundary being taken: it is not asked for again."""
-        shape = self.shape(index)
-        del self._shapes[index]
+        last = self._last
+        if last is not None and last[0] == index:
+            return last[1]
+        shape = StepShape(
+            step_id=self.offer.first_step_id + index,
+            mode=StepMode.DECODE_ONLY,
+            seqs=self.engine._decode_seqs(self.offer.contexts, index),
+            padded_tokens=self._padded,
+            graph_mode=self._graph,
+            num_stages=self.engine._settings.layout.pp,
+        )
+        self._last = (index, shape)
         return shape
 
 
@@ -232,7 +228,9 @@ class VllmEngine:
         )
         # The steps in flight with their scheduler outputs; a step a held decode span
         # scheduled has None until the span is settled (:meth:`_settle`).
-        self._in_flight: deque[tuple[StepShape, SchedulerOutput | None]] = deque()
+        # The steps in flight, oldest first: (step id, scheduler output; None for a
+        # span's step until the span is settled).
+        self._in_flight: deque[tuple[int, SchedulerOutput | None]] = deque()
         # Immutable contract objects a decode step repeats, made once: the one-token
         # emission of each unfinished request, and a one-token chunk per context length
         # (below _CACHED_CONTEXTS: a few pointers per engine whatever max_model_len is).
@@ -321,7 +319,7 @@ class VllmEngine:
         steady = self.steady.schedule() if self.steady is not None else None
         if steady is not None:
             shape = self._steady_shape(steady)
-            self._in_flight.append((shape, steady))
+            self._in_flight.append((shape.step_id, steady))
             return shape
         out = self.scheduler.schedule()
         self._metrics.requests_scheduled(
@@ -344,7 +342,7 @@ class VllmEngine:
             )
         else:
             shape = self._make_shape(out)
-        self._in_flight.append((shape, out))
+        self._in_flight.append((shape.step_id, out))
         if self.kv_connector is not None:
             moves = tuple(self.kv_connector.take_transfers())
             if moves:
@@ -368,10 +366,9 @@ class VllmEngine:
             raise RuntimeError("complete() called with no step in flight")
         expected, out = self._in_flight.popleft()
         assert out is not None  # settled by _touched
-        if expected.step_id != shape.step_id:
+        if expected != shape.step_id:
             raise RuntimeError(
-                f"steps complete in schedule order: expected {expected.step_id}, "
-                f"got {shape.step_id}"
+                f"steps complete in schedule order: expected {expected}, got {shape.step_id}"
             )
         result = None
         if out.steady_epoch is not None and self.steady is not None:
@@ -445,10 +442,10 @@ class VllmEngine:
         offer = span.offer
         self._spans.settle(offer)
         flights = self._in_flight
-        for k, (shape, out) in enumerate(flights):
+        for k, (step_id, out) in enumerate(flights):
             if out is None:
-                j = shape.step_id - offer.first_step_id
-                flights[k] = (shape, self._spans.scheduled_output(offer, j, span.finished))
+                j = step_id - offer.first_step_id
+                flights[k] = (step_id, self._spans.scheduled_output(offer, j, span.finished))
 
     def decode_span(self) -> VllmDecodeSpan | None:
         """The steady boundaries that follow the steps in flight (:mod:`blis_vllm.span`),
@@ -482,7 +479,7 @@ class VllmEngine:
             )
         if span.calls != self._calls:
             raise RuntimeError("take_span: the engine changed since the span was offered")
-        oldest = self._in_flight[0][0].step_id
+        oldest = self._in_flight[0][0]
         completed = range(oldest, oldest + n)
         for _ in range(min(n, len(self._in_flight))):
             self._in_flight.popleft()
@@ -494,7 +491,7 @@ class VllmEngine:
             self.scheduler.finished_req_ids = set()
         for j in range(max(start, end - offer.steps_in_flight), end):
             # Its scheduler output is made only if the span is settled with it in flight.
-            self._in_flight.append((span.take_shape(j), None))
+            self._in_flight.append((offer.first_step_id + j, None))
         self._unsettled = span
         rids = span.request_ids
         stats = self.scheduler.kv_cache_manager.prefix_cache_stats
