@@ -226,10 +226,8 @@ class VllmEngine:
             if self.steady is not None and plan.draft_policy is None and not settings.layout.pp > 1
             else None
         )
-        # The steps in flight with their scheduler outputs; a step a held decode span
-        # scheduled has None until the span is settled (:meth:`_settle`).
-        # The steps in flight, oldest first: (step id, scheduler output; None for a
-        # span's step until the span is settled).
+        # The steps in flight, oldest first: (step id, scheduler output); a step a held
+        # decode span scheduled has None until the span is settled (:meth:`_settle`).
         self._in_flight: deque[tuple[int, SchedulerOutput | None]] = deque()
         # Immutable contract objects a decode step repeats, made once: the one-token
         # emission of each unfinished request, and a one-token chunk per context length
