@@ -39,8 +39,12 @@ from typing import Any
 
 import yaml
 
+from blis_core.cost import load_catalog
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "measurements" / "h200-kernels"
 FILE = "kernel_grid.json"
+HARDWARE = "H200-SXM"
+"""The catalog chip the grid was timed on (its HBM bandwidth)."""
 
 SM_SHARES = tuple(x / 100 for x in range(70, 101, 2))
 """Grid of ``sm_bw`` as a fraction of the HBM bandwidth over the SM count."""
@@ -84,7 +88,8 @@ class Waves:
 
 
 def load(data: Path) -> tuple[list[Launch], int, float]:
-    """The 2D-path launches, the chip's SM count and its HBM bandwidth (bytes a second)."""
+    """The 2D-path launches, the chip's SM count (the measurement's) and its HBM bandwidth
+    (bytes a second, the catalog's)."""
     raw = (data / FILE).read_bytes()
     source = yaml.safe_load((data / "SOURCE.yaml").read_text("utf-8"))
     want = source["files"][FILE]["sha256"]
@@ -93,8 +98,7 @@ def load(data: Path) -> tuple[list[Launch], int, float]:
         raise SystemExit(f"{data / FILE}: sha256 {got}, SOURCE.yaml says {want}")
     grid: dict[str, Any] = json.loads(raw)
     sms = int(grid["meta"]["sms"])
-    # The H200's datasheet bandwidth (the catalog's H200-SXM: 4.8 TB/s).
-    hbm = 4.8e12
+    hbm = float(load_catalog().hardware[HARDWARE].memory_bandwidth_bytes_per_s)
     launches = [
         Launch(
             r["model"],
