@@ -4,7 +4,7 @@ and output tokens per second, measured and simulated, with the signed errors.
     blis score data/measurements/public-saturated --format vllm-bench-summary \
         --jobs 2 --json out.json
     python bench/public_points_table.py out.json [--dataset DATASET] [--summary]
-        [--exclude SUBSTRING ...]
+        [--exclude SUBSTRING ...] [--write-record PATH]
 
 Rows follow the dataset's ``points.yaml`` order; a point the score does not hold is left
 out and named on stderr. The errors are the score's own ``relative_error`` (simulated −
@@ -14,7 +14,10 @@ are more than 20 % high and their range, the medians of the output tokens/s, mea
 mean TPOT errors, the same over the prefill-heavy points (outputs longer than 4 tokens,
 ten input tokens or more an output token), and the issue's criteria (completed requests/s and output
 tokens/s within ±5 %, mean TPOT within ±10 %). ``--exclude`` leaves out every point whose
-id contains the substring (repeatable).
+id contains the substring (repeatable). ``--write-record PATH`` writes the set's record
+that an overloaded run's Result quotes (``blis_core/data/saturated_record.yaml``: the point
+count and the output tokens/s, mean TTFT and mean TPOT errors' median and range); rerun it
+whenever the pricing changes, as the golden Results are.
 """
 
 from __future__ import annotations
@@ -113,6 +116,39 @@ def summary(by_point: dict[str, dict[tuple[str, str], dict[str, Any]]], ids: lis
     return "\n".join(lines)
 
 
+RECORD_HEADER = """\
+# How far BLIS has been off on overloaded runs: the public saturated vLLM runs of
+# data/measurements/public-saturated (held out from every fit), scored with this
+# release's pricing. An overloaded run's validity reason quotes it
+# (blis_core/runner/validity.py). Written by
+#   blis score data/measurements/public-saturated --format vllm-bench-summary --json out.json
+#   python bench/public_points_table.py out.json --write-record blis_core/data/saturated_record.yaml
+# rerun whenever the pricing changes (as the golden Results are regenerated).
+"""
+
+
+def record(by_point: dict[str, dict[tuple[str, str], dict[str, Any]]], ids: list[str]) -> dict:
+    """The set's record (``--write-record``): relative errors, simulated − measured over
+    measured, rounded to whole percent."""
+
+    def spread(metric: str, stat: str) -> dict[str, float]:
+        errors = [_error(by_point[i], metric, stat) for i in ids]
+        return {
+            "median": round(statistics.median(errors), 2),
+            "low": round(min(errors), 2),
+            "high": round(max(errors), 2),
+            "above_20_percent": sum(1 for e in errors if e > 0.2),
+        }
+
+    return {
+        "dataset": "data/measurements/public-saturated",
+        "points": len(ids),
+        "output_tokens_per_s": spread("output_tokens_per_s", "rate"),
+        "ttft_mean": spread("ttft", "mean"),
+        "tpot_mean": spread("tpot", "mean"),
+    }
+
+
 def _heavy(point_id: str) -> bool:
     """A prefill-heavy point: a ``random-<in>-<out>`` id with outputs longer than 4 tokens
     and at least ten input tokens an output token (2,000/100 to 32,000/100)."""
@@ -134,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--exclude", action="append", default=[], metavar="SUBSTRING", help="leave these out"
     )
+    parser.add_argument(
+        "--write-record",
+        type=Path,
+        metavar="PATH",
+        help="write the record an overloaded run's Result quotes (saturated_record.yaml)",
+    )
     args = parser.parse_args(argv)
     try:
         by_point = records_by_point(json.loads(args.score.read_text()))
@@ -152,6 +194,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"not in the score: {point_id}", file=sys.stderr)
             continue
         scored.append(point_id)
+    if not scored:
+        parser.error(f"{args.score}: scores none of the dataset's points")
+    if args.write_record is not None:
+        text = RECORD_HEADER + yaml.safe_dump(record(by_point, scored), sort_keys=False)
+        tmp = args.write_record.with_name(args.write_record.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(args.write_record)
+        print(f"wrote {args.write_record} ({len(scored)} points)")
+        return 0
     if args.summary:
         print(summary(by_point, scored))
         return 0

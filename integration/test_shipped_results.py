@@ -88,4 +88,5 @@ def test_a_saturated_long_output_run_names_the_axes_it_leaves() -> None:
     assert not result.validity.inside_domain
     axes = {e.axis for e in result.validity.excursions}
     assert {"output_tokens", "load", "in_flight_per_instance"} <= axes
-    assert any(r.startswith("load: the run is overloaded") for r in result.validity.reasons)
+    (load,) = (r for r in result.validity.reasons if r.startswith("load: the run is overloaded"))
+    assert "public saturated vLLM runs held out from every fit" in load

@@ -157,3 +157,44 @@ def test_the_what_if_refuses_an_unknown_source_and_an_empty_selection(tmp_path: 
     )  # fmt: skip
     assert missing.returncode == 2 and "not a vllm-bench-summary directory" in missing.stderr
     assert not (tmp_path / "o3").exists() and not (tmp_path / "o4").exists()
+
+
+def test_the_record_an_overloaded_run_quotes_is_the_sets_medians_and_ranges(
+    tmp_path: Path,
+) -> None:
+    ids = [f"gpustack/m{i}/random-100-10" for i in range(3)]
+    data = _dataset(tmp_path / "d", [{"id": i, "source": "s"} for i in ids])
+    records = []
+    for unit, tok in zip(ids, (1.5, 3.0, 0.9), strict=True):
+        records += [
+            _record(unit, "ttft", "mean", 10.0, 5.0),
+            _record(unit, "tpot", "mean", 0.1, 0.08),
+            _record(unit, "output_tokens_per_s", "rate", 100.0, 100.0 * tok),
+        ]
+    score = tmp_path / "score.json"
+    score.write_text(json.dumps({"records": records}))
+    out_file = tmp_path / "record.yaml"
+    out = _run("public_points_table.py", str(score), "--dataset", str(data), "--write-record",
+               str(out_file))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    written = yaml.safe_load(out_file.read_text())
+    assert written["points"] == 3
+    assert written["output_tokens_per_s"] == {
+        "median": 0.5, "low": -0.1, "high": 2.0, "above_20_percent": 2
+    }  # fmt: skip
+    assert written["ttft_mean"]["median"] == -0.5
+    assert written["tpot_mean"]["median"] == -0.2
+    assert out_file.read_text().startswith("# How far BLIS has been off")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_score_of_none_of_the_points_writes_no_record(tmp_path: Path) -> None:
+    data = _dataset(tmp_path / "d", [{"id": "gpustack/a/random-1-1", "source": "s"}])
+    score = tmp_path / "score.json"
+    score.write_text(json.dumps({"records": []}))
+    out_file = tmp_path / "record.yaml"
+    out = _run("public_points_table.py", str(score), "--dataset", str(data), "--write-record",
+               str(out_file))  # fmt: skip
+    assert out.returncode == 2
+    assert "scores none of the dataset's points" in out.stderr
+    assert not out_file.exists()

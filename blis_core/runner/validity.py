@@ -13,14 +13,38 @@ import yaml
 from blis_core.contracts.result import AxisExcursion, Validity
 from blis_core.contracts.scenario import Scenario
 
-__all__ = ["RunPoint", "validity_of"]
+__all__ = ["RunPoint", "overload_record", "validity_of"]
 
 
-@lru_cache(maxsize=1)
-def _domain() -> dict[str, Any]:
-    text = resources.files("blis_core").joinpath("data", "validity.yaml").read_text("utf-8")
+@lru_cache(maxsize=2)
+def _data(name: str) -> dict[str, Any]:
+    text = resources.files("blis_core").joinpath("data", name).read_text("utf-8")
     data: dict[str, Any] = yaml.safe_load(text)
     return data
+
+
+def _domain() -> dict[str, Any]:
+    return _data("validity.yaml")
+
+
+def overload_record() -> str:
+    """What an overloaded run's validity reason adds: how far BLIS has been off on the
+    public saturated runs held out from every fit (``data/saturated_record.yaml``, written
+    by ``bench/public_points_table.py --write-record`` with this release's pricing)."""
+    rec = _data("saturated_record.yaml")
+    tok, ttft, tpot = rec["output_tokens_per_s"], rec["ttft_mean"], rec["tpot_mean"]
+    return (
+        f"on {rec['points']} public saturated vLLM runs held out from every fit "
+        f"({rec['dataset']}), BLIS's output tokens/s erred by a median {_pct(tok['median'])} "
+        f"(simulated - measured; {_pct(tok['low'])} to {_pct(tok['high'])}, over +20 % in "
+        f"{tok['above_20_percent']}), its mean TTFT by {_pct(ttft['median'])} and its mean "
+        f"TPOT by {_pct(tpot['median'])}: its capacity here is more likely too high than "
+        "too low"
+    )
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:+.0f} %"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +94,10 @@ def validity_of(
     excursions = _excursions(point, domain["coverage"]) if point is not None else []
     for e in excursions:
         if e.axis == "load":
-            reasons.append("load: the run is overloaded (its backlog grows); no measured run was")
+            reasons.append(
+                "load: the run is overloaded (its backlog grows); no measured run was; "
+                + overload_record()
+            )
         else:
             reasons.append(
                 f"{e.axis}: {e.value:.4g} is outside the measured runs' {e.low:g} to {e.high:g}"

@@ -78,3 +78,24 @@ def test_the_recorded_coverage_is_what_the_measured_runs_give() -> None:
     recorded = yaml.safe_load((ROOT / "blis_core" / "data" / "validity.yaml").read_text())
     assert computed["runs"] == 10
     assert computed["axes"] == recorded["coverage"]["axes"]
+
+
+def test_an_overloaded_run_quotes_how_far_off_the_held_out_saturated_runs_were() -> None:
+    record = yaml.safe_load((ROOT / "blis_core" / "data" / "saturated_record.yaml").read_text())
+    scenario = parse_scenario(_scenario(), "t")
+    point = dataclasses.replace(INSIDE, overloaded=True)
+    reasons = validity_of(scenario, ("calibrated", "roofline"), point).reasons
+    (reason,) = (r for r in reasons if r.startswith("load:"))
+    tok = record["output_tokens_per_s"]
+    assert f"on {record['points']} public saturated vLLM runs held out" in reason
+    assert f"by a median {tok['median'] * 100:+.0f} %" in reason
+    assert f"{tok['low'] * 100:+.0f} % to {tok['high'] * 100:+.0f} %" in reason
+    assert f"mean TTFT by {record['ttft_mean']['median'] * 100:+.0f} %" in reason
+
+
+def test_the_saturated_record_covers_every_public_saturated_point() -> None:
+    points = yaml.safe_load(
+        (ROOT / "data" / "measurements" / "public-saturated" / "points.yaml").read_text()
+    )["points"]
+    record = yaml.safe_load((ROOT / "blis_core" / "data" / "saturated_record.yaml").read_text())
+    assert record["points"] == len(points)
