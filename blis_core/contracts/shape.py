@@ -12,7 +12,7 @@ from enum import Enum
 
 from pydantic import TypeAdapter
 
-from blis_core.contracts.plan import GraphMode
+from blis_core.contracts.plan import GraphMode, PlanPart
 
 __all__ = [
     "STEP_SHAPE_ADAPTER",
@@ -71,6 +71,13 @@ class StepShape:
     history streamed back from the host; empty (or zeros) for a step that reads none.
     ``part_set`` names the placement the step runs on: 0 the plan's ``parts``, ``k``
     its ``part_sets[k-1]`` (a seam that moved at run time).
+    ``parts``, where not empty, is the placement the step runs on itself, in place of
+    ``part_set``: runs of layers as :attr:`~blis_core.contracts.plan.PoolPlan.parts`
+    are (the plan's other facts as they are), for a seam whose placements are too many
+    to list in the plan (jitllm's ``-relocate`` over several devices). The cost model
+    compiles each placement once, found again by the tuple's identity and else by its
+    value, so an engine that hands the same tuple again pays one dictionary look-up;
+    its ``page_in_bytes`` follow its own paging parts.
     """
 
     step_id: int
@@ -85,6 +92,7 @@ class StepShape:
     draft_passes: int = 0
     page_in_bytes: tuple[int, ...] = ()
     part_set: int = 0
+    parts: tuple[PlanPart, ...] = ()
 
     @property
     def scheduled_tokens(self) -> int:

@@ -23,7 +23,7 @@ from blis_core.contracts.cost import CoefficientRank, CostMethod, PrimitivePrice
 from blis_core.contracts.engine import LinkLoad
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.lowering import LoweringRequest
-from blis_core.contracts.plan import GraphMode, KVBudget, ParallelLayout, PoolPlan
+from blis_core.contracts.plan import GraphMode, KVBudget, ParallelLayout, PlanPart, PoolPlan
 from blis_core.contracts.shape import StepShape, Transfer
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import memory
@@ -34,6 +34,9 @@ from blis_core.cost.registry import CoefficientEntry, RankTotals, Registry
 from blis_core.cost.roofline import RegistryMethod, RooflineMethod
 
 __all__ = ["SimEnvironment"]
+
+#: a step's own placement (``StepShape.parts``)
+_Parts = tuple[PlanPart, ...]
 
 _BOUNDS = ("compute", "memory", "link")
 
@@ -75,6 +78,10 @@ class SimEnvironment:
         self._compiled: dict[int, CompiledPlan] = {}
         # (plan, part set) -> the plan it was made for and its compiled placement
         self._part_sets: dict[tuple[int, int], tuple[PoolPlan, CompiledPlan]] = {}
+        # a step's own placement (``StepShape.parts``): by the tuple's identity (it is
+        # kept, so its id is not reused), else by (plan, the parts' value)
+        self._own_parts: dict[tuple[int, int], tuple[PoolPlan, _Parts, CompiledPlan]] = {}
+        self._own_values: dict[tuple[int, _Parts], tuple[PoolPlan, CompiledPlan]] = {}
         # (path, host_work or engine and model, hardware) -> (overhead_us, per_item_us,
         # per_item_sq_us, entry)
         self._host_path: dict[
@@ -213,9 +220,14 @@ class SimEnvironment:
 
     # -- pricing -----------------------------------------------------------------------
 
-    def compiled(self, plan: PoolPlan, part_set: int = 0) -> CompiledPlan:
-        """The plan's pricing program (on its ``part_sets[part_set-1]`` when
-        ``part_set`` is not 0), compiled on first use."""
+    def compiled(
+        self, plan: PoolPlan, part_set: int = 0, parts: tuple[PlanPart, ...] = ()
+    ) -> CompiledPlan:
+        """The plan's pricing program (on ``parts`` where given, a step's own
+        placement; else on its ``part_sets[part_set-1]`` when ``part_set`` is not 0),
+        compiled on first use."""
+        if parts:
+            return self._compiled_parts(plan, parts)
         if part_set:
             return self._compiled_part_set(plan, part_set)
         cp = self._compiled.get(id(plan))
@@ -240,9 +252,24 @@ class SimEnvironment:
             self._compiled[id(found[1])] = found[1]  # counted with the rest
         return found[1]
 
+    def _compiled_parts(self, plan: PoolPlan, parts: tuple[PlanPart, ...]) -> CompiledPlan:
+        """The plan on a step's own placement (``StepShape.parts``), compiled once: found
+        by the tuple's identity, else by its value."""
+        mine = self._own_parts.get((id(plan), id(parts)))
+        if mine is not None and mine[0] is plan and mine[1] is parts:
+            return mine[2]
+        found = self._own_values.get((id(plan), parts))
+        if found is None or found[0] is not plan:
+            moved = plan.model_copy(update={"parts": parts, "part_sets": ()})
+            found = (plan, compile_plan(moved, self.catalog, self.registry))
+            self._own_values[(id(plan), parts)] = found
+            self._compiled[id(found[1])] = found[1]  # counted with the rest
+        self._own_parts[(id(plan), id(parts))] = (plan, parts, found[1])
+        return found[1]
+
     def price_step(self, plan: PoolPlan, shape: StepShape) -> int:
         """Duration of a padded step in microseconds (hot path); counts rank totals."""
-        cp = self.compiled(plan, shape.part_set)
+        cp = self.compiled(plan, shape.part_set, shape.parts)
         if not self.extra_methods:
             return seconds_to_us(cp.price_seconds(shape))
         ev, winners = self._with_extra(cp, cp.evaluate(shape), plan, shape)
@@ -263,7 +290,7 @@ class SimEnvironment:
         """What :meth:`price_step` gives each of ``shapes``, in one pass and counted
         nowhere until :meth:`count_quote`; ``None`` where it cannot (per-kernel cost
         methods, IDLE steps, a draft model): price those one by one."""
-        if self.extra_methods or any(s.part_set for s in shapes):
+        if self.extra_methods or any(s.part_set or s.parts for s in shapes):
             return None
         quote = self.compiled(plan).quote_seconds(shapes)
         if quote is None:
@@ -276,7 +303,7 @@ class SimEnvironment:
         """What :meth:`quote_steps` gives for ``first`` and the ``count - 1`` decode steps
         after it, each with every sequence's context one token longer (a decode span's
         boundaries), without making their shapes; ``None`` where it cannot."""
-        if self.extra_methods or first.part_set:
+        if self.extra_methods or first.part_set or first.parts:
             return None
         quote = self.compiled(plan).quote_advancing(first, count)
         if quote is None:
@@ -295,7 +322,7 @@ class SimEnvironment:
         family; ``impl`` is ``<layer>:<kernel impl>``; ``launches`` the kernels one launch
         of it issues (each paying the entry's fixed cost).
         """
-        cp = self.compiled(plan, shape.part_set)
+        cp = self.compiled(plan, shape.part_set, shape.parts)
         ev = cp.evaluate(shape)
         if self.extra_methods:
             ev, _ = self._with_extra(cp, ev, plan, shape)

@@ -127,3 +127,28 @@ def test_a_step_names_the_placement_it_ran_on(env: SimEnvironment) -> None:
     with pytest.raises(InputRefused, match="part_sets"):
         env.price_step(plan, dataclasses.replace(DECODE, part_set=3))
     assert env.quote_steps(plan, [dataclasses.replace(DECODE, part_set=1)]) is None
+
+
+def test_a_step_may_carry_its_own_placement(env: SimEnvironment) -> None:
+    """StepShape.parts: a placement the plan does not list (jitllm's -relocate over
+    several devices) is priced as a plan with those parts, compiled once and found
+    again by the tuple's identity or by its value; it wins over part_set, and a shape
+    without it prices as before."""
+    plan = _split(env, 16)
+    alone = [env.price_step(_split(env, seam), DECODE) for seam in (16, 12, 8)]
+    twelve, eight = _split(env, 12).parts, _split(env, 8).parts
+    assert env.price_step(plan, DECODE) == alone[0]
+    assert env.price_step(plan, dataclasses.replace(DECODE, parts=twelve)) == alone[1]
+    assert env.price_step(plan, dataclasses.replace(DECODE, parts=eight)) == alone[2]
+    compiled = len(env._compiled)
+    again = tuple(p.model_copy() for p in eight)  # equal, not the same tuple
+    assert again is not eight and again == eight
+    assert env.price_step(plan, dataclasses.replace(DECODE, parts=again)) == alone[2]
+    assert env.price_step(plan, dataclasses.replace(DECODE, parts=twelve)) == alone[1]
+    assert len(env._compiled) == compiled  # nothing compiled again
+    listed = plan.model_copy(update={"part_sets": (twelve,)})
+    assert env.price_step(listed, dataclasses.replace(DECODE, part_set=1, parts=eight)) == alone[2]
+    explained = env.explain_step(plan, dataclasses.replace(DECODE, parts=twelve))
+    assert explained.duration_us == alone[1]
+    assert env.quote_steps(plan, [dataclasses.replace(DECODE, parts=twelve)]) is None
+    assert env.quote_advancing(plan, dataclasses.replace(DECODE, parts=twelve), 3) is None

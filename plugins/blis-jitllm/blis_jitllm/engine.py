@@ -32,9 +32,11 @@ A row's KV pages are taken as it writes positions; the pool grows by doubling (e
 exactly) and keeps released pages. Where it cannot grow, rows' oldest wholly written
 pages go home (``kvevict.go``: other rows first, in the order they were admitted) and
 every later pass of such a row streams them back over the device's link, alone. With
-``-relocate`` (on in ``jitllmd serve``; modelled on one device) the highest block goes
+``-relocate`` (on in ``jitllmd serve``) the highest block goes
 home with its history before any history does, the seam following the KV, and a step
-names the placement it ran on (``StepShape.part_set``); its weights do not cross the
+names the placement it ran on (``StepShape.part_set``; over several devices, where the
+card that refused first offers its highest block to a later card, its own placement,
+``StepShape.parts``: :class:`Spread`); its weights do not cross the
 link: the block joins the host pager's pages (below the plan's host blocks) and the next
 pass reads it from the disk. Blocks come back, lowest first, when room returns, each
 read through the pager before the card takes it and its page then dropped. When neither
@@ -68,8 +70,8 @@ one its rows take); host work is keyed ``jitllm-2026.12.3``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from blis_core.contracts.catalog import AttentionKind, MachineSpec, ModelArchitecture
 from blis_core.contracts.engine import (
@@ -181,6 +183,9 @@ class PoolFacts:
     (:func:`~blis_jitllm.kernels.part_set`)"""
     relocate_off: str = ""
     """why ``-relocate`` is not modelled for this placement ("" where it is)"""
+    spread: Spread | None = None
+    """``-relocate`` over several devices (None where the pool is not so): each block's
+    device at the load and the placements a step may run on as blocks move"""
     pager_sizes: tuple[int, ...] = ()
     """the host pager's pages in block order: the blocks ``-relocate`` may send home
     (lowest first), then the plan's host blocks; its page ``len(relocate) - k`` is the
@@ -220,6 +225,49 @@ class PoolFacts:
     def layer_page_bytes(self) -> int:
         """One KV page of one layer on a device."""
         return self.page * self.layer_position_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """One placement a step may run on: its parts on the decode matvec and on the
+    batched twin (:func:`~blis_jitllm.kernels.tiled_parts`), and its paging parts."""
+
+    parts: tuple[PlanPart, ...]
+    tiled: tuple[PlanPart, ...]
+    slots: PartSlots
+
+
+@dataclass(slots=True)
+class Spread:
+    """``-relocate`` over several devices (``model.go*`` ``relocateUntil``,
+    ``relocationVictim``, ``reclaim``; ``jit/gpu/tier/multi.go`` ``SpillAfter``,
+    ``PrepLayer``, ``ReleaseLayers``; ``docs/upstream/jitllm.md`` §1.8): a card's
+    blocks move one at a time, each to a later card or home, so the placements a step
+    runs on are too many to list in the plan; each is lowered the first time a step
+    needs it (``place``) and kept, and the step carries it (``StepShape.parts``)."""
+
+    owner: tuple[int | None, ...]
+    """per block, its device at the load (an index into the pool's devices; None: the
+    host)"""
+    charges: tuple[int, ...]
+    """per block, what a device charges for it"""
+    share: tuple[int, ...] | None
+    """``planShares``' device for each offered block (None: fill-first), where an
+    offer back starts when it is beyond the cursor"""
+    cursor: int
+    """``PrepLayer``'s cursor after the load: the device holding the highest placed
+    block"""
+    place: Callable[[tuple[int | None, ...]], Placed]
+    """the placement of an owner tuple (the plan's own lowering, run by run)"""
+    _seen: dict[tuple[int | None, ...], Placed] = field(default_factory=dict)
+
+    def at(self, owner: tuple[int | None, ...]) -> Placed:
+        """The placement of ``owner``, lowered once and then the same objects, so the
+        cost model finds its compiled form by identity."""
+        got = self._seen.get(owner)
+        if got is None:
+            got = self._seen[owner] = self.place(owner)
+        return got
 
 
 @dataclass(frozen=True, slots=True)
@@ -688,6 +736,7 @@ def _plan(
             host_pages,
             banks=banks if mixture is not None else None,
             host_banks=host_banks,
+            names=tuple(d.name for d in devices),
         )
         if not streamed
         else _Relocation(why_not=_STREAMED_HOME)
@@ -721,6 +770,27 @@ def _plan(
             paging = sum(1 for x in at.parts if x.page_link is not None)
             slots.append(PartSlots(paging, at.pager_slot, at.device_slots))
         part_sets = tuple(sets)
+    spread: Spread | None = None
+    if reloc.spread:
+        # over several devices each card moves its own blocks, to a later card or home:
+        # a step names the placement it runs on (StepShape.parts), lowered as it comes
+        assert machine is not None
+        host_limit = host_limit or reloc.host_limit
+        page_budget, page_link = reloc.page_budget, machine.storage
+        link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
+        host_cpu, pager_link, named = machine.host, page_link, len(devices)
+
+        def place(at: tuple[int | None, ...]) -> Placed:
+            got = _parts(env, request, at, ruled.device, hw.id, host_cpu, link, pager_link, named)
+            paging = sum(1 for x in got.parts if x.page_link is not None)
+            return Placed(
+                got.parts,
+                tiled_parts(got.parts, hw.id),
+                PartSlots(paging, got.pager_slot, got.device_slots),
+            )
+
+        highest = max(i for i, o in enumerate(owner) if o is not None)
+        spread = Spread(owner, tuple(blocks), placement.share, owner[highest] or 0, place)
     device_layers = tuple(sum(1 for o in owner if o == d) for d in pooled)
     kv_limits = tuple(
         budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in pooled
@@ -738,7 +808,7 @@ def _plan(
             f"for a page of KV history: {_not_relocated(reloc.why_not)}",
             source,
         )
-    if any(x < 1 for x in pages) and not relocate:
+    if any(x < 1 for x in pages) and not relocate and spread is None:
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         rooms = [b.limit - scratch - head for b in budgets]
         per_block = history_per_block + layer_page  # and the pool's dummy page
@@ -746,10 +816,12 @@ def _plan(
     host_page = host_page_positions(model.max_position_embeddings)
     host_position = (n - on_device) * host_layer
     host_kv_limit = 0
-    if machine is not None and (host_position or relocate):
+    if machine is not None and (host_position or relocate or spread):
         # with -relocate, room for the history of every block that may go home; their
         # weights are the pager's (within its budget) where the machine names a disk
         moved_weights = sum(c for _, c in relocate)
+        if spread is not None:
+            moved_weights = sum(b for b, o in zip(blocks, owner, strict=True) if o is not None)
         if reloc.page_budget:
             resident = min(host_weights + moved_weights, host_limit)
         else:
@@ -806,6 +878,7 @@ def _plan(
         device_slots=tuple(parts.device_slots[d] for d in pooled),
         relocate=relocate,
         relocate_off=reloc.why_not,
+        spread=spread,
         slots=tuple(
             PartSlots(x.paging, x.pager, tuple(x.devices[d] for d in pooled)) for x in slots
         ),
@@ -850,6 +923,9 @@ class _Relocation:
     """per page of ``pager_sizes``, the routed bank held in expert pages (None: a dense
     block); empty where no page has one"""
     why_not: str = ""
+    spread: bool = False
+    """modelled over several devices: the pager's pages are every block, in block
+    order (:func:`_spread_relocation`)"""
 
 
 def _relocation(
@@ -864,6 +940,7 @@ def _relocation(
     host_sizes: tuple[int, ...],
     banks: list[ExpertBank | None] | None = None,
     host_banks: tuple[ExpertBank | None, ...] = (),
+    names: tuple[str, ...] = (),
 ) -> _Relocation:
     """``-relocate`` on one device (``model.go*`` ``relocateUntil``, ``relocateHome``):
     every block on the card but the first may go home, the highest first. Once home a
@@ -874,10 +951,9 @@ def _relocation(
     plan's host blocks, in one budget: the host's weight budget less the embedding and a
     host head. Where the machine names no disk the port runs no pager: the blocks sent
     home must then fit the budget beside the host's weights, and read nothing (as the
-    host blocks there). Not modelled, with the reason: no machine, several devices (a
-    full card's highest block would first move to the next card,
-    ``tier.GPU.SpillAfter``), one block on the card, a pager whose budget holds no such
-    block.
+    host blocks there). Not modelled, with the reason: no machine, one block on the
+    card, a pager whose budget holds no such block. Several devices (``names``, the
+    devices ``-devices`` names) are :func:`_spread_relocation`'s.
 
     A mixture model's block (``banks``: each block's routed bank, None for a dense
     one; ``host_banks``: those of the plan's host pages, empty where none has one) goes
@@ -890,13 +966,11 @@ def _relocation(
         return _Relocation(
             why_not="the pool names no machine, whose host would run the blocks sent home"
         )
-    if len(pooled) != 1:
-        return _Relocation(
-            why_not=f"the blocks are on {len(pooled)} devices: a full card's highest block "
-            "would first move to the next card (tier.GPU.SpillAfter, where no other "
-            "session has history on it) or else home, which blis-jitllm does not model"
-            if pooled
-            else "no block is on a device"
+    if not pooled:
+        return _Relocation(why_not="no block is on a device")
+    if len(pooled) > 1 or len(names) > 1:
+        return _spread_relocation(
+            machine, pooled, owner, blocks, settings, embedding, head, head_on_device, banks, names
         )
     mine = [i for i, o in enumerate(owner) if o == pooled[0]]
     relocate = tuple((i, blocks[i]) for i in reversed(mine[1:]))  # the first stays
@@ -938,6 +1012,66 @@ def _relocation(
         if crossing is not None:
             return _Relocation(why_not=f"the blocks it would send home: {crossing}")
     return _Relocation(relocate, limit, page_budget, sizes, pager_banks)
+
+
+def _spread_relocation(
+    machine: MachineSpec,
+    pooled: list[int],
+    owner: tuple[int | None, ...],
+    blocks: list[int],
+    settings: JitllmSettings,
+    embedding: int,
+    head: int,
+    head_on_device: bool,
+    banks: list[ExpertBank | None] | None,
+    names: tuple[str, ...],
+) -> _Relocation:
+    """``-relocate`` over the several devices ``names`` (``model.go*``
+    ``relocateUntil``; ``multi.go`` ``SpillAfter``): the card whose pool cannot grow
+    gives up its highest block, to a later card that holds it (a spill) or else home;
+    the port keeps each card's lowest block there, as on one device. A block's
+    weights come from the host pager whichever way it goes (a spill's upload is read
+    through it, ``Ensure``; a block home is faulted in through it), so the pager's
+    pages are every block in block order, in the budget the host's weight budget leaves
+    beside the embedding and a host head. Not modelled, with the reason: a device
+    ``-devices`` names that the placement leaves without a block (a spill may reach it,
+    and its pool would open mid-run), mixture blocks (a spilled bank's upload and its
+    expert pages), a machine that names no disk, every card holding one block, and a
+    pager budget below the largest block."""
+    empty = [names[d] for d in range(len(names)) if d not in pooled]
+    if empty:
+        return _Relocation(
+            why_not=f"-devices names {', '.join(empty)}, which the placement leaves without "
+            "a block: a full card's highest block may spill onto it "
+            "(tier.GPU.SpillAfter), and a KV pool opened mid-run is not modelled by "
+            "blis-jitllm"
+        )
+    if banks is not None:
+        return _Relocation(
+            why_not=f"mixture blocks on {len(pooled)} devices: a block spilled to the next "
+            "card (tier.GPU.SpillAfter) uploads its routed bank through the host pager's "
+            "expert pages, which blis-jitllm does not model over several devices"
+        )
+    if machine.storage is None:
+        return _Relocation(
+            why_not=f"the blocks are on {len(pooled)} devices and machine {machine.id} "
+            "names no disk: a block spilled to the next card is read through the host "
+            "pager (Ensure), which blis-jitllm models only over a disk"
+        )
+    if all(sum(1 for o in owner if o == d) < 2 for d in pooled):
+        return _Relocation(
+            why_not="every card holds one block, which blis-jitllm keeps there (sending "
+            "it home leaves the card without a block)"
+        )
+    limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
+    page_budget = limit - embedding - (0 if head_on_device else head)
+    largest = max(blocks)
+    if page_budget < largest:
+        return _Relocation(
+            why_not=f"the host pager's budget ({max(page_budget, 0) / 2**30:.2f} GiB beside "
+            f"the embedding and head) holds less than one block ({largest / 2**30:.2f} GiB)"
+        )
+    return _Relocation((), limit, page_budget, tuple(blocks), spread=True)
 
 
 def _kv_dtype(kv_row: int, host_layer: int, device_attached: bool) -> str:
@@ -1040,10 +1174,13 @@ class JitllmEngine:
             # ``model.WithPreload``, ``server/engine.go`` index id 70901474045;
             # ``File.Preload`` runs where the budget holds every page) and nothing
             # evicts them; else the warm-up generate is one pass of one token from empty
+            # over several devices the pager's pages are every block: its scan is the
+            # blocks on the host, in block order
+            scan = _host_scan(facts.spread.owner) if facts.spread is not None else None
             if _host_pages_fit(facts):
-                self._pager.preload(len(facts.relocate))
+                self._pager.preload(len(facts.relocate), scan)
             elif settings.warm:
-                self._pager.run_pass(len(facts.relocate))
+                self._pager.run_pass(len(facts.relocate), 1, scan)
         # per device with a pool: pages a layer, the dummy included
         self._pool_pages = [1] * len(facts.device_layers)
         # -relocate: blocks sent home so far, and what the devices hold now
@@ -1053,6 +1190,20 @@ class JitllmEngine:
         self._host_position = facts.host_position_bytes
         self._migrated = 0  # KV and weight bytes a relocation moves, read by the next pass
         self._room_changed = False
+        # -relocate over several devices: each block's device now (None: the host), the
+        # blocks it sent home (``moved``), PrepLayer's cursor, the bytes each device's
+        # link carries for the moves (read by the next pass) and the placement of now
+        # (None: the plan's own)
+        spread = facts.spread
+        self._owner: list[int | None] = list(spread.owner) if spread is not None else []
+        self._gone_home: set[int] = set()
+        self._cursor = spread.cursor if spread is not None else 0
+        self._moves = [0] * len(facts.device_layers)
+        self._scan = _host_scan(spread.owner) if spread is not None else []
+        self._placed: Placed | None = None
+        self.spilled = 0  # ``devSpilled``
+        self.relocated = 0  # ``devRelocated``
+        self.reclaimed = 0  # ``devReclaimed``
         self._held: dict[str, int] = {}
         # per device with a pool: the oldest pages each row sent home (never brought back)
         self._home: list[dict[str, int]] = [{} for _ in facts.device_layers]
@@ -1153,6 +1304,8 @@ class JitllmEngine:
             if self._moved < len(f.relocate):
                 self._relocate_one(d, need)
                 continue
+            if f.spread is not None and self._relocate_from(d, need, callers):
+                continue
             if f.mixture and not f.relocate:
                 raise SimulationError(
                     f"{ENGINE}: the KV pool of device {d} cannot grow for the pass: "
@@ -1165,7 +1318,11 @@ class JitllmEngine:
                 "wholly written page left to send home; jitllm would move a block off the "
                 "card (-relocate)"
                 + (
-                    f", and {f.relocate_off}"
+                    ", and every block but the card's lowest has gone (to a later card or "
+                    "home): it would send that one home too, leaving the card without a "
+                    "block, which is not modelled by blis-jitllm"
+                    if f.spread is not None
+                    else f", and {f.relocate_off}"
                     if not f.relocate
                     else ", and every block but the first has gone: it would demote every "
                     "block to the host, which is not modelled by blis-jitllm"
@@ -1189,6 +1346,138 @@ class JitllmEngine:
         self._host_position += f.host_layer_position_bytes
         self._migrated += resident * f.layer_page_bytes
 
+    def _relocate_from(self, d: int, need: dict[str, int], callers: set[str]) -> bool:
+        """``relocateUntil`` over several devices, one block: device ``d`` refused
+        (``RefusalReporter``), so its highest block moves (``relocationVictim``; the
+        port keeps the card's lowest block there and returns False when only that one
+        is left). Its history comes home first over ``d``'s link (``migrateKV``); then
+        ``SpillAfter`` arms a later card, unless ``d`` is the last device or another
+        session (a row other than the pass's, or a second row) has history on the card
+        (``sharedBeyond``), and the block is offered on from the next card
+        (``PrepLayer``: the first that holds it resident beside its pool, the pool
+        taking a page run for the new layer): the spill reads the block through the
+        host pager (``Ensure``; its page then stays there, as the offer of a held block
+        drops none), uploads it and its history over that card's link, and leaves the
+        cursor there. Otherwise it goes home (``relocateHome``, remembered for
+        ``reclaim``): the card's copy is released, the cursor goes back to the device
+        holding the highest placed block (``ReleaseLayers``), and the next pass faults it
+        in through the pager. Either way its room on ``d`` goes to the pool."""
+        f = self._facts
+        spread = f.spread
+        assert spread is not None
+        mine = [i for i, o in enumerate(self._owner) if o == d]
+        if len(mine) < 2:
+            return False
+        li = mine[-1]
+        charge = spread.charges[li]
+        history = (sum(need.values()) - sum(self._home[d].values())) * f.layer_page_bytes
+        self._moves[d] += history
+        self._layers[d] -= 1
+        self._limits[d] += charge
+        target = None
+        if d < len(self._layers) - 1 and not self._shared(d, callers):
+            target = next(
+                (e for e in range(d + 1, len(self._layers)) if self._holds(e, charge)), None
+            )
+        if target is not None:
+            self._owner[li] = target
+            self._layers[target] += 1
+            self._limits[target] -= charge
+            self._moves[target] += charge + history
+            if self._pager is not None:
+                self._pager_reads += round(self._pager.touch(li, 0))
+            self._cursor = target
+            self.spilled += 1
+        else:
+            self._owner[li] = None
+            self._gone_home.add(li)
+            self._host_position += f.host_layer_position_bytes
+            self._cursor = self._tail()
+            self.relocated += 1
+        self._moved_now()
+        return True
+
+    def _shared(self, d: int, callers: set[str]) -> bool:
+        """``sharedBeyond``: a session other than the one moving the block has history
+        on device ``d``. Each row is a session of its own (the server's joint step is
+        ``LayersSessions`` across sessions), so: a row outside the pass, or a second
+        row, holds pages there."""
+        home = self._home[d]
+        holders = {rid for rid, pages in self._held.items() if pages - home.get(rid, 0) > 0}
+        return len(holders) > 1 or bool(holders - callers)
+
+    def _holds(self, e: int, charge: int) -> bool:
+        """Device ``e`` takes a block of ``charge`` resident beside its pool, which
+        grows a layer for it (``prepLayer``'s first pass; automatic placement never
+        pages a block)."""
+        f = self._facts
+        layers = self._layers[e] + 1
+        return self._pool_pages[e] * f.layer_page_bytes * layers <= self._limits[e] - charge
+
+    def _tail(self) -> int:
+        """``GPU.tail``: the device holding the highest placed block."""
+        return next(o for o in reversed(self._owner) if o is not None)
+
+    def _moved_now(self) -> None:
+        """After a move: the host's blocks in block order (the pager's scan) and the
+        placement a step now runs on."""
+        spread = self._facts.spread
+        assert spread is not None
+        owner = tuple(self._owner)
+        self._scan = _host_scan(owner)
+        self._placed = None if owner == spread.owner else spread.at(owner)
+
+    def _reclaim_spread(self) -> None:
+        """``reclaim`` over several devices: the blocks sent home are offered back,
+        lowest first, until one is not taken. Each offer reads the block through the
+        pager (``pageIn``) and goes to ``PrepLayer``, which walks the devices from its
+        cursor (or from the block's planned device, ``share``, when that is further):
+        the first that holds it beside its pool takes it, its weights and history
+        crossing that card's link, its page dropped, and the cursor stays there. The
+        offer ends by handing the free frames back (``TrimFree``)."""
+        f = self._facts
+        spread = f.spread
+        assert spread is not None
+        self._room_changed = False
+        pager = self._pager
+        share = spread.share
+        for li in sorted(self._gone_home):
+            if pager is not None:
+                self._pager_reads += round(pager.touch(li, 0))
+            charge = spread.charges[li]
+            start = self._cursor
+            if share is not None and li < len(share) and share[li] > start:
+                start = share[li]
+            target = next(
+                (e for e in range(start, len(self._layers)) if self._holds(e, charge)), None
+            )
+            if target is None:
+                break
+            resident = sum(self._held.values()) - sum(self._home[target].values())
+            self._gone_home.discard(li)
+            self._owner[li] = target
+            self._layers[target] += 1
+            self._limits[target] -= charge
+            self._host_position -= f.host_layer_position_bytes
+            self._moves[target] += charge + resident * f.layer_page_bytes
+            self._cursor = target
+            self.reclaimed += 1
+            if pager is not None:
+                pager.drop(li)
+        self._moved_now()
+        if pager is not None:
+            pager.trim_free()
+
+    def _where(self, tiled: bool) -> tuple[PartSlots, int, tuple[PlanPart, ...]]:
+        """The placement a step runs on now: its paging parts, and its ``part_set`` in
+        the plan or, where ``-relocate`` over several devices moved blocks, its own
+        parts (``StepShape.parts``)."""
+        f = self._facts
+        placed = self._placed
+        if placed is None:
+            return f.slots[self._moved], part_set(self._moved, len(f.relocate), tiled), ()
+        return placed.slots, 0, placed.tiled if tiled else placed.parts
+
     def _reclaim(self) -> None:
         """``reclaim``: once room came back (a row left), offer the blocks sent home back,
         lowest first, keeping each only while the pool still fits beside it. An offer
@@ -1203,6 +1492,9 @@ class JitllmEngine:
         :meth:`~blis_jitllm.paging.BudgetPager.bank_upload`) and every page of it is
         dropped."""
         f = self._facts
+        if f.spread is not None:
+            self._reclaim_spread()
+            return
         self._room_changed = False
         pager = self._pager
         while self._moved:
@@ -1433,7 +1725,7 @@ class JitllmEngine:
                 return None
             self._passes = list(it.passes)
             self._iteration_start_us = now_us
-            if self._moved and self._room_changed:
+            if (self._moved or self._gone_home) and self._room_changed:
                 self._reclaim()
             for units in self._passes:
                 self._take_pages(units)
@@ -1484,7 +1776,7 @@ class JitllmEngine:
         history they move over each device's link."""
         self._step_id += 1
         self._swaps = swaps
-        slots = self._facts.slots[self._moved]
+        slots, where, parts = self._where(False)
         page_in = [0] * slots.paging
         for slot, num_bytes in zip(slots.devices, self._swap, strict=True):
             if slot is not None:
@@ -1497,7 +1789,8 @@ class JitllmEngine:
             padded_tokens=0,
             graph_mode=GraphMode.FULL,
             page_in_bytes=tuple(page_in) if any(page_in) else (),
-            part_set=self._moved,
+            part_set=where,
+            parts=parts,
         )
 
     def _streams_too_many(self) -> bool:
@@ -1549,13 +1842,15 @@ class JitllmEngine:
         # every pass runs every block: the host pager reads the blocks it does not hold,
         # each device the history its rows sent home
         f = self._facts
-        slots = f.slots[self._moved]
+        slots, where, parts = self._where(runs_tiled(tokens, f.quantized))
         page_in = [0] * slots.paging
         if self._pager is not None:
             # the blocks sent home (the pages below the plan's host blocks) and those,
-            # with the expert pages the pass's rows chose that the pager does not hold
+            # with the expert pages the pass's rows chose that the pager does not hold;
+            # over several devices, the blocks on the host in block order
             first = len(f.relocate) - self._moved
-            read = round(self._pager.run_pass(first, tokens)) + self._pager_reads
+            scan = self._scan if f.spread is not None else None
+            read = round(self._pager.run_pass(first, tokens, scan)) + self._pager_reads
             self._pager_reads = 0
             if slots.pager is not None:
                 page_in[slots.pager] = read
@@ -1568,7 +1863,9 @@ class JitllmEngine:
             if slot is not None:
                 upload = restored * self._facts.layer_position_bytes * self._layers[d]
                 page_in[slot] += streamed[d] + upload + self._migrated + experts[d]
+                page_in[slot] += self._moves[d]
                 self._migrated = 0
+                self._moves[d] = 0
         # a run of blocks goes to its device as one submission (jitllm reports one
         # submission a token with every block on the card), not one launch a kernel
         return StepShape(
@@ -1578,9 +1875,8 @@ class JitllmEngine:
             padded_tokens=tokens,
             graph_mode=GraphMode.FULL,
             page_in_bytes=tuple(page_in) if any(page_in) else (),
-            part_set=part_set(
-                self._moved, len(self._facts.relocate), runs_tiled(tokens, self._facts.quantized)
-            ),
+            part_set=where,
+            parts=parts,
         )
 
     def _expert_uploads(self, tokens: int) -> list[int]:
@@ -1675,6 +1971,11 @@ class JitllmEngine:
     def num_unfinished(self) -> int:
         """Requests queued or in rows, not yet reported finished."""
         return len(self._requests)
+
+
+def _host_scan(owner: tuple[int | None, ...]) -> list[int]:
+    """The blocks on the host, in block order: the pager's scan over several devices."""
+    return [i for i, o in enumerate(owner) if o is None]
 
 
 def _host_pages_fit(facts: PoolFacts) -> bool:
@@ -1803,7 +2104,14 @@ class JitllmEngineFactory:
                 else "off: the pool names no machine, whose host memory holds it"
             ),
             "relocate": (
-                f"on: up to {len(facts.relocate)} blocks go home as the history grows"
+                f"on over {facts.devices} devices: a full card's highest block moves to the "
+                "first later card that holds it (SpillAfter; not from the last card, nor "
+                "while another row has history on the card) or else home, read through the "
+                "host pager; the card's lowest block stays; blocks home come back lowest "
+                "first when a row leaves, to the first card from PrepLayer's cursor that "
+                "holds them"
+                if facts.spread is not None
+                else f"on: up to {len(facts.relocate)} blocks go home as the history grows"
                 + (", read through the host pager" if facts.pager_sizes else "")
                 + (
                     " (a mixture block's shared part as a block page and its routed "

@@ -82,7 +82,7 @@ modelled.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from blis_jitllm.moe import ExpertBank, pass_upload_sheets
@@ -270,12 +270,12 @@ class BudgetPager:
             )
         return read
 
-    def preload(self, first: int = 0) -> float:
-        """Every page from block ``first`` on read once, every expert page of every bank
-        too (``File.Preload``, which runs where the budget holds every page); returns
-        the bytes read."""
+    def preload(self, first: int = 0, pages: Sequence[int] | None = None) -> float:
+        """Every page from block ``first`` on (or every one of ``pages``, in their order)
+        read once, every expert page of every bank too (``File.Preload``, which runs
+        where the budget holds every page); returns the bytes read."""
         read: float = 0
-        for li in range(first, len(self.sizes)):
+        for li in range(first, len(self.sizes)) if pages is None else pages:
             read += self._claim_block(li)
             bank = self.banks[li] if self.banks else None
             if bank is not None:
@@ -290,10 +290,13 @@ class BudgetPager:
         chosen.)"""
         return self._block_victim(-1)
 
-    def run_pass(self, first: int = 0, rows: int = 1) -> float:
+    def run_pass(self, first: int = 0, rows: int = 1, pages: Sequence[int] | None = None) -> float:
         """One forward pass of ``rows`` tokens over the blocks from ``first`` (every
-        block by default) to the last; returns the bytes it paged in."""
-        return sum(self.touch(li, rows) for li in range(first, len(self.sizes)))
+        block by default) to the last, or over ``pages`` in their order (the blocks on
+        the host where ``-relocate`` over several devices leaves them between device
+        runs); returns the bytes it paged in."""
+        scan = range(first, len(self.sizes)) if pages is None else pages
+        return sum(self.touch(li, rows) for li in scan)
 
     def drop(self, li: int) -> None:
         """``File.DropPage``: block ``li`` leaves the pager (a device took it); its

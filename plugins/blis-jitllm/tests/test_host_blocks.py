@@ -384,8 +384,10 @@ def test_relocate_is_not_modelled_where_the_pager_holds_no_block_it_would_send_h
     diskless = machine.model_copy(update={"storage": None})
     none = _relocation(diskless, [0], owner, blocks, settings, gib // 4, 0, True, (gib // 10,))
     assert none.relocate == () and "names no disk" in none.why_not
+    # several devices: each block is a page of the pager, in block order
     two = _relocation(machine, [0, 1], (0, 1, 1, None), blocks, settings, 0, 0, True, ())
-    assert two.relocate == () and "tier.GPU.SpillAfter" in two.why_not
+    assert two.relocate == () and two.spread and two.why_not == ""
+    assert two.pager_sizes == tuple(blocks)
 
 
 def _one_at_a_time(engine: object) -> list[StepShape]:

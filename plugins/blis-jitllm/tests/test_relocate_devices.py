@@ -1,0 +1,357 @@
+"""``-relocate`` over several devices (``docs/upstream/jitllm.md`` §1.8, §8): the card
+whose pool cannot grow gives up its highest block, to the first later card that holds
+it (``SpillAfter``) or else home; blocks home come back lowest first, from
+``PrepLayer``'s cursor; a step carries the placement it ran on (``StepShape.parts``)."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+
+import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import InputRefused
+from blis_core.contracts.plan import LayerKind, ParallelLayout, PlanPart
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import StepShape
+
+from blis_jitllm import JitllmEngine, JitllmEngineFactory
+from blis_jitllm.settings import resolve_settings
+
+V100 = "V100-SXM2-16GB"
+XEON = "Xeon-E5-2680-v4"
+BOX = "v100-sxm2-8x-e5-2680v4"
+LLAMA70 = "meta-llama/Llama-3.1-70B-Instruct"
+LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
+#: the 8B on two cards, the first pinned so small that its seven blocks leave it no
+#: KV page: -relocate must move blocks off it before the first pass
+TWO: dict[str, object] = {"devices": "cuda:0=1.5G,cuda:1=6G", "max-seq": 16384, "max-queue": -1}
+
+
+def _spec(model: str = LLAMA8, /, **args: object) -> EnginePoolSpec:
+    load = "Llama-3.3-70B-Instruct-Q4_K_M.gguf" if model == LLAMA70 else "llama-8b-Q4_K_M.gguf"
+    return EnginePoolSpec("p", model, V100, ParallelLayout(), {"load": load, **args}, machine=BOX)
+
+
+def _build(env: Environment, spec: EnginePoolSpec) -> JitllmEngine:
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    assert isinstance(engine, JitllmEngine)
+    return engine
+
+
+def _runs(owner: list[int | None] | tuple[int | None, ...]) -> list[tuple[int | None, int, int]]:
+    """(device or None, first block, last block) for each run of one owner."""
+    runs: list[tuple[int | None, int, int]] = []
+    for i, o in enumerate(owner):
+        if runs and runs[-1][0] == o:
+            runs[-1] = (o, runs[-1][1], i)
+        else:
+            runs.append((o, i, i))
+    return runs
+
+
+def _blocks(part: PlanPart) -> int:
+    return sum(x.count for x in part.layers if x.kind is LayerKind.QKV_PROJ)
+
+
+def _charge(engine: JitllmEngine, li: int) -> int:
+    spread = engine._facts.spread
+    assert spread is not None
+    return spread.charges[li]
+
+
+def test_a_full_cards_highest_block_spills_to_the_next_card(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Card 0 holds blocks 0-6 and no KV page (0.005 GiB left beside them); card 1 has
+    1.96 GiB. The first pass (a 512-row chunk: two pages of 256 positions and the pool's
+    dummy, 3 pages of 2 MiB a layer) cannot grow card 0's pool, so its highest block, 6,
+    spills to card 1 (one row, so no other session has history on it; card 1 holds it
+    beside its pool): then card 0's six layers need 36 MiB, which block 6's 0.13 GiB
+    covers. The card's history of block 6 comes home over card 0's link (the two pages
+    the pass writes, as the one-device port counts it) and goes up card 1's with the
+    block's weights; the step runs on its own placement, one crossing as before."""
+    env = blis_environment("p-0")
+    f = JitllmEngineFactory()
+    plan = f.plan(_spec(**TWO), env)
+    assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks == 0
+    assert [_blocks(p) for p in plan.parts if p.hardware == V100] == [7, 25]
+    resolved = f.resolved_args(_spec(**TWO), env)
+    assert str(resolved["relocate"]).startswith("on over 2 devices")
+    engine = _build(env, _spec(**TWO))
+    facts = engine._facts
+    assert facts.kv_limits[0] < 3 * facts.layer_page_bytes * 7  # no room for the pass
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 12000),), 8), 0)
+    first = engine.schedule(0)
+    assert first is not None
+    assert _runs(engine._owner) == [(0, 0, 5), (1, 6, 31)]
+    assert (engine.spilled, engine.relocated) == (1, 0)
+    assert engine._cursor == 1  # PrepLayer left it on the card that took the block
+    # the step names its own placement: card 0 runs 6 blocks, card 1 the other 26 and
+    # the head; nothing runs on the host but the embedding
+    assert first.part_set == 0 and first.parts
+    assert [(p.hardware, _blocks(p)) for p in first.parts] == [(XEON, 0), (V100, 6), (V100, 26)]
+    history = 2 * facts.layer_page_bytes
+    assert first.page_in_bytes == (history, _charge(engine, 6) + history)
+    # the same placement is the same tuple from step to step (the cost model's cache)
+    engine.complete(first, 1000)
+    nxt = engine.schedule(1000)
+    assert nxt is not None and nxt.parts is first.parts
+    # and the cost model prices it
+    assert env.price_step(engine.plan, nxt) > 0
+
+
+def test_the_last_card_and_a_full_next_card_send_blocks_home(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """As the 12,000-token prompt's history grows, card 1 fills too: card 0's next
+    victims then find no later card with room and go home (between the two device runs,
+    no extra crossing of the residual), and card 1, the last device, always sends its
+    highest block home. Each move takes the highest block of the card that refused, and
+    the card's lowest block stays; every block home is read through the host pager on
+    the pass it moved for."""
+    env = blis_environment("p-0")
+    engine = _build(env, _spec(**TWO))
+    moves: list[tuple[int, int, int | None]] = []  # (card, block, where it went)
+    relocate = engine._relocate_from
+
+    def watch(d: int, need: dict[str, int], callers: set[str]) -> bool:
+        before = list(engine._owner)
+        mine = [i for i, o in enumerate(before) if o == d]
+        moved = relocate(d, need, callers)
+        if moved:
+            li = mine[-1]
+            assert engine._owner[li] != d and before[li] == d
+            moves.append((d, li, engine._owner[li]))
+        else:
+            assert len(mine) == 1  # only the card's lowest block was left
+        return moved
+
+    engine._relocate_from = watch  # type: ignore[method-assign]
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 12000),), 64), 0)
+    shapes = _run(engine)
+    # card 0: 6 and 5 spill onto card 1 while it has room, 4 and then 3 go home; card 1
+    # (the last device) sends 31, 30, 29 and 28 home
+    assert moves == [
+        (0, 6, 1),
+        (0, 5, 1),
+        (0, 4, None),
+        (1, 31, None),
+        (1, 30, None),
+        (1, 29, None),
+        (1, 28, None),
+        (0, 3, None),
+    ]
+    assert _runs(engine._owner) == [(0, 0, 2), (None, 3, 4), (1, 5, 27), (None, 28, 31)]
+    assert sorted(engine._gone_home) == [3, 4, 28, 29, 30, 31]
+    assert engine._cursor == 1  # ReleaseLayers: the card of the highest placed block
+    assert engine.scrape()["jitllm_tokens_generated_total"] == 64
+    # the pass after a block went home read it through the pager (the paging part of
+    # the host run that holds it), once: the pager holds every block here
+    last = shapes[-1]
+    assert [(p.hardware, _blocks(p)) for p in last.parts if _blocks(p)] == [
+        (V100, 3),
+        (XEON, 2),
+        (V100, 23),
+        (XEON, 4),
+    ]
+    pager = engine._pager
+    assert pager is not None and {3, 4, 28, 29, 30, 31} <= pager.resident
+    assert pager.page_in_bytes == sum(_charge(engine, i) for i in (3, 4, 5, 6, 28, 29, 30, 31))
+
+
+def test_a_spill_skips_a_full_card_for_a_later_one_with_room(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Llama-3.3-70B over three V100s fills each card in turn (29, 29 and 22 blocks),
+    leaving card 0 0.03 GiB, card 1 0.37 and card 2 2.48: no KV page on card 0. Its
+    highest block, 28, spills (PrepLayer walks the cards after it): card 1 cannot hold
+    it (0.45 GiB) beside its pool, card 2 can, so block 28 runs on card 2 between
+    card 0's and card 1's runs (upstream's router does not keep the runs contiguous
+    then); the plan that was refused for want of a KV page now runs."""
+    env = blis_environment("p-0")
+    spec = _spec(LLAMA70, devices="cuda:0,cuda:1,cuda:2", **{"max-seq": 4096})
+    engine = _build(env, spec)
+    assert engine._facts.device_layers == (29, 29, 22)
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 514),), 64), 0)
+    shapes = _run(engine)
+    assert _runs(engine._owner) == [(0, 0, 27), (2, 28, 28), (1, 29, 57), (2, 58, 79)]
+    assert (engine.spilled, engine.relocated) == (1, 0)
+    assert engine._cursor == 2
+    assert engine.scrape()["jitllm_tokens_generated_total"] == 64
+    # one paging part a device (its first run) and none for the host: nothing went home
+    first = shapes[0]
+    assert [p.hardware for p in first.parts] == [XEON, V100, V100, V100, V100]
+    assert first.page_in_bytes[1] == _charge(engine, 28) + 2 * engine._facts.layer_page_bytes
+
+
+def test_another_rows_history_on_the_card_keeps_the_block_from_spilling(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``SpillAfter`` refuses a block another session has history on (the move would
+    free that history with the old copy; each row is a session of its own): with a row
+    outside the pass, or two rows, holding pages on card 0, its highest block goes home
+    although card 1 has room for it; with the pass's one row alone it spills."""
+    env = blis_environment("p-0")
+    for held, callers, where in (
+        ({"a": 2}, {"a"}, 1),  # the pass's own row: spills
+        ({"a": 2}, {"b"}, None),  # another row's history: home
+        ({"a": 1, "b": 1}, {"a", "b"}, None),  # two sessions: home
+        ({}, {"a", "b"}, 1),  # nobody's history yet: spills
+    ):
+        engine = _build(env, _spec(**TWO))
+        engine._held = dict(held)
+        need = {rid: pages + 1 for rid, pages in held.items()} or {"a": 2}
+        assert engine._relocate_from(0, need, callers)
+        assert engine._owner[6] == where
+        assert (engine.spilled, engine.relocated) == ((1, 0) if where == 1 else (0, 1))
+        # history first comes home over card 0's link, whichever way the block goes
+        assert engine._moves[0] == sum(need.values()) * engine._facts.layer_page_bytes
+
+
+def test_blocks_come_back_lowest_first_from_the_cursor(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``reclaim``: when room returns (here a budget raised, one of jitllm's room
+    reports) the blocks home are offered back lowest first, each read through the pager,
+    to the cards from ``PrepLayer``'s cursor: it is on card 1 (the card of the highest
+    placed block, where the last release left it), so room on card 0 brings nothing back;
+    room on card 1 for two blocks brings 3 and 4 back there (not to card 0, where they
+    came from), and the offer of 28 then finds no room and ends the reclaim."""
+    env = blis_environment("p-0")
+    engine = _build(env, _spec(**TWO))
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 12000),), 64), 0)
+    _run(engine)
+    assert engine.schedule(10**9) is None and not engine._held  # the row retired
+    assert sorted(engine._gone_home) == [3, 4, 28, 29, 30, 31] and engine._cursor == 1
+    facts = engine._facts
+    assert facts.spread is not None and facts.spread.share is None  # fill-first
+    pager = engine._pager
+    assert pager is not None
+    engine._limits[0] += 8 << 30
+    engine._reclaim()
+    assert sorted(engine._gone_home) == [3, 4, 28, 29, 30, 31] and engine.reclaimed == 0
+    engine._limits[0] -= 8 << 30
+    # card 1 short of one more layer's pool beside block 3, by ``short``
+    run = engine._pool_pages[1] * facts.layer_page_bytes
+    short = run * (engine._layers[1] + 1) - engine._limits[1]
+    c3, c4 = _charge(engine, 3), _charge(engine, 4)
+    engine._limits[1] += short + c3 + c4 + run + 1
+    layers, before = engine._layers[1], engine._moves[1]
+    engine._reclaim()
+    assert sorted(engine._gone_home) == [28, 29, 30, 31] and engine.reclaimed == 2
+    assert engine._owner[3] == engine._owner[4] == 1 and engine._layers[1] == layers + 2
+    assert _runs(engine._owner) == [(0, 0, 2), (1, 3, 27), (None, 28, 31)]
+    # no row holds history: the weights alone go up card 1's link, on the next pass
+    assert engine._moves[1] - before == c3 + c4
+    assert 3 not in pager.resident and 4 not in pager.resident  # dropped once taken
+    assert 28 in pager.resident  # offered (read: a hit), declined, kept
+    assert engine._cursor == 1
+
+
+def test_relocate_over_several_devices_is_refused_by_name_where_not_modelled(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Not modelled, each with its reason: a device -devices names that the placement
+    leaves empty (a spill could open a pool there mid-run), mixture blocks, a machine
+    without a disk, every card holding one block, a pager budget below a block; a card
+    left without a KV page is then refused at plan time naming the reason."""
+    from blis_jitllm.engine import _relocation
+    from blis_jitllm.moe import ExpertBank
+
+    machine = blis_environment("p-0").machine(BOX)
+    gib = 2**30
+    settings = resolve_settings({"load": "llama-8b-Q4_K_M.gguf", "maxmem": "1G"}, 4096)
+    blocks = [gib // 10] * 4
+    names = ("cuda:0", "cuda:1", "cuda:2")
+
+    def why(**kw: object) -> str:
+        args: dict[str, object] = {
+            "machine": machine,
+            "pooled": [0, 1],
+            "owner": (0, 0, 1, 1),
+            "blocks": blocks,
+            "settings": settings,
+            "embedding": gib // 4,
+            "head": 0,
+            "head_on_device": True,
+            "host_sizes": (),
+            "names": names[:2],
+        }
+        args.update(kw)
+        reloc = _relocation(**args)  # type: ignore[arg-type]
+        return reloc.why_not
+
+    assert why() == ""
+    assert "cuda:2, which the placement leaves without a block" in why(names=names)
+    bank = ExpertBank(8, 2, gib // 100)
+    assert "mixture blocks on 2 devices" in why(banks=[bank] * 4)
+    diskless = machine.model_copy(update={"storage": None})
+    assert "names no disk" in why(machine=diskless)
+    assert "every card holds one block" in why(owner=(0, 1, None, None))
+    assert "holds less than one block" in why(embedding=19 * gib // 20)
+    env = blis_environment("p-0")
+    with pytest.raises(InputRefused) as exc:
+        three = {"devices": "cuda:0,cuda:1,cuda:2", "max-seq": 4096, "maxmem": "1G"}
+        JitllmEngineFactory().plan(_spec(LLAMA70, **three), env)
+    cause = exc.value.errors[0].cause
+    assert exc.value.errors[0].path == "engine.args.gpu-layers"
+    assert "holds less than one block" in cause and "gpu-layers 76 leaves room" in cause
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_request_gets_exactly_its_tokens_as_blocks_move(
+    blis_environment: Callable[[str], Environment], seed: int
+) -> None:
+    """Random arrivals, prompts and answers on the two cards: every request is answered
+    with exactly its tokens, every card keeps its lowest block, each device's pool fits
+    its budget beside the blocks it holds once grown, and every step's own placement runs each
+    block exactly once."""
+    rnd = random.Random(seed)
+    env = blis_environment("p-0")
+    engine = _build(env, _spec(**TWO))
+    want: dict[str, int] = {}
+    arrivals = sorted(rnd.randrange(0, 400_000) for _ in range(6))
+    pending = deque(
+        (t, f"r{i}", rnd.randrange(200, 9000), rnd.randrange(1, 200))
+        for i, t in enumerate(arrivals)
+    )
+    got: dict[str, int] = {}
+    lowest = [min(i for i, o in enumerate(engine._owner) if o == d) for d in range(2)]
+    now = 0
+    launched: deque[StepShape] = deque()
+    while pending or engine.num_unfinished():
+        while pending and pending[0][0] <= now:
+            _, rid, n, m = pending.popleft()
+            want[rid] = m
+            engine.add_request(InferenceRequest(rid, now, (PromptSegment(rid, n),), m), now)
+        while (shape := engine.schedule(now)) is not None:
+            launched.append(shape)
+            if shape.parts:
+                total = sum(_blocks(p) for p in shape.parts)
+                assert total == 32
+            assert env.price_step(engine.plan, shape) > 0
+        now += 5000
+        if launched:
+            out = engine.complete(launched.popleft(), now)
+            for fin in out.finished:
+                got[fin.request_id] = fin.output_tokens
+        for d in range(2):
+            assert engine._owner[lowest[d]] == d
+            lpb = engine._facts.layer_page_bytes
+            if engine._pool_pages[d] > 1:  # grown past the dummy page the load counts
+                assert engine._pool_pages[d] * lpb * engine._layers[d] <= engine._limits[d]
+    assert got == want
+    assert engine.spilled + engine.relocated > 0
+
+
+def _run(engine: JitllmEngine) -> list[StepShape]:
+    shapes, now = [], 0
+    while engine.num_unfinished():
+        shape = engine.schedule(now)
+        assert shape is not None
+        shapes.append(shape)
+        now += 1000
+        engine.complete(shape, now)
+    return shapes
