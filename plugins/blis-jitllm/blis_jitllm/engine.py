@@ -1052,9 +1052,11 @@ def _spread_relocation(
     a pager budget below the largest block."""
     if banks is not None:
         return _Relocation(
-            why_not=f"mixture blocks on {len(pooled)} devices: a block spilled to the next "
+            why_not=f"mixture blocks with -devices naming {len(names)} devices "
+            f"({', '.join(names)}; {len(pooled)} hold blocks): a block spilled to a later "
             "card (tier.GPU.SpillAfter) uploads its routed bank through the host pager's "
-            "expert pages, which blis-jitllm does not model over several devices"
+            "expert pages (bankWeight), which blis-jitllm does not model over several "
+            "devices; name one device to run the one-device port"
         )
     if machine.storage is None:
         return _Relocation(

@@ -383,7 +383,10 @@ def test_relocate_over_several_devices_is_refused_by_name_where_not_modelled(
     # a device the placement left empty is modelled (its pool opens with its first block)
     assert why(names=names) == ""
     bank = ExpertBank(8, 2, gib // 100)
-    assert "mixture blocks on 2 devices" in why(banks=[bank] * 4)
+    assert "mixture blocks with -devices naming 2 devices" in why(banks=[bank] * 4)
+    # one card holding them, another named and empty: a spill could reach the empty one
+    one = why(banks=[bank] * 4, pooled=[0], owner=(0, 0, 0, 0))
+    assert "naming 2 devices (cuda:0, cuda:1; 1 hold blocks)" in one
     diskless = machine.model_copy(update={"storage": None})
     assert "names no disk" in why(machine=diskless)
     assert "every card holds one block" in why(owner=(0, 1, None, None))
