@@ -139,7 +139,9 @@ class PoolFacts:
     """What the plan phase decided that the running engine needs."""
 
     device_layers: tuple[int, ...]
-    """per device that holds blocks: the attention layers whose KV its pool holds"""
+    """per device that holds blocks (with ``-relocate`` over several devices, per device
+    ``-devices`` names, 0 for one the placement left empty): the attention layers whose
+    KV its pool holds"""
     kv_limits: tuple[int, ...]
     """per such device: the bytes its KV pool may take after blocks, head and scratch"""
     page: int
@@ -799,6 +801,15 @@ def _plan(
         lim // (layer_page * layers) - 1
         for lim, layers in zip(kv_limits, device_layers, strict=True)
     ]
+    # the devices the engine keeps a pool for: those that hold blocks, and over several
+    # devices with -relocate every device -devices names, since a spill may reach a card
+    # the placement left empty (its budget less the scratch reserved on every device;
+    # its pool opens with its first block)
+    held = list(range(len(devices))) if spread is not None else pooled
+    held_layers = tuple(sum(1 for o in owner if o == d) for d in held)
+    held_limits = tuple(
+        budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in held
+    )
     if any(x < 1 for x in pages) and streamed:
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         raise InputRefused.one(
@@ -852,8 +863,8 @@ def _plan(
         }
     )
     facts = PoolFacts(
-        device_layers,
-        kv_limits,
+        held_layers,
+        held_limits,
         p,
         device_blocks=on_device,
         host_blocks=n - on_device,
@@ -875,13 +886,11 @@ def _plan(
         devices=len(pooled),
         paging_parts=sum(1 for x in parts.parts if x.page_link is not None),
         pager_slot=parts.pager_slot,
-        device_slots=tuple(parts.device_slots[d] for d in pooled),
+        device_slots=tuple(parts.device_slots[d] for d in held),
         relocate=relocate,
         relocate_off=reloc.why_not,
         spread=spread,
-        slots=tuple(
-            PartSlots(x.paging, x.pager, tuple(x.devices[d] for d in pooled)) for x in slots
-        ),
+        slots=tuple(PartSlots(x.paging, x.pager, tuple(x.devices[d] for d in held)) for x in slots),
         layer_position_bytes=page_bytes(kv_row, 1),
         host_layer_position_bytes=host_layer,
         host_page=host_page,
@@ -901,7 +910,7 @@ def _plan(
                 sum(1 for o, st in zip(owner, mixture.streamed, strict=True) if o == d and st),
                 mixture.caches[d],
             )
-            for d in pooled
+            for d in held
         )
         if mixture is not None
         else (),
@@ -1033,24 +1042,21 @@ def _spread_relocation(
     weights come from the host pager whichever way it goes (a spill's upload is read
     through it, ``Ensure``; a block home is faulted in through it), so the pager's
     pages are every block in block order, in the budget the host's weight budget leaves
-    beside the embedding and a host head. Not modelled, with the reason: a device
-    ``-devices`` names that the placement leaves without a block (a spill may reach it,
-    and its pool would open mid-run), mixture blocks (a spilled bank's upload and its
-    expert pages), a machine that names no disk, every card holding one block, and a
-    pager budget below the largest block."""
-    empty = [names[d] for d in range(len(names)) if d not in pooled]
-    if empty:
-        return _Relocation(
-            why_not=f"-devices names {', '.join(empty)}, which the placement leaves without "
-            "a block: a full card's highest block may spill onto it "
-            "(tier.GPU.SpillAfter), and a KV pool opened mid-run is not modelled by "
-            "blis-jitllm"
-        )
+    beside the embedding and a host head. A device ``-devices`` names that the
+    placement leaves without a block is in the router's list all the same (``GPU.devs``:
+    ``Placed`` counts a block-less device as 0; ``planShares`` takes the fewest devices
+    that hold the need, fill-first the first that have room), so a spill or an offer
+    back may reach it: its pool opens with its first block (``kvPages``: "made on first
+    use"). Not modelled, with the reason: mixture blocks (a spilled bank's upload and
+    its expert pages), a machine that names no disk, every card holding one block, and
+    a pager budget below the largest block."""
     if banks is not None:
         return _Relocation(
-            why_not=f"mixture blocks on {len(pooled)} devices: a block spilled to the next "
+            why_not=f"mixture blocks with -devices naming {len(names)} devices "
+            f"({', '.join(names)}; {len(pooled)} hold blocks): a block spilled to a later "
             "card (tier.GPU.SpillAfter) uploads its routed bank through the host pager's "
-            "expert pages, which blis-jitllm does not model over several devices"
+            "expert pages (bankWeight), which blis-jitllm does not model over several "
+            "devices; name one device to run the one-device port"
         )
     if machine.storage is None:
         return _Relocation(
@@ -1181,8 +1187,10 @@ class JitllmEngine:
                 self._pager.preload(len(facts.relocate), scan)
             elif settings.warm:
                 self._pager.run_pass(len(facts.relocate), 1, scan)
-        # per device with a pool: pages a layer, the dummy included
-        self._pool_pages = [1] * len(facts.device_layers)
+        # per device with a pool: pages a layer, the dummy included; 0 where the device
+        # holds no block yet (over several devices, a card the placement left empty,
+        # whose pool opens with its first block: ``kvPages``, made on first use)
+        self._pool_pages = [1 if layers else 0 for layers in facts.device_layers]
         # -relocate: blocks sent home so far, and what the devices hold now
         self._moved = 0
         self._layers = list(facts.device_layers)
@@ -1248,7 +1256,8 @@ class JitllmEngine:
         total = sum(self._held.values())
         rooms = [
             DeviceKVRoom(
-                free_pages=(pages - 1 - (total - sum(home.values())),),
+                # a device with no block has no pool and is not asked (``owners``)
+                free_pages=(pages - 1 - (total - sum(home.values())),) if layers else (),
                 page_bytes=(f.layer_page_bytes * layers,),  # its layers grow alike
                 grow_bytes=max(limit - pages * f.layer_page_bytes * layers, 0),
             )
@@ -1285,6 +1294,8 @@ class JitllmEngine:
         the highest block home and try again (``relocateFor``: the seam follows the KV);
         else send rows' written history home (``evictForRoom``)."""
         f = self._facts
+        if not self._layers[d]:
+            return  # no block there yet: ``ReserveKV`` asks only the devices that hold one
         while True:
             pages, layers, limit = self._pool_pages[d], self._layers[d], self._limits[d]
             home = self._home[d]
@@ -1377,9 +1388,11 @@ class JitllmEngine:
         target = None
         if d < len(self._layers) - 1 and not self._shared(d, callers):
             target = next(
-                (e for e in range(d + 1, len(self._layers)) if self._holds(e, charge)), None
+                (e for e in range(d + 1, len(self._layers)) if self._holds(e, charge, need)),
+                None,
             )
         if target is not None:
+            self._open(target)
             self._owner[li] = target
             self._layers[target] += 1
             self._limits[target] -= charge
@@ -1406,13 +1419,26 @@ class JitllmEngine:
         holders = {rid for rid, pages in self._held.items() if pages - home.get(rid, 0) > 0}
         return len(holders) > 1 or bool(holders - callers)
 
-    def _holds(self, e: int, charge: int) -> bool:
+    def _holds(self, e: int, charge: int, need: Mapping[str, int]) -> bool:
         """Device ``e`` takes a block of ``charge`` resident beside its pool, which
         grows a layer for it (``prepLayer``'s first pass; automatic placement never
-        pages a block)."""
+        pages a block). A device that holds no block has no pool yet: the block's layer
+        would open it, so it must hold the pages the rows ``need`` there and the dummy
+        page, and at least the two pages ``permBytes`` charges a fresh layer
+        (``pagedLayerBytes``: a dummy and one per session seat, ``-sessions`` 1)."""
         f = self._facts
+        if not self._pool_pages[e]:
+            want = sum(need.values()) - sum(self._home[e].values()) + 1
+            return max(want, 2) * f.layer_page_bytes <= self._limits[e] - charge
         layers = self._layers[e] + 1
         return self._pool_pages[e] * f.layer_page_bytes * layers <= self._limits[e] - charge
+
+    def _open(self, e: int) -> None:
+        """A block lands on device ``e``: a device that held none opens its pool
+        (``kvPages``) with the dummy page, the page size ``P`` of every pool (the rule is
+        the context's, the same on every card); the pass's room grows it as any pool."""
+        if not self._pool_pages[e]:
+            self._pool_pages[e] = 1
 
     def _tail(self) -> int:
         """``GPU.tail``: the device holding the highest placed block."""
@@ -1449,10 +1475,12 @@ class JitllmEngine:
             if share is not None and li < len(share) and share[li] > start:
                 start = share[li]
             target = next(
-                (e for e in range(start, len(self._layers)) if self._holds(e, charge)), None
+                (e for e in range(start, len(self._layers)) if self._holds(e, charge, self._held)),
+                None,
             )
             if target is None:
                 break
+            self._open(target)
             resident = sum(self._held.values()) - sum(self._home[target].values())
             self._gone_home.discard(li)
             self._owner[li] = target
@@ -2104,12 +2132,18 @@ class JitllmEngineFactory:
                 else "off: the pool names no machine, whose host memory holds it"
             ),
             "relocate": (
-                f"on over {facts.devices} devices: a full card's highest block moves to the "
-                "first later card that holds it (SpillAfter; not from the last card, nor "
-                "while another row has history on the card) or else home, read through the "
-                "host pager; the card's lowest block stays; blocks home come back lowest "
-                "first when a row leaves, to the first card from PrepLayer's cursor that "
-                "holds them"
+                f"on over {len(facts.device_layers)} devices: a full card's highest block "
+                "moves to the first later card that holds it (SpillAfter; not from the last "
+                "card, nor while another row has history on the card) or else home, read "
+                "through the host pager; the card's lowest block stays; blocks home come "
+                "back lowest first when a row leaves, to the first card from PrepLayer's "
+                "cursor that holds them"
+                + (
+                    f"; {empty} of them hold no block at the load, and each opens its KV "
+                    "pool with the first block that reaches it"
+                    if (empty := sum(1 for x in facts.device_layers if not x))
+                    else ""
+                )
                 if facts.spread is not None
                 else f"on: up to {len(facts.relocate)} blocks go home as the history grows"
                 + (", read through the host pager" if facts.pager_sizes else "")

@@ -27,6 +27,14 @@ LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 #: the 8B on two cards, the first pinned so small that its seven blocks leave it no
 #: KV page: -relocate must move blocks off it before the first pass
 TWO: dict[str, object] = {"devices": "cuda:0=1.5G,cuda:1=6G", "max-seq": 16384, "max-queue": -1}
+#: the 8B on two cards that fill-first packs onto card 0 (no prefix of the two holds it
+#: with one context's history and a tenth spare, so planShares leaves no plan), leaving
+#: card 0 0.082 GiB beside its 32 blocks (no KV page) and card 1 without a block
+EMPTY: dict[str, object] = {
+    "devices": "cuda:0=4.6G,cuda:1=2G",
+    "max-seq": 16384,
+    "max-queue": -1,
+}
 
 
 def _spec(model: str = LLAMA8, /, **args: object) -> EnginePoolSpec:
@@ -100,6 +108,94 @@ def test_a_full_cards_highest_block_spills_to_the_next_card(
     assert nxt is not None and nxt.parts is first.parts
     # and the cost model prices it
     assert env.price_step(engine.plan, nxt) > 0
+
+
+def test_a_card_left_empty_opens_its_pool_when_a_block_spills_onto_it(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """A device -devices names and the placement leaves empty is still one of the
+    router's devices (``GPU.devs``), so ``SpillAfter`` arms it: card 0 holds all 32
+    blocks and 0.082 GiB, less than the 3 pages of 2 MiB its 32 layers need for the
+    first 512-row chunk (192 MiB), so its highest block, 31, spills onto card 1, which
+    has no pool: it opens one (the dummy page, grown by the pass to 3 pages, as card 0's
+    31 layers are), and block 31's weights and its history (2 pages) go up card 1's
+    link. Without block 31 card 0's 31 layers fit their 3 pages. The head stays on the
+    host, so the step has a head part of its own after card 1's. The plan was refused
+    while a named empty card was not modelled, and ran the one-device port (blocks home)
+    before that."""
+    env = blis_environment("p-0")
+    f = JitllmEngineFactory()
+    plan = f.plan(_spec(**EMPTY), env)
+    assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks == 0
+    assert [_blocks(p) for p in plan.parts if p.hardware == V100] == [32]
+    resolved = str(f.resolved_args(_spec(**EMPTY), env)["relocate"])
+    assert resolved.startswith("on over 2 devices")
+    assert "1 of them hold no block at the load" in resolved
+    engine = _build(env, _spec(**EMPTY))
+    facts = engine._facts
+    assert facts.device_layers == (32, 0) and facts.devices == 1
+    assert engine._pool_pages == [1, 0]  # card 1: no pool until a block reaches it
+    lpb = facts.layer_page_bytes
+    assert lpb == 2 << 20
+    c31 = _charge(engine, 31)
+    assert facts.kv_limits[0] < 3 * lpb * 32 <= facts.kv_limits[0] + c31 + lpb * 32
+    assert 3 * lpb * 31 <= facts.kv_limits[0] + c31
+    # card 1's room is its budget less the scratch reserved on every device
+    assert facts.kv_limits[1] == (2 << 30) - engine._plan.activation_peak_bytes
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 3000),), 4), 0)
+    first = engine.schedule(0)
+    assert first is not None
+    assert _runs(engine._owner) == [(0, 0, 30), (1, 31, 31)]
+    assert (engine.spilled, engine.relocated, engine._cursor) == (1, 0, 1)
+    assert engine._layers == [31, 1] and engine._pool_pages == [3, 3]
+    assert [(p.hardware, _blocks(p)) for p in first.parts] == [
+        (XEON, 0),
+        (V100, 31),
+        (V100, 1),
+        (XEON, 0),  # the head, on the host
+    ]
+    history = 2 * lpb
+    assert first.page_in_bytes == (history, c31 + history)
+    assert env.price_step(engine.plan, first) > 0
+    shapes = [first, *_run(engine, 1000, first)]
+    assert engine.scrape()["jitllm_tokens_generated_total"] == 4
+    assert all(sum(_blocks(p) for p in s.parts) == 32 for s in shapes if s.parts)
+
+
+def test_a_card_without_a_pool_takes_a_block_only_with_the_pages_its_rows_need(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """A card that holds no block has no pool: the block's layer opens one, so it must
+    hold the rows' pages there and the dummy page (at least the two pages ``permBytes``
+    charges a fresh layer) beside the block. A row holding 5 pages: card 1 takes block
+    31 with exactly 6 pages of room beside it; one byte less and the block goes home
+    (card 1 is the only later card). With no row's history, 2 pages."""
+    env = blis_environment("p-0")
+    for held, pages in (({"a": 5}, 6), ({}, 2)):
+        for short, where in ((0, 1), (1, None)):
+            engine = _build(env, _spec(**EMPTY))
+            lpb = engine._facts.layer_page_bytes
+            engine._held = dict(held)
+            engine._limits[1] = _charge(engine, 31) + pages * lpb - short
+            assert engine._relocate_from(0, dict(held), set(held))
+            assert engine._owner[31] == where
+            assert engine._pool_pages[1] == (1 if where == 1 else 0)
+            assert engine._layers == ([31, 1] if where == 1 else [31, 0])
+
+
+def test_admission_asks_only_the_cards_with_a_pool(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``KVRoom`` reads the devices that hold blocks: card 1, empty, is not asked (it
+    would have 1.38 GiB of room). Card 0 has none (its 0.082 GiB beside its dummy page
+    of 32 layers, 64 MiB, leaves less than one more page); with its room raised by 4
+    pages of its 32 layers, it can grow by 4 pages, 1024 positions."""
+    env = blis_environment("p-0")
+    engine = _build(env, _spec(**EMPTY))
+    lpb = engine._facts.layer_page_bytes
+    assert engine._kv_room() == (0, 256)
+    engine._limits[0] += 4 * lpb * 32
+    assert engine._kv_room() == (4 * 256, 256)
 
 
 def test_the_last_card_and_a_full_next_card_send_blocks_home(
@@ -253,10 +349,10 @@ def test_blocks_come_back_lowest_first_from_the_cursor(
 def test_relocate_over_several_devices_is_refused_by_name_where_not_modelled(
     blis_environment: Callable[[str], Environment],
 ) -> None:
-    """Not modelled, each with its reason: a device -devices names that the placement
-    leaves empty (a spill could open a pool there mid-run), mixture blocks, a machine
-    without a disk, every card holding one block, a pager budget below a block; a card
-    left without a KV page is then refused at plan time naming the reason."""
+    """Not modelled, each with its reason: mixture blocks, a machine without a disk,
+    every card holding one block, a pager budget below a block; a card left without a
+    KV page is then refused at plan time naming the reason. A device -devices names
+    that the placement leaves empty is modelled (it was refused, 2026-12-06)."""
     from blis_jitllm.engine import _relocation
     from blis_jitllm.moe import ExpertBank
 
@@ -284,9 +380,13 @@ def test_relocate_over_several_devices_is_refused_by_name_where_not_modelled(
         return reloc.why_not
 
     assert why() == ""
-    assert "cuda:2, which the placement leaves without a block" in why(names=names)
+    # a device the placement left empty is modelled (its pool opens with its first block)
+    assert why(names=names) == ""
     bank = ExpertBank(8, 2, gib // 100)
-    assert "mixture blocks on 2 devices" in why(banks=[bank] * 4)
+    assert "mixture blocks with -devices naming 2 devices" in why(banks=[bank] * 4)
+    # one card holding them, another named and empty: a spill could reach the empty one
+    one = why(banks=[bank] * 4, pooled=[0], owner=(0, 0, 0, 0))
+    assert "naming 2 devices (cuda:0, cuda:1; 1 hold blocks)" in one
     diskless = machine.model_copy(update={"storage": None})
     assert "names no disk" in why(machine=diskless)
     assert "every card holds one block" in why(owner=(0, 1, None, None))
@@ -308,9 +408,29 @@ def test_every_request_gets_exactly_its_tokens_as_blocks_move(
     with exactly its tokens, every card keeps its lowest block, each device's pool fits
     its budget beside the blocks it holds once grown, and every step's own placement runs each
     block exactly once."""
-    rnd = random.Random(seed)
     env = blis_environment("p-0")
-    engine = _build(env, _spec(**TWO))
+    _fuzz(env, _build(env, _spec(**TWO)), random.Random(seed))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_request_gets_exactly_its_tokens_with_a_card_left_empty(
+    blis_environment: Callable[[str], Environment], seed: int
+) -> None:
+    """The setup the named-empty-card refusal stopped (``EMPTY``: every block on card 0,
+    no KV page there, card 1 empty), with random arrivals, prompts and answers: every
+    request is answered with exactly its tokens, card 0 keeps its lowest block, card 1
+    opens its pool with the first block that spills onto it and then keeps a block,
+    every pool fits its budget beside its blocks, and every step's placement runs each
+    block once."""
+    env = blis_environment("p-0")
+    engine = _build(env, _spec(**EMPTY))
+    assert engine._pool_pages == [1, 0]
+    _fuzz(env, engine, random.Random(seed))
+    assert engine._pool_pages[1] > 0 and engine._layers[1] > 0
+    assert engine.spilled > 0
+
+
+def _fuzz(env: Environment, engine: JitllmEngine, rnd: random.Random) -> None:
     want: dict[str, int] = {}
     arrivals = sorted(rnd.randrange(0, 400_000) for _ in range(6))
     pending = deque(
@@ -318,7 +438,12 @@ def test_every_request_gets_exactly_its_tokens_as_blocks_move(
         for i, t in enumerate(arrivals)
     )
     got: dict[str, int] = {}
-    lowest = [min(i for i, o in enumerate(engine._owner) if o == d) for d in range(2)]
+    cards = len(engine._layers)
+    lowest = {
+        d: min(i for i, o in enumerate(engine._owner) if o == d)
+        for d in range(cards)
+        if d in engine._owner
+    }
     now = 0
     launched: deque[StepShape] = deque()
     while pending or engine.num_unfinished():
@@ -337,8 +462,13 @@ def test_every_request_gets_exactly_its_tokens_as_blocks_move(
             out = engine.complete(launched.popleft(), now)
             for fin in out.finished:
                 got[fin.request_id] = fin.output_tokens
-        for d in range(2):
-            assert engine._owner[lowest[d]] == d
+        for d in range(cards):
+            if d in lowest:
+                assert engine._owner[lowest[d]] == d
+            elif engine._pool_pages[d]:  # a card left empty keeps a block once it opened
+                assert d in engine._owner
+            else:
+                assert d not in engine._owner
             lpb = engine._facts.layer_page_bytes
             if engine._pool_pages[d] > 1:  # grown past the dummy page the load counts
                 assert engine._pool_pages[d] * lpb * engine._layers[d] <= engine._limits[d]
@@ -346,8 +476,11 @@ def test_every_request_gets_exactly_its_tokens_as_blocks_move(
     assert engine.spilled + engine.relocated > 0
 
 
-def _run(engine: JitllmEngine) -> list[StepShape]:
-    shapes, now = [], 0
+def _run(engine: JitllmEngine, now: int = 0, launched: StepShape | None = None) -> list[StepShape]:
+    shapes: list[StepShape] = []
+    if launched is not None:
+        now += 1000
+        engine.complete(launched, now)
     while engine.num_unfinished():
         shape = engine.schedule(now)
         assert shape is not None
