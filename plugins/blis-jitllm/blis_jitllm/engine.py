@@ -1047,17 +1047,16 @@ def _spread_relocation(
     ``Placed`` counts a block-less device as 0; ``planShares`` takes the fewest devices
     that hold the need, fill-first the first that have room), so a spill or an offer
     back may reach it: its pool opens with its first block (``kvPages``: "made on first
-    use"). Not modelled, with the reason: mixture blocks (a spilled bank's upload and
-    its expert pages), a machine that names no disk, every card holding one block, and
-    a pager budget below the largest block."""
-    if banks is not None:
-        return _Relocation(
-            why_not=f"mixture blocks with -devices naming {len(names)} devices "
-            f"({', '.join(names)}; {len(pooled)} hold blocks): a block spilled to a later "
-            "card (tier.GPU.SpillAfter) uploads its routed bank through the host pager's "
-            "expert pages (bankWeight), which blis-jitllm does not model over several "
-            "devices; name one device to run the one-device port"
-        )
+    use"). Not modelled, with the reason: a machine that names no disk, every card
+    holding one block, and a pager budget below the largest page.
+
+    A mixture model's pages (``banks``: each block's routed bank, None for a dense
+    one) are each block's shared part (``File.measureExtents`` skips the expert-paged
+    banks) and each routed expert a page of its own, as on one device: a block sent
+    home is paged by the host mixture blocks' rules, and a spill or an offer back
+    hands the card its bank through ``Model.bankWeight``'s ``Sheet``, an expert page at
+    a time through the pager. Not modelled, with the reason: pages whose frames
+    ``File.take`` would cross (:func:`~blis_jitllm.paging.frames_cross`)."""
     if machine.storage is None:
         return _Relocation(
             why_not=f"the blocks are on {len(pooled)} devices and machine {machine.id} "
@@ -1071,13 +1070,26 @@ def _spread_relocation(
         )
     limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
     page_budget = limit - embedding - (0 if head_on_device else head)
-    largest = max(blocks)
+    pager_banks = tuple(banks) if banks is not None else ()
+    sizes = tuple(
+        b - (k.bytes if k is not None else 0)
+        for b, k in zip(blocks, pager_banks or (None,) * len(blocks), strict=True)
+    )
+    sheets = sorted({k.sheet for k in pager_banks if k is not None})
+    if not sheets:
+        pager_banks = ()
+    largest = max(sizes + tuple(sheets))
     if page_budget < largest:
+        page = "block" if not sheets else "page (a block's shared part or an expert)"
         return _Relocation(
             why_not=f"the host pager's budget ({max(page_budget, 0) / 2**30:.2f} GiB beside "
-            f"the embedding and head) holds less than one block ({largest / 2**30:.2f} GiB)"
+            f"the embedding and head) holds less than one {page} ({largest / 2**30:.2f} GiB)"
         )
-    return _Relocation((), limit, page_budget, tuple(blocks), spread=True)
+    for sheet in sheets:
+        crossing = frames_cross(sizes, sheet)
+        if crossing is not None:
+            return _Relocation(why_not=f"the blocks it would move: {crossing}")
+    return _Relocation((), limit, page_budget, sizes, pager_banks, spread=True)
 
 
 def _kv_dtype(kv_row: int, host_layer: int, device_attached: bool) -> str:
@@ -1317,7 +1329,7 @@ class JitllmEngine:
                 continue
             if f.spread is not None and self._relocate_from(d, need, callers):
                 continue
-            if f.mixture and not f.relocate:
+            if f.mixture and not f.relocate and f.spread is None:
                 raise SimulationError(
                     f"{ENGINE}: the KV pool of device {d} cannot grow for the pass: "
                     + _not_relocated(f.relocate_off)
@@ -1368,11 +1380,14 @@ class JitllmEngine:
         (``PrepLayer``: the first that holds it resident beside its pool, the pool
         taking a page run for the new layer): the spill reads the block through the
         host pager (``Ensure``; its page then stays there, as the offer of a held block
-        drops none), uploads it and its history over that card's link, and leaves the
-        cursor there. Otherwise it goes home (``relocateHome``, remembered for
-        ``reclaim``): the card's copy is released, the cursor goes back to the device
-        holding the highest placed block (``ReleaseLayers``), and the next pass faults it
-        in through the pager. Either way its room on ``d`` goes to the pool."""
+        drops none; a mixture block's bank follows an expert page at a time,
+        ``bankWeight``'s ``Sheet``, its pages staying too:
+        :meth:`~blis_jitllm.paging.BudgetPager.bank_upload`), uploads it and its
+        history over that card's link, and leaves the cursor there. Otherwise it goes
+        home (``relocateHome``, remembered for ``reclaim``): the card's copy is
+        released, the cursor goes back to the device holding the highest placed block
+        (``ReleaseLayers``), and the next pass faults it in through the pager. Either
+        way its room on ``d`` goes to the pool."""
         f = self._facts
         spread = f.spread
         assert spread is not None
@@ -1398,7 +1413,10 @@ class JitllmEngine:
             self._limits[target] -= charge
             self._moves[target] += charge + history
             if self._pager is not None:
+                # ``Ensure``: the block's page, then a mixture block's bank an expert
+                # page at a time (``bankWeight``'s ``Sheet``); nothing drops them
                 self._pager_reads += round(self._pager.touch(li, 0))
+                self._pager_reads += round(self._pager.bank_upload(li, keep=True))
             self._cursor = target
             self.spilled += 1
         else:
@@ -1459,8 +1477,9 @@ class JitllmEngine:
         pager (``pageIn``) and goes to ``PrepLayer``, which walks the devices from its
         cursor (or from the block's planned device, ``share``, when that is further):
         the first that holds it beside its pool takes it, its weights and history
-        crossing that card's link, its page dropped, and the cursor stays there. The
-        offer ends by handing the free frames back (``TrimFree``)."""
+        crossing that card's link (a mixture block's bank read through the pager an
+        expert page at a time, ``bankWeight``), its pages dropped, and the cursor stays
+        there. The offer ends by handing the free frames back (``TrimFree``)."""
         f = self._facts
         spread = f.spread
         assert spread is not None
@@ -1491,6 +1510,9 @@ class JitllmEngine:
             self._cursor = target
             self.reclaimed += 1
             if pager is not None:
+                # a mixture block's bank goes up an expert page at a time, each read
+                # through the pager where it is not held (``bankWeight``)
+                self._pager_reads += round(pager.bank_upload(li))
                 pager.drop(li)
         self._moved_now()
         if pager is not None:
@@ -2142,6 +2164,15 @@ class JitllmEngineFactory:
                     f"; {empty} of them hold no block at the load, and each opens its KV "
                     "pool with the first block that reaches it"
                     if (empty := sum(1 for x in facts.device_layers if not x))
+                    else ""
+                )
+                + (
+                    "; a mixture block's shared part is a block page and its routed experts "
+                    "expert pages: a spilled block's bank goes up an expert page at a time "
+                    "through the pager (bankWeight), its pages staying there, one sent home "
+                    "reads the experts its rows choose, and one taken back has the expert "
+                    "pages not held read and then every page of it dropped"
+                    if any(facts.pager_banks)
                     else ""
                 )
                 if facts.spread is not None

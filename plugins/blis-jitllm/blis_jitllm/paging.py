@@ -315,25 +315,31 @@ class BudgetPager:
             self._gen[li] = self._gen.get(li, 0) + 1
             self._scale[li] = 1.0
 
-    def bank_upload(self, li: int) -> float:
-        """A device takes mixture block ``li`` back (``-relocate``'s ``reclaim``): the
-        bytes its routed bank reads from the disk, 0 for a dense block. The upload
-        assembles the bank one expert page at a time (``Model.bankWeight``'s ``Sheet``:
-        ``Hold`` of the block's page and of expert page ``x`` until the device has
-        copied it), so every expert page the pager does not hold is read, each whole;
-        the held ones are hits (the port pins them, as ``ensureExperts`` would). Each
-        read makes room for itself (``makeRoom``): other blocks' expert pages, least
-        recently used, give way first, and where they are not enough the block's own
-        sheets already copied (expert pages too, and released), never a block page.
-        The block's pages are still charged: :meth:`drop` follows once the card took
-        it."""
+    def bank_upload(self, li: int, keep: bool = False) -> float:
+        """A device takes mixture block ``li`` (``-relocate``'s ``reclaim``, or with
+        ``keep`` a spill to a later card): the bytes its routed bank reads from the
+        disk, 0 for a dense block. The upload assembles the bank one expert page at a
+        time (``Model.bankWeight``'s ``Sheet``: ``Hold`` of the block's page and of
+        expert page ``x`` until the device has copied it), so every expert page the
+        pager does not hold is read, each whole; the held ones are hits (the port pins
+        them, as ``ensureExperts`` would). Each read makes room for itself
+        (``makeRoom``): other blocks' expert pages, least recently used, give way first,
+        and where they are not enough the block's own sheets already copied (expert
+        pages too, and released), never a block page. The block's pages are still
+        charged: where a reclaim's card took it, :meth:`drop` follows. A spill drops
+        nothing (``offerRange``'s path for a block a device holds ends without
+        ``releaseLayer``), so with ``keep`` the bank's pages stay, the most recently
+        claimed expert pages: all of them where the room the other blocks' expert
+        pages leave holds them, else as many of the last copied as it holds (each
+        read past it gave up an earlier one)."""
         bank = self.banks[li] if self.banks else None
         if bank is None:
             return 0.0
         self.tick += 1
-        misses = bank.experts - self.expert_pages(li)
+        held = self.expert_pages(li)
+        misses = bank.experts - held
         # the held ones pinned: out of the least recently used order, still charged
-        self._gen[li] = self._gen.get(li, 0) + 1
+        gen = self._gen[li] = self._gen.get(li, 0) + 1
         self._scale[li] = 1.0
         short = self.used + misses * bank.sheet - self.budget
         if short > _SLACK:
@@ -341,6 +347,18 @@ class BudgetPager:
         read = misses * bank.sheet
         self.expert_page_ins += misses
         self.page_in_bytes += read
+        if keep:
+            # what stays: the held pages and those read that fit beside the rest, back
+            # in the order as the newest cohort
+            kept = 0.0
+            if misses > _TINY:
+                kept = min(misses, max(self.budget - self.used, 0.0) / bank.sheet)
+                self._take_experts(kept, bank.sheet)
+                self.used += kept * bank.sheet
+                self.expert_page_outs += misses - kept
+            self._held[li] = held + kept
+            if held + kept > _TINY:
+                self._lru.append(_Cohort(self.tick, li, gen, held + kept))
         return read
 
     def trim_free(self) -> None:
