@@ -57,7 +57,8 @@ host's blocks), without ``-warm`` (the stream trial) or beyond the host's weight
 ``-relocate`` moves resident mixture blocks as it moves dense ones: one sent home
 brings its shared part into the host pager as a block page and its routed experts as
 expert pages; taken back, its whole bank goes up again, read through the pager where
-not held. Where auto-streamed blocks are on the device it is not modelled, and a
+not held; spilled to a later card, its bank goes up an expert page at a time through the
+pager and stays there. Where auto-streamed blocks are on the device it is not modelled, and a
 mixture model's pool that cannot grow then stops the run.
 
 Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
