@@ -51,9 +51,12 @@ not hold over the device's link. A mixture block on the host is paged by the hos
 pager as ``jitllmd serve`` pages it: its shared part (attention, norms, router, shared
 experts) is a block page, each routed expert a page of its own, and expert pages are
 given up first, least recently used; a pass reads the experts its rows chose that the
-pager does not hold (:class:`~blis_jitllm.paging.BudgetPager`). Refused by name:
-streamed blocks beside blocks on the host (one pager serving the device's fills and the
-host's blocks), without ``-warm`` (the stream trial) or beyond the host's weight budget.
+pager does not hold (:class:`~blis_jitllm.paging.BudgetPager`). Streamed blocks beside
+blocks on the host share that pager: their routed experts are its expert pages (their
+block pages were dropped when the cards took them), and each pass's fills claim there
+the experts their device's expert cache missed, reading those it does not hold over the
+disk. Refused by name: streamed blocks without ``-warm`` (the stream trial) or, with no
+block on the host, beyond the host's weight budget.
 ``-relocate`` moves resident mixture blocks as it moves dense ones: one sent home
 brings its shared part into the host pager as a block page and its routed experts as
 expert pages; taken back, its whole bank goes up again, read through the pager where
@@ -223,6 +226,10 @@ class PoolFacts:
     expert_streams: tuple[tuple[int, int], ...] = ()
     """per device with a pool: its auto-streamed blocks and the sheets of each one's
     expert cache (0: the plain bank of one token's selection)"""
+    pager_fills: tuple[tuple[int, int], ...] = ()
+    """auto-streamed blocks beside host blocks: per one, its page in the host pager
+    (expert pages only) and the sheets of its device's expert cache; each pass's fills
+    claim the experts the cache missed through the pager (empty: no such pager)"""
 
     @property
     def layer_page_bytes(self) -> int:
@@ -304,9 +311,10 @@ def _check_model(pool: str, model: ModelArchitecture, weights: str | None) -> No
 #: why -relocate is not modelled beside auto-streamed mixture blocks
 _STREAMED_HOME = (
     "auto-streamed mixture blocks are on the device: the block sent home would be a "
-    "streamed one (giving up its expert cache, its base and plain bank's room going to "
-    "the pool) or a resident one run on the host beside them (one host pager serving the "
-    "streamed blocks' fills and the host's blocks), neither modelled by blis-jitllm yet"
+    "streamed one, its base and expert cache released and its shared part faulted back "
+    "into the host pager, and an offer would take it back streamed again (prepLayer: "
+    "the cache of the size AutoStream recorded where the card has room, else the plain "
+    "bank), none of which blis-jitllm models yet"
 )
 
 
@@ -329,43 +337,12 @@ def _expert_banks(model: ModelArchitecture) -> list[ExpertBank | None]:
     return [None if i < moe.first_dense_layers else bank for i in range(model.num_layers)]
 
 
-def _check_mixture(
-    spec: EnginePoolSpec,
-    settings: JitllmSettings,
-    offer: MixtureOffer,
-    owner: tuple[int | None, ...],
-    offered: int,
-    source: str,
-) -> None:
+def _check_mixture(settings: JitllmSettings, offer: MixtureOffer, source: str) -> None:
     """What the port of a mixture model's placement does not model, refused by name:
-    auto-streamed blocks beside blocks on the host (the streamed blocks' fills would
-    claim their experts through the host pager that pages the host's blocks, while the
-    host's histories narrow it), and auto-streamed blocks without ``-warm`` (the stream
-    trial the first session would run). Mixture blocks on the host alone are modelled:
-    the host pager's block and expert pages."""
-    home = [i for i, o in enumerate(owner) if o is None]
-    streamed = sum(1 for o, st in zip(owner, offer.streamed, strict=True) if st and o is not None)
-    if home and streamed:
-        why = (
-            f"AutoStream kept the blocks above every device's whole budget there "
-            f"({offer.kept_home})"
-            if offer.kept_home
-            else "no device had room for them"
-        )
-        path, value = "engine.args.devices", spec.args.get("devices")
-        if offered < len(owner) and not offer.kept_home:
-            path, value, why = "engine.args.gpu-layers", settings.gpu_layers, "-gpu-layers"
-        raise InputRefused.one(
-            path,
-            value,
-            f"{len(home)} of {len(owner)} mixture blocks run on the host ({why}) beside "
-            f"{streamed} auto-streamed blocks, whose fills read their selected experts "
-            "from the host pager's expert pages: one pager holding both the streamed "
-            "banks and the host's blocks (narrowed by the host's histories) is not "
-            "modelled by blis-jitllm yet; give the devices room for every block, or "
-            "none (devices cpu)",
-            source,
-        )
+    auto-streamed blocks without ``-warm`` (the stream trial the first session would
+    run). Mixture blocks on the host are modelled (the host pager's block and expert
+    pages), beside auto-streamed blocks too (2026-12-07: one pager holds the host
+    blocks' pages and the streamed blocks' expert pages, which their fills claim)."""
     if any(offer.streamed) and not settings.warm:
         raise InputRefused.one(
             "engine.args.warm",
@@ -631,8 +608,8 @@ def _plan(
             first_pages=2 * page_bytes(kv_row, page_positions(settings.max_seq)),
         )
         ruled = place_head(mixture.placement, head, mixture.charges, mixture.reads)
-        _check_mixture(spec, settings, mixture, ruled.placement.owner, offered, source)
-        if any(mixture.streamed):
+        _check_mixture(settings, mixture, source)
+        if any(mixture.streamed) and all(o is not None for o in ruled.placement.owner):
             home = embedding + (0 if ruled.device is not None else head)
             _check_stream_host(spec, settings, machine, mixture, blocks, home, source)
     placement = ruled.placement
@@ -648,6 +625,27 @@ def _plan(
     host_pages = tuple(
         b - (k.bytes if k is not None else 0) for b, k in zip(host_sizes, host_banks, strict=True)
     )
+    # auto-streamed blocks beside host blocks: the one pager also holds their routed
+    # experts as expert pages (their block pages were dropped when the cards took them,
+    # ``releaseLayer`` keeping the expert pages: ``keepExperts``), which their fills
+    # claim; they are its pages of size 0 (no block page), in block order
+    fills: tuple[tuple[int, int], ...] = ()
+    streamed_banks = 0
+    if mixture is not None and host_sizes and any(mixture.streamed):
+        paged = [i for i, o in enumerate(owner) if o is None or mixture.streamed[i]]
+        host_banks = tuple(banks[i] for i in paged)
+        host_pages = tuple(
+            0 if owner[i] is not None else blocks[i] - (k.bytes if k is not None else 0)
+            for i, k in zip(paged, host_banks, strict=True)
+        )
+        fills = tuple(
+            (page, mixture.caches[o])
+            for page, (i, o) in enumerate((i, owner[i]) for i in paged)
+            if o is not None
+        )
+        streamed_banks = sum(
+            k.bytes for i, k in zip(paged, host_banks, strict=True) if owner[i] is not None and k
+        )
     sheets = sorted({k.sheet for k in host_banks if k is not None})
     if not sheets:
         host_banks = ()
@@ -687,7 +685,7 @@ def _plan(
         # it evicts nothing until applyPageBudget narrows it below them
         page_budget = host_limit - (host_weights - sum(host_sizes)) if host_sizes else 0
         page_link = machine.storage if host_sizes else None
-        over = host_weights > host_limit
+        over = host_weights + streamed_banks > host_limit
         for sheet in sheets:
             crossing = frames_cross(host_pages, sheet)
             if crossing is not None:
@@ -695,6 +693,7 @@ def _plan(
         if over:
             refusal = None
             largest = max(host_pages + tuple(sheets))
+            where += f" beside {len(fills)} auto-streamed blocks' experts" if fills else ""
             if page_link is None:
                 refusal = f"machine {machine.id} names no disk to page the model file from"
             elif page_budget < largest:
@@ -834,8 +833,9 @@ def _plan(
         moved_weights = sum(c for _, c in relocate)
         if spread is not None:
             moved_weights = sum(b for b, o in zip(blocks, owner, strict=True) if o is not None)
-        if reloc.page_budget:
-            resident = min(host_weights + moved_weights, host_limit)
+        if reloc.page_budget or streamed_banks:
+            # the pager's pages: those blocks, or the streamed blocks' experts
+            resident = min(host_weights + moved_weights + streamed_banks, host_limit)
         else:
             resident = min(host_weights, host_limit) + moved_weights
         host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
@@ -906,6 +906,7 @@ def _plan(
         )
         if mixture is not None
         else None,
+        pager_fills=fills if page_budget and page_link is not None else (),
         expert_streams=tuple(
             (
                 sum(1 for o, st in zip(owner, mixture.streamed, strict=True) if o == d and st),
@@ -1199,7 +1200,9 @@ class JitllmEngine:
             if _host_pages_fit(facts):
                 self._pager.preload(len(facts.relocate), scan)
             elif settings.warm:
-                self._pager.run_pass(len(facts.relocate), 1, scan)
+                # the warm-up's token finds every device expert cache cold: each
+                # streamed block's fill claims its whole selection
+                self._pager.run_pass(len(facts.relocate), 1, scan, _fills(facts, 1, cold=True))
         # per device with a pool: pages a layer, the dummy included; 0 where the device
         # holds no block yet (over several devices, a card the placement left empty,
         # whose pool opens with its first block: ``kvPages``, made on first use)
@@ -1901,7 +1904,8 @@ class JitllmEngine:
             # over several devices, the blocks on the host in block order
             first = len(f.relocate) - self._moved
             scan = self._scan if f.spread is not None else None
-            read = round(self._pager.run_pass(first, tokens, scan)) + self._pager_reads
+            fills = _fills(f, tokens)
+            read = round(self._pager.run_pass(first, tokens, scan, fills)) + self._pager_reads
             self._pager_reads = 0
             if slots.pager is not None:
                 page_in[slots.pager] = read
@@ -2029,6 +2033,20 @@ def _host_scan(owner: tuple[int | None, ...]) -> list[int]:
     return [i for i, o in enumerate(owner) if o is None]
 
 
+def _fills(facts: PoolFacts, tokens: int, cold: bool = False) -> dict[int, float]:
+    """Per auto-streamed block in the host pager (its page), the experts a pass of
+    ``tokens`` rows has its fill claim there: those its device's expert cache does not
+    hold (:func:`~blis_jitllm.moe.pass_upload_sheets`, what the pass uploads; with
+    ``cold`` every one selected)."""
+    bank = facts.expert_bank
+    if bank is None or not facts.pager_fills:
+        return {}
+    return {
+        page: pass_upload_sheets(tokens, bank, 0 if cold else cache)
+        for page, cache in facts.pager_fills
+    }
+
+
 def _host_pages_fit(facts: PoolFacts) -> bool:
     """The host pager's budget holds every page of the host's blocks: their block pages
     and every expert page of their banks."""
@@ -2059,16 +2077,24 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
             ),
         }
     out: dict[str, object] = {"host pager budget": facts.host_page_budget}
+    streamed = {page for page, _ in facts.pager_fills}
     mixed = [k for k in facts.host_block_banks if k is not None]
     if mixed:
         bank = mixed[0]
         out["host expert pages"] = (
-            f"{len(mixed)} mixture blocks on the host each page their shared part "
+            f"{len(mixed) - len(streamed)} mixture blocks on the host each page their shared part "
             f"(attention, norms, router) as a block page and each of their {bank.experts} "
             f"routed experts as a page of its own ({bank.sheet} bytes); expert pages are "
             "given up first, least recently used, then block pages (the most recently "
             f"used, then the lowest); a token reads the {bank.per_token} experts its router "
             "chose that are not held"
+            + (
+                f"; the {len(streamed)} auto-streamed blocks' experts are expert pages of the "
+                "same pager, each pass's fills reading those their device's expert cache "
+                "missed that it does not hold"
+                if streamed
+                else ""
+            )
         )
     pager = BudgetPager(facts.host_page_budget, facts.host_block_sizes, facts.host_block_banks)
     slack = facts.host_page_budget - pager.total_bytes
@@ -2081,17 +2107,23 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
             + f", read again over {facts.page_link}"
         )
         return out
+    fills = _fills(facts, 1)
     for _ in range(64 if mixed else 2):
-        pager.run_pass()
+        pager.run_pass(fills=fills)
     before = pager.expert_page_ins
-    steady = sum(pager.run_pass() for _ in range(16)) / 16
+    steady = sum(pager.run_pass(fills=fills) for _ in range(16)) / 16
     out[f"page-in bytes a pass over {facts.page_link}"] = round(steady)
     if mixed:
         pages = (pager.expert_page_ins - before) / 16
         out["expert pages a decode pass reads"] = round(pages, 2)
         out["expert page-in bytes a decode pass"] = round(pages * mixed[0].sheet)
-        held = [pager.expert_pages(i) for i, k in enumerate(facts.host_block_banks) if k]
-        out["expert pages a mixture block holds"] = round(sum(held) / len(held), 2)
+        held = [
+            pager.expert_pages(i)
+            for i, k in enumerate(facts.host_block_banks)
+            if k and i not in streamed
+        ]
+        if held:
+            out["expert pages a mixture block holds"] = round(sum(held) / len(held), 2)
     return out
 
 

@@ -82,7 +82,7 @@ modelled.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from blis_jitllm.moe import ExpertBank, pass_upload_sheets
@@ -194,7 +194,9 @@ class BudgetPager:
     sizes: tuple[int, ...]
     banks: tuple[ExpertBank | None, ...] = ()
     """per block, the routed bank its expert pages hold (None: a dense block); empty for
-    a pager of dense blocks"""
+    a pager of dense blocks. A block of size 0 with a bank has no block page here, only
+    its expert pages: an auto-streamed block, whose base is on its device (its page
+    dropped at placement, ``releaseLayer`` keeping the expert pages, ``keepExperts``)"""
     resident: set[int] = field(default_factory=set)
     used: float = 0
     """bytes charged: the capacities of the resident blocks' frames and the expert
@@ -261,7 +263,7 @@ class BudgetPager:
         finds; either way ``li`` becomes the most recent block), then, in a mixture
         block, the expert pages its rows chose that are not held
         (:meth:`_claim_experts`)."""
-        read: float = self._claim_block(li)
+        read: float = self._claim_block(li) if self.sizes[li] else 0
         bank = self.banks[li] if self.banks else None
         if bank is not None and rows > 0:
             touched = pass_upload_sheets(rows, bank, 0)
@@ -276,7 +278,7 @@ class BudgetPager:
         where the budget holds every page); returns the bytes read."""
         read: float = 0
         for li in range(first, len(self.sizes)) if pages is None else pages:
-            read += self._claim_block(li)
+            read += self._claim_block(li) if self.sizes[li] else 0
             bank = self.banks[li] if self.banks else None
             if bank is not None:
                 e = float(bank.experts)
@@ -290,13 +292,44 @@ class BudgetPager:
         chosen.)"""
         return self._block_victim(-1)
 
-    def run_pass(self, first: int = 0, rows: int = 1, pages: Sequence[int] | None = None) -> float:
+    def run_pass(
+        self,
+        first: int = 0,
+        rows: int = 1,
+        pages: Sequence[int] | None = None,
+        fills: Mapping[int, float] | None = None,
+    ) -> float:
         """One forward pass of ``rows`` tokens over the blocks from ``first`` (every
         block by default) to the last, or over ``pages`` in their order (the blocks on
         the host where ``-relocate`` over several devices leaves them between device
-        runs); returns the bytes it paged in."""
+        runs); a page in ``fills`` is an auto-streamed block's, whose device fills
+        claim that many of its experts (:meth:`fill`) instead. Returns the bytes it
+        paged in."""
         scan = range(first, len(self.sizes)) if pages is None else pages
-        return sum(self.touch(li, rows) for li in scan)
+        if not fills:
+            return sum(self.touch(li, rows) for li in scan)
+        return sum(self.fill(li, fills[li]) if li in fills else self.touch(li, rows) for li in scan)
+
+    def fill(self, li: int, sheets: float) -> float:
+        """An auto-streamed block's fill on its device (``tier.streamBank.fill``): the
+        ``sheets`` experts its device's expert cache missed (every selected one without
+        a cache) are read through the pager before they are uploaded
+        (``prefetchSelected`` -> ``Model.ensureBlockSelected``: ``EnsurePage`` of each
+        one's expert page, then ``Sheet`` holds it while the card copies it); the
+        block's own page is not (``pageInSelected``: "the block page has nothing it
+        needs", its base being on the card), and the experts the cache held are not
+        claimed at all. Those the pager holds are hits, the rest read whole, evicting
+        as a host block's experts do (:meth:`_claim_experts`). Port assumption: the
+        missed experts are as likely to be any of the bank's as the pager's held pages
+        are (uniform, independent routing; that the pager's pages are the block's
+        recent misses, which its device cache tends to hold too, is not modelled).
+        Returns the bytes read."""
+        bank = self.banks[li] if self.banks else None
+        if bank is None or sheets <= 0:
+            return 0.0
+        sheets = min(sheets, float(bank.experts))
+        misses = sheets * (1.0 - min(self.expert_pages(li), bank.experts) / bank.experts)
+        return self._claim_experts(li, bank, sheets, misses)
 
     def drop(self, li: int) -> None:
         """``File.DropPage``: block ``li`` leaves the pager (a device took it); its
