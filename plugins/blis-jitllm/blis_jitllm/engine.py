@@ -230,6 +230,11 @@ class PoolFacts:
     """auto-streamed blocks beside host blocks: per one, its page in the host pager
     (expert pages only) and the sheets of its device's expert cache; each pass's fills
     claim the experts the cache missed through the pager (empty: no such pager)"""
+    disk: Placed | None = None
+    """``-relocate`` with the host pager where the plan's own placement runs no host
+    block: that placement with the machine's disk as the page link of its embedding's
+    host part (:func:`_with_disk`), which a step runs on when an offer back or a spill
+    read a block from the disk before it (None elsewhere)"""
 
     @property
     def layer_page_bytes(self) -> int:
@@ -269,7 +274,12 @@ class Spread:
     block"""
     place: Callable[[tuple[int | None, ...]], Placed]
     """the placement of an owner tuple (the plan's own lowering, run by run)"""
+    host: str = ""
+    """the machine's host CPU (the embedding's part)"""
+    storage: str = ""
+    """the machine's disk, which the host pager reads the blocks over"""
     _seen: dict[tuple[int | None, ...], Placed] = field(default_factory=dict)
+    _disk: dict[tuple[int | None, ...], Placed] = field(default_factory=dict)
 
     def at(self, owner: tuple[int | None, ...]) -> Placed:
         """The placement of ``owner``, lowered once and then the same objects, so the
@@ -277,6 +287,15 @@ class Spread:
         got = self._seen.get(owner)
         if got is None:
             got = self._seen[owner] = self.place(owner)
+        return got
+
+    def with_disk(self, owner: tuple[int | None, ...]) -> Placed:
+        """The placement of ``owner`` with the machine's disk on its embedding's host
+        part (:func:`_with_disk`), for a step whose spill or offer back read a block from
+        the disk where ``owner`` leaves no block on the host; made once, as :meth:`at`."""
+        got = self._disk.get(owner)
+        if got is None:
+            got = self._disk[owner] = _with_disk(self.at(owner), self.host, self.storage)
         return got
 
 
@@ -290,6 +309,35 @@ class PartSlots:
     paging: int
     pager: int | None
     devices: tuple[int | None, ...]
+
+
+def _with_disk(placed: Placed, host: str, storage: str) -> Placed:
+    """``placed``, which runs no block on the host (its paging parts read nothing from
+    the disk), with the machine's disk ``storage`` as the page link of the embedding's
+    host part, the first, which the embedding always runs on; where the placement is one
+    part on the card (the embedding priced there), a host part of no layers before it
+    carries the link. A spill or an offer back reads its block through the host pager
+    (``Ensure``, ``offerRange`` -> ``pageIn``) before the pass that follows, which a
+    step on this placement prices over the disk as the pager's other reads (the
+    ``page_in`` family); its other terms, and so the pass's price, are ``placed``'s.
+    Its paging parts: the host part's first, then ``placed``'s."""
+    assert placed.slots.pager is None
+
+    def disk(parts: tuple[PlanPart, ...]) -> tuple[PlanPart, ...]:
+        first = parts[0]
+        if first.hardware == host and first.link is None:
+            assert first.page_link is None
+            return (first.model_copy(update={"page_link": storage}), *parts[1:])
+        return (PlanPart(hardware=host, layers=(), page_link=storage), *parts)
+
+    slots = placed.slots
+    return Placed(
+        disk(placed.parts),
+        disk(placed.tiled),
+        PartSlots(
+            slots.paging + 1, 0, tuple(x + 1 if x is not None else None for x in slots.devices)
+        ),
+    )
 
 
 def _refuse(path: str, value: object, cause: str) -> InputRefused:
@@ -341,7 +389,7 @@ def _check_mixture(settings: JitllmSettings, offer: MixtureOffer, source: str) -
     """What the port of a mixture model's placement does not model, refused by name:
     auto-streamed blocks without ``-warm`` (the stream trial the first session would
     run). Mixture blocks on the host are modelled (the host pager's block and expert
-    pages), beside auto-streamed blocks too (2026-12-07: one pager holds the host
+    pages), beside auto-streamed blocks too (2026-12-06: one pager holds the host
     blocks' pages and the streamed blocks' expert pages, which their fills claim)."""
     if any(offer.streamed) and not settings.warm:
         raise InputRefused.one(
@@ -792,7 +840,16 @@ def _plan(
             )
 
         highest = max(i for i, o in enumerate(owner) if o is not None)
-        spread = Spread(owner, tuple(blocks), placement.share, owner[highest] or 0, place)
+        assert page_link is not None  # _spread_relocation models only a machine's disk
+        spread = Spread(
+            owner,
+            tuple(blocks),
+            placement.share,
+            owner[highest] or 0,
+            place,
+            host=machine.host,
+            storage=page_link,
+        )
     device_layers = tuple(sum(1 for o in owner if o == d) for d in pooled)
     kv_limits = tuple(
         budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in pooled
@@ -842,6 +899,22 @@ def _plan(
     # every placement again with its device projections on the batched twin, which a
     # pass of more rows than the decode matvec carries runs (kernels.part_set)
     part_sets += tuple(tiled_parts(s, hw.id) for s in (parts.parts, *part_sets))
+    # the plan's own placement where it runs no host block beside a pager (-relocate):
+    # a step after an offer back or a spill that read a block from the disk runs it
+    # with the disk on the embedding's host part, the read priced there
+    disk: Placed | None = None
+    if page_budget and page_link is not None and parts.pager_slot is None:
+        assert machine is not None
+        base = slots[0]
+        disk = _with_disk(
+            Placed(
+                parts.parts,
+                tiled_parts(parts.parts, hw.id),
+                PartSlots(base.paging, None, tuple(base.devices[d] for d in held)),
+            ),
+            machine.host,
+            page_link,
+        )
     on_card = sum(placement.used[d] - scratch for d in pooled) + (head if head_on_device else 0)
     plan = partial.model_copy(
         update={
@@ -916,6 +989,7 @@ def _plan(
         )
         if mixture is not None
         else (),
+        disk=disk,
     )
     return plan, facts, settings, model
 
@@ -1522,14 +1596,25 @@ class JitllmEngine:
         if pager is not None:
             pager.trim_free()
 
-    def _where(self, tiled: bool) -> tuple[PartSlots, int, tuple[PlanPart, ...]]:
+    def _where(
+        self, tiled: bool, disk: bool = False
+    ) -> tuple[PartSlots, int, tuple[PlanPart, ...]]:
         """The placement a step runs on now: its paging parts, and its ``part_set`` in
         the plan or, where ``-relocate`` over several devices moved blocks, its own
-        parts (``StepShape.parts``)."""
+        parts (``StepShape.parts``). With ``disk`` (the pager read blocks for the step)
+        where the placement runs no block on the host, the same placement with the
+        machine's disk on its embedding's host part (:func:`_with_disk`), as the
+        step's own parts, so the read is priced over the disk."""
         f = self._facts
         placed = self._placed
         if placed is None:
-            return f.slots[self._moved], part_set(self._moved, len(f.relocate), tiled), ()
+            slots = f.slots[self._moved]
+            if disk and slots.pager is None and f.disk is not None:
+                placed = f.disk
+            else:
+                return slots, part_set(self._moved, len(f.relocate), tiled), ()
+        elif disk and placed.slots.pager is None and f.spread is not None:
+            placed = f.spread.with_disk(tuple(self._owner))
         return placed.slots, 0, placed.tiled if tiled else placed.parts
 
     def _reclaim(self) -> None:
@@ -1896,21 +1981,24 @@ class JitllmEngine:
         # every pass runs every block: the host pager reads the blocks it does not hold,
         # each device the history its rows sent home
         f = self._facts
-        slots, where, parts = self._where(runs_tiled(tokens, f.quantized))
-        page_in = [0] * slots.paging
+        read = 0
         if self._pager is not None:
             # the blocks sent home (the pages below the plan's host blocks) and those,
             # with the expert pages the pass's rows chose that the pager does not hold;
-            # over several devices, the blocks on the host in block order
+            # over several devices, the blocks on the host in block order; and what a
+            # spill or an offer back read through the pager before the pass
             first = len(f.relocate) - self._moved
             scan = self._scan if f.spread is not None else None
             fills = _fills(f, tokens)
             read = round(self._pager.run_pass(first, tokens, scan, fills)) + self._pager_reads
             self._pager_reads = 0
-            if slots.pager is not None:
-                page_in[slots.pager] = read
-            # else an offer back read a block, and the card now runs every block: a
-            # placement with no host part has no disk link to price it over (not priced)
+        # where no block runs on the host the pass runs with the disk on the embedding's
+        # host part, which carries what the pager read (a spill's or an offer's block)
+        slots, where, parts = self._where(runs_tiled(tokens, f.quantized), disk=read > 0)
+        page_in = [0] * slots.paging
+        if read:
+            assert slots.pager is not None
+            page_in[slots.pager] = read
         restored = sum(self._uploads.pop(u.row.request_id, 0) for u in units if u.prompt)
         streamed = self._streamed(units)
         experts = self._expert_uploads(tokens)
@@ -2220,6 +2308,17 @@ class JitllmEngineFactory:
                 )
                 if facts.relocate
                 else f"not modelled for this placement: {facts.relocate_off}"
+            )
+            + (
+                f"; what a spill or an offer back reads from the disk goes over "
+                f"{facts.page_link} in the pass that follows, on the embedding's host part "
+                "where no block runs on the host"
+                if facts.spread is not None
+                else f"; what an offer back reads from the disk goes over {facts.page_link} "
+                "in the pass that follows, once every block is back on the card, on the "
+                "embedding's host part (one of no layers where the card runs the embedding)"
+                if facts.disk is not None and facts.relocate
+                else ""
             ),
             **_experts(facts),
             "jitllm_priority": PRIORITY_MAPPING,

@@ -180,7 +180,7 @@ def test_what_the_mixture_port_does_not_model_is_refused_by_name(
         with pytest.raises(InputRefused) as exc:
             f.plan(spec, env)
         assert exc.value.errors[0].path == path
-    # streamed blocks beside host blocks are modelled since 2026-12-07
+    # streamed blocks beside host blocks are modelled since 2026-12-06
     # (tests/test_streamed_pager.py): -gpu-layers 40 leaves 11 blocks home
     beside = f.resolved_args(_spec(devices=SMALL, **{"gpu-layers": 40, "max-batch": 8}), env)
     assert beside["host blocks"] == 11

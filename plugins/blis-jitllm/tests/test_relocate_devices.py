@@ -79,7 +79,10 @@ def test_a_full_cards_highest_block_spills_to_the_next_card(
     beside its pool): then card 0's six layers need 36 MiB, which block 6's 0.13 GiB
     covers. The card's history of block 6 comes home over card 0's link (the two pages
     the pass writes, as the one-device port counts it) and goes up card 1's with the
-    block's weights; the step runs on its own placement, one crossing as before."""
+    block's weights, which the spill read through the host pager from the disk (the
+    cards took their blocks at the load, the pager holds none): no block runs on the
+    host, so the read goes over the disk on the embedding's host part; the step runs on
+    its own placement, one crossing as before."""
     env = blis_environment("p-0")
     f = JitllmEngineFactory()
     plan = f.plan(_spec(**TWO), env)
@@ -100,12 +103,20 @@ def test_a_full_cards_highest_block_spills_to_the_next_card(
     # the head; nothing runs on the host but the embedding
     assert first.part_set == 0 and first.parts
     assert [(p.hardware, _blocks(p)) for p in first.parts] == [(XEON, 0), (V100, 6), (V100, 26)]
+    assert [p.page_link for p in first.parts] == ["nvme-gen4", "pcie3-x16", "pcie3-x16"]
     history = 2 * facts.layer_page_bytes
-    assert first.page_in_bytes == (history, _charge(engine, 6) + history)
-    # the same placement is the same tuple from step to step (the cost model's cache)
+    c6 = _charge(engine, 6)
+    assert first.page_in_bytes == (c6, history, c6 + history)
+    # the next pass reads nothing from the disk: the same placement without the disk
+    # link, the same tuple from step to step (the cost model's cache)
     engine.complete(first, 1000)
     nxt = engine.schedule(1000)
-    assert nxt is not None and nxt.parts is first.parts
+    assert facts.spread is not None
+    placed = facts.spread.at(tuple(engine._owner))
+    assert nxt is not None and nxt.parts is placed.tiled  # a 512-row chunk: the twin
+    engine.complete(nxt, 2000)
+    again = engine.schedule(2000)
+    assert again is not None and again.parts is nxt.parts
     # and the cost model prices it
     assert env.price_step(engine.plan, nxt) > 0
 
@@ -119,7 +130,9 @@ def test_a_card_left_empty_opens_its_pool_when_a_block_spills_onto_it(
     first 512-row chunk (192 MiB), so its highest block, 31, spills onto card 1, which
     has no pool: it opens one (the dummy page, grown by the pass to 3 pages, as card 0's
     31 layers are), and block 31's weights and its history (2 pages) go up card 1's
-    link. Without block 31 card 0's 31 layers fit their 3 pages. The head stays on the
+    link (the block read from the disk through the host pager first, over the disk link
+    on the embedding's host part, no block running on the host). Without block 31 card
+    0's 31 layers fit their 3 pages. The head stays on the
     host, so the step has a head part of its own after card 1's. The plan was refused
     while a named empty card was not modelled, and ran the one-device port (blocks home)
     before that."""
@@ -155,7 +168,7 @@ def test_a_card_left_empty_opens_its_pool_when_a_block_spills_onto_it(
         (XEON, 0),  # the head, on the host
     ]
     history = 2 * lpb
-    assert first.page_in_bytes == (history, c31 + history)
+    assert first.page_in_bytes == (c31, history, c31 + history)
     assert env.price_step(engine.plan, first) > 0
     shapes = [first, *_run(engine, 1000, first)]
     assert engine.scrape()["jitllm_tokens_generated_total"] == 4
@@ -276,10 +289,13 @@ def test_a_spill_skips_a_full_card_for_a_later_one_with_room(
     assert (engine.spilled, engine.relocated) == (1, 0)
     assert engine._cursor == 2
     assert engine.scrape()["jitllm_tokens_generated_total"] == 64
-    # one paging part a device (its first run) and none for the host: nothing went home
+    # one paging part a device (its first run), and the embedding's host part's, whose
+    # disk link carries block 28 read through the pager (nothing went home)
     first = shapes[0]
     assert [p.hardware for p in first.parts] == [XEON, V100, V100, V100, V100]
-    assert first.page_in_bytes[1] == _charge(engine, 28) + 2 * engine._facts.layer_page_bytes
+    c28 = _charge(engine, 28)
+    assert first.page_in_bytes[0] == c28
+    assert first.page_in_bytes[2] == c28 + 2 * engine._facts.layer_page_bytes
 
 
 def test_another_rows_history_on_the_card_keeps_the_block_from_spilling(
