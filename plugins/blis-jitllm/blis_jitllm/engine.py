@@ -1082,21 +1082,39 @@ def _relocation(
         + host_sizes
     )
     pager_banks = moved_banks + (host_banks or (None,) * len(host_sizes))
-    sheets = sorted({k.sheet for k in pager_banks if k is not None})
+    why_not, pager_banks = _pager_holds(page_budget, sizes, pager_banks, "send home")
+    if why_not:
+        return _Relocation(why_not=why_not)
+    return _Relocation(relocate, limit, page_budget, sizes, pager_banks)
+
+
+def _pager_holds(
+    page_budget: int,
+    sizes: tuple[int, ...],
+    banks: tuple[ExpertBank | None, ...],
+    moves: str,
+) -> tuple[str, tuple[ExpertBank | None, ...]]:
+    """Whether the host pager of ``-relocate`` can page the blocks it would ``moves``:
+    its budget holds the largest page (a block, or a mixture block's shared part or an
+    expert) and no two page sizes make ``File.take`` reuse one's frame for the other
+    (:func:`~blis_jitllm.paging.frames_cross`). Returns why not ("" where it can) and
+    the pages' banks (empty where no page has one)."""
+    sheets = sorted({k.sheet for k in banks if k is not None})
     if not sheets:
-        pager_banks = ()
+        banks = ()
     largest = max(sizes + tuple(sheets))
     if page_budget < largest:
         page = "block" if not sheets else "page (a block's shared part or an expert)"
-        return _Relocation(
-            why_not=f"the host pager's budget ({max(page_budget, 0) / 2**30:.2f} GiB beside "
-            f"the embedding and head) holds less than one {page} ({largest / 2**30:.2f} GiB)"
+        return (
+            f"the host pager's budget ({max(page_budget, 0) / 2**30:.2f} GiB beside "
+            f"the embedding and head) holds less than one {page} ({largest / 2**30:.2f} GiB)",
+            banks,
         )
     for sheet in sheets:
         crossing = frames_cross(sizes, sheet)
         if crossing is not None:
-            return _Relocation(why_not=f"the blocks it would send home: {crossing}")
-    return _Relocation(relocate, limit, page_budget, sizes, pager_banks)
+            return f"the blocks it would {moves}: {crossing}", banks
+    return "", banks
 
 
 def _spread_relocation(
@@ -1151,20 +1169,9 @@ def _spread_relocation(
         b - (k.bytes if k is not None else 0)
         for b, k in zip(blocks, pager_banks or (None,) * len(blocks), strict=True)
     )
-    sheets = sorted({k.sheet for k in pager_banks if k is not None})
-    if not sheets:
-        pager_banks = ()
-    largest = max(sizes + tuple(sheets))
-    if page_budget < largest:
-        page = "block" if not sheets else "page (a block's shared part or an expert)"
-        return _Relocation(
-            why_not=f"the host pager's budget ({max(page_budget, 0) / 2**30:.2f} GiB beside "
-            f"the embedding and head) holds less than one {page} ({largest / 2**30:.2f} GiB)"
-        )
-    for sheet in sheets:
-        crossing = frames_cross(sizes, sheet)
-        if crossing is not None:
-            return _Relocation(why_not=f"the blocks it would move: {crossing}")
+    why_not, pager_banks = _pager_holds(page_budget, sizes, pager_banks, "move")
+    if why_not:
+        return _Relocation(why_not=why_not)
     return _Relocation((), limit, page_budget, sizes, pager_banks, spread=True)
 
 
