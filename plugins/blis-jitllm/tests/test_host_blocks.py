@@ -11,6 +11,7 @@ from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from stepping import run_steps
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.settings import resolve_settings
@@ -395,14 +396,7 @@ def _one_at_a_time(engine: object) -> list[StepShape]:
     from blis_jitllm import JitllmEngine
 
     assert isinstance(engine, JitllmEngine)
-    shapes, now = [], 0
-    while engine.num_unfinished():
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 1000
-        engine.complete(shape, now)
-    return shapes
+    return run_steps(engine)[0]
 
 
 def _qkv(part: object) -> int:

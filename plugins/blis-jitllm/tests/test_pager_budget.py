@@ -12,6 +12,7 @@ from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
+from stepping import run_steps
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.kv import parked_host_bytes
@@ -97,17 +98,6 @@ def _paged(max_seq: int = 1024) -> EnginePoolSpec:
     )
 
 
-def _run(engine: JitllmEngine, now: int) -> tuple[list[StepShape], int]:
-    shapes = []
-    while engine.num_unfinished():
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 1000
-        engine.complete(shape, now)
-    return shapes, now
-
-
 def _reads(engine: JitllmEngine, shapes: list[StepShape]) -> list[int]:
     """What each pass read over the disk (the host pager's part)."""
     slot = engine._facts.pager_slot
@@ -132,9 +122,9 @@ def test_a_generates_history_is_taken_out_of_the_share_when_it_ends_and_given_ba
     facts = engine._facts
     share = facts.host_page_budget
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1600),), 4), 0)
-    first, now = _run(engine, 0)
+    first, now = run_steps(engine, 0)
     engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
-    second, _ = _run(engine, now)
+    second, _ = run_steps(engine, now)
 
     # the prompt and the tokens fed after it, in whole host pages (``kvPages.bytes``)
     history = 7 * 256 * facts.host_position_bytes
@@ -179,14 +169,14 @@ def test_rows_retired_together_are_charged_their_histories_summed(
     share = facts.host_page_budget
     for rid in "ab":
         engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 250),), 500), 0)
-    both, now = _run(engine, 0)
+    both, now = run_steps(engine, 0)
     # both prompts in the first pass, then one token each an iteration (jointly or in
     # separate passes, as the joint choice probes): both feed their last token in the
     # same iteration and retire at the next
     assert len(both[0].seqs) == 2
     assert sum(1 for s in both for c in s.seqs if c.context_tokens == 749) == 2
     engine.add_request(InferenceRequest("c", now, (PromptSegment("c", 16),), 4), now)
-    after, _ = _run(engine, now)
+    after, _ = run_steps(engine, now)
 
     # each row's prompt and the tokens fed, in whole host pages
     history = 3 * 256 * facts.host_position_bytes
@@ -220,7 +210,7 @@ def test_a_running_generates_history_does_not_shrink_the_pager(
     assert isinstance(engine, JitllmEngine)
     facts = engine._facts
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 900),), 60), 0)
-    shapes, _ = _run(engine, 0)
+    shapes, _ = run_steps(engine, 0)
     replay = BudgetPager(facts.host_page_budget, facts.host_block_sizes)
     replay.run_pass()
     reads = _reads(engine, shapes)
@@ -241,7 +231,7 @@ def test_a_history_past_the_host_still_stops_and_says_why_jitllm_would_too(
     for i in range(2):
         engine.add_request(InferenceRequest(f"r{i}", 0, (PromptSegment(f"r{i}", 3000),), 200), 0)
     with pytest.raises(SimulationError, match="outgrows the host memory") as err:
-        _run(engine, 0)
+        run_steps(engine, 0)
     message = str(err.value)
     assert "applyPageBudget" in message
     assert "only once its generate has ended" in message
@@ -290,11 +280,11 @@ def test_where_the_budget_holds_every_host_block_a_long_history_still_evicts(
     assert len(sizes) == 19 and facts.page_link == "nvme-gen4"
     assert facts.host_page_budget - sum(sizes) == 100 * 2**20
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1000),), 4), 0)
-    first, now = _run(engine, 0)
+    first, now = run_steps(engine, 0)
     assert not any(_reads(engine, first))  # every block resident from the load
     assert 4 * 256 * facts.host_position_bytes > 100 * 2**20  # 1004 positions, 4 pages
     engine.add_request(InferenceRequest("b", now, (PromptSegment("b", 16),), 4), now)
-    second, _ = _run(engine, now)
+    second, _ = run_steps(engine, now)
     assert _reads(engine, second) == [sizes[-1], 0, 0, 0, 0]
 
 
@@ -307,9 +297,9 @@ def test_where_histories_fit_the_slack_the_pager_never_reads(
     assert isinstance(engine, JitllmEngine)
     for rid in "ab":
         engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 1000),), 4), 0)
-    shapes, now = _run(engine, 0)
+    shapes, now = run_steps(engine, 0)
     engine.add_request(InferenceRequest("c", now, (PromptSegment("c", 16),), 4), now)
-    more, _ = _run(engine, now)
+    more, _ = run_steps(engine, now)
     assert engine._pager is not None and engine._pager.page_outs == 0
     assert not any(_reads(engine, shapes + more))
 
@@ -418,7 +408,7 @@ def test_a_retired_rows_history_is_charged_in_whole_host_pages(
 
     engine._rebudget = spy  # type: ignore[method-assign]
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 300),), 4), 0)
-    _run(engine, 0)
+    run_steps(engine, 0)
     engine.schedule(10**9)  # the iteration that retires it
     assert max(charged) == 512 * engine._facts.host_position_bytes
 

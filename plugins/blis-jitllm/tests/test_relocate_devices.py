@@ -15,6 +15,7 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import LayerKind, ParallelLayout, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
+from stepping import run_steps
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.settings import resolve_settings
@@ -499,14 +500,7 @@ def _fuzz(env: Environment, engine: JitllmEngine, rnd: random.Random) -> None:
 
 
 def _run(engine: JitllmEngine, now: int = 0, launched: StepShape | None = None) -> list[StepShape]:
-    shapes: list[StepShape] = []
     if launched is not None:
         now += 1000
         engine.complete(launched, now)
-    while engine.num_unfinished():
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 1000
-        engine.complete(shape, now)
-    return shapes
+    return run_steps(engine, now)[0]

@@ -14,6 +14,7 @@ from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
+from stepping import run_steps
 from test_relocate_devices import _fuzz
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
@@ -56,15 +57,7 @@ def _spec(**args: object) -> EnginePoolSpec:
 
 def _until_moved(engine: JitllmEngine) -> tuple[list[StepShape], int]:
     """Steps of 10 ms until the first block has gone home; the steps and the time."""
-    shapes: list[StepShape] = []
-    now = 0
-    while not engine._moved:
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 10_000
-        engine.complete(shape, now)
-    return shapes, now
+    return run_steps(engine, 0, 10_000, lambda: engine._moved)
 
 
 def test_the_bank_of_a_block_taken_back_reads_what_is_not_held_and_evicts_no_block() -> None:
@@ -274,14 +267,7 @@ def test_a_mixture_model_on_one_of_two_named_cards_runs_again(
     assert facts.pager_sizes == (BASE,) * 48 and facts.pager_banks == (BANK,) * 48
     assert not engine._holds(1, BLOCK, {})  # card 1: 0.27 GiB beside the scratch
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 3000),), 8), 0)
-    shapes: list[StepShape] = []
-    now = 0
-    while not engine.relocated:
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 10_000
-        engine.complete(shape, now)
+    shapes, _ = run_steps(engine, 0, 10_000, lambda: engine.relocated)
     assert engine.spilled == 0 and engine._owner[5] is None and engine._owner[4] == 0
     moving = shapes[-1]
     placed = engine._placed
