@@ -230,6 +230,12 @@ class PoolFacts:
     """auto-streamed blocks beside host blocks: per one, its page in the host pager
     (expert pages only) and the sheets of its device's expert cache; each pass's fills
     claim the experts the cache missed through the pager (empty: no such pager)"""
+    stream_caches: tuple[int | None, ...] = ()
+    """``-relocate`` beside auto-streamed blocks (over the devices, :class:`Spread`): per
+    block, the expert cache's sheets ``AutoStream`` recorded for it (``autoStream[li]``,
+    0 for the plain bank; None: not streamed), which an offer back or a spill makes again
+    where the card has room (``prepLayer`` -> ``cacheSlotsFor``); empty where no block is
+    streamed"""
     disk: Placed | None = None
     """``-relocate`` with the host pager where the plan's own placement runs no host
     block: that placement with the machine's disk as the page link of its embedding's
@@ -354,16 +360,6 @@ def _check_model(pool: str, model: ModelArchitecture, weights: str | None) -> No
         raise _refuse(
             f"deployment.pools.{pool}.model", model.hf_id, f"not modelled by blis-jitllm yet: {why}"
         )
-
-
-#: why -relocate is not modelled beside auto-streamed mixture blocks
-_STREAMED_HOME = (
-    "auto-streamed mixture blocks are on the device: the block sent home would be a "
-    "streamed one, its base and expert cache released and its shared part faulted back "
-    "into the host pager, and an offer would take it back streamed again (prepLayer: "
-    "the cache of the size AutoStream recorded where the card has room, else the plain "
-    "bank), none of which blis-jitllm models yet"
-)
 
 
 def _not_relocated(why_not: str) -> str:
@@ -773,23 +769,20 @@ def _plan(
     streamed = mixture is not None and any(
         st for st, o in zip(mixture.streamed, owner, strict=True) if o is not None
     )
-    reloc = (
-        _relocation(
-            machine,
-            pooled,
-            owner,
-            blocks,
-            settings,
-            embedding,
-            head,
-            head_on_device,
-            host_pages,
-            banks=banks if mixture is not None else None,
-            host_banks=host_banks,
-            names=tuple(d.name for d in devices),
-        )
-        if not streamed
-        else _Relocation(why_not=_STREAMED_HOME)
+    reloc = _relocation(
+        machine,
+        pooled,
+        owner,
+        blocks,
+        settings,
+        embedding,
+        head,
+        head_on_device,
+        host_pages,
+        banks=banks if mixture is not None else None,
+        host_banks=host_banks,
+        names=tuple(d.name for d in devices),
+        streamed=streamed,
     )
     relocate = reloc.relocate
     part_sets: tuple[tuple[PlanPart, ...], ...] = ()
@@ -843,7 +836,8 @@ def _plan(
         assert page_link is not None  # _spread_relocation models only a machine's disk
         spread = Spread(
             owner,
-            tuple(blocks),
+            # what a device charges: a streamed block its base, plain bank and cache
+            tuple(mixture.charges) if mixture is not None else tuple(blocks),
             placement.share,
             owner[highest] or 0,
             place,
@@ -867,7 +861,7 @@ def _plan(
     held_limits = tuple(
         budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in held
     )
-    if any(x < 1 for x in pages) and streamed:
+    if any(x < 1 for x in pages) and streamed and spread is None:
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         raise InputRefused.one(
             "engine.args.devices",
@@ -989,6 +983,12 @@ def _plan(
         )
         if mixture is not None
         else (),
+        stream_caches=tuple(
+            mixture.caches[o] if st and o is not None else None
+            for st, o in zip(mixture.streamed, owner, strict=True)
+        )
+        if mixture is not None and spread is not None and streamed
+        else (),
         disk=disk,
     )
     return plan, facts, settings, model
@@ -1026,6 +1026,7 @@ def _relocation(
     banks: list[ExpertBank | None] | None = None,
     host_banks: tuple[ExpertBank | None, ...] = (),
     names: tuple[str, ...] = (),
+    streamed: bool = False,
 ) -> _Relocation:
     """``-relocate`` on one device (``model.go*`` ``relocateUntil``, ``relocateHome``):
     every block on the card but the first may go home, the highest first. Once home a
@@ -1053,7 +1054,9 @@ def _relocation(
         )
     if not pooled:
         return _Relocation(why_not="no block is on a device")
-    if len(pooled) > 1 or len(names) > 1:
+    if len(pooled) > 1 or len(names) > 1 or streamed:
+        # auto-streamed blocks on a card (``streamed``): the pager's pages are every
+        # block's, whose streamed blocks' expert pages the fills claim, on one device too
         return _spread_relocation(
             machine, pooled, owner, blocks, settings, embedding, head, head_on_device, banks, names
         )
@@ -1261,6 +1264,12 @@ class JitllmEngine:
                 facts.cache_limit, facts.host_page, facts.cache_position_bytes, facts.logits_bytes
             )
         self._uploads: dict[str, int] = {}  # restored positions a row's first pass uploads
+        # -relocate beside auto-streamed blocks: each streamed block on a card now, with
+        # its expert cache's sheets there (0: the plain bank), and what it charges there
+        self._streams: dict[int, int] = {
+            li: cache for li, cache in enumerate(facts.stream_caches) if cache is not None
+        }
+        self._stream_charges: dict[int, int] = {}
         self._pager: BudgetPager | None = None
         self._pager_reads = 0  # bytes an offer back to the card read through the pager
         if facts.host_page_budget:
@@ -1276,14 +1285,27 @@ class JitllmEngine:
             # ``File.Preload`` runs where the budget holds every page) and nothing
             # evicts them; else the warm-up generate is one pass of one token from empty
             # over several devices the pager's pages are every block: its scan is the
-            # blocks on the host, in block order
-            scan = _host_scan(facts.spread.owner) if facts.spread is not None else None
+            # blocks on the host, in block order, and the auto-streamed blocks on the
+            # cards (whose fills claim their experts there)
+            scan = (
+                _host_scan(facts.spread.owner, self._streams) if facts.spread is not None else None
+            )
             if _host_pages_fit(facts):
-                self._pager.preload(len(facts.relocate), scan)
+                if self._streams:
+                    # a streamed block's expert pages without its block page (dropped
+                    # when the card took it, ``releaseLayer`` keeping the experts)
+                    for li in scan or ():
+                        bank = facts.pager_banks[li]
+                        if li in self._streams and bank is not None:
+                            self._pager.fill(li, bank.experts)
+                        else:
+                            self._pager.preload(pages=(li,))
+                else:
+                    self._pager.preload(len(facts.relocate), scan)
             elif settings.warm:
                 # the warm-up's token finds every device expert cache cold: each
                 # streamed block's fill claims its whole selection
-                self._pager.run_pass(len(facts.relocate), 1, scan, _fills(facts, 1, cold=True))
+                self._pager.run_pass(len(facts.relocate), 1, scan, self._fill_claims(1, cold=True))
         # per device with a pool: pages a layer, the dummy included; 0 where the device
         # holds no block yet (over several devices, a card the placement left empty,
         # whose pool opens with its first block: ``kvPages``, made on first use)
@@ -1304,7 +1326,7 @@ class JitllmEngine:
         self._gone_home: set[int] = set()
         self._cursor = spread.cursor if spread is not None else 0
         self._moves = [0] * len(facts.device_layers)
-        self._scan = _host_scan(spread.owner) if spread is not None else []
+        self._scan = _host_scan(spread.owner, self._streams) if spread is not None else []
         self._placed: Placed | None = None
         self.spilled = 0  # ``devSpilled``
         self.relocated = 0  # ``devRelocated``
@@ -1480,29 +1502,37 @@ class JitllmEngine:
         if len(mine) < 2:
             return False
         li = mine[-1]
-        charge = spread.charges[li]
+        # a streamed block releases its base, its bank and its expert cache
+        # (``ReleaseLayers``); its record in ``autoStream`` stays (no deletion read)
+        charge = self._stream_charges.pop(li, spread.charges[li])
+        self._streams.pop(li, None)
         history = (sum(need.values()) - sum(self._home[d].values())) * f.layer_page_bytes
         self._moves[d] += history
         self._layers[d] -= 1
         self._limits[d] += charge
-        target = None
+        target: tuple[int, int, int | None] | None = None
         if d < len(self._layers) - 1 and not self._shared(d, callers):
             target = next(
-                (e for e in range(d + 1, len(self._layers)) if self._holds(e, charge, need)),
+                (
+                    (e, *got)
+                    for e in range(d + 1, len(self._layers))
+                    if (got := self._offer(e, li, need)) is not None
+                ),
                 None,
             )
         if target is not None:
-            self._open(target)
-            self._owner[li] = target
-            self._layers[target] += 1
-            self._limits[target] -= charge
-            self._moves[target] += charge + history
+            e, charge, cache = target
+            self._open(e)
+            self._take(li, e, charge, cache)
+            self._moves[e] += self._upload(li, charge) + history
             if self._pager is not None:
                 # ``Ensure``: the block's page, then a mixture block's bank an expert
-                # page at a time (``bankWeight``'s ``Sheet``); nothing drops them
+                # page at a time (``bankWeight``'s ``Sheet``); nothing drops them. A
+                # streamed block's bank is filled per token, not uploaded
                 self._pager_reads += round(self._pager.touch(li, 0))
-                self._pager_reads += round(self._pager.bank_upload(li, keep=True))
-            self._cursor = target
+                if cache is None:
+                    self._pager_reads += round(self._pager.bank_upload(li, keep=True))
+            self._cursor = e
             self.spilled += 1
         else:
             self._owner[li] = None
@@ -1512,6 +1542,50 @@ class JitllmEngine:
             self.relocated += 1
         self._moved_now()
         return True
+
+    def _offer(self, e: int, li: int, need: Mapping[str, int]) -> tuple[int, int | None] | None:
+        """``prepLayer`` of block ``li`` on device ``e``: what it charges there and, for
+        an auto-streamed block, its expert cache's sheets (None: a resident block), or
+        None where ``e`` does not hold it beside its pool (:meth:`_holds`). A streamed
+        block (``autoStream[li]`` set, kept since ``AutoStream``) is prepared streamed
+        again: its base, and the cache of the size ``AutoStream`` recorded where the card
+        has room for it beside what it holds (``cacheSlotsFor``: ``g.room``), else the
+        plain bank of one token's selection (charged to the block, as at placement,
+        :func:`~blis_jitllm.moe.streamed_charge`). The cache's bank replaces the plain
+        one (``cacheSlotsFor`` returns one size or the other): a block taken back with
+        its cache is charged its base and cache only."""
+        f = self._facts
+        spread = f.spread
+        assert spread is not None
+        auto = f.stream_caches[li] if f.stream_caches else None
+        if auto is None:
+            charge = spread.charges[li]
+            return (charge, None) if self._holds(e, charge, need) else None
+        bank = f.pager_banks[li]
+        assert bank is not None
+        base = f.pager_sizes[li]
+        room = self._limits[e] - self._pool_pages[e] * f.layer_page_bytes * self._layers[e]
+        cache = auto if auto and base + auto * bank.sheet <= room else 0
+        charge = base + (cache or bank.per_token) * bank.sheet
+        return (charge, cache) if self._holds(e, charge, need) else None
+
+    def _take(self, li: int, e: int, charge: int, cache: int | None) -> None:
+        """Device ``e`` takes block ``li`` at ``charge`` (a streamed one with its cache's
+        ``cache`` sheets)."""
+        self._owner[li] = e
+        self._layers[e] += 1
+        self._limits[e] -= charge
+        if cache is not None:
+            self._streams[li] = cache
+            self._stream_charges[li] = charge
+
+    def _upload(self, li: int, charge: int) -> int:
+        """The weight bytes a card taking block ``li`` uploads over its link: the whole
+        block, or a streamed block's base (its bank is filled per token, the new cache
+        starting empty: the port counts a warm cache's misses only)."""
+        if li in self._streams:
+            return self._facts.pager_sizes[li]
+        return charge
 
     def _shared(self, d: int, callers: set[str]) -> bool:
         """``sharedBeyond``: a session other than the one moving the block has history
@@ -1553,7 +1627,7 @@ class JitllmEngine:
         spread = self._facts.spread
         assert spread is not None
         owner = tuple(self._owner)
-        self._scan = _host_scan(owner)
+        self._scan = _host_scan(owner, self._streams)
         self._placed = None if owner == spread.owner else spread.at(owner)
 
     def _reclaim_spread(self) -> None:
@@ -1574,31 +1648,36 @@ class JitllmEngine:
         for li in sorted(self._gone_home):
             if pager is not None:
                 self._pager_reads += round(pager.touch(li, 0))
-            charge = spread.charges[li]
             start = self._cursor
             if share is not None and li < len(share) and share[li] > start:
                 start = share[li]
             target = next(
-                (e for e in range(start, len(self._layers)) if self._holds(e, charge, self._held)),
+                (
+                    (e, *got)
+                    for e in range(start, len(self._layers))
+                    if (got := self._offer(e, li, self._held)) is not None
+                ),
                 None,
             )
             if target is None:
                 break
-            self._open(target)
-            resident = sum(self._held.values()) - sum(self._home[target].values())
+            e, charge, cache = target
+            self._open(e)
+            resident = sum(self._held.values()) - sum(self._home[e].values())
             self._gone_home.discard(li)
-            self._owner[li] = target
-            self._layers[target] += 1
-            self._limits[target] -= charge
+            self._take(li, e, charge, cache)
             self._host_position -= f.host_layer_position_bytes
-            self._moves[target] += charge + resident * f.layer_page_bytes
-            self._cursor = target
+            self._moves[e] += self._upload(li, charge) + resident * f.layer_page_bytes
+            self._cursor = e
             self.reclaimed += 1
             if pager is not None:
-                # a mixture block's bank goes up an expert page at a time, each read
-                # through the pager where it is not held (``bankWeight``)
-                self._pager_reads += round(pager.bank_upload(li))
-                pager.drop(li)
+                if cache is None:
+                    # a mixture block's bank goes up an expert page at a time, each
+                    # read through the pager where it is not held (``bankWeight``)
+                    self._pager_reads += round(pager.bank_upload(li))
+                # a streamed block keeps its expert pages (``releaseLayer``'s
+                # ``keepExperts``), its fills claiming them again
+                pager.drop(li, keep_experts=cache is not None)
         self._moved_now()
         if pager is not None:
             pager.trim_free()
@@ -1996,7 +2075,7 @@ class JitllmEngine:
             # spill or an offer back read through the pager before the pass
             first = len(f.relocate) - self._moved
             scan = self._scan if f.spread is not None else None
-            fills = _fills(f, tokens)
+            fills = self._fill_claims(tokens)
             read = round(self._pager.run_pass(first, tokens, scan, fills)) + self._pager_reads
             self._pager_reads = 0
         # where no block runs on the host the pass runs with the disk on the embedding's
@@ -2029,6 +2108,20 @@ class JitllmEngine:
             parts=parts,
         )
 
+    def _fill_claims(self, tokens: int, cold: bool = False) -> dict[int, float]:
+        """Per auto-streamed block in the host pager (its page), the experts a pass of
+        ``tokens`` rows has its fill claim there (:func:`_fills`); where ``-relocate``
+        moves streamed blocks, those on a card now (their pages are their blocks), each
+        by its cache there."""
+        f = self._facts
+        bank = f.expert_bank
+        if not f.stream_caches or bank is None:
+            return _fills(f, tokens, cold)
+        return {
+            li: pass_upload_sheets(tokens, bank, 0 if cold else cache)
+            for li, cache in self._streams.items()
+        }
+
     def _expert_uploads(self, tokens: int) -> list[int]:
         """Per device with a pool: the bytes of the expert sheets a pass of ``tokens``
         rows uploads over its link into its auto-streamed blocks
@@ -2038,6 +2131,14 @@ class JitllmEngine:
         bank = f.expert_bank
         if bank is None:
             return [0] * len(f.device_layers)
+        if f.stream_caches:
+            # -relocate moves streamed blocks: those on each card now, each with its cache
+            up = [0.0] * len(f.device_layers)
+            for li, cache in self._streams.items():
+                d = self._owner[li]
+                assert d is not None
+                up[d] += bank.sheet * pass_upload_sheets(tokens, bank, cache)
+            return [round(x) for x in up]
         return [
             round(blocks * bank.sheet * pass_upload_sheets(tokens, bank, cache))
             for blocks, cache in f.expert_streams
@@ -2123,9 +2224,13 @@ class JitllmEngine:
         return len(self._requests)
 
 
-def _host_scan(owner: tuple[int | None, ...]) -> list[int]:
-    """The blocks on the host, in block order: the pager's scan over several devices."""
-    return [i for i, o in enumerate(owner) if o is None]
+def _host_scan(
+    owner: tuple[int | None, ...], streams: Mapping[int, int] | None = None
+) -> list[int]:
+    """The blocks on the host, in block order: the pager's scan over several devices;
+    with the auto-streamed blocks on the cards (``streams``), whose fills claim their
+    experts through the pager, in their place."""
+    return [i for i, o in enumerate(owner) if o is None or (streams and i in streams)]
 
 
 def _fills(facts: PoolFacts, tokens: int, cold: bool = False) -> dict[int, float]:
@@ -2282,7 +2387,9 @@ class JitllmEngineFactory:
                 else "off: the pool names no machine, whose host memory holds it"
             ),
             "relocate": (
-                f"on over {len(facts.device_layers)} devices: a full card's highest block "
+                f"on over {len(facts.device_layers)} device"
+                + ("s" if len(facts.device_layers) > 1 else "")
+                + ": a full card's highest block "
                 "moves to the first later card that holds it (SpillAfter; not from the last "
                 "card, nor while another row has history on the card) or else home, read "
                 "through the host pager; the card's lowest block stays; blocks home come "
@@ -2301,6 +2408,17 @@ class JitllmEngineFactory:
                     "reads the experts its rows choose, and one taken back has the expert "
                     "pages not held read and then every page of it dropped"
                     if any(facts.pager_banks)
+                    else ""
+                )
+                + (
+                    f"; {sum(1 for c in facts.stream_caches if c is not None)} auto-streamed "
+                    "blocks go as any block: one sent home releases its base, bank and "
+                    "expert cache and runs on the host, its shared part faulted in through "
+                    "the pager beside the expert pages it kept there; one taken back, or "
+                    "spilled, is streamed again (its base up the link), with the expert "
+                    "cache AutoStream recorded where the card has room for it, else the "
+                    "plain bank"
+                    if facts.stream_caches
                     else ""
                 )
                 if facts.spread is not None

@@ -331,14 +331,18 @@ class BudgetPager:
         misses = sheets * (1.0 - min(self.expert_pages(li), bank.experts) / bank.experts)
         return self._claim_experts(li, bank, sheets, misses)
 
-    def drop(self, li: int) -> None:
+    def drop(self, li: int, keep_experts: bool = False) -> None:
         """``File.DropPage``: block ``li`` leaves the pager (a device took it); its
         frame goes to the free list, its capacity refunded, and it is no longer the most
         recent block; its expert pages go too (``releaseLayer``: the device holds the
-        whole bank). A block not resident is left alone."""
+        whole bank), unless ``keep_experts`` (an auto-streamed block, whose fills read
+        its experts through them: ``releaseLayer``'s ``keepExperts``). A block not
+        resident is left alone."""
         if li in self.resident:
             self._evict(li)
             self.page_outs -= 1  # a drop is not an eviction: page_outs counts those
+        if keep_experts:
+            return
         held = self.expert_pages(li)
         if held > 0:
             bank = self.banks[li]

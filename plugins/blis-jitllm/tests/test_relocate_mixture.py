@@ -172,18 +172,20 @@ def test_an_offer_the_card_declines_reads_only_the_shared_part(
     assert pager.expert_pages(page) == pytest.approx(held)
 
 
-def test_relocate_is_refused_by_name_where_streamed_blocks_are(
+def test_relocate_is_planned_where_streamed_blocks_are(
     blis_environment: Callable[[str], Environment],
 ) -> None:
     env = blis_environment("rm-4")
     f = JitllmEngineFactory()
-    # every block auto-streamed over eight cards: -relocate is not modelled, and blis plan
-    # says why
+    # every block auto-streamed over eight cards: -relocate moves them as any block
+    # (modelled since 2026-12-06, tests/test_relocate_streamed.py), and blis plan says so
     streamed = ",".join(f"cuda:{i}=1188M" for i in range(8))
     resolved = f.resolved_args(
         _spec(devices=streamed, **{"max-seq": 2048, "max-batch": 4, "prompt-chunk": 512}), env
     )
-    assert str(resolved["relocate"]).startswith("not modelled for this placement: auto-streamed")
+    relocate = str(resolved["relocate"])
+    assert relocate.startswith("on over 8 devices")
+    assert "48 auto-streamed blocks go as any block" in relocate
     # resident blocks over two cards: SpillAfter first, as for a dense model (modelled
     # since 2026-12-06's third pass), the pager's pages their shared parts and experts
     two = str(f.resolved_args(_spec(devices="cuda:0=8500M,cuda:1=8500M"), env)["relocate"])

@@ -1,0 +1,283 @@
+"""``-relocate`` beside auto-streamed mixture blocks (``docs/upstream/jitllm.md`` §1.7
+"Read 2026-12-06", §1.8, §8): the victim is the highest placed block, a streamed one;
+sent home it releases its base, its bank and its expert cache and runs on the host, its
+shared part faulted in through the host pager beside the expert pages it kept there
+(``releaseLayer``'s ``keepExperts``); offered back (or spilled) it is streamed again,
+with the expert cache ``AutoStream`` recorded where the card has room
+(``prepLayer`` -> ``cacheSlotsFor``), else the plain bank of one token's selection."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.plan import ParallelLayout
+from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import StepShape
+from stepping import run_steps
+from test_relocate_devices import _fuzz
+
+from blis_jitllm import JitllmEngine, JitllmEngineFactory
+from blis_jitllm.moe import ExpertBank, pass_upload_sheets
+from blis_jitllm.paging import BudgetPager
+
+QWEN = "Qwen/Qwen3-30B-A3B"
+V100 = "V100-SXM2-16GB"
+BOX = "v100-sxm2-8x-e5-2680v4"
+#: Qwen3-30B-A3B in bfloat16: one expert's gate, up and down; a block and its shared part
+SHEET = 3 * 2048 * 768 * 2
+BANK = ExpertBank(128, 8, SHEET)
+BLOCK = 1_246_240_768
+BASE = BLOCK - BANK.bytes
+#: a streamed block placed with the plain bank of one token's selection, no cache
+PLAIN = BASE + 8 * SHEET
+#: four experts of 10 bytes, two a token
+SMALL = ExpertBank(4, 2, 10)
+#: prompt passes of 16 rows choose some of a block's experts, not all
+CHUNK = 16
+
+
+def _spec(**args: object) -> EnginePoolSpec:
+    """One card below a block: five blocks auto-streamed on it with the plain bank (no
+    room for a cache), 43 on the host, one KV page a layer."""
+    return EnginePoolSpec(
+        "p",
+        QWEN,
+        V100,
+        ParallelLayout(),
+        {
+            "max-seq": 2048,
+            "max-batch": 4,
+            "no-mem-cache": True,
+            "devices": "cuda:0=1188M",
+            "maxmem": "200G",
+            "prompt-chunk": CHUNK,
+            **args,
+        },
+        machine=BOX,
+    )
+
+
+def test_a_drop_that_keeps_experts_gives_up_the_block_page_only() -> None:
+    # ``releaseLayer(keepExperts)``: a card taking a streamed block drops its block page,
+    # its expert pages stay in the pager for its fills
+    pager = BudgetPager(1000, (100, 100), (SMALL, SMALL))
+    pager.preload()
+    assert pager.resident == {0, 1} and pager.used == 2 * (100 + 4 * 10)
+    pager.drop(0, keep_experts=True)
+    assert pager.resident == {1}
+    assert pager.expert_pages(0) == pytest.approx(4)
+    assert pager.used == 100 + 2 * 4 * 10
+    assert pager.fill(0, 2.0) == 0  # its fills hit the kept pages
+    pager.drop(1)  # a resident block's drop: every page of it goes
+    assert pager.resident == set() and pager.expert_pages(1) == 0
+
+
+def test_relocate_is_planned_beside_streamed_blocks_on_one_card(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    env = blis_environment("rs-0")
+    f = JitllmEngineFactory()
+    spec = _spec()
+    resolved = f.resolved_args(spec, env)
+    assert resolved["auto-streamed blocks"] == [5]
+    assert resolved["expert cache sheets a block"] == [0]
+    relocate = str(resolved["relocate"])
+    assert relocate.startswith("on over 1 device:")
+    assert "5 auto-streamed blocks go as any block" in relocate
+    facts = f.build(spec, env, "p-0")._facts
+    assert facts.relocate_off == ""
+    assert facts.stream_caches == (0,) * 5 + (None,) * 43
+    assert facts.spread is not None
+    # a streamed block's charge: its base and the plain bank of 8 sheets
+    assert facts.spread.charges[:5] == (PLAIN,) * 5 == (113_778_688,) * 5
+    # the pager's pages: every block's shared part, its experts expert pages
+    assert facts.pager_sizes == (BASE,) * 48 and facts.pager_banks == (BANK,) * 48
+
+
+def _until_home(engine: JitllmEngine) -> tuple[list[StepShape], int]:
+    """Steps of 10 ms until the first block has gone home; the steps and the time."""
+    return run_steps(engine, 0, 10_000, lambda: engine.relocated)
+
+
+def test_a_streamed_block_goes_home_and_its_shared_part_is_faulted_in(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """The pool cannot grow: block 4, the highest on the card and a streamed one, goes
+    home with its history; its room (base and plain bank) goes to the pool. The pass that
+    needed the room uploads the selection of the four streamed blocks left and the
+    history; the host pager reads block 4's shared part from the disk, its 128 expert
+    pages being held since the load (kept when the card took it)."""
+    env = blis_environment("rs-1")
+    engine = JitllmEngineFactory().build(_spec(), env, "p-0")
+    limit = engine._limits[0]
+    pager = engine._pager
+    assert pager is not None
+    assert all(pager.expert_pages(i) == 128 for i in range(48))
+    assert not {0, 1, 2, 3, 4} & pager.resident  # their block pages on the card
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1000),), 8), 0)
+    shapes, now = _until_home(engine)
+    # before the move: five streamed blocks' selections, nothing from the disk
+    chosen = pass_upload_sheets(CHUNK, BANK, 0)
+    assert 0 < chosen < 128
+    first = engine._facts.slots[0]
+    assert first.pager is not None and first.devices[0] is not None
+    assert shapes[1].page_in_bytes[first.devices[0]] == round(5 * SHEET * chosen)
+    assert shapes[1].page_in_bytes[first.pager] == 0
+    assert engine._owner[:5] == [0, 0, 0, 0, None]
+    assert engine._streams == {0: 0, 1: 0, 2: 0, 3: 0}
+    assert engine._limits[0] == limit + PLAIN
+    placed = engine._placed
+    assert placed is not None
+    pager_slot, device_slot = placed.slots.pager, placed.slots.devices[0]
+    assert pager_slot is not None and device_slot is not None
+    moving = shapes[-1]
+    assert moving.parts == placed.tiled  # 16 rows: the batched twin
+    history = engine._held["a"] * engine._facts.layer_page_bytes
+    assert moving.page_in_bytes[pager_slot] == BASE
+    assert moving.page_in_bytes[device_slot] == round(4 * SHEET * chosen) + history
+    # the next pass: the block's page a hit, its experts held: nothing from the disk
+    nxt = engine.schedule(now)
+    assert nxt is not None
+    assert nxt.page_in_bytes[pager_slot] == 0
+    assert nxt.page_in_bytes[device_slot] == round(4 * SHEET * chosen)
+    assert 4 in pager.resident and pager.expert_pages(4) == pytest.approx(128)
+
+
+def test_a_streamed_block_comes_back_streamed_and_keeps_its_expert_pages(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Room returns: block 4 is offered back, its page a hit; the card takes it streamed
+    again with the plain bank (AutoStream recorded no cache for it); its base and history
+    go up the link, its block page leaves the pager and its expert pages stay."""
+    env = blis_environment("rs-2")
+    engine = JitllmEngineFactory().build(_spec(), env, "p-0")
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1000),), 8), 0)
+    _, now = _until_home(engine)
+    pager = engine._pager
+    assert pager is not None
+    limit = engine._limits[0]
+    engine._limits[0] += 1 << 30
+    history = engine._held["a"] * engine._facts.layer_page_bytes
+    engine._reclaim()
+    assert engine.reclaimed == 1 and engine._owner[4] == 0
+    assert engine._streams[4] == 0 and engine._stream_charges[4] == PLAIN
+    assert engine._limits[0] == limit + (1 << 30) - PLAIN
+    assert engine._pager_reads == 0  # its page was held
+    assert engine._moves[0] == BASE + history  # not its bank: that is filled per token
+    assert 4 not in pager.resident and pager.expert_pages(4) == pytest.approx(128)
+    nxt = engine.schedule(now)
+    assert nxt is not None
+    slots = engine._facts.slots[0]
+    assert slots.devices[0] is not None
+    rows = sum(s.new_tokens for s in nxt.seqs)
+    up = round(5 * SHEET * pass_upload_sheets(rows, BANK, 0))
+    assert nxt.page_in_bytes[slots.devices[0]] == up + BASE + history
+
+
+def test_the_recorded_cache_is_made_again_where_the_card_has_room_else_the_plain_bank(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Two streamed blocks on the card with an expert cache of 9 sheets each (charged
+    base, plain bank and cache at the load). Block 1 goes home and comes back: with room
+    for its base and cache, ``cacheSlotsFor`` gives it the cache alone (base and 9
+    sheets); with room for less, the plain bank (base and 8 sheets); the record
+    survives the release, so a later offer with room makes the cache again."""
+    env = blis_environment("rs-3")
+    engine = JitllmEngineFactory().build(_spec(**{"gpu-layers": 6}), env, "p-0")
+    facts = engine._facts
+    assert facts.stream_caches[:2] == (9, 9) and facts.spread is not None
+    loaded = BASE + (8 + 9) * SHEET
+    assert facts.spread.charges[:2] == (loaded, loaded)
+    limit = engine._limits[0]
+    page = facts.layer_page_bytes * engine._pool_pages[0]  # the pool's bytes a layer
+    # home: its base, plain bank and cache released
+    assert engine._relocate_from(0, {}, set())
+    assert engine._owner[:2] == [0, None] and engine._limits[0] == limit + loaded
+    engine._reclaim()
+    assert engine._owner[1] == 0 and engine._streams[1] == 9
+    assert engine._stream_charges[1] == BASE + 9 * SHEET
+    assert engine._limits[0] == limit + 8 * SHEET  # the plain bank is not made again
+    # home again, then too little room for the cache beside the pool: the plain bank
+    assert engine._relocate_from(0, {}, set())
+    assert engine._limits[0] == limit + loaded
+    engine._limits[0] = 2 * page + PLAIN  # the pool with a layer more, and the block
+    engine._reclaim()
+    assert engine._owner[1] == 0 and engine._streams[1] == 0
+    assert engine._stream_charges[1] == PLAIN and engine._limits[0] == 2 * page
+    # and with room once more, the cache AutoStream recorded
+    assert engine._relocate_from(0, {}, set())
+    engine._limits[0] = 2 * page + BASE + 9 * SHEET + page
+    engine._reclaim()
+    assert engine._streams[1] == 9
+    # too little room even for the plain bank: declined, its page read for nothing
+    assert engine._relocate_from(0, {}, set())
+    engine._limits[0] = 2 * page + PLAIN - 1
+    engine._reclaim()
+    assert engine._owner[1] is None and 1 not in engine._streams
+
+
+def test_a_streamed_block_spills_streamed_onto_a_later_card(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Over two named cards (``-gpu-layers 3``: blocks 0 and 1 streamed on card 0 with
+    caches of 51 sheets, card 1 left empty), card 0 gives up block 1: ``SpillAfter``
+    arms card 1, whose ``prepLayer`` streams it there with the cache AutoStream recorded
+    (room for it), charged base and cache; the spill reads its shared part through the
+    pager (``Ensure``) and uploads it (its bank is filled per token), and its page stays
+    in the pager beside its expert pages."""
+    env = blis_environment("rs-6")
+    spec = _spec(devices="cuda:0=1188M,cuda:1=1188M", **{"gpu-layers": 3})
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    assert engine._owner[:3] == [0, 0, None]
+    assert engine._streams == {0: 51, 1: 51} and engine._pool_pages == [1, 0]
+    card1 = engine._limits[1]
+    assert engine._relocate_from(0, {}, set())
+    assert engine.spilled == 1 and engine._owner[:2] == [0, 1]
+    assert engine._streams == {0: 51, 1: 51}
+    assert engine._stream_charges[1] == BASE + 51 * SHEET
+    assert engine._limits[1] == card1 - BASE - 51 * SHEET
+    assert engine._pool_pages[1] == 1  # its pool opened with the dummy page
+    assert engine._moves == [0, BASE] and engine._pager_reads == BASE
+    pager = engine._pager
+    assert pager is not None
+    assert 1 in pager.resident and pager.expert_pages(1) == pytest.approx(128)
+    # a pass: card 1 now uploads block 1's selection, card 0 block 0's
+    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 8),), 1), 0)
+    shape = engine.schedule(0)
+    assert shape is not None
+    placed = engine._placed
+    assert placed is not None
+    d0, d1 = placed.slots.devices
+    assert d0 is not None and d1 is not None
+    up = round(SHEET * pass_upload_sheets(8, BANK, 51))
+    assert shape.page_in_bytes[d1] == up + BASE
+    assert shape.page_in_bytes[d0] == up
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_request_gets_exactly_its_tokens_beside_streamed_blocks(
+    blis_environment: Callable[[str], Environment], seed: int
+) -> None:
+    """Random arrivals on the one card of five streamed blocks: streamed blocks go home
+    and come back, and every request gets exactly its tokens."""
+    env = blis_environment(f"rs-4-{seed}")
+    spec = _spec(**{"max-seq": 16384, "max-queue": -1, "prompt-chunk": 512})
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    _fuzz(env, engine, random.Random(seed))
+    assert engine.relocated > 0
+
+
+def test_every_request_gets_exactly_its_tokens_over_eight_cards_of_streamed_blocks(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """Every block auto-streamed over eight cards (spreadAll, six a card, caches of 9
+    sheets): a full card's highest streamed block spills to a later card or goes home."""
+    env = blis_environment("rs-5")
+    cards = ",".join(f"cuda:{i}=1188M" for i in range(8))
+    spec = _spec(devices=cards, **{"max-seq": 16384, "max-queue": -1, "prompt-chunk": 512})
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    assert engine._facts.stream_caches == (9,) * 48
+    _fuzz(env, engine, random.Random(2))
