@@ -61,8 +61,11 @@ block on the host, beyond the host's weight budget.
 brings its shared part into the host pager as a block page and its routed experts as
 expert pages; taken back, its whole bank goes up again, read through the pager where
 not held; spilled to a later card, its bank goes up an expert page at a time through the
-pager and stays there. Where auto-streamed blocks are on the device it is not modelled, and a
-mixture model's pool that cannot grow then stops the run.
+pager and stays there. Auto-streamed blocks move too (by the several-device rules, on
+one device as well): one sent home releases its base, bank and expert cache and runs on
+the host, its shared part faulted in through the pager beside the expert pages it kept;
+a spill or an offer back streams it again, with the cache ``AutoStream`` recorded where
+the card has room, else the plain bank.
 
 Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
 where ``measured-jitllm.yaml`` has them, the floor elsewhere, and the Result says no
@@ -885,8 +888,10 @@ def _plan(
         if spread is not None:
             moved_weights = sum(b for b, o in zip(blocks, owner, strict=True) if o is not None)
         if reloc.page_budget or streamed_banks:
-            # the pager's pages: those blocks, or the streamed blocks' experts
-            resident = min(host_weights + moved_weights + streamed_banks, host_limit)
+            # the pager's pages: those blocks, or the streamed blocks' experts (over the
+            # devices counted already: every block on a card, its bank with it)
+            banks_home = streamed_banks if spread is None else 0
+            resident = min(host_weights + moved_weights + banks_home, host_limit)
         else:
             resident = min(host_weights, host_limit) + moved_weights
         host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
@@ -1039,7 +1044,10 @@ def _relocation(
     home must then fit the budget beside the host's weights, and read nothing (as the
     host blocks there). Not modelled, with the reason: no machine, one block on the
     card, a pager whose budget holds no such block. Several devices (``names``, the
-    devices ``-devices`` names) are :func:`_spread_relocation`'s.
+    devices ``-devices`` names) are :func:`_spread_relocation`'s, and so are
+    auto-streamed blocks on a card (``streamed``), on one device too: their pages are
+    in the pager while they are on the card (their expert pages, which their fills
+    claim), so the pager's pages are every block's.
 
     A mixture model's block (``banks``: each block's routed bank, None for a dense
     one; ``host_banks``: those of the plan's host pages, empty where none has one) goes
@@ -1153,7 +1161,12 @@ def _spread_relocation(
     home is paged by the host mixture blocks' rules, and a spill or an offer back
     hands the card its bank through ``Model.bankWeight``'s ``Sheet``, an expert page at
     a time through the pager. Not modelled, with the reason: pages whose frames
-    ``File.take`` would cross (:func:`~blis_jitllm.paging.frames_cross`)."""
+    ``File.take`` would cross (:func:`~blis_jitllm.paging.frames_cross`).
+
+    An auto-streamed block (``docs/upstream/jitllm.md`` §1.7 "Read 2026-12-06") moves
+    as any block: home it releases its base, bank and cache and runs on the host, its
+    shared part faulted in beside the expert pages it kept; a spill or an offer back
+    streams it again (``JitllmEngine._offer``)."""
     if machine.storage is None:
         return _Relocation(
             why_not=f"the blocks are on {len(pooled)} devices and machine {machine.id} "
