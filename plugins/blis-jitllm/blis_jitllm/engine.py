@@ -45,27 +45,29 @@ memory.
 
 Mixture-of-experts models (:mod:`blis_jitllm.moe`): blocks that fit are resident; a
 block that with its routed bank exceeds every device's whole budget is auto-streamed
-(its base and one token's expert sheets on the card, an expert cache from the room
-placement leaves) and every pass uploads the sheets its rows select that the cache does
-not hold over the device's link. A mixture block on the host is paged by the host
-pager as ``jitllmd serve`` pages it: its shared part (attention, norms, router, shared
-experts) is a block page, each routed expert a page of its own, and expert pages are
-given up first, least recently used; a pass reads the experts its rows chose that the
-pager does not hold (:class:`~blis_jitllm.paging.BudgetPager`). Streamed blocks beside
-blocks on the host share that pager: their routed experts are its expert pages (their
-block pages were dropped when the cards took them), and each pass's fills claim there
-the experts their device's expert cache missed, reading those it does not hold over the
-disk. Refused by name: streamed blocks without ``-warm`` (the stream trial) or, with no
-block on the host, beyond the host's weight budget.
-``-relocate`` moves resident mixture blocks as it moves dense ones: one sent home
-brings its shared part into the host pager as a block page and its routed experts as
-expert pages; taken back, its whole bank goes up again, read through the pager where
-not held; spilled to a later card, its bank goes up an expert page at a time through the
-pager and stays there. Auto-streamed blocks move too (by the several-device rules, on
-one device as well): one sent home releases its base, bank and expert cache and runs on
-the host, its shared part faulted in through the pager beside the expert pages it kept;
-a spill or an offer back streams it again, with the cache ``AutoStream`` recorded where
-the card has room, else the plain bank.
+(its base on the card, with the card's one shared plain bank of one token's expert
+sheets, charged to the card once, and an expert cache from the room placement leaves)
+and every pass uploads the sheets its rows select that the cache does not hold over the
+device's link. A mixture block on the host is paged by the host pager as ``jitllmd
+serve`` pages it: its shared part (attention, norms, router, shared experts) is a block
+page, each routed expert a page of its own, and expert pages are given up first, least
+recently used; a pass reads the experts its rows chose that the pager does not hold
+(:class:`~blis_jitllm.paging.BudgetPager`). Streamed blocks beside blocks on the host
+share that pager: their routed experts are its expert pages (their block pages were
+dropped when the cards took them), and each pass's fills claim there the experts their
+device's expert cache missed, reading those it does not hold over the disk. Refused by
+name: streamed blocks without ``-warm`` (the stream trial) or, with no block on the
+host, beyond the host's weight budget.
+``-relocate`` moves resident mixture blocks as it moves dense ones: one sent home brings
+its shared part into the host pager as a block page and its routed experts as expert
+pages; taken back, its whole bank goes up again, read through the pager where not held;
+spilled to a later card, its bank goes up an expert page at a time through the pager and
+stays there. Auto-streamed blocks move too (by the several-device rules, on one device
+as well): one sent home releases its base and expert cache (the card's shared plain bank
+stays) and runs on the host, its shared part faulted in through the pager beside the
+expert pages it kept; a spill or an offer back streams it again, with the cache
+``AutoStream`` recorded where the card has room, else the card's shared plain bank
+(made, and charged once, where the card holds none yet).
 
 Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
 where ``measured-jitllm.yaml`` has them, the floor elsewhere, and the Result says no
@@ -114,7 +116,13 @@ from blis_jitllm.kv import (
     parked_host_bytes,
 )
 from blis_jitllm.memcache import MemCache
-from blis_jitllm.moe import ExpertBank, MixtureOffer, offer_mixture, pass_upload_sheets
+from blis_jitllm.moe import (
+    ExpertBank,
+    MixtureOffer,
+    offer_mixture,
+    pass_upload_sheets,
+    plain_bank,
+)
 from blis_jitllm.paging import BudgetPager, frames_cross
 from blis_jitllm.placement import Device, Placement, place_blocks, place_head
 from blis_jitllm.priority import MAPPING as PRIORITY_MAPPING
@@ -239,6 +247,11 @@ class PoolFacts:
     0 for the plain bank; None: not streamed), which an offer back or a spill makes again
     where the card has room (``prepLayer`` -> ``cacheSlotsFor``); empty where no block is
     streamed"""
+    stream_banks: tuple[int, ...] = ()
+    """``-relocate`` beside auto-streamed blocks: per device with a pool (every device,
+    :class:`Spread`), the bytes of its one shared plain bank (``sharedCompact``: charged
+    once, with the first block on the plain bank it prepared, refunded by no release;
+    0: none yet); empty where no block is streamed"""
     disk: Placed | None = None
     """``-relocate`` with the host pager where the plan's own placement runs no host
     block: that placement with the machine's disk as the page link of its embedding's
@@ -839,7 +852,8 @@ def _plan(
         assert page_link is not None  # _spread_relocation models only a machine's disk
         spread = Spread(
             owner,
-            # what a device charges: a streamed block its base, plain bank and cache
+            # what a block charges its device: a streamed block its base and cache (the
+            # device's one plain bank is its own, charged once: ``stream_banks``)
             tuple(mixture.charges) if mixture is not None else tuple(blocks),
             placement.share,
             owner[highest] or 0,
@@ -992,6 +1006,9 @@ def _plan(
             mixture.caches[o] if st and o is not None else None
             for st, o in zip(mixture.streamed, owner, strict=True)
         )
+        if mixture is not None and spread is not None and streamed
+        else (),
+        stream_banks=tuple(mixture.banks[d] for d in held)
         if mixture is not None and spread is not None and streamed
         else (),
         disk=disk,
@@ -1283,6 +1300,8 @@ class JitllmEngine:
             li: cache for li, cache in enumerate(facts.stream_caches) if cache is not None
         }
         self._stream_charges: dict[int, int] = {}
+        # per device, its one shared plain bank's bytes (0: none yet), never refunded
+        self._stream_banks = list(facts.stream_banks)
         self._pager: BudgetPager | None = None
         self._pager_reads = 0  # bytes an offer back to the card read through the pager
         if facts.host_page_budget:
@@ -1515,8 +1534,9 @@ class JitllmEngine:
         if len(mine) < 2:
             return False
         li = mine[-1]
-        # a streamed block releases its base, its bank and its expert cache
-        # (``ReleaseLayers``); its record in ``autoStream`` stays (no deletion read)
+        # a streamed block releases its base and its expert cache (``ReleaseLayers``);
+        # the device's shared plain bank stays charged (``sharedCompact``: refunded by
+        # ``Close`` alone) and its record in ``autoStream`` stays (no deletion read)
         charge = self._stream_charges.pop(li, spread.charges[li])
         self._streams.pop(li, None)
         history = (sum(need.values()) - sum(self._home[d].values())) * f.layer_page_bytes
@@ -1563,10 +1583,12 @@ class JitllmEngine:
         block (``autoStream[li]`` set, kept since ``AutoStream``) is prepared streamed
         again: its base, and the cache of the size ``AutoStream`` recorded where the card
         has room for it beside what it holds (``cacheSlotsFor``: ``g.room``), else the
-        plain bank of one token's selection (charged to the block, as at placement,
-        :func:`~blis_jitllm.moe.streamed_charge`). The cache's bank replaces the plain
-        one (``cacheSlotsFor`` returns one size or the other): a block taken back with
-        its cache is charged its base and cache only."""
+        plain bank of one token's selection: the device's one shared bank
+        (``sharedCompact``), which the block does not pay for
+        (:func:`~blis_jitllm.moe.streamed_charge`), and which a card that holds none yet
+        makes, and is charged once, as it takes the block (:meth:`_take`), so it needs
+        room beside the block for it. A block with its cache is charged its base and
+        cache (``residentCompact``, the block's own) and makes no shared bank."""
         f = self._facts
         spread = f.spread
         assert spread is not None
@@ -1579,15 +1601,22 @@ class JitllmEngine:
         base = f.pager_sizes[li]
         room = self._limits[e] - self._pool_pages[e] * f.layer_page_bytes * self._layers[e]
         cache = auto if auto and base + auto * bank.sheet <= room else 0
-        charge = base + (cache or bank.per_token) * bank.sheet
-        return (charge, cache) if self._holds(e, charge, need) else None
+        charge = base + cache * bank.sheet
+        makes = plain_bank(bank) if not cache and not self._stream_banks[e] else 0
+        return (charge, cache) if self._holds(e, charge + makes, need) else None
 
     def _take(self, li: int, e: int, charge: int, cache: int | None) -> None:
         """Device ``e`` takes block ``li`` at ``charge`` (a streamed one with its cache's
-        ``cache`` sheets)."""
+        ``cache`` sheets; on the plain bank, 0, where the device holds no shared plain
+        bank yet it makes one, charged to the device once: ``sharedCompact``)."""
         self._owner[li] = e
         self._layers[e] += 1
         self._limits[e] -= charge
+        if cache == 0 and not self._stream_banks[e]:
+            bank = self._facts.pager_banks[li]
+            assert bank is not None
+            self._stream_banks[e] = plain_bank(bank)
+            self._limits[e] -= self._stream_banks[e]
         if cache is not None:
             self._streams[li] = cache
             self._stream_charges[li] = charge
@@ -2425,12 +2454,13 @@ class JitllmEngineFactory:
                 )
                 + (
                     f"; {sum(1 for c in facts.stream_caches if c is not None)} auto-streamed "
-                    "blocks go as any block: one sent home releases its base, bank and "
-                    "expert cache and runs on the host, its shared part faulted in through "
-                    "the pager beside the expert pages it kept there; one taken back, or "
+                    "blocks go as any block: one sent home releases its base and expert "
+                    "cache (its card's shared plain bank stays) and runs on the host, its "
+                    "shared part faulted in through the pager beside the expert pages it "
+                    "kept there; one taken back, or "
                     "spilled, is streamed again (its base up the link), with the expert "
                     "cache AutoStream recorded where the card has room for it, else the "
-                    "plain bank"
+                    "card's one shared plain bank"
                     if facts.stream_caches
                     else ""
                 )

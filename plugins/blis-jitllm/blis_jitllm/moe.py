@@ -14,15 +14,20 @@ What ``jitllmd serve`` does with a mixture block no card can hold (read 2026-12-
 * an auto-streamed block is placed with its base (the block less its routed bank:
   attention, router, norms, shared experts) and a "plain bank" of ``NExpertUsed``
   expert sheets on the card (``layer.go``, index id 70896709668: "gate, up and down hold
-  NExpertUsed sheets each, refilled every token out of the router's own selection");
-  :func:`streamed_charge`;
+  NExpertUsed sheets each, refilled every token out of the router's own selection").
+  The plain bank is the device's one shared compact bank (``sharedCompact``,
+  ``jit/gpu/tier/tier.go@07f7a97b``, index id 71433813829, read 2026-12-06): one buffer
+  a device and bank shape, charged once when the first block on the plain bank is
+  prepared there and refunded by nothing but the device's ``Close``, so a block costs
+  its base and nothing else (:func:`streamed_charge`; the bank :func:`plain_bank`, paid
+  by the device once);
 * when placement ends (``EndPlacement`` calls ``sizeAutoCaches``, before the output
   head is placed), each card gives each of its streamed blocks an expert cache of
   ``(limit - used) / (#streamed blocks x sheet)`` sheets, only where that is more than
-  a token's selection, at most ``NExpert`` (:func:`cache_sheets`). The cache's banks
-  are new allocations: ``cacheBlock`` points the block at them and refunds nothing, so
-  the port keeps the plain bank charged too (its release was not found in what was
-  read);
+  a token's selection, at most ``NExpert`` (:func:`cache_sheets`), ``used`` counting
+  the device's one plain bank. The cache's banks are the block's own
+  (``residentCompact``), charged to it; ``cacheBlock`` refunds nothing of the shared
+  plain bank, which stays charged to the device;
 * every token, a streamed block's fill uploads the sheets the router selected that
   the cache does not hold (``streamBank.fill``/``lookup``: a hit keeps its slot, a miss
   takes the least recently used slot the token does not need), over the device's host
@@ -52,6 +57,7 @@ __all__ = [
     "decline_size",
     "offer_mixture",
     "pass_upload_sheets",
+    "plain_bank",
     "streamed_charge",
 ]
 
@@ -116,9 +122,19 @@ def auto_stream(
 
 
 def streamed_charge(total: int, bank: ExpertBank) -> int:
-    """What a streamed block charges a device when it is placed: its base and the plain
-    bank of one token's selection."""
-    return total - bank.bytes + bank.per_token * bank.sheet
+    """What a streamed block charges a device when it is placed: its base (the block
+    less its routed bank). ``prepLayer`` prices it without its banks ("the compact bank
+    is one buffer for the whole device (sharedCompact), so a block costs its base and
+    nothing else"); the plain bank (:func:`plain_bank`) is the device's, paid once."""
+    return total - bank.bytes
+
+
+def plain_bank(bank: ExpertBank) -> int:
+    """The plain bank of one token's selection (``NExpertUsed`` sheets of gate, up and
+    down): ``sharedCompact``'s buffer, charged to a device once, with the first block on
+    the plain bank it prepares (``residentCompact``'s ``g.room`` and ``g.charge``), and
+    shared by every such block of that shape there; refunded by no block's release."""
+    return bank.per_token * bank.sheet
 
 
 def cache_sheets(limit: int, used: int, streamed: int, bank: ExpertBank) -> int:
@@ -160,14 +176,17 @@ class MixtureOffer:
     placement: Placement
     """where each block runs; ``used`` counts the expert caches"""
     charges: tuple[int, ...]
-    """per block, what it charges its device (a streamed block: base, plain bank and
-    cache; a host block: its bytes)"""
+    """per block, what it charges its device (a streamed block: base and cache, the
+    plain bank being the device's, :attr:`banks`; a host block: its bytes)"""
     reads: tuple[int, ...]
     """per block, ``blockReadBytes``: the base and ``NExpertUsed/NExpert`` of the bank"""
     streamed: tuple[bool, ...]
     """per block, auto-streamed"""
     caches: tuple[int, ...]
     """per device, the expert cache's sheets each of its streamed blocks holds (0: none)"""
+    banks: tuple[int, ...]
+    """per device, the bytes of its one shared plain bank (``sharedCompact``, charged
+    once in ``placement.used``; 0: it holds no streamed block)"""
     kept_home: str | None
     """why ``AutoStream`` left declined blocks on the host (None: it streamed them, or
     none was declined)"""
@@ -186,7 +205,8 @@ def offer_mixture(
     """Offer the first ``offered`` of a mixture model's blocks (``blocks``: each one's
     bytes with its bank; ``banks``: its routed bank, None for a dense block) to
     ``devices`` as ``offerRange`` does: a block above every device's whole budget is
-    auto-streamed (:func:`auto_stream`) and charged :func:`streamed_charge`, else it
+    auto-streamed (:func:`auto_stream`) and charged :func:`streamed_charge` (its base),
+    its device paying :func:`plain_bank` once, with its first streamed block, else it
     stays on the host; the rest are placed by :func:`~blis_jitllm.placement.place_blocks`
     with ``extra`` (``planExtra``). Then each device sizes its streamed blocks' caches
     (:func:`cache_sheets`) from what it holds, ``first_pages`` a placed block counted
@@ -195,6 +215,7 @@ def offer_mixture(
     n = len(blocks)
     limits = [d.limit for d in devices]
     charges = list(blocks)
+    once = [0] * n
     streamed = [False] * n
     kept_home: str | None = None
     never = max(limits, default=0) + 1  # a charge no device takes: the block runs home
@@ -205,19 +226,24 @@ def offer_mixture(
         why = auto_stream(blocks[i], bank, limits, no_auto_stream=no_auto_stream)
         if why is None and bank is not None:
             charges[i] = streamed_charge(blocks[i], bank)
+            once[i] = plain_bank(bank)
             streamed[i] = True
         else:
             charges[i] = never
             kept_home = kept_home or why
-    placed = place_blocks(charges[:offered], devices, extra=extra, streamed=streamed[:offered])
+    placed = place_blocks(
+        charges[:offered], devices, extra=extra, streamed=streamed[:offered], once=once[:offered]
+    )
     owner = placed.owner + (None,) * (n - len(placed.owner))
     used = list(placed.used)
     caches = [0] * len(devices)
+    banks_held = [0] * len(devices)
     for d, dev in enumerate(devices):
         mine = [i for i, o in enumerate(owner) if o == d and streamed[i]]
         bank = next((banks[i] for i in mine if banks[i] is not None), None)
         if not mine or bank is None:
             continue
+        banks_held[d] = plain_bank(bank)
         held = used[d] + first_pages * sum(1 for o in owner if o == d)
         caches[d] = cache_sheets(dev.limit, held, len(mine), bank)
         used[d] += len(mine) * caches[d] * bank.sheet
@@ -236,5 +262,6 @@ def offer_mixture(
         reads,
         tuple(streamed),
         tuple(caches),
+        tuple(banks_held),
         kept_home,
     )

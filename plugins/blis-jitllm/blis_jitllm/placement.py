@@ -206,6 +206,7 @@ def place_blocks(
     extra: int = 0,
     fill_first: bool = False,
     streamed: Sequence[bool] = (),
+    once: Sequence[int] = (),
 ) -> Placement:
     """Place blocks of the given charges (bytes as a device holds them, in layer
     order) on ``devices`` (ranked fastest first, see :func:`rank_devices`).
@@ -214,12 +215,18 @@ def place_blocks(
     keeps room for beside the blocks (``planExtra``). ``streamed`` marks auto-streamed
     mixture blocks (``PrepLayer``, ``multi.go@38610fab``): once one is seen, the plan is
     priced again on the next streamed block, with no fixed cost, over every device
-    (``spreadAll``).
+    (``spreadAll``). ``once`` is, per block, what its device pays once with the first
+    block that brings it, and no later block of the same bytes: an auto-streamed block's
+    plain bank, the device's one shared compact bank (``sharedCompact``, one a device
+    and bank shape, the port keying the shape by its bytes), for which the first such
+    block must find room beside its own charge (``residentCompact``'s ``g.room``); it
+    is never refunded (0: nothing).
     """
     n = len(blocks)
     base = [d.used for d in devices]
     used = list(base)
     touched = [False] * len(devices)
+    paid: list[set[int]] = [set() for _ in devices]  # the ``once`` charges each device paid
     owner: list[int | None] = []
     plan_n = 0 if fill_first else n
     share: tuple[int, ...] | None = None
@@ -244,8 +251,13 @@ def place_blocks(
         chosen: int | None = None
         for i in range(start, len(devices)):
             charge = size if touched[i] else size + fixed
+            bank = once[li] if li < len(once) else 0
+            if bank and bank not in paid[i]:
+                charge += bank
             if used[i] + charge > devices[i].limit:
                 continue
+            if bank:
+                paid[i].add(bank)
             before = used[i]
             used[i] += charge
             touched[i] = True

@@ -21,6 +21,7 @@ from blis_jitllm.moe import (
     decline_size,
     offer_mixture,
     pass_upload_sheets,
+    plain_bank,
     streamed_charge,
 )
 from blis_jitllm.placement import Device
@@ -35,6 +36,9 @@ BANK = ExpertBank(128, 8, SHEET)
 BLOCK = 1_246_240_768
 #: eight V100s each given 1180 MiB: below one block, so every block is auto-streamed
 SMALL = ",".join(f"cuda:{i}=1180M" for i in range(8))
+#: eight V100s each given 820 MiB: six streamed blocks a card (six bases and the card's
+#: one plain bank) leave no room for an expert cache
+NO_CACHE = ",".join(f"cuda:{i}=820M" for i in range(8))
 
 
 def _spec(**args: object) -> EnginePoolSpec:
@@ -46,7 +50,9 @@ def test_auto_stream_streams_a_block_whose_base_fits() -> None:
     assert not decline_size(BLOCK, [BLOCK - 1, BLOCK])  # one device holds it whole
     assert not decline_size(BLOCK, [])  # no device: nothing declines
     assert auto_stream(BLOCK, BANK, [2**30]) is None
-    assert streamed_charge(BLOCK, BANK) == BLOCK - BANK.bytes + 8 * SHEET
+    # a streamed block costs its base; the plain bank is the device's, paid once
+    assert streamed_charge(BLOCK, BANK) == BLOCK - BANK.bytes
+    assert plain_bank(BANK) == 8 * SHEET
 
 
 @pytest.mark.parametrize(
@@ -97,13 +103,48 @@ def test_the_offer_sizes_caches_from_the_room_placement_leaves() -> None:
         [BLOCK, BLOCK], [BANK, BANK], [Device("cuda:0", limit, 1.0)], 2, extra=0, first_pages=0
     )
     assert offer.streamed == (True, True) and offer.placement.owner == (0, 0)
-    held = 2 * streamed_charge(BLOCK, BANK)
+    # two bases and the device's ONE plain bank (sharedCompact), not a bank a block
+    held = 2 * streamed_charge(BLOCK, BANK) + plain_bank(BANK)
     n = (limit - held) // (2 * SHEET)
     assert offer.caches == (min(n, 128),) and n > 8
     assert offer.placement.used[0] == held + 2 * offer.caches[0] * SHEET <= limit
     assert offer.charges[0] == streamed_charge(BLOCK, BANK) + offer.caches[0] * SHEET
+    assert offer.banks == (8 * SHEET,)
     # blockReadBytes: the base and k/E of the bank
     assert offer.reads[0] == BLOCK - BANK.bytes + BANK.bytes * 8 // 128
+
+
+def test_streamed_blocks_on_one_card_share_one_plain_bank() -> None:
+    """``sharedCompact`` (``tier.go``): the plain bank is one buffer a device, charged
+    once with the first streamed block there; a block costs its base. A card of two
+    bases and one bank holds both blocks (a bank a block would hold one), with nothing
+    left for a cache."""
+    base = streamed_charge(BLOCK, BANK)
+    limit = 2 * base + 8 * SHEET
+    offer = offer_mixture(
+        [BLOCK, BLOCK], [BANK, BANK], [Device("cuda:0", limit, 1.0)], 2, extra=0, first_pages=0
+    )
+    assert offer.streamed == (True, True) and offer.placement.owner == (0, 0)
+    assert offer.placement.used == (limit,) and offer.caches == (0,)
+    assert offer.charges == (base, base) and offer.banks == (8 * SHEET,)
+    # the first streamed block on a card needs room for the bank beside its base
+    alone = offer_mixture(
+        [BLOCK], [BANK], [Device("cuda:0", base + 8 * SHEET - 1, 1.0)], 1, extra=0, first_pages=0
+    )
+    assert alone.streamed == (True,) and alone.placement.owner == (None,)
+    # over two cards each pays its own bank once: three blocks, two banks
+    two = offer_mixture(
+        [BLOCK] * 3,
+        [BANK] * 3,
+        [Device("cuda:0", limit, 1.0), Device("cuda:1", limit, 1.0)],
+        3,
+        extra=0,
+        first_pages=0,
+    )
+    assert two.placement.owner == (0, 0, 1)
+    assert sum(two.placement.used) == 3 * base + 2 * 8 * SHEET + sum(
+        two.caches[o] * SHEET for o in (0, 0, 1)
+    )
 
 
 def test_a_refused_auto_stream_keeps_the_block_home() -> None:
@@ -148,7 +189,7 @@ def test_a_block_above_every_budget_is_auto_streamed_and_its_pass_pays_the_uploa
     env = blis_environment("moe-1")
     f = JitllmEngineFactory()
     # without the memory cache, whose seal would download the prompt's history too
-    spec = _spec(devices=SMALL, **{"max-batch": 8, "no-mem-cache": True})
+    spec = _spec(devices=NO_CACHE, **{"max-batch": 8, "no-mem-cache": True})
     resolved = f.resolved_args(spec, env)
     streamed = resolved["auto-streamed blocks"]
     assert isinstance(streamed, list) and sum(streamed) == 48
@@ -212,8 +253,9 @@ def test_room_left_after_placement_becomes_expert_caches_and_saves_uploads(
 ) -> None:
     env = blis_environment("moe-3")
     f = JitllmEngineFactory()
-    tight = ",".join(f"cuda:{i}=1186M" for i in range(8))
-    roomy = ",".join(f"cuda:{i}=1188M" for i in range(8))  # still below one block
+    # six bases and the card's one plain bank (sharedCompact) on each card
+    tight = ",".join(f"cuda:{i}=826M" for i in range(8))
+    roomy = ",".join(f"cuda:{i}=828M" for i in range(8))  # a cache of 9 sheets a block
     for devices, sheets in ((tight, 0), (roomy, 9)):
         resolved = f.resolved_args(_spec(devices=devices, **{"max-seq": 2048, "max-batch": 4}), env)
         # spread over every card (spreadAll), six streamed blocks each
@@ -234,7 +276,7 @@ def test_a_pool_the_caches_leave_no_room_sends_a_streamed_block_home(
     blis_environment: Callable[[str], Environment],
 ) -> None:
     env = blis_environment("moe-4")
-    roomy = ",".join(f"cuda:{i}=1188M" for i in range(8))
+    roomy = ",".join(f"cuda:{i}=828M" for i in range(8))
     spec = _spec(devices=roomy, **{"max-seq": 2048, "max-batch": 4, "no-mem-cache": True})
     engine = JitllmEngineFactory().build(spec, env, "p-0")
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 600),), 4), 0)

@@ -30,7 +30,8 @@ BASE = BLOCK - 128 * SHEET
 #: four experts of 10 bytes, two a token
 SMALL = ExpertBank(4, 2, 10)
 #: eight cards below a block: 22 blocks auto-streamed (3 a card, 1 on the last, with an
-#: expert cache of 30 sheets each), 26 on the host (past -gpu-layers 24 or without room)
+#: expert cache of 35 sheets each: three bases and the card's one plain bank,
+#: ``sharedCompact``, leave it), 26 on the host (past -gpu-layers 24 or without room)
 CARDS = ",".join(f"cuda:{i}=1188M" for i in range(8))
 
 
@@ -81,18 +82,19 @@ def test_streamed_blocks_beside_host_blocks_are_planned_with_one_pager(
     f = JitllmEngineFactory()
     resolved = f.resolved_args(_spec(), env)
     assert resolved["auto-streamed blocks"] == [3] * 7 + [1]
-    assert resolved["expert cache sheets a block"] == [30] * 8
+    assert resolved["expert cache sheets a block"] == [35] * 8
     assert resolved["host blocks"] == 26
     assert "the 22 auto-streamed blocks' experts are expert pages" in str(
         resolved["host expert pages"]
     )
     # the box's 503 GiB hold every page: nothing is read
     assert "holds every host block and expert page" in str(resolved["host pager"])
-    # blocks no card has room for (four cards) plan too, where the refusal stood
-    four = ",".join(f"cuda:{i}=1188M" for i in range(4))
+    # blocks no card has room for (four cards) plan too, where the refusal stood: ten
+    # bases and one plain bank a card of 500 MiB
+    four = ",".join(f"cuda:{i}=500M" for i in range(4))
     resolved = f.resolved_args(_spec(devices=four, **{"gpu-layers": -1}), env)
-    assert resolved["auto-streamed blocks"] == [10, 10, 10, 5]
-    assert resolved["host blocks"] == 13
+    assert resolved["auto-streamed blocks"] == [10, 10, 10, 10]
+    assert resolved["host blocks"] == 8
 
 
 def _first_decode(engine: JitllmEngine) -> StepShape:
@@ -123,10 +125,10 @@ def test_fills_read_through_a_pager_narrower_than_the_pages(
     shape = _first_decode(engine)
     slots, _, _ = engine._where(False)
     assert slots.pager is not None
-    # the uploads over each card's link are as before: 3 blocks x 8 x (1 - 30/128) sheets
-    assert shape.page_in_bytes[slots.devices[0]] == round(3 * SHEET * 8 * (1 - 30 / 128))
+    # the uploads over each card's link are as before: 3 blocks x 8 x (1 - 35/128) sheets
+    assert shape.page_in_bytes[slots.devices[0]] == round(3 * SHEET * 8 * (1 - 35 / 128))
     # and the disk carries the host blocks' expert misses and the fills' misses
-    assert shape.page_in_bytes[slots.pager] > 22 * SHEET * 8 * (1 - 30 / 128) * 0.5
+    assert shape.page_in_bytes[slots.pager] > 22 * SHEET * 8 * (1 - 35 / 128) * 0.5
     # without the narrow budget the pager holds everything and the disk reads nothing
     roomy = f.build(_spec(), env, "p-1")
     assert isinstance(roomy, JitllmEngine)
