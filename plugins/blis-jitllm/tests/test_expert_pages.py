@@ -16,6 +16,7 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepMode, StepShape
+from boxes import BANK, BASE, BOX, QWEN, SHEET, V100
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,14 +28,6 @@ from blis_jitllm.paging import BudgetPager, frames_cross
 SMALL = ExpertBank(4, 2, 10)
 #: enough rows that every expert of SMALL is chosen (1 - (1/2)**64 of them)
 ALL = 64
-
-QWEN = "Qwen/Qwen3-30B-A3B"
-V100 = "V100-SXM2-16GB"
-BOX = "v100-sxm2-8x-e5-2680v4"
-#: Qwen3-30B-A3B in bfloat16: one expert's gate, up and down, and a block's shared part
-SHEET = 3 * 2048 * 768 * 2
-BANK = ExpertBank(128, 8, SHEET)
-BASE = 1_246_240_768 - BANK.bytes
 
 
 def test_expert_pages_go_first_least_recently_used_and_block_pages_last() -> None:

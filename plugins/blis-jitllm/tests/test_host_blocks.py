@@ -11,6 +11,7 @@ from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.plan import GraphMode, ParallelLayout, PoolPlan
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from boxes import LAPTOP
 from stepping import run_steps
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
@@ -20,7 +21,6 @@ LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 TINY = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 GPU = "RTX3050Ti-Laptop-4GB"
 CPU = "Core-i9-12900HK"
-LAPTOP = "laptop-rtx3050ti-i9-12900hk"
 Q4 = "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 
 

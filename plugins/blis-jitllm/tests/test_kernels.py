@@ -10,6 +10,7 @@ from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
+from boxes import BOX, V100
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,8 +25,6 @@ from blis_jitllm.kernels import (
     tiled_parts,
 )
 
-V100 = "V100-SXM2-16GB"
-BOX = "v100-sxm2-8x-e5-2680v4"
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 Q4 = "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 #: jitllm's measured weight-read rates on the V100 (docs/perf/current.md@05d794dd)

@@ -21,13 +21,13 @@ from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
+from boxes import LAPTOP
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.settings import FLAGS, resolve_settings
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 GPU = "RTX3050Ti-Laptop-4GB"
-LAPTOP = "laptop-rtx3050ti-i9-12900hk"
 Q4 = "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
 
 

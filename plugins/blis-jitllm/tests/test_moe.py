@@ -12,6 +12,7 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepMode, StepShape
+from boxes import BANK, BLOCK, BOX, QWEN, SHEET, V100
 
 from blis_jitllm import JitllmEngineFactory
 from blis_jitllm.moe import (
@@ -26,14 +27,6 @@ from blis_jitllm.moe import (
 )
 from blis_jitllm.placement import Device
 
-QWEN = "Qwen/Qwen3-30B-A3B"
-V100 = "V100-SXM2-16GB"
-BOX = "v100-sxm2-8x-e5-2680v4"
-#: Qwen3-30B-A3B in bfloat16: an expert's gate, up and down (3 x 2048 x 768 x 2 bytes)
-SHEET = 3 * 2048 * 768 * 2
-BANK = ExpertBank(128, 8, SHEET)
-#: one block with its bank, from the memory arithmetic (1.16 GiB)
-BLOCK = 1_246_240_768
 #: eight V100s each given 1180 MiB: below one block, so every block is auto-streamed
 SMALL = ",".join(f"cuda:{i}=1180M" for i in range(8))
 #: eight V100s each given 820 MiB: six streamed blocks a card (six bases and the card's

@@ -12,6 +12,7 @@ from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
+from boxes import LAPTOP
 from stepping import run_steps
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
@@ -19,7 +20,6 @@ from blis_jitllm.kv import parked_host_bytes
 from blis_jitllm.paging import BudgetPager
 
 GPU = "RTX3050Ti-Laptop-4GB"
-LAPTOP = "laptop-rtx3050ti-i9-12900hk"
 
 
 def test_a_smaller_budget_evicts_at_once_the_most_recent_block_then_the_lowest() -> None:

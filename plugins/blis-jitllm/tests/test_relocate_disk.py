@@ -17,13 +17,12 @@ from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import LayerKind, ParallelLayout, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
+from boxes import BOX, V100
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.kernels import part_set
 
-V100 = "V100-SXM2-16GB"
 XEON = "Xeon-E5-2680-v4"
-BOX = "v100-sxm2-8x-e5-2680v4"
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 DISK = "nvme-gen4"
 PCIE = "pcie3-x16"

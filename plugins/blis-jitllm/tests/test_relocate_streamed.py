@@ -18,6 +18,7 @@ from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
+from boxes import BANK, BASE, BOX, QWEN, SHEET, V100
 from stepping import run_steps
 from test_relocate_devices import _fuzz
 
@@ -25,14 +26,6 @@ from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.moe import ExpertBank, pass_upload_sheets
 from blis_jitllm.paging import BudgetPager
 
-QWEN = "Qwen/Qwen3-30B-A3B"
-V100 = "V100-SXM2-16GB"
-BOX = "v100-sxm2-8x-e5-2680v4"
-#: Qwen3-30B-A3B in bfloat16: one expert's gate, up and down; a block and its shared part
-SHEET = 3 * 2048 * 768 * 2
-BANK = ExpertBank(128, 8, SHEET)
-BLOCK = 1_246_240_768
-BASE = BLOCK - BANK.bytes
 #: the plain bank of one token's selection: one a card (``sharedCompact``), charged to
 #: the card once; a streamed block on it charges its base alone
 PLAIN = 8 * SHEET

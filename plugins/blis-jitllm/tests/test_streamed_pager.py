@@ -16,17 +16,12 @@ from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepMode, StepShape
+from boxes import BASE, BOX, QWEN, SHEET, V100
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.moe import ExpertBank
 from blis_jitllm.paging import BudgetPager
 
-QWEN = "Qwen/Qwen3-30B-A3B"
-V100 = "V100-SXM2-16GB"
-BOX = "v100-sxm2-8x-e5-2680v4"
-SHEET = 3 * 2048 * 768 * 2
-BLOCK = 1_246_240_768
-BASE = BLOCK - 128 * SHEET
 #: four experts of 10 bytes, two a token
 SMALL = ExpertBank(4, 2, 10)
 #: eight cards below a block: 22 blocks auto-streamed (3 a card, 1 on the last, with an
