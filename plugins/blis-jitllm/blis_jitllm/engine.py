@@ -425,14 +425,20 @@ def _check_stream_host(
     blocks: list[int],
     home: int,
     source: str,
+    reloc: _Relocation | None = None,
 ) -> None:
-    """A streamed block's fill reads the selected sheets from the host pager's copy of
-    the block (``streamBank.w``, re-pointed by ``ensure`` each token); modelled where
-    the host's weight budget holds every streamed block beside the embedding (and a
-    host head), which the load then preloads and, every block being on a device, no
-    ``applyPageBudget`` narrows. Elsewhere the fills would claim the selected experts
-    through the host pager's expert pages, a path between the device's expert cache and
-    the host pager that is not modelled: refused by name."""
+    """A streamed block's fill reads the experts its card's cache missed from the host
+    pager's copy (``streamBank.fill`` -> ``prefetchSelected`` ->
+    ``Model.ensureBlockSelected``: ``EnsurePage`` of each listed expert's page;
+    ``jit/gpu/tier/layer.go``, index id 70896709668; ``engine/model/model.go``, index
+    id 70873937373). Where the host's weight budget holds every streamed block beside
+    the embedding (and a host head) the load preloads them and nothing is read. Past
+    it, with no block on the host, the pager of ``-relocate`` (``reloc``, whose pages
+    are every block's, :func:`_spread_relocation`) holds the streamed blocks' expert
+    pages and the fills read those it does not hold from the disk, priced on the
+    embedding's host part (:func:`_with_disk`). Refused by name: no machine, and past
+    the budget where that pager is not modelled (no disk, a budget below one page,
+    pages whose frames cross, every card holding one block: ``reloc.why_not``)."""
     streamed = sum(b for b, st in zip(blocks, offer.streamed, strict=True) if st)
     if machine is None:
         raise _refuse(
@@ -441,6 +447,8 @@ def _check_stream_host(
             "auto-streamed mixture blocks upload their experts from the host's copy: name "
             "the machine the pool runs on (its host memory holds the banks)",
         )
+    if reloc is None or reloc.spread:
+        return
     limit = settings.maxmem or settings.host_mem or host_budget(machine.host_memory_bytes)
     if streamed + home > limit:
         raise InputRefused.one(
@@ -448,9 +456,9 @@ def _check_stream_host(
             settings.maxmem,
             f"the auto-streamed blocks' host copy ({(streamed + home) / 2**30:.2f} GiB with the "
             f"embedding and head) exceeds the host's weight budget ({limit / 2**30:.2f} "
-            "GiB): their fills would claim the selected experts through the host pager's "
-            "expert pages and read the missing ones from the disk, a path between the "
-            "device's expert cache and the host pager that blis-jitllm does not model yet",
+            "GiB): their fills would claim the experts their cards' caches missed through "
+            "the host pager's expert pages, reading the rest from the disk, which "
+            f"blis-jitllm models only with the pager of -relocate, not here: {reloc.why_not}",
             source,
         )
 
@@ -651,6 +659,7 @@ def _plan(
     source = f"{ENGINE} pool for {model.hf_id} on {hw.id}"
     mixture: MixtureOffer | None = None
     banks: list[ExpertBank | None] = [None] * n
+    stream_home: int | None = None  # streamed blocks and none on the host: the host's rest
     if model.moe is None:
         placed = place_blocks(blocks[:offered], devices, extra=offered * history_per_block + head)
         placed = Placement(
@@ -672,6 +681,7 @@ def _plan(
         if any(mixture.streamed) and all(o is not None for o in ruled.placement.owner):
             home = embedding + (0 if ruled.device is not None else head)
             _check_stream_host(spec, settings, machine, mixture, blocks, home, source)
+            stream_home = home
     placement = ruled.placement
     owner = placement.owner
     on_device = sum(1 for o in owner if o is not None)
@@ -800,6 +810,11 @@ def _plan(
         names=tuple(d.name for d in devices),
         streamed=streamed,
     )
+    if stream_home is not None:
+        # every block on a card: past the host's budget the streamed blocks' fills read
+        # through -relocate's pager, where it is modelled
+        assert mixture is not None
+        _check_stream_host(spec, settings, machine, mixture, blocks, stream_home, source, reloc)
     relocate = reloc.relocate
     part_sets: tuple[tuple[PlanPart, ...], ...] = ()
     paging = sum(1 for x in parts.parts if x.page_link is not None)
@@ -2291,11 +2306,34 @@ def _fills(facts: PoolFacts, tokens: int, cold: bool = False) -> dict[int, float
 
 def _host_pages_fit(facts: PoolFacts) -> bool:
     """The host pager's budget holds every page of the host's blocks: their block pages
-    and every expert page of their banks."""
+    and every expert page of their banks; where every block is on a card beside
+    auto-streamed blocks (``-relocate``'s pager over every block, none on the host),
+    every expert page of the streamed blocks (their block pages were dropped)."""
     whole = sum(facts.host_block_sizes) + sum(
         k.bytes for k in facts.host_block_banks if k is not None
     )
+    if not facts.host_block_sizes and facts.spread is not None and facts.stream_caches:
+        whole = sum(
+            k.bytes
+            for k, cache in zip(facts.pager_banks, facts.stream_caches, strict=True)
+            if k is not None and cache is not None
+        )
     return whole <= facts.host_page_budget
+
+
+def _streamed_pages(facts: PoolFacts) -> str:
+    """Where every block is on a card beside auto-streamed blocks whose expert pages the
+    host pager's budget does not all hold: what their fills read, and over what."""
+    streamed = sum(1 for cache in facts.stream_caches if cache is not None)
+    if not streamed or facts.host_block_sizes or _host_pages_fit(facts):
+        return ""
+    return (
+        f"; the {streamed} auto-streamed blocks' routed experts are its expert pages, more "
+        "than its budget holds: each pass's fills claim the experts their card's cache "
+        f"missed, reading those it does not hold over {facts.page_link} (on the "
+        "embedding's host part, no block running on the host), the warm-up's token "
+        "claiming each block's whole selection"
+    )
 
 
 def _paging(facts: PoolFacts) -> dict[str, object]:
@@ -2316,7 +2354,8 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
                 "page of its own, read on the passes whose rows choose it)"
                 if any(facts.pager_banks)
                 else ""
-            ),
+            )
+            + _streamed_pages(facts),
         }
     out: dict[str, object] = {"host pager budget": facts.host_page_budget}
     streamed = {page for page, _ in facts.pager_fills}
