@@ -55,9 +55,12 @@ recently used; a pass reads the experts its rows chose that the pager does not h
 (:class:`~blis_jitllm.paging.BudgetPager`). Streamed blocks beside blocks on the host
 share that pager: their routed experts are its expert pages (their block pages were
 dropped when the cards took them), and each pass's fills claim there the experts their
-device's expert cache missed, reading those it does not hold over the disk. Refused by
-name: streamed blocks without ``-warm`` (the stream trial) or, with no block on the
-host, beyond the host's weight budget.
+device's expert cache missed, reading those it does not hold over the disk. With no
+block on the host and their host copy beyond the host's weight budget, the pager of
+``-relocate`` holds their expert pages and a pass whose fills read runs with the disk on
+the embedding's host part. Refused by name: streamed blocks without ``-warm`` (the
+stream trial) or, with no block on the host, beyond the host's weight budget where that
+pager is not modelled (no disk, a budget below a page).
 ``-relocate`` moves resident mixture blocks as it moves dense ones: one sent home brings
 its shared part into the host pager as a block page and its routed experts as expert
 pages; taken back, its whole bank goes up again, read through the pager where not held;
