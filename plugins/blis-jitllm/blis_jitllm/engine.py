@@ -404,6 +404,21 @@ def _expert_banks(model: ModelArchitecture) -> list[ExpertBank | None]:
     return [None if i < moe.first_dense_layers else bank for i in range(model.num_layers)]
 
 
+def _bank_short(li: int, d: int) -> str:
+    """Why a streamed block whose base fits device ``d`` but not beside the plain bank
+    it would make there is not modelled (``docs/upstream/jitllm.md`` §9 "The plain
+    bank's refusal")."""
+    return (
+        f"device {d} has room for auto-streamed block {li}'s base but not for the shared "
+        "plain bank it would make there: prepLayer admits the base, uploads the "
+        "attention's matrices, then asks sharedCompact for each bank matrix beside those "
+        "alone, and on a refusal declines the block leaving those matrices charged to the "
+        "card (it frees nothing), or else takes it past its budget; neither is modelled "
+        "by blis-jitllm (a -devices budget that holds the block's base and the bank, or "
+        "not its base, is)"
+    )
+
+
 #: ``seamWarmup``: the decoded tokens the stream trial lets pass before its first arm
 #: (``defaultOpts``, the options file, index id 70976574358; ``seamStep``,
 #: ``engine/model``, index ids 70918342597 and 71142928070)
@@ -669,6 +684,10 @@ def _plan(
             extra=offered * history_per_block + head,
             first_pages=2 * page_bytes(kv_row, page_positions(settings.max_seq)),
         )
+        for li, d in mixture.placement.bank_short:
+            raise InputRefused.one(
+                "engine.args.devices", spec.args.get("devices"), _bank_short(li, d), source
+            )
         ruled = place_head(mixture.placement, head, mixture.charges, mixture.reads)
         if any(mixture.streamed) and all(o is not None for o in ruled.placement.owner):
             home = embedding + (0 if ruled.device is not None else head)
@@ -1623,6 +1642,8 @@ class JitllmEngine:
         cache = auto if auto and base + auto * bank.sheet <= room else 0
         charge = base + cache * bank.sheet
         makes = plain_bank(bank) if not cache and not self._stream_banks[e] else 0
+        if makes and not self._holds(e, charge + makes, need) and self._holds(e, charge, need):
+            raise SimulationError(f"{ENGINE}: " + _bank_short(li, e))
         return (charge, cache) if self._holds(e, charge + makes, need) else None
 
     def _take(self, li: int, e: int, charge: int, cache: int | None) -> None:

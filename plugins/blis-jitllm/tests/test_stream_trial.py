@@ -21,13 +21,15 @@ from collections.abc import Callable
 
 import pytest
 from blis_core.contracts.engine import Environment
-from blis_core.contracts.errors import SimulationError
+from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
-from boxes import SHEET
+from boxes import BANK, BLOCK, SHEET
 from test_streamed_disk import FILL, _build, _passes, _spec
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
+from blis_jitllm.moe import offer_mixture, streamed_charge
+from blis_jitllm.placement import Device
 
 
 def _ask(engine: JitllmEngine, rid: str, prompt: int, tokens: int, now: int = 0) -> None:
@@ -197,3 +199,39 @@ def test_every_request_gets_exactly_its_tokens_without_the_warm_up(
     assert got == want
     assert engine._trial_row == "r0" and engine._trial_decoded == first
     assert engine._pager is not None and engine._pager.expert_page_ins > 0
+
+
+def test_a_card_that_holds_the_base_but_not_the_plain_bank_is_refused_by_name(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """``sharedCompact`` refusing (``docs/upstream/jitllm.md`` §9 "The plain bank's
+    refusal"): upstream's ``prepLayer`` admits a streamed block on its base, uploads the
+    attention's matrices (charged) and then asks each bank matrix's room beside those
+    alone; refused, it declines the block and frees nothing. The port declined the block
+    with nothing charged; now a card whose room holds the first streamed block's base
+    but not the bank beside it is refused by name. One card of 1 byte short of base and
+    bank: the offer records it; exactly base and bank: the block is placed."""
+    base = streamed_charge(BLOCK, BANK)
+    short = offer_mixture(
+        [BLOCK], [BANK], [Device("cuda:0", base + 8 * SHEET - 1, 1.0)], 1, extra=0, first_pages=0
+    )
+    assert short.placement.owner == (None,) and short.placement.bank_short == ((0, 0),)
+    exact = offer_mixture(
+        [BLOCK], [BANK], [Device("cuda:0", base + 8 * SHEET, 1.0)], 1, extra=0, first_pages=0
+    )
+    assert exact.placement.owner == (0,) and exact.placement.bank_short == ()
+    # a card too small for the base has nothing to refuse
+    none = offer_mixture(
+        [BLOCK], [BANK], [Device("cuda:0", base - 1, 1.0)], 1, extra=0, first_pages=0
+    )
+    assert none.placement.owner == (None,) and none.placement.bank_short == ()
+    env = blis_environment("st-5")
+    f = JitllmEngineFactory()
+    # one card of 100 MiB: the scratch and a base (some 75 MiB) fit, the bank (72 MiB)
+    # does not beside them; every block went home before
+    with pytest.raises(InputRefused) as exc:
+        f.plan(_spec(devices="cuda:0=100M"), env)
+    assert exc.value.errors[0].path == "engine.args.devices"
+    assert "not for the shared plain bank" in str(exc.value)
+    # 150 MiB holds one base and the bank
+    assert f.resolved_args(_spec(devices="cuda:0=150M"), env)["auto-streamed blocks"] == [1]
