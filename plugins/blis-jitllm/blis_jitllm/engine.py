@@ -58,9 +58,13 @@ dropped when the cards took them), and each pass's fills claim there the experts
 device's expert cache missed, reading those it does not hold over the disk. With no
 block on the host and their host copy beyond the host's weight budget, the pager of
 ``-relocate`` holds their expert pages and a pass whose fills read runs with the disk on
-the embedding's host part. Refused by name: streamed blocks without ``-warm`` (the
-stream trial) or, with no block on the host, beyond the host's weight budget where that
-pager is not modelled (no disk, a budget below a page).
+the embedding's host part. Without ``-warm`` the first request's session marks the
+streamed blocks and arms the stream trial: it runs as with ``-warm`` (its first pass's
+fills claiming each streamed block's whole selection, the caches cold) until that
+session's 33rd pass of one token (the trial's ``seamWarmup`` past), where the trial's
+timed, migrating runs are refused by name. Refused by name too: streamed blocks that,
+with no block on the host, lie beyond the host's weight budget where that pager is not
+modelled (no disk, a budget below a page).
 ``-relocate`` moves resident mixture blocks as it moves dense ones: one sent home brings
 its shared part into the host pager as a block page and its routed experts as expert
 pages; taken back, its whole bank goes up again, read through the pager where not held;
@@ -400,24 +404,25 @@ def _expert_banks(model: ModelArchitecture) -> list[ExpertBank | None]:
     return [None if i < moe.first_dense_layers else bank for i in range(model.num_layers)]
 
 
-def _check_mixture(settings: JitllmSettings, offer: MixtureOffer, source: str) -> None:
-    """What the port of a mixture model's placement does not model, refused by name:
-    auto-streamed blocks without ``-warm`` (the stream trial the first session would
-    run). Mixture blocks on the host are modelled (the host pager's block and expert
-    pages), beside auto-streamed blocks too (2026-12-06: one pager holds the host
-    blocks' pages and the streamed blocks' expert pages, which their fills claim)."""
-    if any(offer.streamed) and not settings.warm:
-        raise InputRefused.one(
-            "engine.args.warm",
-            settings.warm,
-            "auto-streamed mixture blocks are measured against the host by the first "
-            "session that streams them (initStreamTrial: after 32 decoded tokens it "
-            "moves every block home and back in timed runs of 24 and keeps the faster), "
-            "whose wall-clock outcome is not modelled by blis-jitllm; with -warm (the "
-            "default) that session is the warm-up's single decode step, which never "
-            "reaches the trial",
-            source,
-        )
+def _bank_short(li: int, d: int) -> str:
+    """Why a streamed block whose base fits device ``d`` but not beside the plain bank
+    it would make there is not modelled (``docs/upstream/jitllm.md`` §9 "The plain
+    bank's refusal")."""
+    return (
+        f"device {d} has room for auto-streamed block {li}'s base but not for the shared "
+        "plain bank it would make there: prepLayer admits the base, uploads the "
+        "attention's matrices, then asks sharedCompact for each bank matrix beside those "
+        "alone, and on a refusal declines the block leaving those matrices charged to the "
+        "card (it frees nothing), or else takes it past its budget; neither is modelled "
+        "by blis-jitllm (a -devices budget that holds the block's base and the bank, or "
+        "not its base, is)"
+    )
+
+
+#: ``seamWarmup``: the decoded tokens the stream trial lets pass before its first arm
+#: (``defaultOpts``, the options file, index id 70976574358; ``seamStep``,
+#: ``engine/model``, index ids 70918342597 and 71142928070)
+STREAM_TRIAL_WARMUP = 32
 
 
 def _check_stream_host(
@@ -679,8 +684,11 @@ def _plan(
             extra=offered * history_per_block + head,
             first_pages=2 * page_bytes(kv_row, page_positions(settings.max_seq)),
         )
+        for li, d in mixture.placement.bank_short:
+            raise InputRefused.one(
+                "engine.args.devices", spec.args.get("devices"), _bank_short(li, d), source
+            )
         ruled = place_head(mixture.placement, head, mixture.charges, mixture.reads)
-        _check_mixture(settings, mixture, source)
         if any(mixture.streamed) and all(o is not None for o in ruled.placement.owner):
             home = embedding + (0 if ruled.device is not None else head)
             _check_stream_host(spec, settings, machine, mixture, blocks, home, source)
@@ -1378,6 +1386,19 @@ class JitllmEngine:
         self._moves = [0] * len(facts.device_layers)
         self._scan = _host_scan(spread.owner, self._streams) if spread is not None else []
         self._placed: Placed | None = None
+        # ``-warm false`` with auto-streamed blocks: the first session to attach is the
+        # one whose offer marks them (``SetDeviceLayers``: ``s.autoStreamed > 0``) and so
+        # arms the stream trial (``initStreamTrial``); its decode passes are counted, and
+        # the trial's first act (after ``seamWarmup``) is refused by name. ``-warm`` (the
+        # default) gives the marking to the warm-up's session, which never reaches it.
+        streamed = any(blocks for blocks, _ in facts.expert_streams) or bool(self._streams)
+        self._trial_open = streamed and not settings.warm
+        self._trial_row: str | None = None
+        self._trial_decoded = 0
+        # and without the warm-up, the first pass's fills find every device expert cache
+        # cold: each streamed block claims its whole selection through the pager
+        paged = self._pager is not None and not _host_pages_fit(facts)
+        self._cold_fills = streamed and not settings.warm and paged
         self.spilled = 0  # ``devSpilled``
         self.relocated = 0  # ``devRelocated``
         self.reclaimed = 0  # ``devReclaimed``
@@ -1621,6 +1642,8 @@ class JitllmEngine:
         cache = auto if auto and base + auto * bank.sheet <= room else 0
         charge = base + cache * bank.sheet
         makes = plain_bank(bank) if not cache and not self._stream_banks[e] else 0
+        if makes and not self._holds(e, charge + makes, need) and self._holds(e, charge, need):
+            raise SimulationError(f"{ENGINE}: " + _bank_short(li, e))
         return (charge, cache) if self._holds(e, charge + makes, need) else None
 
     def _take(self, li: int, e: int, charge: int, cache: int | None) -> None:
@@ -2000,6 +2023,8 @@ class JitllmEngine:
                 if nxt is None:
                     break
                 it = nxt
+                if self._trial_open and self._trial_row is None and it.admitted:
+                    self._trial_row = it.admitted[0]
                 history += self._retired(it.finished, now_us)
                 retired = retired or bool(it.finished)
                 swaps = (len(it.parked), len(it.resumed))
@@ -2012,6 +2037,7 @@ class JitllmEngine:
             self._iteration_start_us = now_us
             if (self._moved or self._gone_home) and self._room_changed:
                 self._reclaim()
+            self._stream_trial()
             for units in self._passes:
                 self._take_pages(units)
             if self._streams_too_many():
@@ -2033,6 +2059,37 @@ class JitllmEngine:
         shape = self._shape(units)
         self._in_flight = (shape, units)
         return shape
+
+    def _stream_trial(self) -> None:
+        """``seamStep`` of the session whose offer marked the streamed blocks (``-warm
+        false``): each of its passes of one token (``k == 1`` in the host step, a decode)
+        counts; the pass after its ``seamWarmup``-th would be the trial's first act
+        (``SetGPULayers`` of its incumbent arm, then timed runs of ``seamRun`` tokens
+        with every block moved home and back between them, and a decision by the ratio
+        of their wall-clock rates), which is refused by name. A session that closes
+        before (its request retired or cancelled) takes its trial with it: the blocks
+        stay marked, so no later session's offer asks ``AutoStream`` or arms one."""
+        rid = self._trial_row
+        if rid is None or not self._trial_open:
+            return
+        if rid not in self._requests:
+            self._trial_open = False  # the session closed with its trial unstarted
+            return
+        for units in self._passes:
+            for u in units:
+                if u.row.request_id == rid and u.tokens == 1:
+                    self._trial_decoded += 1
+        if self._trial_decoded > STREAM_TRIAL_WARMUP:
+            raise SimulationError(
+                f"{ENGINE}: -warm false with auto-streamed blocks: the session that marked "
+                f"them (request {rid!r}, the first to attach) decodes past the stream "
+                f"trial's warm-up of {STREAM_TRIAL_WARMUP} tokens, so initStreamTrial would "
+                "now run its timed runs of 24 tokens, moving every block home and back "
+                "between them, and keep the host if its measured rate beats the streamed "
+                "one by 5 % (ABBA over 3 rounds, the spread below 10 %); that wall-clock "
+                "measurement is not modelled by blis-jitllm (-warm, the default, gives the "
+                "marking to the warm-up's single decode step, which never reaches the trial)"
+            )
 
     def _park_row(self, row: Row) -> None:
         """``parkRow``: the row's history on the devices goes home (its pages free), and
@@ -2135,7 +2192,8 @@ class JitllmEngine:
             # spill or an offer back read through the pager before the pass
             first = len(f.relocate) - self._moved
             scan = self._scan if f.spread is not None else None
-            fills = self._fill_claims(tokens)
+            fills = self._fill_claims(tokens, cold=self._cold_fills)
+            self._cold_fills = False
             read = round(self._pager.run_pass(first, tokens, scan, fills)) + self._pager_reads
             self._pager_reads = 0
         # where no block runs on the host the pass runs with the disk on the embedding's

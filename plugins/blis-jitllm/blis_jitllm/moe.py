@@ -257,7 +257,7 @@ def offer_mixture(
         for b, k in zip(blocks, banks, strict=True)
     )
     return MixtureOffer(
-        Placement(placed.devices, owner, tuple(used), placed.share),
+        Placement(placed.devices, owner, tuple(used), placed.share, placed.bank_short),
         tuple(charges),
         reads,
         tuple(streamed),

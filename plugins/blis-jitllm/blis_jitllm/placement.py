@@ -67,6 +67,10 @@ class Placement:
     owner: tuple[int | None, ...]
     used: tuple[int, ...]
     share: tuple[int, ...] | None
+    bank_short: tuple[tuple[int, int], ...] = ()
+    """(block, device) where a device's room held a streamed block's charge but not the
+    plain bank it would have made (``sharedCompact`` refusing after ``prepLayer``
+    admitted the base and uploaded the attention's matrices): not modelled"""
 
     def blocks_on(self, device: int) -> int:
         """How many blocks run on ``device``."""
@@ -236,6 +240,7 @@ def place_blocks(
     spread_from = next((i for i, st in enumerate(streamed) if st), n)
     seen = 0  # streamed blocks offered (``streamSeen``)
     stream_priced = False  # ``streamPlanned``
+    short: list[tuple[int, int]] = []  # the plain bank alone refused (``bank_short``)
     for li, size in enumerate(blocks):
         pricing = plan_n > 1 and share is None and placed == 1
         if li >= spread_from and plan_n > 1 and not stream_priced:
@@ -255,6 +260,8 @@ def place_blocks(
             if bank and bank not in paid[i]:
                 charge += bank
             if used[i] + charge > devices[i].limit:
+                if bank and bank not in paid[i] and used[i] + charge - bank <= devices[i].limit:
+                    short.append((li, i))
                 continue
             if bank:
                 paid[i].add(bank)
@@ -274,4 +281,4 @@ def place_blocks(
         owner.append(chosen)
         if chosen is not None:
             placed += 1
-    return Placement(tuple(devices), tuple(owner), tuple(used), share)
+    return Placement(tuple(devices), tuple(owner), tuple(used), share, tuple(short))

@@ -205,8 +205,6 @@ def test_what_the_mixture_port_does_not_model_is_refused_by_name(
     env = blis_environment("moe-2")
     f = JitllmEngineFactory()
     cases = [
-        # the stream trial a session without the warm-up would run
-        (_spec(devices=SMALL, warm=False, **{"max-batch": 8}), "engine.args.warm"),
         # the banks' host copy beyond the host's budget, whose pager (-relocate's) holds
         # less than one page beside the embedding and head (24 MiB, a shared part 36.5)
         (_spec(devices=SMALL, maxmem="1210M", **{"max-batch": 8}), "engine.args.maxmem"),

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 from blis_core.contracts.engine import EnginePoolSpec, Environment
+from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
@@ -274,14 +275,22 @@ def test_a_card_with_no_plain_bank_makes_one_once_for_a_streamed_block(
     the plain bank makes it, charged to the card once (room asked beside the base); a
     block on it later is charged its base alone (the spill test above). (The card is
     the spill test's card 1 with its bank taken away, as if no streamed block had been
-    placed there.)"""
+    placed there.) Room for the base and the pool's pages but not the bank beside them
+    is refused by name since 2026-12-06 (``docs/upstream/jitllm.md`` §9 "The plain
+    bank's refusal": upstream's ``prepLayer`` asks ``sharedCompact`` beside the
+    attention's matrices alone and, refused, leaves those charged to the card)."""
     env = blis_environment("rs-7")
     spec = _spec(devices="cuda:0=1188M,cuda:1=1188M", **{"gpu-layers": 3})
     engine = JitllmEngineFactory().build(spec, env, "p-0")
     engine._stream_banks[1] = 0
     page = engine._facts.layer_page_bytes
-    # room for the base and the pool's pages, not the bank beside them: it goes home
     engine._limits[1] = BASE + PLAIN + 2 * page - 1
+    with pytest.raises(SimulationError, match=r"not for the shared plain bank"):
+        engine._relocate_from(0, {}, set())
+    engine = JitllmEngineFactory().build(spec, env, "p-0")
+    engine._stream_banks[1] = 0
+    # no room for the base on card 1: the block goes home
+    engine._limits[1] = BASE - 1
     assert engine._relocate_from(0, {}, set())
     assert engine._owner[1] is None and engine.relocated == 1
     assert engine._stream_banks[1] == 0
