@@ -6,7 +6,6 @@ it (``SpillAfter``) or else home; blocks home come back lowest first, from
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -16,7 +15,7 @@ from blis_core.contracts.plan import LayerKind, ParallelLayout, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
 from boxes import BOX, V100
-from stepping import run_steps
+from stepping import run_steps, serve
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.settings import resolve_settings
@@ -453,37 +452,23 @@ def test_every_request_gets_exactly_its_tokens_with_a_card_left_empty(
 
 
 def _fuzz(env: Environment, engine: JitllmEngine, rnd: random.Random) -> None:
-    want: dict[str, int] = {}
     arrivals = sorted(rnd.randrange(0, 400_000) for _ in range(6))
-    pending = deque(
+    requests = [
         (t, f"r{i}", rnd.randrange(200, 9000), rnd.randrange(1, 200))
         for i, t in enumerate(arrivals)
-    )
-    got: dict[str, int] = {}
+    ]
     cards = len(engine._layers)
     lowest = {
         d: min(i for i, o in enumerate(engine._owner) if o == d)
         for d in range(cards)
         if d in engine._owner
     }
-    now = 0
-    launched: deque[StepShape] = deque()
-    while pending or engine.num_unfinished():
-        while pending and pending[0][0] <= now:
-            _, rid, n, m = pending.popleft()
-            want[rid] = m
-            engine.add_request(InferenceRequest(rid, now, (PromptSegment(rid, n),), m), now)
-        while (shape := engine.schedule(now)) is not None:
-            launched.append(shape)
-            if shape.parts:
-                total = sum(_blocks(p) for p in shape.parts)
-                assert total == len(engine._owner)
-            assert env.price_step(engine.plan, shape) > 0
-        now += 5000
-        if launched:
-            out = engine.complete(launched.popleft(), now)
-            for fin in out.finished:
-                got[fin.request_id] = fin.output_tokens
+
+    def runs_every_block(shape: StepShape) -> None:
+        if shape.parts:
+            assert sum(_blocks(p) for p in shape.parts) == len(engine._owner)
+
+    def cards_hold() -> None:
         for d in range(cards):
             if d in lowest:
                 assert engine._owner[lowest[d]] == d
@@ -494,7 +479,9 @@ def _fuzz(env: Environment, engine: JitllmEngine, rnd: random.Random) -> None:
             lpb = engine._facts.layer_page_bytes
             if engine._pool_pages[d] > 1:  # grown past the dummy page the load counts
                 assert engine._pool_pages[d] * lpb * engine._layers[d] <= engine._limits[d]
-    assert got == want
+
+    got = serve(env, engine, requests, on_shape=runs_every_block, after_step=cards_hold)
+    assert got == {rid: tokens for _, rid, _, tokens in requests}
     assert engine.spilled + engine.relocated > 0
 
 

@@ -16,7 +16,6 @@ cold: each streamed block claims its whole selection through the host pager (the
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -25,6 +24,7 @@ from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
 from boxes import BANK, BLOCK, SHEET
+from stepping import serve
 from test_streamed_disk import FILL, _build, _passes, _spec
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
@@ -172,31 +172,13 @@ def test_every_request_gets_exactly_its_tokens_without_the_warm_up(
     engine = _build(env, _spec(maxmem="8G", warm=False))
     rnd = random.Random(seed)
     first = rnd.randrange(1, 33)
-    want = {"r0": first}
-    pending = deque(
-        sorted(
-            (rnd.randrange(1, 400_000), f"r{i}", rnd.randrange(20, 200), rnd.randrange(33, 120))
-            for i in range(1, 7)
-        )
+    later = sorted(
+        (rnd.randrange(1, 400_000), f"r{i}", rnd.randrange(20, 200), rnd.randrange(33, 120))
+        for i in range(1, 7)
     )
-    _ask(engine, "r0", rnd.randrange(20, 200), first)
-    got: dict[str, int] = {}
-    launched: deque[StepShape] = deque()
-    now = 0
-    while pending or engine.num_unfinished():
-        while pending and pending[0][0] <= now:
-            _, rid, n, m = pending.popleft()
-            want[rid] = m
-            _ask(engine, rid, n, m, now)
-        while (shape := engine.schedule(now)) is not None:
-            launched.append(shape)
-            assert env.price_step(engine.plan, shape) > 0
-        now += 5000
-        if launched:
-            out = engine.complete(launched.popleft(), now)
-            for fin in out.finished:
-                got[fin.request_id] = fin.output_tokens
-    assert got == want
+    requests = [(0, "r0", rnd.randrange(20, 200), first), *later]
+    got = serve(env, engine, requests)
+    assert got == {rid: tokens for _, rid, _, tokens in requests}
     assert engine._trial_row == "r0" and engine._trial_decoded == first
     assert engine._pager is not None and engine._pager.expert_page_ins > 0
 

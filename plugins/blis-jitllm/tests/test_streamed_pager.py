@@ -8,7 +8,6 @@ through it the experts their device's expert cache missed (``streamBank.fill`` -
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Callable
 
 import pytest
@@ -17,6 +16,7 @@ from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepMode, StepShape
 from boxes import BASE, BOX, QWEN, SHEET, V100
+from stepping import serve
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.moe import ExpertBank
@@ -133,30 +133,17 @@ def test_fills_read_through_a_pager_narrower_than_the_pages(
 
 
 def _serve(env: Environment, engine: JitllmEngine, rnd: random.Random) -> None:
-    want: dict[str, int] = {}
-    got: dict[str, int] = {}
     arrivals = sorted(rnd.randrange(0, 400_000) for _ in range(6))
-    pending = deque(
+    requests = [
         (t, f"r{i}", rnd.randrange(20, 200), rnd.randrange(1, 50)) for i, t in enumerate(arrivals)
-    )
-    now = 0
-    launched: deque[StepShape] = deque()
-    while pending or engine.num_unfinished():
-        while pending and pending[0][0] <= now:
-            _, rid, n, m = pending.popleft()
-            want[rid] = m
-            engine.add_request(InferenceRequest(rid, now, (PromptSegment(rid, n),), m), now)
-        while (shape := engine.schedule(now)) is not None:
-            launched.append(shape)
-            assert env.price_step(engine.plan, shape) > 0
-        now += 5000
-        if launched:
-            out = engine.complete(launched.popleft(), now)
-            for fin in out.finished:
-                got[fin.request_id] = fin.output_tokens
+    ]
+
+    def within_budget() -> None:
         pager = engine._pager
         assert pager is not None and pager.used <= pager.budget + 1
-    assert got == want
+
+    got = serve(env, engine, requests, after_step=within_budget)
+    assert got == {rid: tokens for _, rid, _, tokens in requests}
 
 
 @pytest.mark.parametrize("seed", [1, 2])
