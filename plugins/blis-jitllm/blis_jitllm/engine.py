@@ -86,7 +86,7 @@ one its rows take); host work is keyed ``jitllm-2026.12.3``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from blis_core.contracts.catalog import AttentionKind, MachineSpec, ModelArchitecture
@@ -2232,13 +2232,8 @@ class JitllmEngine:
         moves streamed blocks, those on a card now (their pages are their blocks), each
         by its cache there."""
         f = self._facts
-        bank = f.expert_bank
-        if not f.stream_caches or bank is None:
-            return _fills(f, tokens, cold)
-        return {
-            li: pass_upload_sheets(tokens, bank, 0 if cold else cache)
-            for li, cache in self._streams.items()
-        }
+        caches = self._streams.items() if f.stream_caches else f.pager_fills
+        return _fills(f.expert_bank, caches, tokens, cold)
 
     def _expert_uploads(self, tokens: int) -> list[int]:
         """Per device with a pool: the bytes of the expert sheets a pass of ``tokens``
@@ -2351,18 +2346,20 @@ def _host_scan(
     return [i for i, o in enumerate(owner) if o is None or (streams and i in streams)]
 
 
-def _fills(facts: PoolFacts, tokens: int, cold: bool = False) -> dict[int, float]:
-    """Per auto-streamed block in the host pager (its page), the experts a pass of
-    ``tokens`` rows has its fill claim there: those its device's expert cache does not
-    hold (:func:`~blis_jitllm.moe.pass_upload_sheets`, what the pass uploads; with
-    ``cold`` every one selected)."""
-    bank = facts.expert_bank
-    if bank is None or not facts.pager_fills:
+def _fills(
+    bank: ExpertBank | None,
+    caches: Iterable[tuple[int, int]],
+    tokens: int,
+    cold: bool = False,
+) -> dict[int, float]:
+    """Per auto-streamed block in the host pager (its page, with the sheets of its
+    device's expert cache in ``caches``), the experts a pass of ``tokens`` rows has its
+    fill claim there: those the cache does not hold
+    (:func:`~blis_jitllm.moe.pass_upload_sheets`, what the pass uploads; with ``cold``
+    every one selected)."""
+    if bank is None:
         return {}
-    return {
-        page: pass_upload_sheets(tokens, bank, 0 if cold else cache)
-        for page, cache in facts.pager_fills
-    }
+    return {page: pass_upload_sheets(tokens, bank, 0 if cold else cache) for page, cache in caches}
 
 
 def _host_pages_fit(facts: PoolFacts) -> bool:
@@ -2449,7 +2446,7 @@ def _paging(facts: PoolFacts) -> dict[str, object]:
             + f", read again over {facts.page_link}"
         )
         return out
-    fills = _fills(facts, 1)
+    fills = _fills(facts.expert_bank, facts.pager_fills, 1)
     for _ in range(64 if mixed else 2):
         pager.run_pass(fills=fills)
     before = pager.expert_page_ins
