@@ -281,11 +281,6 @@ class PoolPlan(Document):
         description="a split plan's runs of layers, each on its own processor, priced in "
         "place of ``layers`` (empty: every layer on ``hardware``)",
     )
-    part_sets: tuple[tuple[PlanPart, ...], ...] = Field(
-        default=(),
-        description="other placements a step may run on when the seam moves at run time "
-        "(jitllm's -relocate): a step's part_set k >= 1 names part_sets[k-1], 0 the parts",
-    )
 
     def with_kv_budget(self, budget: KVBudget) -> PoolPlan:
         """The run-phase plan: this plan with its KV budget decided."""

@@ -69,15 +69,15 @@ class StepShape:
     :attr:`~blis_core.contracts.plan.PlanPart.page_link`, in plan order), the bytes the
     step must bring over that link before the part can run: a weight pager's misses, KV
     history streamed back from the host; empty (or zeros) for a step that reads none.
-    ``part_set`` names the placement the step runs on: 0 the plan's ``parts``, ``k``
-    its ``part_sets[k-1]`` (a seam that moved at run time).
-    ``parts``, where not empty, is the placement the step runs on itself, in place of
-    ``part_set``: runs of layers as :attr:`~blis_core.contracts.plan.PoolPlan.parts`
-    are (the plan's other facts as they are), for a seam whose placements are too many
-    to list in the plan (jitllm's ``-relocate`` over several devices). The cost model
-    compiles each placement once, found again by the tuple's identity and else by its
-    value, so an engine that hands the same tuple again pays one dictionary look-up;
-    its ``page_in_bytes`` follow its own paging parts.
+    ``parts``, where not empty, is the placement the step runs on, in place of the
+    plan's: runs of layers as :attr:`~blis_core.contracts.plan.PoolPlan.parts` are
+    (the plan's other facts as they are), for a seam that moves at run time (jitllm's
+    ``-relocate``) or a step whose kernels differ from the plan's (jitllm's batched
+    twin); empty: the plan's own ``parts`` (or ``layers``). The cost model compiles each
+    placement once, found again by the tuple's identity and else by its value, so an
+    engine that lowers each placement once and hands the same tuple again pays one
+    dictionary look-up; its ``page_in_bytes`` follow its own paging parts. Its layers
+    are checked as the plan's parts' are (the refusal names ``plan.parts``).
     """
 
     step_id: int
@@ -91,7 +91,6 @@ class StepShape:
     dp_rank_tokens: tuple[int, ...] = ()
     draft_passes: int = 0
     page_in_bytes: tuple[int, ...] = ()
-    part_set: int = 0
     parts: tuple[PlanPart, ...] = ()
 
     @property

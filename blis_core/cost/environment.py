@@ -76,8 +76,6 @@ class SimEnvironment:
         self._extra_seconds: dict[str, float] = {}
         self._substream = substream
         self._compiled: dict[int, CompiledPlan] = {}
-        # (plan, part set) -> the plan it was made for and its compiled placement
-        self._part_sets: dict[tuple[int, int], tuple[PoolPlan, CompiledPlan]] = {}
         # a step's own placement (``StepShape.parts``): by the tuple's identity (it is
         # kept, so its id is not reused), else by (plan, the parts' value)
         self._own_parts: dict[tuple[int, int], tuple[PoolPlan, _Parts, CompiledPlan]] = {}
@@ -220,37 +218,16 @@ class SimEnvironment:
 
     # -- pricing -----------------------------------------------------------------------
 
-    def compiled(
-        self, plan: PoolPlan, part_set: int = 0, parts: tuple[PlanPart, ...] = ()
-    ) -> CompiledPlan:
+    def compiled(self, plan: PoolPlan, parts: tuple[PlanPart, ...] = ()) -> CompiledPlan:
         """The plan's pricing program (on ``parts`` where given, a step's own
-        placement; else on its ``part_sets[part_set-1]`` when ``part_set`` is not 0),
-        compiled on first use."""
+        placement), compiled on first use."""
         if parts:
             return self._compiled_parts(plan, parts)
-        if part_set:
-            return self._compiled_part_set(plan, part_set)
         cp = self._compiled.get(id(plan))
         if cp is None or cp.plan is not plan:
             cp = compile_plan(plan, self.catalog, self.registry)
             self._compiled[id(plan)] = cp
         return cp
-
-    def _compiled_part_set(self, plan: PoolPlan, part_set: int) -> CompiledPlan:
-        if not 0 < part_set <= len(plan.part_sets):
-            raise InputRefused.one(
-                "shape.part_set",
-                part_set,
-                f"the plan has {len(plan.part_sets)} other placement(s) (part_sets)",
-            )
-        key = (id(plan), part_set)
-        found = self._part_sets.get(key)
-        if found is None or found[0] is not plan:
-            moved = plan.model_copy(update={"parts": plan.part_sets[part_set - 1], "part_sets": ()})
-            found = (plan, compile_plan(moved, self.catalog, self.registry))
-            self._part_sets[key] = found
-            self._compiled[id(found[1])] = found[1]  # counted with the rest
-        return found[1]
 
     def _compiled_parts(self, plan: PoolPlan, parts: tuple[PlanPart, ...]) -> CompiledPlan:
         """The plan on a step's own placement (``StepShape.parts``), compiled once: found
@@ -260,7 +237,7 @@ class SimEnvironment:
             return mine[2]
         found = self._own_values.get((id(plan), parts))
         if found is None or found[0] is not plan:
-            moved = plan.model_copy(update={"parts": parts, "part_sets": ()})
+            moved = plan.model_copy(update={"parts": parts})
             found = (plan, compile_plan(moved, self.catalog, self.registry))
             self._own_values[(id(plan), parts)] = found
             self._compiled[id(found[1])] = found[1]  # counted with the rest
@@ -269,7 +246,7 @@ class SimEnvironment:
 
     def price_step(self, plan: PoolPlan, shape: StepShape) -> int:
         """Duration of a padded step in microseconds (hot path); counts rank totals."""
-        cp = self.compiled(plan, shape.part_set, shape.parts)
+        cp = self.compiled(plan, shape.parts)
         if not self.extra_methods:
             return seconds_to_us(cp.price_seconds(shape))
         ev, winners = self._with_extra(cp, cp.evaluate(shape), plan, shape)
@@ -290,7 +267,7 @@ class SimEnvironment:
         """What :meth:`price_step` gives each of ``shapes``, in one pass and counted
         nowhere until :meth:`count_quote`; ``None`` where it cannot (per-kernel cost
         methods, IDLE steps, a draft model): price those one by one."""
-        if self.extra_methods or any(s.part_set or s.parts for s in shapes):
+        if self.extra_methods or any(s.parts for s in shapes):
             return None
         quote = self.compiled(plan).quote_seconds(shapes)
         if quote is None:
@@ -303,7 +280,7 @@ class SimEnvironment:
         """What :meth:`quote_steps` gives for ``first`` and the ``count - 1`` decode steps
         after it, each with every sequence's context one token longer (a decode span's
         boundaries), without making their shapes; ``None`` where it cannot."""
-        if self.extra_methods or first.part_set or first.parts:
+        if self.extra_methods or first.parts:
             return None
         quote = self.compiled(plan).quote_advancing(first, count)
         if quote is None:
@@ -322,7 +299,7 @@ class SimEnvironment:
         family; ``impl`` is ``<layer>:<kernel impl>``; ``launches`` the kernels one launch
         of it issues (each paying the entry's fixed cost).
         """
-        cp = self.compiled(plan, shape.part_set, shape.parts)
+        cp = self.compiled(plan, shape.parts)
         ev = cp.evaluate(shape)
         if self.extra_methods:
             ev, _ = self._with_extra(cp, ev, plan, shape)

@@ -924,11 +924,6 @@ def _check_names(plan: PoolPlan) -> None:
         ("plan.layers", plan.layers),
         ("plan.draft_policy.layers", draft),
         *((f"plan.parts.{k}.layers", part.layers) for k, part in enumerate(plan.parts)),
-        *(
-            (f"plan.part_sets.{s}.{k}.layers", part.layers)
-            for s, part_set in enumerate(plan.part_sets)
-            for k, part in enumerate(part_set)
-        ),
     ]
     for where, layers in every:
         for i, layer in enumerate(layers):

@@ -113,27 +113,32 @@ def test_each_paging_parts_reads_are_priced_over_its_link_and_counted(
         env.price_step(split, read)
 
 
-def test_a_step_names_the_placement_it_ran_on(env: SimEnvironment) -> None:
-    """PoolPlan.part_sets: a seam that moves at run time (jitllm's -relocate); a step's
-    part_set prices it on that placement and counts it with the rest."""
-    plan = _split(env, 16).model_copy(
-        update={"part_sets": (_split(env, 12).parts, _split(env, 8).parts)}
-    )
+def test_a_step_runs_on_the_placement_it_carries(env: SimEnvironment) -> None:
+    """StepShape.parts: a seam that moves at run time (jitllm's -relocate); a step's own
+    parts price it on that placement, count it with the rest, and have their layers
+    checked as the plan's parts' are."""
+    plan = _split(env, 16)
+    placements = (plan.parts, _split(env, 12).parts, _split(env, 8).parts)
     alone = [env.price_step(_split(env, seam), DECODE) for seam in (16, 12, 8)]
-    for k in range(3):
-        assert env.price_step(plan, dataclasses.replace(DECODE, part_set=k)) == alone[k]
-    explained = env.explain_step(plan, dataclasses.replace(DECODE, part_set=2))
+    for k, parts in enumerate(placements):
+        before = sum(env.rank_totals().seconds)
+        assert env.price_step(plan, dataclasses.replace(DECODE, parts=parts)) == alone[k]
+        counted = sum(env.rank_totals().seconds) - before
+        assert seconds_to_us(counted) == pytest.approx(alone[k], abs=1)
+    explained = env.explain_step(plan, dataclasses.replace(DECODE, parts=placements[2]))
     assert explained.duration_us == alone[2]
-    with pytest.raises(InputRefused, match="part_sets"):
-        env.price_step(plan, dataclasses.replace(DECODE, part_set=3))
-    assert env.quote_steps(plan, [dataclasses.replace(DECODE, part_set=1)]) is None
+    host, gpu, rest = placements[1]
+    wrong = gpu.model_copy(update={"layers": (gpu.layers[0].model_copy(update={"kernels": 2}),)})
+    with pytest.raises(InputRefused, match=r"plan\.parts\.1\.layers\.0\.kernels"):
+        env.price_step(plan, dataclasses.replace(DECODE, parts=(host, wrong, rest)))
+    assert env.quote_steps(plan, [dataclasses.replace(DECODE, parts=placements[1])]) is None
 
 
 def test_a_step_may_carry_its_own_placement(env: SimEnvironment) -> None:
     """StepShape.parts: a placement the plan does not list (jitllm's -relocate over
     several devices) is priced as a plan with those parts, compiled once and found
-    again by the tuple's identity or by its value; it wins over part_set, and a shape
-    without it prices as before."""
+    again by the tuple's identity or by its value, and a shape without it prices as
+    before."""
     plan = _split(env, 16)
     alone = [env.price_step(_split(env, seam), DECODE) for seam in (16, 12, 8)]
     twelve, eight = _split(env, 12).parts, _split(env, 8).parts
@@ -146,8 +151,6 @@ def test_a_step_may_carry_its_own_placement(env: SimEnvironment) -> None:
     assert env.price_step(plan, dataclasses.replace(DECODE, parts=again)) == alone[2]
     assert env.price_step(plan, dataclasses.replace(DECODE, parts=twelve)) == alone[1]
     assert len(env._compiled) == compiled  # nothing compiled again
-    listed = plan.model_copy(update={"part_sets": (twelve,)})
-    assert env.price_step(listed, dataclasses.replace(DECODE, part_set=1, parts=eight)) == alone[2]
     explained = env.explain_step(plan, dataclasses.replace(DECODE, parts=twelve))
     assert explained.duration_us == alone[1]
     assert env.quote_steps(plan, [dataclasses.replace(DECODE, parts=twelve)]) is None

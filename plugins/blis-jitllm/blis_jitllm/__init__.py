@@ -21,7 +21,6 @@ from blis_jitllm.kernels import (
     MATVEC_KERNEL,
     PROJECTION_KINDS,
     TILED_KERNEL,
-    part_set,
     runs_tiled,
     tiled_parts,
 )
@@ -80,7 +79,6 @@ __all__ = [
     "next_use",
     "page_bytes",
     "page_positions",
-    "part_set",
     "place_blocks",
     "place_head",
     "plan_shares",

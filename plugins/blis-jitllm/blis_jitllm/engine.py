@@ -34,9 +34,9 @@ pages go home (``kvevict.go``: other rows first, in the order they were admitted
 every later pass of such a row streams them back over the device's link, alone. With
 ``-relocate`` (on in ``jitllmd serve``) the highest block goes
 home with its history before any history does, the seam following the KV, and a step
-names the placement it ran on (``StepShape.part_set``; over several devices, where the
-card that refused first offers its highest block to a later card, its own placement,
-``StepShape.parts``: :class:`Spread`); its weights do not cross the
+carries the placement it ran on (``StepShape.parts``, lowered once at the load, or over
+several devices, where the card that refused first offers its highest block to a later
+card, the first time a step needs it: :class:`Spread`); its weights do not cross the
 link: the block joins the host pager's pages (below the plan's host blocks) and the next
 pass reads it from the disk. Blocks come back, lowest first, when room returns, each
 read through the pager before the card takes it and its page then dropped. When neither
@@ -111,7 +111,7 @@ from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 from blis_jitllm.budgets import device_budget, host_budget
-from blis_jitllm.kernels import MATVEC_KERNEL, part_set, runs_tiled, tiled_parts
+from blis_jitllm.kernels import MATVEC_KERNEL, runs_tiled, tiled_parts
 from blis_jitllm.kv import (
     DeviceKVRoom,
     grown_layer_pages,
@@ -202,9 +202,7 @@ class PoolFacts:
     """per device with a pool: which of them carries its KV streamed back from the host"""
     relocate: tuple[tuple[int, int], ...] = ()
     """``-relocate`` on one device: the blocks it may send home, highest first, each with
-    its charge; the plan's ``part_sets[k-1]`` is the placement with ``k`` of them home,
-    and the sets after them each placement again on the batched twin
-    (:func:`~blis_jitllm.kernels.part_set`)"""
+    its charge; ``placements[k]`` is the placement with ``k`` of them home"""
     relocate_off: str = ""
     """why ``-relocate`` is not modelled for this placement ("" where it is)"""
     spread: Spread | None = None
@@ -217,9 +215,11 @@ class PoolFacts:
     pager_banks: tuple[ExpertBank | None, ...] = ()
     """per page of ``pager_sizes``, the routed bank held in expert pages (None: a dense
     block); empty where no page has one"""
-    slots: tuple[PartSlots, ...] = ()
-    """per count of blocks sent home (0 to ``len(relocate)``): which of its placement's
-    paging parts carry the pager's reads and each device's link"""
+    placements: tuple[Placed, ...] = ()
+    """per count of blocks sent home by ``-relocate`` on one device (0 to
+    ``len(relocate)``; 0 the plan's own ``parts``, the same tuple): the placement a step
+    then runs on, on the decode matvec and on the batched twin, and which of its paging
+    parts carry the pager's reads and each device's link"""
     layer_position_bytes: int = 0
     """KV bytes one position takes in one layer on a device (float32 K and V)"""
     host_layer_position_bytes: int = 0
@@ -827,9 +827,9 @@ def _plan(
         assert mixture is not None
         _check_stream_host(spec, settings, machine, mixture, blocks, stream_home, source, reloc)
     relocate = reloc.relocate
-    part_sets: tuple[tuple[PlanPart, ...], ...] = ()
     paging = sum(1 for x in parts.parts if x.page_link is not None)
-    slots = [PartSlots(paging, parts.pager_slot, parts.device_slots)]
+    # per count of blocks sent home (0: the plan's own), its parts and paging parts
+    lowered = [(parts.parts, PartSlots(paging, parts.pager_slot, parts.device_slots))]
     if relocate:
         assert machine is not None
         host_limit = host_limit or reloc.host_limit
@@ -837,7 +837,6 @@ def _plan(
             page_budget, page_link = reloc.page_budget, machine.storage
         link = next(a.link for a in machine.accelerators if a.hardware == hw.id)
         moved = list(owner)
-        sets = []
         for i, _ in relocate:
             moved[i] = None
             at = _parts(
@@ -851,10 +850,8 @@ def _plan(
                 page_link,  # the pager's part, where the machine names a disk
                 len(devices),
             )
-            sets.append(at.parts)
             paging = sum(1 for x in at.parts if x.page_link is not None)
-            slots.append(PartSlots(paging, at.pager_slot, at.device_slots))
-        part_sets = tuple(sets)
+            lowered.append((at.parts, PartSlots(paging, at.pager_slot, at.device_slots)))
     spread: Spread | None = None
     if reloc.spread:
         # over several devices each card moves its own blocks, to a later card or home:
@@ -935,25 +932,24 @@ def _plan(
         else:
             resident = min(host_weights, host_limit) + moved_weights
         host_kv_limit = max((settings.host_mem or machine.host_memory_bytes) - resident, 0)
-    # every placement again with its device projections on the batched twin, which a
-    # pass of more rows than the decode matvec carries runs (kernels.part_set)
-    part_sets += tuple(tiled_parts(s, hw.id) for s in (parts.parts, *part_sets))
+    # each placement also with its device projections on the batched twin, which a
+    # pass of more rows than the decode matvec carries runs, lowered once here so that
+    # a step hands the same tuples again (the cost model finds them by identity)
+    placements = tuple(
+        Placed(
+            at,
+            tiled_parts(at, hw.id),
+            PartSlots(x.paging, x.pager, tuple(x.devices[d] for d in held)),
+        )
+        for at, x in lowered
+    )
     # the plan's own placement where it runs no host block beside a pager (-relocate):
     # a step after an offer back or a spill that read a block from the disk runs it
     # with the disk on the embedding's host part, the read priced there
     disk: Placed | None = None
     if page_budget and page_link is not None and parts.pager_slot is None:
         assert machine is not None
-        base = slots[0]
-        disk = _with_disk(
-            Placed(
-                parts.parts,
-                tiled_parts(parts.parts, hw.id),
-                PartSlots(base.paging, None, tuple(base.devices[d] for d in held)),
-            ),
-            machine.host,
-            page_link,
-        )
+        disk = _with_disk(placements[0], machine.host, page_link)
     on_card = sum(placement.used[d] - scratch for d in pooled) + (head if head_on_device else 0)
     plan = partial.model_copy(
         update={
@@ -972,7 +968,6 @@ def _plan(
             if pooled
             else _host_kv_budget(host_kv_limit, host_position, host_page),
             "parts": parts.parts,
-            "part_sets": part_sets,
         }
     )
     facts = PoolFacts(
@@ -1003,7 +998,7 @@ def _plan(
         relocate=relocate,
         relocate_off=reloc.why_not,
         spread=spread,
-        slots=tuple(PartSlots(x.paging, x.pager, tuple(x.devices[d] for d in held)) for x in slots),
+        placements=placements,
         layer_position_bytes=page_bytes(kv_row, 1),
         host_layer_position_bytes=host_layer,
         host_page=host_page,
@@ -1765,26 +1760,27 @@ class JitllmEngine:
         if pager is not None:
             pager.trim_free()
 
-    def _where(
-        self, tiled: bool, disk: bool = False
-    ) -> tuple[PartSlots, int, tuple[PlanPart, ...]]:
-        """The placement a step runs on now: its paging parts, and its ``part_set`` in
-        the plan or, where ``-relocate`` over several devices moved blocks, its own
-        parts (``StepShape.parts``). With ``disk`` (the pager read blocks for the step)
+    def _where(self, tiled: bool, disk: bool = False) -> tuple[PartSlots, tuple[PlanPart, ...]]:
+        """The placement a step runs on now: its paging parts, and its parts
+        (``StepShape.parts``) on the batched twin where ``tiled``, else on the decode
+        matvec, empty for the plan's own parts there. With ``-relocate`` on one device
+        the placement lowered at the load for the blocks sent home
+        (``PoolFacts.placements``); over several devices, where blocks moved, the one
+        :class:`Spread` lowered. With ``disk`` (the pager read blocks for the step)
         where the placement runs no block on the host, the same placement with the
-        machine's disk on its embedding's host part (:func:`_with_disk`), as the
-        step's own parts, so the read is priced over the disk."""
+        machine's disk on its embedding's host part (:func:`_with_disk`), so the read is
+        priced over the disk. The same placement is the same tuple each time."""
         f = self._facts
         placed = self._placed
         if placed is None:
-            slots = f.slots[self._moved]
-            if disk and slots.pager is None and f.disk is not None:
+            placed = f.placements[self._moved]
+            if disk and placed.slots.pager is None and f.disk is not None:
                 placed = f.disk
-            else:
-                return slots, part_set(self._moved, len(f.relocate), tiled), ()
+            elif not tiled and not self._moved:
+                return placed.slots, ()  # the plan's own placement
         elif disk and placed.slots.pager is None and f.spread is not None:
             placed = f.spread.with_disk(tuple(self._owner))
-        return placed.slots, 0, placed.tiled if tiled else placed.parts
+        return placed.slots, placed.tiled if tiled else placed.parts
 
     def _reclaim(self) -> None:
         """``reclaim``: once room came back (a row left), offer the blocks sent home back,
@@ -2118,7 +2114,7 @@ class JitllmEngine:
         history they move over each device's link."""
         self._step_id += 1
         self._swaps = swaps
-        slots, where, parts = self._where(False)
+        slots, parts = self._where(False)
         page_in = [0] * slots.paging
         for slot, num_bytes in zip(slots.devices, self._swap, strict=True):
             if slot is not None:
@@ -2131,7 +2127,6 @@ class JitllmEngine:
             padded_tokens=0,
             graph_mode=GraphMode.FULL,
             page_in_bytes=tuple(page_in) if any(page_in) else (),
-            part_set=where,
             parts=parts,
         )
 
@@ -2198,7 +2193,7 @@ class JitllmEngine:
             self._pager_reads = 0
         # where no block runs on the host the pass runs with the disk on the embedding's
         # host part, which carries what the pager read (a spill's or an offer's block)
-        slots, where, parts = self._where(runs_tiled(tokens, f.quantized), disk=read > 0)
+        slots, parts = self._where(runs_tiled(tokens, f.quantized), disk=read > 0)
         page_in = [0] * slots.paging
         if read:
             assert slots.pager is not None
@@ -2222,7 +2217,6 @@ class JitllmEngine:
             padded_tokens=tokens,
             graph_mode=GraphMode.FULL,
             page_in_bytes=tuple(page_in) if any(page_in) else (),
-            part_set=where,
             parts=parts,
         )
 

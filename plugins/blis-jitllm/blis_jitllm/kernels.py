@@ -12,11 +12,11 @@ weights are read once for all its rows. Each projection runs ``ragStepMV``'s cho
   sm_70 card), key :data:`TILED_KERNEL`, whose weight reads jitllm measured slower than
   the decode matvec's on a V100 (~530 against ~730 GB/s, ``docs/perf/current.md@05d794dd``).
 
-The plan carries each placement twice, its accelerator parts' projections keyed
+The engine lowers each placement twice, its accelerator parts' projections keyed
 ``jitllm:generated`` and then :data:`TILED_KERNEL` (:func:`tiled_parts`), and a step
-names the one its rows run on (:func:`part_set`). Not modelled: the twin's padding of the
-rows to its grain (8 rows on a card without an integer matrix instruction), its f16
-conversion and Reduce launches, and a host part's own batched path (host parts keep
+carries the one its rows run on (``StepShape.parts``). Not modelled: the twin's padding
+of the rows to its grain (8 rows on a card without an integer matrix instruction), its
+f16 conversion and Reduce launches, and a host part's own batched path (host parts keep
 their kernels).
 """
 
@@ -31,7 +31,6 @@ __all__ = [
     "MATVEC_KERNEL",
     "PROJECTION_KINDS",
     "TILED_KERNEL",
-    "part_set",
     "runs_tiled",
     "tiled_parts",
 ]
@@ -80,14 +79,3 @@ def tiled_parts(parts: Sequence[PlanPart], accelerator: str) -> tuple[PlanPart, 
         )
         out.append(part.model_copy(update={"layers": layers}))
     return tuple(out)
-
-
-def part_set(moved: int, relocations: int, tiled: bool) -> int:
-    """The plan's placement index (``StepShape.part_set``) for ``moved`` blocks sent home
-    (of at most ``relocations``) on the matvec or the batched twin: the plan's
-    ``part_sets`` hold the ``relocations`` moved placements, then the twin's copy of the
-    plan's own parts and of each of them, in the same order. Refuses a ``moved`` out of
-    ``[0, relocations]``."""
-    if not 0 <= moved <= relocations:
-        raise ValueError(f"moved {moved}: at most {relocations} blocks go home")
-    return relocations + 1 + moved if tiled else moved

@@ -14,7 +14,7 @@ from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from boxes import LAPTOP
 from stepping import run_steps
 
-from blis_jitllm import JitllmEngine, JitllmEngineFactory
+from blis_jitllm import JitllmEngine, JitllmEngineFactory, tiled_parts
 from blis_jitllm.settings import resolve_settings
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -284,20 +284,26 @@ def test_relocate_sends_blocks_home_as_the_history_grows_and_takes_them_back(
     on_card = f.resolved_args(spec, env)["device blocks"]
     assert isinstance(on_card, int) and on_card == 21
     relocations = on_card - 1  # the first block never goes home
-    # each placement on the decode matvec, then each again on the batched twin that a
-    # pass of more rows runs (blis_jitllm.kernels.part_set)
-    assert len(plan.part_sets) == 2 * relocations + 1
     assert plan.kv_budget is not None and plan.kv_budget.num_gpu_blocks == 0
-    # with k blocks home, the card runs k fewer
-    cards = [sum(_qkv(p) for p in parts if p.hardware == GPU) for parts in plan.part_sets]
-    assert cards[:relocations] == list(range(on_card - 1, 0, -1))
-    assert cards[relocations:] == list(range(on_card, 0, -1))  # the twin's: 0 to k home
     engine = f.build(spec, env, "p-0")
+    # each placement lowered once at the load, per count of blocks home (0: the plan's
+    # own), on the decode matvec and again on the batched twin that a pass of more rows
+    # runs (blis_jitllm.kernels.tiled_parts): each (blocks home, kernel) its own
+    placements = engine._facts.placements
+    assert len(placements) == relocations + 1
+    assert placements[0].parts is engine.plan.parts and engine.plan.parts == plan.parts
+    assert all(x.tiled == tiled_parts(x.parts, GPU) for x in placements)
+    assert len({y for x in placements for y in (x.parts, x.tiled)}) == 2 * relocations + 2
+    # with k blocks home, the card runs k fewer, on either kernel
+    cards = [sum(_qkv(p) for p in x.parts if p.hardware == GPU) for x in placements]
+    assert cards == list(range(on_card, 0, -1))
+    assert cards == [sum(_qkv(p) for p in x.tiled if p.hardware == GPU) for x in placements]
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 3000),), 8), 0)
     shapes = _one_at_a_time(engine)
-    # blocks home at each step, whichever kernel its rows ran on
-    moved = [s.part_set - (relocations + 1) if s.part_set > relocations else s.part_set
-             for s in shapes]  # fmt: skip
+    # blocks home at each step, whichever kernel its rows ran on: the step hands the
+    # placement's own tuple (empty for the plan's own on the matvec)
+    index = {id(y): k for k, x in enumerate(placements) for y in (x.parts, x.tiled)}
+    moved = [index[id(s.parts)] if s.parts else 0 for s in shapes]
     assert moved[0] > 0 and moved == sorted(moved)  # home as the history grows
     # a block sent home leaves its weights behind (the card's copy is released) and is
     # faulted in through the host pager on the next pass (rowsHost -> pageIn): the
@@ -356,7 +362,7 @@ def test_an_offer_back_reads_an_evicted_block_through_the_pager(
     upload = engine._migrated
     assert upload >= charge  # the weights and their history go up the card's link
     nxt = engine.schedule(2000)
-    assert nxt is not None and nxt.part_set in (0, len(engine._facts.relocate) + 1)
+    assert nxt is not None and nxt.parts in ((), engine._facts.placements[0].tiled)
     assert nxt.page_in_bytes[1] >= charge and nxt.page_in_bytes[0] >= upload
 
 

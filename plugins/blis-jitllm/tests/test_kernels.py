@@ -11,8 +11,6 @@ from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PlanP
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from boxes import BOX, V100
-from hypothesis import given
-from hypothesis import strategies as st
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.kernels import (
@@ -20,7 +18,6 @@ from blis_jitllm.kernels import (
     MATVEC_KERNEL,
     PROJECTION_KINDS,
     TILED_KERNEL,
-    part_set,
     runs_tiled,
     tiled_parts,
 )
@@ -39,24 +36,6 @@ def test_the_decode_matvec_carries_up_to_group_tok_max_rows_of_quantized_weights
     assert [runs_tiled(n, quantized=False) for n in range(4)] == [False, False, True, True]
     with pytest.raises(ValueError, match="rows -1"):
         runs_tiled(-1, quantized=True)
-
-
-@given(st.integers(0, 40), st.data())
-def test_each_placement_has_a_matvec_and_a_twin_index(
-    relocations: int, data: st.DataObject
-) -> None:
-    moved = data.draw(st.integers(0, relocations))
-    plain, twin = part_set(moved, relocations, False), part_set(moved, relocations, True)
-    assert plain == moved  # part_sets[k-1] is still the placement with k blocks home
-    assert twin == relocations + 1 + moved
-    # every (moved, kernel) pair has its own index among the plan's 2 * relocations + 1
-    indexes = {part_set(m, relocations, t) for m in range(relocations + 1) for t in (False, True)}
-    assert indexes == set(range(2 * relocations + 2))
-
-
-def test_a_move_beyond_the_relocations_is_refused() -> None:
-    with pytest.raises(ValueError, match="moved 3: at most 2"):
-        part_set(3, 2, True)
 
 
 def _plan_parts(env: Environment) -> tuple[PlanPart, ...]:
@@ -123,19 +102,22 @@ def test_a_pass_names_the_placement_on_the_kernel_its_rows_take(
     blis_environment: Callable[[str], Environment], rows: int, tiled: bool
 ) -> None:
     engine = _v100(blis_environment("k-1"))
-    relocations = (len(engine.plan.part_sets) - 1) // 2
+    own = engine._facts.placements[0]  # the plan's placement, lowered once at the load
+    assert own.parts is engine.plan.parts
+    assert own.tiled == tiled_parts(own.parts, V100) and own.tiled != own.parts
     passes = _decode_passes(engine, rows)
     assert passes and all(len(s.seqs) == rows for s in passes)
-    assert {s.part_set for s in passes} == {part_set(0, relocations, tiled)}
+    # on the matvec the plan's own parts (empty), on the twin the tuple lowered for it
+    assert all(s.parts is (own.tiled if tiled else ()) for s in passes)
     for s in passes:
-        parts = engine.plan.parts if s.part_set == 0 else engine.plan.part_sets[s.part_set - 1]
+        parts = s.parts or engine.plan.parts
         impls = {x.impl for p in parts for x in p.layers if x.kind is LayerKind.QKV_PROJ}
         assert impls == {TILED_KERNEL if tiled else MATVEC_KERNEL}
 
 
-def _decode(rows: int, placement: int) -> StepShape:
+def _decode(rows: int, parts: tuple[PlanPart, ...] = ()) -> StepShape:
     seqs = tuple(SeqChunk(1, 70) for _ in range(rows))
-    return StepShape(1, StepMode.DECODE_ONLY, seqs, rows, GraphMode.FULL, part_set=placement)
+    return StepShape(1, StepMode.DECODE_ONLY, seqs, rows, GraphMode.FULL, parts=parts)
 
 
 def test_sixteen_rows_read_the_weights_once_at_the_twins_measured_rate(
@@ -148,10 +130,10 @@ def test_sixteen_rows_read_the_weights_once_at_the_twins_measured_rate(
     env = blis_environment("k-2")
     engine = _v100(env)
     plan = engine.plan
-    twin = part_set(0, (len(plan.part_sets) - 1) // 2, True)
-    one, four = env.price_step(plan, _decode(1, 0)), env.price_step(plan, _decode(4, 0))
+    twin = engine._facts.placements[0].tiled
+    one, four = env.price_step(plan, _decode(1)), env.price_step(plan, _decode(4))
     assert four < 1.05 * one  # groupMV: the weights read once for the four rows
-    on_matvec = env.price_step(plan, _decode(16, 0))
+    on_matvec = env.price_step(plan, _decode(16))
     on_twin = env.price_step(plan, _decode(16, twin))
     # slower by the read rates' ratio on the projections, the other kernels unchanged
     assert 1.2 < on_twin / on_matvec < MATVEC_GBS / TWIN_GBS
@@ -165,10 +147,11 @@ def test_a_512_row_prompt_chunk_is_priced_mostly_at_gemmvoltas_measured_rate(
     (measured-jitllm.yaml): the FFN's projections, most of the step, rank measured and
     run at 34-37 TMAC/s."""
     env = blis_environment("k-3")
-    plan = _v100(env).plan
-    twin = part_set(0, (len(plan.part_sets) - 1) // 2, True)
+    engine = _v100(env)
+    plan = engine.plan
+    twin = engine._facts.placements[0].tiled
     chunk = StepShape(1, StepMode.EXTEND_ONLY, (SeqChunk(512, 0),), 512, GraphMode.FULL,
-                      part_set=twin)  # fmt: skip
+                      parts=twin)  # fmt: skip
     price = env.explain_step(plan, chunk)
     measured = [p for p in price.parts if p.rank is CoefficientRank.MEASURED]
     assert {p.impl.rsplit("/", 1)[1] for p in measured} == {

@@ -100,7 +100,7 @@ def test_a_full_cards_highest_block_spills_to_the_next_card(
     assert engine._cursor == 1  # PrepLayer left it on the card that took the block
     # the step names its own placement: card 0 runs 6 blocks, card 1 the other 26 and
     # the head; nothing runs on the host but the embedding
-    assert first.part_set == 0 and first.parts
+    assert first.parts
     assert [(p.hardware, _blocks(p)) for p in first.parts] == [(XEON, 0), (V100, 6), (V100, 26)]
     assert [p.page_link for p in first.parts] == ["nvme-gen4", "pcie3-x16", "pcie3-x16"]
     history = 2 * facts.layer_page_bytes

@@ -20,7 +20,6 @@ from blis_core.contracts.shape import StepShape
 from boxes import BOX, V100
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
-from blis_jitllm.kernels import part_set
 
 XEON = "Xeon-E5-2680-v4"
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -166,11 +165,11 @@ def test_an_offer_back_onto_a_card_that_runs_every_block_prices_its_disk_read(
     upload = engine._migrated
     assert upload >= BLOCK  # the block and its history go up the card's link
     nxt = engine.schedule(2000)
-    assert nxt is not None and nxt.part_set == 0
+    assert nxt is not None
     assert nxt.parts is facts.disk.tiled  # the prompt's next 512-row chunk: the twin
     assert nxt.page_in_bytes == (BLOCK, upload)
-    own = part_set(0, len(facts.relocate), tiled=True)  # the plan's own, on the twin
-    bare = dataclasses.replace(nxt, parts=(), part_set=own, page_in_bytes=(upload,))
+    own = facts.placements[0].tiled  # the plan's own, on the twin
+    bare = dataclasses.replace(nxt, parts=own, page_in_bytes=(upload,))
     read_s = ACCESS_S + BLOCK / DISK_BYTES_PER_S
     assert _disk_seconds(env, engine, nxt) == [pytest.approx(read_s, rel=1e-12)]
     with_read = env.explain_step(plan, nxt)
@@ -182,7 +181,7 @@ def test_an_offer_back_onto_a_card_that_runs_every_block_prices_its_disk_read(
     assert env.price_step(plan, nxt) == with_read.duration_us
     engine.complete(nxt, 3000)
     after = engine.schedule(3000)
-    assert after is not None and after.part_set == own and after.parts == ()
+    assert after is not None and after.parts is own
 
 
 def test_an_offer_back_that_hits_the_pager_keeps_the_plans_placement(
@@ -201,6 +200,6 @@ def test_an_offer_back_that_hits_the_pager_keeps_the_plans_placement(
     engine._reclaim()
     assert engine._moved == 0 and engine._pager_reads == 0
     nxt = engine.schedule(2000)
-    assert nxt is not None and nxt.parts == ()
-    assert nxt.part_set == part_set(0, len(engine._facts.relocate), tiled=True)
+    assert nxt is not None
+    assert nxt.parts is engine._facts.placements[0].tiled  # no disk link on it
     assert len(nxt.page_in_bytes) == 1  # the card's link: the block and its history

@@ -97,7 +97,7 @@ def test_a_mixture_block_goes_home_and_its_experts_are_read_over_the_disk(
     assert pager is not None and engine._moved == 1
     # the roomy pager holds the host's blocks from the load: nothing read before
     assert all(not s.page_in_bytes for s in shapes[:-1])
-    slots = facts.slots[1]
+    slots = facts.placements[1].slots
     assert slots.pager is not None and slots.devices[0] is not None
     moving = shapes[-1]
     assert moving.page_in_bytes[slots.devices[0]] > 0  # its history home over the link
@@ -141,8 +141,8 @@ def test_a_mixture_block_comes_back_when_room_returns(
     assert not pager.free and not pager.expert_free  # TrimFree
     assert engine._migrated >= BLOCK  # the whole block and its history go up
     nxt = engine.schedule(now)
-    assert nxt is not None and nxt.part_set in (0, len(engine._facts.relocate) + 1)
-    pager_slot = engine._facts.slots[0].pager
+    assert nxt is not None and nxt.parts in ((), engine._facts.placements[0].tiled)
+    pager_slot = engine._facts.placements[0].slots.pager
     assert pager_slot is not None
     assert nxt.page_in_bytes[pager_slot] >= round((BANK.experts - held) * SHEET)
 

@@ -123,7 +123,7 @@ def test_a_streamed_block_goes_home_and_its_shared_part_is_faulted_in(
     # before the move: five streamed blocks' selections, nothing from the disk
     chosen = pass_upload_sheets(CHUNK, BANK, 0)
     assert 0 < chosen < 128
-    first = engine._facts.slots[0]
+    first = engine._facts.placements[0].slots
     assert first.pager is not None and first.devices[0] is not None
     assert shapes[1].page_in_bytes[first.devices[0]] == round(5 * SHEET * chosen)
     assert shapes[1].page_in_bytes[first.pager] == 0
@@ -173,7 +173,7 @@ def test_a_streamed_block_comes_back_streamed_and_keeps_its_expert_pages(
     assert 4 not in pager.resident and pager.expert_pages(4) == pytest.approx(128)
     nxt = engine.schedule(now)
     assert nxt is not None
-    slots = engine._facts.slots[0]
+    slots = engine._facts.placements[0].slots
     assert slots.devices[0] is not None
     rows = sum(s.new_tokens for s in nxt.seqs)
     up = round(5 * SHEET * pass_upload_sheets(rows, BANK, 0))

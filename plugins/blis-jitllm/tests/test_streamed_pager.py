@@ -118,7 +118,7 @@ def test_fills_read_through_a_pager_narrower_than_the_pages(
     assert pager.page_in_bytes == pytest.approx(26 * (BASE + 8 * SHEET) + 22 * 8 * SHEET)
     assert all(pager.expert_pages(p) == pytest.approx(8) for p, _ in engine._facts.pager_fills)
     shape = _first_decode(engine)
-    slots, _, _ = engine._where(False)
+    slots, _ = engine._where(False)
     assert slots.pager is not None
     # the uploads over each card's link are as before: 3 blocks x 8 x (1 - 35/128) sheets
     assert shape.page_in_bytes[slots.devices[0]] == round(3 * SHEET * 8 * (1 - 35 / 128))
@@ -128,7 +128,7 @@ def test_fills_read_through_a_pager_narrower_than_the_pages(
     roomy = f.build(_spec(), env, "p-1")
     assert isinstance(roomy, JitllmEngine)
     shape = _first_decode(roomy)
-    slots, _, _ = roomy._where(False)
+    slots, _ = roomy._where(False)
     assert slots.pager is not None and shape.page_in_bytes[slots.pager] == 0
 
 
