@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DataLayerFacts",
     "EndpointSnapshot",
+    "EvictionAwareRouter",
     "ExplainingRouterFactory",
     "HoldingRouter",
     "ModelFacts",
@@ -178,6 +179,22 @@ class HoldingRouter(RouterInstance, Protocol):
 
     def next_wakeup_us(self) -> int | None:
         """When ``poll`` must run next even if nothing else happens (a TTL), or ``None``."""
+        ...
+
+
+@runtime_checkable
+class EvictionAwareRouter(HoldingRouter, Protocol):
+    """A holding router that says whether its ``poll`` can ever evict a dispatched request.
+
+    The simulator may then let an engine instance run ahead of the router's instants by a
+    request's least frontend delay, since a request the router dispatches reaches the
+    engine only after it; an eviction's abort would reach the engine at once. A
+    :class:`HoldingRouter` that does not say so is taken to evict.
+    """
+
+    def may_evict(self) -> bool:
+        """Whether :meth:`poll` may return :meth:`RoutingDecision.evict`, for this
+        configuration, at any time of the run (fixed when the router is built)."""
         ...
 
 

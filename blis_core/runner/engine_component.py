@@ -318,6 +318,12 @@ class EngineComponent(Component):
         self._accepted: list[str] = []
         self._next_scrape_us = scrape_interval_us if router is not None else -1
         self.steps = 0
+        # Run-ahead past the lookahead (allow_requests_ahead): how far requests reach the
+        # engine after their delivery at the least (0: not allowed), and the last
+        # transition a run-ahead made (inputs before it arrive inside a run-ahead).
+        self._request_lead_us = 0
+        self._ahead_until_us = -1
+        self._made_until_us = -1  # the last transition made (run-ahead's, or a span's)
         self._link = link
         self._kv_engine: KVTransferEngine | None = (
             engine if isinstance(engine, KVTransferEngine) else None
@@ -357,6 +363,21 @@ class EngineComponent(Component):
             if kv_events_checked()
             else None
         )
+
+    def allow_requests_ahead(self) -> None:
+        """Let run-ahead go past the lookahead by the least frontend delay of a request.
+
+        Promise of the caller: until the run ends, nothing reaches this instance but
+        ``request`` inputs with no ``kv_transfer_params`` (no client deadline or router
+        eviction sends an abort, no P/D or KV-move peer sends anything). A request reaches
+        the engine only after its frontend delay, at least
+        :meth:`~blis_core.contracts.engine.Environment.frontend_delay_us` of no tokens
+        (coefficients are never negative), so a request delivered at the lookahead ``L``
+        cannot change the engine before ``L`` plus that delay: run-ahead makes the
+        transitions before then, while a step is in flight (an input found the engine busy
+        in the reference path, so it scheduled nothing), and an input that arrives inside
+        them only enters the frontend, as it would have. No effect without a delay."""
+        self._request_lead_us = self._env.frontend_delay_us(self._plan, 0)
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -405,19 +426,32 @@ class EngineComponent(Component):
             )
 
     def _accept(self, now_us: int, bag: list[Message]) -> None:
-        self._held = None  # an input: the engine's next steps may differ from the span's
+        ahead = now_us <= self._ahead_until_us
         for msg in bag:
             port = msg.port
+            if port != "request":
+                # The engine's next steps may differ from a held span's: dropped. A plain
+                # request only enters the frontend (the span is dropped once it reaches
+                # the engine: _add).
+                self._held = None
             if port not in ("request", "abort"):
                 self._peered = True  # a P/D or KV-move message
             if port == "request":
                 req = msg.payload
                 assert isinstance(req, InferenceRequest)
                 if req.kv_transfer_params is not None:
+                    if ahead:
+                        self._inside_run_ahead(now_us, "a request with kv_transfer_params")
                     self._peered = True
+                    self._held = None
                 self._accepted.append(req.request_id)
                 self._enter_frontend(req, now_us)
-            elif port == "abort":
+                if ahead and self._frontend and self._frontend[0][0] <= self._ahead_until_us:
+                    self._inside_run_ahead(now_us, "a request due at the engine before then")
+                continue
+            if ahead:
+                self._inside_run_ahead(now_us, f"an input on port {port!r}")
+            if port == "abort":
                 self._abort(str(msg.payload), now_us)
             elif port == "disagg":
                 dispatch = msg.payload
@@ -466,6 +500,13 @@ class EngineComponent(Component):
                 self._kv_engine.transfer_done(moved, now_us)
             else:
                 raise SimulationError(f"engine {self.name!r}: unknown input port {port!r}")
+
+    def _inside_run_ahead(self, now_us: int, what: str) -> None:
+        raise SimulationError(
+            f"engine {self.name!r}: {what} at {now_us} us, inside a run-ahead that made its "
+            f"transitions up to {self._ahead_until_us} us (allow_requests_ahead promised "
+            "requests only, each reaching the engine after them)"
+        )
 
     def _enter_frontend(self, req: InferenceRequest, now_us: int) -> None:
         delay_us = self._env.frontend_delay_us(self._plan, req.input_tokens)
@@ -518,6 +559,7 @@ class EngineComponent(Component):
             self.engine.abort_request(rid, now_us)
 
     def _add(self, req: InferenceRequest, now_us: int) -> None:
+        self._held = None  # the engine's next steps may differ from a held span's
         try:
             self.engine.add_request(req, now_us)
         except InputRefused as err:
@@ -696,6 +738,10 @@ class EngineComponent(Component):
             # The instant after a run-ahead: its work was done by the run-ahead.
             self._ahead_done = False
             return self._next_time(now_us)
+        if now_us <= self._ahead_until_us:
+            # The output instant of an input that arrived inside a run-ahead past the
+            # lookahead: the transitions until then are made.
+            return self._next_time(now_us)
         if self._span_engine is not None and self._run_ahead(now_us, boundary=True):
             return self._next_time(now_us)
         self._advance(now_us)
@@ -705,7 +751,7 @@ class EngineComponent(Component):
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         self._accept(now_us, bag)
-        if not self._in_flight:
+        if not self._in_flight and now_us > self._ahead_until_us:
             self._fill(now_us)
         return self._next_time(now_us)
 
@@ -717,7 +763,8 @@ class EngineComponent(Component):
             )
         self._clear_emitted()
         self._accept(now_us, bag)
-        self._advance(now_us)
+        if now_us > self._ahead_until_us:
+            self._advance(now_us)
         return self._next_time(now_us)
 
     def _clear_emitted(self) -> None:
@@ -796,6 +843,10 @@ class EngineComponent(Component):
         limit = self.lookahead_us(now_us, self._quiet)
         if limit is None:
             limit = 1 << 62
+        # From the lookahead on, transitions are made only while a step is in flight.
+        busy_from = limit
+        if self._request_lead_us and limit < 1 << 62:
+            limit += self._request_lead_us
         if self._frontend:
             limit = min(limit, self._frontend[0][0])
         if limit <= now_us:
@@ -828,7 +879,7 @@ class EngineComponent(Component):
                 ):
                     break  # (idle: only scrapes are left, and the run may be over)
                 nt = self._own_next_time()
-                if nt is None or nt >= limit:
+                if nt is None or nt >= limit or (nt >= busy_from and not self._in_flight):
                     break
                 t = nt
                 if self._span_engine is not None:
@@ -839,6 +890,7 @@ class EngineComponent(Component):
             n_reports = len(reports)
             n_peers = len(self._outbox) + len(self._dropped)
             self._advance(t)
+            self._made_until_us = t
             made += 1
             before, outputs = outputs, self._pending_outputs()
             pending = outputs != before
@@ -848,6 +900,7 @@ class EngineComponent(Component):
                 )
         # The first transition made here stands for the next instant's, which now skips.
         self._ahead_done = True
+        self._ahead_until_us = self._made_until_us
         self.credit_transitions(made - 1)
         return True
 
@@ -918,6 +971,7 @@ class EngineComponent(Component):
                 taken = self._span_made(engine, span, base, times, starts, ends, taken)
                 self._scrape(t)
         n = len(times)  # >= 1: the first boundary is now, before the limit
+        self._made_until_us = times[-1]
         pricer.count(base + n)
         num_flights = len(flights)
         # The steps left in flight: those already in flight that no boundary completed,

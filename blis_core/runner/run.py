@@ -49,7 +49,13 @@ from blis_core.contracts.result import (
     Result,
     Stack,
 )
-from blis_core.contracts.router import EndpointSnapshot, RouterFactory
+from blis_core.contracts.router import (
+    EndpointSnapshot,
+    EvictionAwareRouter,
+    HoldingRouter,
+    RouterFactory,
+    RouterInstance,
+)
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
 from blis_core.contracts.timeline import Timeline
@@ -445,6 +451,23 @@ def _nic_link(instance: str, engine: KVTransferEngine, env: Environment) -> Link
     return Link(f"{instance}.nic", fabric.bandwidth_bytes_per_s * ranks, load.latency_us)
 
 
+def _requests_only(scenario: Scenario, router: RouterInstance | None) -> bool:
+    """Whether nothing but plain requests can reach an engine instance in this run: no
+    client deadline (whose abort the router forwards), no router that may evict a
+    dispatched request (a holding router that does not say it never does:
+    :class:`~blis_core.contracts.router.EvictionAwareRouter`), no pool of a P/D role
+    (prefill legs, KV moves and their answers). Then run-ahead may go past the lookahead
+    by a request's least frontend delay (:meth:`EngineComponent.allow_requests_ahead`)."""
+    evicts = isinstance(router, HoldingRouter) and not (
+        isinstance(router, EvictionAwareRouter) and not router.may_evict()
+    )
+    return (
+        scenario.workload.request_timeout_s is None
+        and not evicts
+        and all(pool.role == "both" for pool in scenario.deployment.pools)
+    )
+
+
 def _build(
     scenario: Scenario,
     seed: int,
@@ -548,9 +571,13 @@ def _build(
         )
         target = ROUTER
     else:
+        router = None
         target = engines[0].name
     client = ClientComponent(CLIENT, source, ledger, target)
     components.append(client)
+    if _requests_only(scenario, router):
+        for comp in engines:
+            comp.allow_requests_ahead()
     return _Cluster(Simulation(components), client, source, ledger, engines, envs)
 
 

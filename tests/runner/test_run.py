@@ -418,3 +418,52 @@ def test_run_ahead_waits_while_the_router_holds_requests(
     assert gate.STATS["held"] > 0 and both.run_ahead_transitions > 0
     assert both.fast.replications[0].fates.completed == 120
     assert not both.differences()
+
+
+class _Routes:
+    def route(self, request: Any, endpoints: Any) -> Any: ...
+    def observe(self, event: Any) -> None: ...
+
+
+class _Holds(_Routes):
+    def poll(self, endpoints: Any) -> Any: ...
+    def next_wakeup_us(self) -> int | None: ...
+
+
+class _SaysWhetherItEvicts(_Holds):
+    def __init__(self, evicts: bool) -> None:
+        self.evicts = evicts
+
+    def may_evict(self) -> bool:
+        return self.evicts
+
+
+@pytest.mark.parametrize(
+    ("change", "router", "requests_only"),
+    [
+        (None, None, True),
+        (None, _Routes(), True),
+        ("deadline", _Routes(), False),
+        ("prefill pool", _Routes(), False),
+        (None, _Holds(), False),
+        (None, _SaysWhetherItEvicts(evicts=True), False),
+        (None, _SaysWhetherItEvicts(evicts=False), True),
+    ],
+)
+def test_run_ahead_past_the_lookahead_only_where_nothing_but_requests_reach_an_engine(
+    change: str | None, router: Any, requests_only: bool
+) -> None:
+    """A client deadline's abort, a router's eviction, a P/D pool's legs and KV moves
+    reach an engine at once; a request only after its frontend delay
+    (``EngineComponent.allow_requests_ahead``)."""
+    from blis_core.contracts.router import HoldingRouter, RouterInstance
+    from blis_core.runner.run import _requests_only
+
+    assert router is None or isinstance(router, RouterInstance)
+    assert isinstance(router, HoldingRouter) == isinstance(router, _Holds)
+    doc = _scenario()
+    if change == "deadline":
+        doc["workload"]["request_timeout_s"] = 30
+    elif change == "prefill pool":
+        doc["deployment"]["pools"][0]["role"] = "prefill"
+    assert _requests_only(parse_scenario(doc, "t"), router) is requests_only

@@ -241,6 +241,11 @@ class LlmdRouter:
                 if outcome is not None:
                     out.append((entry.request_id, outcome[0]))
 
+    def may_evict(self) -> bool:
+        """Whether ``poll`` can evict a dispatched request: only flow control's in-flight
+        eviction does (``EvictionAwareRouter``); taken as yes whenever flow control is on."""
+        return self.flow_controller is not None
+
     def next_wakeup_us(self) -> int | None:
         """The earliest TTL expiry, the next 1 ms dispatch tick or the next burst-window
         seal (``HoldingRouter``)."""

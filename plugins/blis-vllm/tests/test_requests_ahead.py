@@ -1,0 +1,79 @@
+"""Run-ahead past the lookahead by a request's least frontend delay (issue 15).
+
+Behind a busy router the next arrival anywhere bounds every instance's lookahead, and it
+comes sooner than a decode step. Where nothing but plain requests can reach an instance
+(no client deadline, no router that holds requests, no P/D pool), a request delivered at
+the lookahead reaches the engine only after its frontend delay, so the engine component
+makes the transitions up to the lookahead plus the least such delay while a step is in
+flight, and a request delivered inside them only enters the frontend. The Result must be
+the one made one instant at a time, and instances must have been routed to while their
+engine had already made steps past the routing instant.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from blis_conformance import run_both_ways
+from blis_core.contracts.engine import StepOutcome
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import RoutingDecision
+from blis_core.hookspecs import hookimpl
+from blis_core.io.scenario import parse_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+from test_held_spans import busy_cluster
+
+
+class AheadWatch:
+    """Counts routings to an instance whose engine completed a step after the routing's
+    time before the routing was made (a run-ahead went past that instant)."""
+
+    def __init__(self) -> None:
+        self.last_step_us: dict[str, int] = {}
+        self.routed = 0
+        self.ahead = 0
+
+    @hookimpl
+    def blis_step_completed(self, instance: str, outcome: StepOutcome, now_us: int) -> None:
+        self.last_step_us[instance] = max(self.last_step_us.get(instance, -1), now_us)
+
+    @hookimpl
+    def blis_route_decided(
+        self, request: InferenceRequest, decision: RoutingDecision, now_us: int
+    ) -> None:
+        if decision.endpoint is None:
+            return
+        self.routed += 1
+        if self.last_step_us.get(decision.endpoint, -1) > now_us:
+            self.ahead += 1
+
+
+def _watched(doc: dict[str, Any]) -> AheadWatch:
+    watch = AheadWatch()
+    host = make_host()
+    host.add_observer(watch)
+    run_scenario(parse_scenario(doc, "t"), host, DataSources.load())
+    return watch
+
+
+def test_a_busy_cluster_runs_ahead_past_arrivals_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    doc = busy_cluster()
+    both = run_both_ways(parse_scenario(doc, "busy"), DataSources.load(), monkeypatch)
+    assert not both.differences()
+    watch = _watched(doc)
+    assert watch.routed == 400
+    assert watch.ahead > 0, (watch.ahead, watch.routed)
+
+
+def test_a_run_whose_client_may_abort_stops_at_the_lookahead() -> None:
+    """A client deadline's abort reaches the engine at once: no engine makes a step past a
+    routing instant before the routing (the other cases: tests/runner/test_run.py)."""
+    doc = copy.deepcopy(busy_cluster())
+    doc["workload"]["request_timeout_s"] = 600
+    watch = _watched(doc)
+    assert watch.routed == 400
+    assert watch.ahead == 0
