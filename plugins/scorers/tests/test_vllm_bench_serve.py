@@ -116,3 +116,97 @@ def test_a_malformed_field_is_refused_by_name(
     with pytest.raises(InputRefused) as info:
         ADAPTER.load(path, tmp_path)
     assert [e.path for e in info.value.errors] == [field]
+
+
+def _statistics_only(path: Path, n: int = 10) -> Path:
+    """A ``benchmark_serving.py`` burst result (vLLM 0.5) without its ``itls``: the printed
+    figures, the lengths and TTFTs; request 2's first token was EOS (output 0, TTFT 0)."""
+    import json
+
+    write_bench_result(path, n=n, rate="inf", start_times=False, metadata={})
+    doc = json.loads(path.read_text())
+    for key in ("itls", "latencies", "errors", "burstiness", "max_concurrency"):
+        doc.pop(key)
+    doc["output_lens"][2], doc["ttfts"][2] = 0, 0.0
+    doc["ttfts"] = [0.0 if i == 2 else 0.5 + 0.1 * i for i in range(n)]
+    doc.update(
+        completed=n,
+        duration=4.0,
+        output_throughput=150.0,
+        mean_ttft_ms=999.0,  # counts request 2's TTFT as 0: recomputed
+        median_ttft_ms=999.0,
+        mean_tpot_ms=30.0,
+        median_tpot_ms=25.0,
+        p99_tpot_ms=80.0,
+        mean_itl_ms=28.0,
+        median_itl_ms=24.0,
+        p99_itl_ms=300.0,
+    )
+    path.write_text(json.dumps(doc))
+    (path.parent / f"{path.stem}.deployment.yaml").write_text(
+        "pools:\n- name: p\n  engine: {kind: vllm, version: 0.33.0}\n"
+        "  model: meta-llama/Llama-2-7b-hf\n  hardware: H100-SXM\n"
+        "  args: {max_num_seqs: 256, enable_chunked_prefill: false}\n"
+        "replay:\n  measured_engine: vllm@0.5.4\n"
+        "  substitutions: ['engine: V0 replayed by\n    the V1 scheduler']\n"
+    )
+    return path
+
+
+def test_a_file_without_itls_is_compared_by_its_printed_figures(tmp_path: Path) -> None:
+    path = _statistics_only(tmp_path / "burst.json")
+    assert ADAPTER.detect(tmp_path)
+    (p,) = ADAPTER.load(tmp_path, tmp_path)
+    assert p.requests == () and p.compared == (0, 10)
+    ttfts = sorted(0.5 + 0.1 * i for i in range(10) if i != 2)
+    assert p.aggregates["ttft.mean"] == pytest.approx(sum(ttfts) / 9)
+    assert p.aggregates["ttft.p50"] == pytest.approx(ttfts[4])
+    assert p.aggregates["itl.p50"] == pytest.approx(0.024)
+    assert p.aggregates["tpot.mean"] == pytest.approx(0.030)
+    assert p.aggregates["output_tokens_per_s.rate"] == 150.0
+    assert p.aggregates["completed_per_s.rate"] == pytest.approx(2.5)
+    assert p.base_dir is not None
+    trace = load_trace(p.base_dir / p.scenario.workload.trace.path)
+    assert trace.output_tokens.tolist()[2] == 1  # its prefill was served
+    assert "replay" not in p.scenario.deployment.model_dump()
+    assert p.scenario.deployment.pools[0].args["max_num_seqs"] == 256
+    assert p.engine == "vllm@0.5.4"
+    assert "engine: V0 replayed by the V1 scheduler" in p.substitutions
+    assert any(s.startswith("1 requests streamed no text") for s in p.substitutions)
+    grade, _ = grade_point(p, "vllm@0.33.0")
+    assert grade == "G4"
+    assert path.exists()
+
+
+def test_a_file_without_itls_needs_its_printed_figures(tmp_path: Path) -> None:
+    import json
+
+    path = _statistics_only(tmp_path / "burst.json")
+    doc = json.loads(path.read_text())
+    doc.pop("median_itl_ms")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputRefused) as info:
+        ADAPTER.load(path, tmp_path)
+    assert [e.path for e in info.value.errors] == ["median_itl_ms"]
+
+
+@pytest.mark.parametrize(
+    ("replay", "field"),
+    [
+        ("[1, 2]", "replay"),
+        ("{measured_engine: '0.5.4'}", "replay.measured_engine"),
+        ("{substitutions: [1]}", "replay.substitutions"),
+    ],
+)
+def test_a_malformed_replay_block_is_refused_by_name(
+    tmp_path: Path, replay: str, field: str
+) -> None:
+    path = write_bench_result(tmp_path / "r.json", metadata={})
+    (tmp_path / "deployment.yaml").write_text(
+        "pools:\n- name: p\n  engine: {kind: vllm, version: 0.33.0}\n"
+        "  model: meta-llama/Llama-2-7b-hf\n  hardware: H100-SXM\n"
+        f"replay: {replay}\n"
+    )
+    with pytest.raises(InputRefused) as info:
+        ADAPTER.load(path, tmp_path)
+    assert [e.path for e in info.value.errors] == [field]

@@ -11,7 +11,10 @@ The file does not say what served it. The deployment comes from, in order:
 
 1. a ``deployment.yaml`` (or ``<stem>.deployment.yaml``) beside the file: a scenario's
    ``deployment`` mapping (``pools: [{engine, model, hardware, layout, args}]``), copied
-   verbatim;
+   verbatim, less an optional ``replay`` mapping of BLIS's own replay choices:
+   ``measured_engine`` (``kind@version``, the release that ran, where it is not the
+   pool's: the point's ``engine``) and ``substitutions`` (strings, each named in the
+   point's substitutions);
 2. the ``--metadata`` keys ``hardware``, ``tensor_parallel_size`` (or ``tp``),
    ``vllm_version`` and ``engine_arg.<name>=<value>``, with ``model_id`` as the model.
 
@@ -28,6 +31,14 @@ Without a hardware the file is refused by name. The four steps:
   send times: named as a substitution.
 * A failed request (non-empty ``errors``) is ``timed_out`` when its error says so, else
   ``failed``; it is replayed (the server saw it) and compared by fate only.
+* Statistics only: a file without ``itls`` (the per-request gaps left out, e.g. an
+  extract of a large ``benchmark_serving.py`` result) that holds the printed summary
+  (``duration``, ``mean_ttft_ms``, ``median_itl_ms``, ...) is compared by those figures:
+  TPOT and ITL mean/median/P99, output tokens/s, requests/s as printed; TTFT
+  mean/median/P99 recomputed from ``ttfts`` over the requests that streamed text (older
+  clients record a request whose first token was EOS as output 0 with TTFT 0 and count
+  it in the printed TTFT figures). Every request is replayed (one without output as one
+  token: its prefill was served).
 """
 
 from __future__ import annotations
@@ -47,6 +58,9 @@ from blis_scorers.adapters.common import finite_number, read_deployment, scenari
 __all__ = ["ADAPTER", "VllmBenchServe"]
 
 _PER_REQUEST: Final = ("input_lens", "output_lens", "ttfts", "itls")
+_PRINTED: Final = ("duration", "completed", "output_throughput", "mean_tpot_ms", "median_itl_ms")
+"""The printed figures a statistics-only file (no ``itls``) must hold."""
+_PRINTED_STATS: Final = (("tpot", "tpot_ms"), ("itl", "itl_ms"))
 ENGINE_VERSION: Final = "0.33.0"
 _MAX_TOKENS: Final = 10_000_000  # far beyond any context a request can have
 
@@ -76,7 +90,10 @@ class VllmBenchServe:
         if path.suffix != ".json" or not path.is_file():
             return False
         doc = _read(path)
-        return doc is not None and all(k in doc for k in _PER_REQUEST)
+        return doc is not None and (
+            all(k in doc for k in _PER_REQUEST)
+            or (all(k in doc for k in _PER_REQUEST[:3]) and all(k in doc for k in _PRINTED))
+        )
 
     def load(
         self, path: Path, work_dir: Path, *, max_requests: int | None = None
@@ -103,11 +120,20 @@ class VllmBenchServe:
                 "input_lens", short_repr(doc.get("input_lens")), "must be a non-empty list", src
             )
         n = len(doc["input_lens"])
+        stats_only = "itls" not in doc
+        if stats_only:
+            for key in _PRINTED:
+                if finite_number(doc.get(key)) is None:
+                    raise InputRefused.one(
+                        key,
+                        short_repr(doc.get(key)),
+                        "a file without itls is compared by its printed figures: must be a number",
+                        src,
+                    )
         for key in ("output_lens", "ttfts", "itls", "errors", "latencies", "start_times"):
             present = doc.get(key) is not None
-            if (present or key in _PER_REQUEST) and (
-                not isinstance(doc.get(key), list) or len(doc[key]) != n
-            ):
+            required = key in _PER_REQUEST and not (stats_only and key == "itls")
+            if (present or required) and (not isinstance(doc.get(key), list) or len(doc[key]) != n):
                 raise InputRefused.one(
                     key, short_repr(doc.get(key)), f"must be a list of {n} entries", src
                 )
@@ -186,7 +212,8 @@ class VllmBenchServe:
                 )
                 continue
             ttft = finite_number(doc["ttfts"][i])
-            itl = doc["itls"][i] if isinstance(doc["itls"][i], list) else []
+            itl = [] if stats_only else doc["itls"][i]
+            itl = itl if isinstance(itl, list) else []
             gaps = tuple(g for g in (finite_number(x) for x in itl) if g is not None)
             if err:
                 fate = "timed_out" if "timeout" in err.lower() else "failed"
@@ -194,9 +221,11 @@ class VllmBenchServe:
                 continue
             lat = doc.get("latencies")
             e2e = finite_number(lat[i]) if isinstance(lat, list) and len(lat) == n else None
-            if e2e is None and ttft is not None:
+            if e2e is None and ttft is not None and not stats_only:
                 e2e = ttft + sum(gaps)
-            if ttft is None or e2e is None or n_out < 1:
+            if stats_only:
+                fate = "completed" if ttft is not None and n_out >= 1 else "unmeasured"
+            elif ttft is None or e2e is None or n_out < 1:
                 refusals.append(
                     RowRefusal(
                         row=i,
@@ -213,7 +242,23 @@ class VllmBenchServe:
                 MeasuredRequest(i, send[i], int(n_in), int(n_out), fate, ttft, e2e, gaps)
             )
         requests.sort(key=lambda r: (r.arrival_s, r.row))
-        deployment, engine = self._deployment(doc, path)
+        deployment, engine, replay_subs = self._deployment(doc, path)
+        subs.extend(replay_subs)
+        aggregates: dict[str, float] = {}
+        if stats_only:
+            aggregates = self._printed(doc, requests)
+            streamed = sum(1 for r in requests if r.fate == "completed")
+            subs.append(
+                "statistics only (no per-request gaps in the file): compared the printed "
+                f"TPOT, ITL and throughput figures and the TTFT of the {streamed} requests "
+                "that streamed text"
+            )
+            silent = sum(1 for r in requests if r.fate == "unmeasured")
+            if silent:
+                subs.append(
+                    f"{silent} requests streamed no text (output 0, TTFT 0): replayed as "
+                    "one output token, left out of the TTFT figures"
+                )
         csv = work_dir / f"{path.stem}.csv"
         self._write_trace(csv, requests)
         workload: dict[str, Any] = {
@@ -234,6 +279,39 @@ class VllmBenchServe:
         if refusals:
             subs.append(f"{len(refusals)} measured rows refused (see refusals)")
         pool = deployment["pools"][0]
+        if stats_only:
+            return MeasuredPoint(
+                unit=path.stem,
+                adapter=self.name,
+                source=str(path),
+                scenario=scenario,
+                requests=(),
+                compared=(0, len(requests)),
+                engine=engine,
+                base_dir=work_dir,
+                recorded={
+                    "model_id": doc.get("model_id"),
+                    "request_rate": rate,
+                    "num_prompts": doc.get("num_prompts", n),
+                    "date": doc.get("date"),
+                },
+                estimated={
+                    "prompts": "content not recorded: no two requests share a prefix",
+                    "engine arguments": "those the deployment gives; vLLM's defaults for the rest",
+                },
+                substitutions=tuple(subs),
+                refusals=tuple(refusals),
+                labels={
+                    "experiment": path.stem,
+                    "model": str(pool.get("model", "")),
+                    "hardware": str(pool.get("hardware", "")),
+                    "tp": str((pool.get("layout") or {}).get("tp", 1)),
+                    "workload": str(doc.get("dataset_name") or "vllm-bench"),
+                    "stage": f"n{n}",
+                    "rate_per_s": str(rate),
+                },
+                aggregates=aggregates,
+            )
         return MeasuredPoint(
             unit=path.stem,
             adapter=self.name,
@@ -268,14 +346,60 @@ class VllmBenchServe:
         )
 
     @staticmethod
-    def _deployment(doc: Mapping[str, Any], path: Path) -> tuple[dict[str, Any], str | None]:
+    def _printed(doc: Mapping[str, Any], requests: Sequence[MeasuredRequest]) -> dict[str, float]:
+        """A statistics-only file's figures, ``metric.statistic`` in seconds (see the
+        module doc)."""
+        out: dict[str, float] = {}
+        for metric, key in _PRINTED_STATS:
+            for st, printed in (("mean", "mean"), ("p50", "median"), ("p99", "p99")):
+                v = finite_number(doc.get(f"{printed}_{key}"))
+                if v is not None:
+                    out[f"{metric}.{st}"] = v / 1000.0
+        ttfts = sorted(r.ttft_s for r in requests if r.fate == "completed" and r.ttft_s)
+        if ttfts:
+            out["ttft.mean"] = sum(ttfts) / len(ttfts)
+            out["ttft.p50"] = _percentile(ttfts, 50.0)
+            out["ttft.p99"] = _percentile(ttfts, 99.0)
+        duration = float(doc["duration"])
+        out["completed_per_s.rate"] = float(doc["completed"]) / duration
+        out["output_tokens_per_s.rate"] = float(doc["output_throughput"])
+        return out
+
+    @staticmethod
+    def _deployment(
+        doc: Mapping[str, Any], path: Path
+    ) -> tuple[dict[str, Any], str | None, list[str]]:
         src = str(path)
         for side in (
             path.with_name(f"{path.stem}.deployment.yaml"),
             path.with_name("deployment.yaml"),
         ):
             if side.exists():
-                return read_deployment(side)
+                deployment, engine = read_deployment(side)
+                replay = deployment.pop("replay", None) or {}
+                if not isinstance(replay, dict):
+                    raise InputRefused.one(
+                        "replay", short_repr(replay), "must be a mapping", str(side)
+                    )
+                measured = replay.get("measured_engine")
+                if measured is not None:
+                    if not isinstance(measured, str) or "@" not in measured:
+                        raise InputRefused.one(
+                            "replay.measured_engine",
+                            short_repr(measured),
+                            "must be kind@version",
+                            str(side),
+                        )
+                    engine = measured
+                subs = replay.get("substitutions") or []
+                if not isinstance(subs, list) or not all(isinstance(x, str) for x in subs):
+                    raise InputRefused.one(
+                        "replay.substitutions",
+                        short_repr(subs),
+                        "must be a list of strings",
+                        str(side),
+                    )
+                return deployment, engine, [" ".join(x.split()) for x in subs]
         hardware = doc.get("hardware")
         if not isinstance(hardware, str) or not hardware:
             raise InputRefused.one(
@@ -300,7 +424,7 @@ class VllmBenchServe:
             "layout": {"tp": int(tp)},
             "args": args,
         }
-        return {"pools": [pool]}, (f"vllm@{version}" if version else None)
+        return {"pools": [pool]}, (f"vllm@{version}" if version else None), []
 
     @staticmethod
     def _write_trace(csv: Path, requests: Sequence[MeasuredRequest]) -> None:
@@ -310,6 +434,14 @@ class VllmBenchServe:
         tmp = csv.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         tmp.replace(csv)
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    """numpy's linear percentile of an ascending list (what vLLM's client prints)."""
+    k = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 ADAPTER: Final = VllmBenchServe()
