@@ -145,6 +145,10 @@ class Component:
         self._devs_imminent = False
         self._devs_next_us: int | None = None
         self._devs_sim: Simulation | None = None
+        # The receivers counted for the valid key (sends_to then), or None: not counted
+        # (no valid key, or it may send to anyone: the key is in the open heap).
+        self._devs_closed: tuple[str, ...] | None = None
+        self._devs_open_key = -1  # the key last pushed on the open heap
 
     @property
     def next_internal_us(self) -> int | None:
@@ -360,6 +364,12 @@ class Simulation:
         # Per delivery time: the receivers when every message then is a report (its
         # sender's sends_to named the receiver when it was sent), else None.
         self._pending_to: dict[int, set[str] | None] = {}
+        # For the lookahead: the heap entries that may reach any component (a component
+        # whose sends_to() is None, a delivery time some message of which was not a
+        # report), checked lazily; and, over every other valid entry, how many name each
+        # receiver (the components' sends_to(), the delivery times' receivers).
+        self._open: list[int] = []
+        self._closed_names: dict[str, int] = {}
         self._now_us = 0
         self._transitions = 0
         self._credited = 0
@@ -386,6 +396,7 @@ class Simulation:
             c._devs_next_us = t
             c._devs_key = t * self._stride + i
             heappush(self._heap, c._devs_key)
+            self._classify(c)
 
     # -- read-only state ---------------------------------------------------------------
 
@@ -498,11 +509,16 @@ class Simulation:
             idx = key - base
             if idx == n:
                 due = self._pending.pop(now)
-                self._pending_to.pop(now, None)
+                to = self._pending_to.pop(now, None)
+                if to is not None:
+                    self._uncount(to)
             else:
                 c = comps[idx]
                 if c._devs_key == key:
                     c._devs_key = -1
+                    if c._devs_closed is not None:
+                        self._uncount(c._devs_closed)
+                        c._devs_closed = None
                     c._devs_imminent = True
                     imminent.append(c)
 
@@ -516,6 +532,7 @@ class Simulation:
                 self._pending[now] = held
                 self._pending_to[now] = None  # delivered next, whatever they are
                 heappush(heap, base + n)
+                heappush(self._open, base + n)
                 due = rest or None
 
         # Phase 1: outputs.
@@ -566,12 +583,17 @@ class Simulation:
             if nt is None:
                 c._devs_next_us = None
                 c._devs_key = -1
+                if c._devs_closed is not None:
+                    self._uncount(c._devs_closed)
+                    c._devs_closed = None
             elif type(nt) is int and nt >= now:
                 c._devs_next_us = nt
                 key = nt * stride + c._devs_index
                 if key != c._devs_key:
                     c._devs_key = key
                     heappush(heap, key)
+                # Its receivers may have changed with the transition, its key or not.
+                self._classify(c)
             else:
                 was_imminent = c in imminent
                 hook = (
@@ -594,6 +616,40 @@ class Simulation:
                 )
         return True
 
+    def _classify(self, c: Component) -> None:
+        """Record whom ``c`` may send to for its valid key (after a transition or at the
+        start): its receivers counted, or its key on the open heap."""
+        to = c.sends_to()
+        old = c._devs_closed
+        if old is not None:
+            if to is not None and (to is old or to == old):
+                return
+            self._uncount(old)
+            c._devs_closed = None
+        if to is None:
+            key = c._devs_key
+            if c._devs_open_key != key:
+                c._devs_open_key = key
+                heappush(self._open, key)
+        else:
+            counts = self._closed_names
+            for name in to:
+                counts[name] = counts.get(name, 0) + 1
+            c._devs_closed = to
+
+    def _count_name(self, name: str) -> None:
+        counts = self._closed_names
+        counts[name] = counts.get(name, 0) + 1
+
+    def _uncount(self, names: Iterable[str]) -> None:
+        counts = self._closed_names
+        for name in names:
+            left = counts[name] - 1
+            if left:
+                counts[name] = left
+            else:
+                del counts[name]
+
     def _lookahead(self, c: Component, quiet: Iterable[str]) -> int | None:
         """See :meth:`Component.lookahead_us`."""
         now = self._now_us
@@ -606,6 +662,59 @@ class Simulation:
             if not by_name[name].quiescent():
                 return now
             quiescent[name] = True
+        me = c.name
+        # Where every entry that names its receivers names only quiescent components other
+        # than ``c``, the first entry that may reach ``c`` is the first open one.
+        passed = True
+        for name in self._closed_names:
+            if name == me:
+                passed = False
+                break
+            calm = quiescent.get(name)
+            if calm is None:
+                calm = quiescent[name] = by_name[name].quiescent()
+            if not calm:
+                passed = False
+                break
+        first = self._first_open(c) if passed else self._first_reaching(c, quiescent)
+        if self.horizon_us is not None and (first is None or first > self.horizon_us):
+            first = self.horizon_us + 1
+        return first
+
+    def _open_valid(self, k: int) -> bool:
+        stride = self._stride
+        idx = k % stride
+        if idx == stride - 1:
+            t = k // stride
+            return t in self._pending and self._pending_to.get(t) is None
+        other = self._components[idx]
+        return other._devs_key == k and other._devs_closed is None
+
+    def _first_open(self, c: Component) -> int | None:
+        """The time of the first valid entry of the open heap other than ``c``'s key."""
+        open_ = self._open
+        comps = self._components
+        stride = self._stride
+        while open_:
+            k = open_[0]
+            if not self._open_valid(k):
+                heappop(open_)
+                idx = k % stride
+                if idx != stride - 1 and comps[idx]._devs_open_key == k:
+                    comps[idx]._devs_open_key = -1
+                continue
+            if k != c._devs_key:
+                return k // stride
+            for k in sorted(open_):
+                if k != c._devs_key and self._open_valid(k):
+                    return k // stride
+            return None
+        return None
+
+    def _first_reaching(self, c: Component, quiescent: dict[str, bool]) -> int | None:
+        """The time of the first entry that may reach ``c``, in time order over every
+        entry (where some entry names ``c`` or a component that is not quiescent)."""
+        by_name = self._by_name
         me = c.name
 
         def apart(to: Iterable[str] | None) -> bool:
@@ -629,7 +738,6 @@ class Simulation:
         # Whether events of a component naming these receivers can reach ``c``, per
         # receiver tuple: the instances of a pool all name the same client and router.
         far: dict[tuple[str, ...], bool] = {}
-        first: int | None = None
         # NOTE: in time order, so the scan stops at the first event that may reach ``c``.
         for k in sorted(self._heap):
             if k == c._devs_key:
@@ -649,11 +757,8 @@ class Simulation:
                         known = far[to] = apart(to)
                     if known:
                         continue
-            first = k // stride
-            break
-        if self.horizon_us is not None and (first is None or first > self.horizon_us):
-            first = self.horizon_us + 1
-        return first
+            return k // stride
+        return None
 
     def _route(
         self, out: list[Message], now: int, due: list[Message] | None
@@ -687,14 +792,24 @@ class Simulation:
                 lst = pending.get(t)
                 if lst is None:
                     pending[t] = [m]
-                    pending_to[t] = {dest} if to is not None and dest in to else None
-                    heappush(heap, t * self._stride + marker)
+                    key = t * self._stride + marker
+                    heappush(heap, key)
+                    if to is not None and dest in to:
+                        pending_to[t] = {dest}
+                        self._count_name(dest)
+                    else:
+                        pending_to[t] = None
+                        heappush(self._open, key)
                 else:
                     lst.append(m)
                     known = pending_to.get(t)
                     if known is not None:
                         if to is not None and dest in to:
-                            known.add(dest)
+                            if dest not in known:
+                                known.add(dest)
+                                self._count_name(dest)
                         else:
                             pending_to[t] = None
+                            self._uncount(known)
+                            heappush(self._open, t * self._stride + marker)
         return due

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import pytest
@@ -621,3 +622,93 @@ def test_messages_made_ahead_reach_their_receiver_as_if_made_at_their_time() -> 
         (40, [("a-early", 40)]),
     ]
     assert run(ahead=True) == reference
+
+
+class Wanderer(Component):
+    """A randomly acting component for the lookahead's cross-check: at each transition it
+    may change whom it names as its receivers (or name none), send messages with random
+    delays (to its receivers when it names them, else to anyone), pick a random next
+    time or go passive, and ask the kernel's lookahead, checked against a scan of every
+    entry in time order (``Simulation._first_reaching``, the rule of the docstring)."""
+
+    def __init__(self, name: str, names: list[str], rng: random.Random, quiet: str) -> None:
+        super().__init__(name)
+        self.names = names
+        self.rng = rng
+        self.quiet = (quiet,) if quiet != name else ()
+        self.receivers: tuple[str, ...] | None = None
+        self.sends: list[tuple[str, int]] = []
+        self.asked = 0
+
+    def sends_to(self) -> tuple[str, ...] | None:
+        return self.receivers
+
+    def initial_time_us(self) -> int | None:
+        if self.name == "w0":
+            return 0
+        return self.rng.choice([None, self.rng.randrange(50)])
+
+    def output(self, now_us: int) -> None:
+        for dest, delay in self.sends:
+            self.send(dest, "x", delay_us=delay)
+
+    def _act(self, now_us: int) -> int | None:
+        rng = self.rng
+        answer = self.lookahead_us(now_us, self.quiet)
+        sim = self._devs_sim
+        assert sim is not None
+        expected = _reference_lookahead(sim, self, self.quiet)
+        assert answer == expected, (self.name, now_us, answer, expected)
+        self.asked += 1
+        if rng.random() < 0.3:
+            self.receivers = (
+                None if rng.random() < 0.3 else tuple(rng.sample(self.names, rng.randint(1, 2)))
+            )
+        pool = list(self.receivers) if self.receivers is not None else self.names
+        self.sends = [(rng.choice(pool), rng.randrange(0, 40)) for _ in range(rng.randint(0, 2))]
+        if self.sends:
+            return now_us  # the output instant
+        return None if rng.random() < 0.2 else now_us + rng.randrange(1, 30)
+
+    def internal(self, now_us: int) -> int | None:
+        self.sends = []
+        if now_us > 2_000:
+            return None
+        return self._act(now_us)
+
+    def external(self, now_us: int, bag: list[Message]) -> int | None:
+        if now_us > 2_000:
+            return self.next_internal_us
+        nt = self._act(now_us)
+        return nt if nt is not None else self.next_internal_us
+
+
+def _reference_lookahead(sim: Simulation, c: Component, quiet: tuple[str, ...]) -> int | None:
+    now = sim.now_us
+    if any(other is not c for other in sim._active):
+        return now
+    if any(not sim._by_name[name].quiescent() for name in quiet):
+        return now
+    first = sim._first_reaching(c, {})
+    if sim.horizon_us is not None and (first is None or first > sim.horizon_us):
+        first = sim.horizon_us + 1
+    return first
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lookahead_agrees_with_a_scan_of_every_entry_in_time_order(seed: int) -> None:
+    """The lookahead passes over the entries that name their receivers by counting those
+    receivers and reading the other entries from a heap of their own; where that is
+    not possible it scans. Either way: the first entry, in time order, that may reach
+    the asker."""
+    rng = random.Random(seed)
+    names = [f"w{i}" for i in range(6)]
+    quiet = rng.choice(names)
+    comps = [Wanderer(n, names, rng, quiet) for n in names]
+    sim = Simulation(comps, zero_delay_bound=100_000)
+    if seed % 3 == 0:
+        sim.horizon_us = 1_500
+    steps = 0
+    while sim.step() and steps < 20_000:
+        steps += 1
+    assert sum(c.asked for c in comps) > 50
