@@ -280,57 +280,44 @@ class VllmBenchServe:
             subs.append(f"{len(refusals)} measured rows refused (see refusals)")
         pool = deployment["pools"][0]
         if stats_only:
-            return MeasuredPoint(
-                unit=path.stem,
-                adapter=self.name,
-                source=str(path),
-                scenario=scenario,
-                requests=(),
-                compared=(0, len(requests)),
-                engine=engine,
-                base_dir=work_dir,
-                recorded={
-                    "model_id": doc.get("model_id"),
-                    "request_rate": rate,
-                    "num_prompts": doc.get("num_prompts", n),
-                    "date": doc.get("date"),
-                },
-                estimated={
-                    "prompts": "content not recorded: no two requests share a prefix",
-                    "engine arguments": "those the deployment gives; vLLM's defaults for the rest",
-                },
-                substitutions=tuple(subs),
-                refusals=tuple(refusals),
-                labels={
-                    "experiment": path.stem,
-                    "model": str(pool.get("model", "")),
-                    "hardware": str(pool.get("hardware", "")),
-                    "tp": str((pool.get("layout") or {}).get("tp", 1)),
-                    "workload": str(doc.get("dataset_name") or "vllm-bench"),
-                    "stage": f"n{n}",
-                    "rate_per_s": str(rate),
-                },
-                aggregates=aggregates,
-            )
-        return MeasuredPoint(
-            unit=path.stem,
-            adapter=self.name,
-            source=str(path),
-            scenario=scenario,
-            requests=tuple(requests),
-            compared=(0, hi),
-            engine=engine,
-            base_dir=work_dir,
-            recorded={
+            # Compared by the printed figures only: no request row is compared.
+            recorded: dict[str, Any] = {
+                "model_id": doc.get("model_id"),
+                "request_rate": rate,
+                "num_prompts": doc.get("num_prompts", n),
+                "date": doc.get("date"),
+            }
+            measured: tuple[MeasuredRequest, ...] = ()
+            compared = (0, len(requests))
+            engine_args = "those the deployment gives; vLLM's defaults for the rest"
+            label = str(doc.get("dataset_name") or "vllm-bench")
+            stage = f"n{n}"
+        else:
+            recorded = {
                 "model_id": doc.get("model_id"),
                 "request_rate": rate,
                 "burstiness": doc.get("burstiness"),
                 "max_concurrency": concurrency,
                 "num_prompts": doc.get("num_prompts", n),
-            },
+            }
+            measured = tuple(requests)
+            compared = (0, hi)
+            engine_args = "vLLM's defaults for every argument not given"
+            label = str(doc.get("label") or doc.get("dataset_name") or "vllm-bench")
+            stage = "0"
+        return MeasuredPoint(
+            unit=path.stem,
+            adapter=self.name,
+            source=str(path),
+            scenario=scenario,
+            requests=measured,
+            compared=compared,
+            engine=engine,
+            base_dir=work_dir,
+            recorded=recorded,
             estimated={
                 "prompts": "content not recorded: no two requests share a prefix",
-                "engine arguments": "vLLM's defaults for every argument not given",
+                "engine arguments": engine_args,
             },
             substitutions=tuple(subs),
             refusals=tuple(refusals),
@@ -339,10 +326,11 @@ class VllmBenchServe:
                 "model": str(pool.get("model", "")),
                 "hardware": str(pool.get("hardware", "")),
                 "tp": str((pool.get("layout") or {}).get("tp", 1)),
-                "workload": str(doc.get("label") or doc.get("dataset_name") or "vllm-bench"),
-                "stage": "0",
+                "workload": label,
+                "stage": stage,
                 "rate_per_s": str(rate),
             },
+            aggregates=aggregates,
         )
 
     @staticmethod
