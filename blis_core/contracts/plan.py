@@ -234,12 +234,15 @@ class PlanPart(Document):
     weight pager's misses from the disk, KV history streamed back from the host); a
     step's :attr:`~blis_core.contracts.shape.StepShape.page_in_bytes` for the part are
     priced there.
-    ``matvecs`` are projections the part runs one matrix at a time, outside its layers
-    (jitllm's lone matvecs: a host block's raw weights, each offered to a card alone):
-    each priced as a GEMM of one row per token against its matrix at the plan's weight
-    width on ``hardware``. An accelerator part with matvecs sends no hidden state over
-    its ``link``: each matvec crosses it alone (family ``sendrecv``, impl
-    ``lone_matvec``), its activation up and its output back as float32.
+    ``matvecs`` are projections the part runs one matrix at a time (jitllm's lone
+    matvecs: a host block's raw weights, each offered to a card alone): each priced as a
+    GEMM of one row per token against its matrix at the plan's weight width on
+    ``hardware``. In a part with matvecs the GEMMs of its own q/k/v, o, dense FFN and
+    output-head layers are not priced (those projections are among the matvecs, here or
+    on the part that serves them); the rest of those layers' work (the rotary
+    embedding, the gated activation) is. An accelerator part with matvecs sends no
+    hidden state over its ``link``: each matvec crosses it alone (family ``sendrecv``,
+    impl ``lone_matvec``), its activation up and its output back as float32.
     """
 
     hardware: str = Field(description="catalog key of the processor: accelerator or host CPU")

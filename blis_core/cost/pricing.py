@@ -867,6 +867,11 @@ def _shift(term: Term, offset: int, prefix: str) -> Term:
     )
 
 
+#: the layers whose GEMMs a part with lone matvecs runs as those matvecs
+#: (:attr:`~blis_core.contracts.plan.PlanPart.matvecs`)
+_MATVEC_KINDS = frozenset({LayerKind.QKV_PROJ, LayerKind.O_PROJ, LayerKind.MLP, LayerKind.LOGITS})
+
+
 def _split_terms(
     plan: PoolPlan,
     hidden: float,
@@ -877,8 +882,9 @@ def _split_terms(
     for a part across a link the hidden state's two crossings a step (there and back, as
     float32: an assumption, jitllm's host kernels keep activations in float32). A part's
     lone matvecs (:attr:`~blis_core.contracts.plan.PlanPart.matvecs`) are one GEMM term
-    each (``matvec``), and on a part across a link one crossing each in place of the
-    hidden state's: the activation up and the output back, float32."""
+    each (``matvec``) in place of its projection layers' GEMMs, and on a part across a
+    link one crossing each in place of the hidden state's: the activation up and the
+    output back, float32."""
     if plan.layout != ParallelLayout():
         raise InputRefused.one(
             "plan.parts", len(plan.parts), "a split plan runs on one rank of each processor"
@@ -886,7 +892,17 @@ def _split_terms(
     terms: list[Term] = []
     for i, part in enumerate(plan.parts):
         tag = f"part{i}:{part.hardware}"
-        for t in lower(part.layers):
+        if part.matvecs:
+            # its projections are its matvecs: their layers keep their other work
+            lowered = [
+                t
+                for layer in part.layers
+                for t in lower((layer,))
+                if t.family != "gemm" or layer.kind not in _MATVEC_KINDS
+            ]
+        else:
+            lowered = lower(part.layers)
+        for t in lowered:
             terms.append(replace(t, hardware=part.hardware, layer=f"{tag}/{t.layer}"))
         for k, mv in enumerate(part.matvecs):
             problem = impl_problem(mv.impl)

@@ -192,6 +192,23 @@ def test_a_parts_lone_matvecs_are_priced_one_matrix_and_one_crossing_each(
     assert [p for p in alone.parts if "/matvec0" in p.impl and p.family == "gemm"] == []
     (again,) = [p for p in alone.parts if p.impl.endswith("lone_matvec")]
     assert again.seconds == cross.seconds
+    # a part with matvecs runs its projections as those matvecs: its layers' GEMMs are
+    # not priced, the rest of their work is (the rotary embedding, the gated activation)
+    blocks = split.parts[2].model_copy(update={"matvecs": (mv,)})
+    mixed = split.model_copy(update={"parts": (*split.parts[:2], blocks)})
+    left = {
+        p.impl.split("/")[1].split(":")[0]
+        for p in env.explain_step(mixed, one).parts
+        if p.impl.startswith("part2:")
+    }
+    assert {"rope", "act", "attention", "matvec0"} <= left
+    assert not left & {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
+    whole = {
+        p.impl.split("/")[1].split(":")[0]
+        for p in env.explain_step(split, one).parts
+        if p.impl.startswith("part2:")
+    }
+    assert whole - left == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
     bad = MatVec(rows=1, cols=1, count=1, impl="no spaces")
     with pytest.raises(InputRefused, match="matvecs"):
         env.price_step(
