@@ -349,3 +349,35 @@ def test_a_block_leaving_the_host_refunds_its_copies_and_one_coming_home_is_new(
     assert not [key for key in copies.held if key[0] == block]
     engine._lone_moved(host)  # sent home again: its offers are keyed anew
     assert {key[2] for m, key in engine._lone_offers if m.block == block} == {2}
+
+
+def test_a_head_left_home_is_offered_last_and_kept_where_no_card_has_room(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """The host head projects through ``s.mv`` too (``forward.go``): its matrix is the
+    pass's last offer; 2 GiB find no room on a 2.5 GB card, so the host keeps it, one
+    matrix read as the head's GEMM was."""
+    env = blis_environment("lm-8")
+    spec = _spec(
+        "meta-llama/Llama-3.1-70B-Instruct", V100, {"gpu-layers": -1, "devices": "cuda:0=2500M"}
+    )
+    engine = _engine(env, spec)
+    lone = engine._facts.lone
+    assert lone is not None and not engine._facts.head_on_device
+    (head,) = lone.head
+    assert (head.rows, head.cols) == (128256, 8192)
+    shape = _first_decode(engine)
+    assert engine._lone_offers[-1][0] == head
+    assert engine._lone_copies.declined[engine._lone_offers[-1][1]] == {0}
+    (home,) = [p for p in shape.parts if any(x.kind is LayerKind.LOGITS for x in p.layers)]
+    assert home.hardware == "Xeon-E5-2680-v4"
+    k = [(m.rows, m.cols) for m in home.matvecs].index((128256, 8192))
+    served = env.explain_step(engine.plan, shape).parts
+    before = env.explain_step(engine.plan, dataclasses.replace(shape, parts=())).parts
+    i = shape.parts.index(home)
+    (mine,) = [
+        p.seconds for p in served if p.impl.startswith(f"part{i}:Xeon-E5-2680-v4/matvec{k}:")
+    ]
+    (gemm,) = [p.seconds for p in before if p.impl.startswith(f"part{i}:Xeon-E5-2680-v4/lm_head:")]
+    assert mine == pytest.approx(gemm)
+    assert not [p for p in served if p.impl.startswith(f"part{i}:Xeon-E5-2680-v4/lm_head:")]
