@@ -1504,7 +1504,7 @@ class JitllmEngine:
         # device asked), the copies the cards hold and the declines they keep (keyed by
         # block, matrix and the block's stint on the host: its frame's address)
         lone = facts.lone
-        self._lone_host: tuple[int, ...] = ()
+        self._lone_host: tuple[int, ...] | None = None  # None: no single-row pass yet
         self._lone_offers: tuple[tuple[Matrix, Key], ...] = ()
         self._lone_gen: dict[int, int] = {}
         self._lone_samples: dict[str, list[MatVecSample]] = {}
@@ -2315,6 +2315,8 @@ class JitllmEngine:
         # where no block runs on the host the pass runs with the disk on the embedding's
         # host part, which carries what the pager read (a spill's or an offer's block)
         slots, where, parts = self._where(runs_tiled(tokens, f.quantized), disk=read > 0)
+        if f.lone is not None:
+            self._lone_pager()
         if f.lone is not None and len(units) == 1 and tokens == 1:
             served = self._lone_pass(units[0].row.request_id, where, parts)
             if served is not None:
@@ -2351,13 +2353,10 @@ class JitllmEngine:
     ) -> tuple[PlanPart, ...] | None:
         """A single-row pass of request ``rid``'s session (``State.mv``): each matrix of
         the blocks on the host now, in block order, then the head's where it stays home,
-        offered to the cards in turn (:meth:`~blis_jitllm.lone_matvec.CardCopies.
-        offer_pass`); the placement it runs on
-        where it serves any (None: the host multiplies every one). ``where``/``parts``:
-        the placement it would run on (:meth:`_where`). Refused by name: such a pass
-        after the host pager gave up a block page while the cards hold copies (the
-        recycled frame's ``Forget`` drops the copies of the weights it held, which the
-        next offer uploads again: not modelled)."""
+        offered to the cards in turn (:meth:`CardCopies.offer_pass
+        <blis_jitllm.lone_matvec.CardCopies.offer_pass>`); the placement it runs on where
+        it serves any (None: the host multiplies every one). ``where``/``parts``: the
+        placement it would run on (:meth:`_where`)."""
         f = self._facts
         lone = f.lone
         assert lone is not None
@@ -2366,18 +2365,8 @@ class JitllmEngine:
         else:
             gone = {li for li, _ in f.relocate[: self._moved]}
             host = tuple(i for i, o in enumerate(lone.owner) if o is None or i in gone)
-        if host != self._lone_host or not self._lone_offers:
+        if host != self._lone_host:
             self._lone_moved(host)
-        outs = self._pager.page_outs if self._pager is not None else 0
-        if outs > self._lone_outs and self._lone_copies.held:
-            raise SimulationError(
-                f"{ENGINE}: a single-row pass of request {rid!r} after the host pager gave "
-                f"up {outs - self._lone_outs} block page(s) while the cards hold copies of "
-                "the host's raw matrices (lone matvecs): a recycled frame's Forget drops "
-                "the copies of the weights it held, which the next offer uploads again; "
-                "not modelled by blis-jitllm"
-            )
-        self._lone_outs = outs
         samples = self._lone_samples.get(rid)
         if samples is None:
             samples = self._lone_samples[rid] = [MatVecSample() for _ in lone.held]
@@ -2401,6 +2390,22 @@ class JitllmEngine:
             )
         return got
 
+    def _lone_pager(self) -> None:
+        """Refused by name: a pass after the host pager gave up a block page while the
+        cards hold copies of lone matvecs (the recycled frame's ``Forget`` drops the
+        copies of the weights it held, refunding them, and the next offer packs and
+        uploads them again: not modelled). A pager that gives up only expert pages is
+        modelled (an expert's sheets are never offered)."""
+        outs = self._pager.page_outs if self._pager is not None else 0
+        if outs > self._lone_outs and self._lone_copies.held:
+            raise SimulationError(
+                f"{ENGINE}: the host pager gave up {outs - self._lone_outs} block page(s) "
+                "while the cards hold copies of the host's raw matrices (lone matvecs): a "
+                "recycled frame's Forget drops the copies of the weights it held, which "
+                "the next offer uploads again; not modelled by blis-jitllm"
+            )
+        self._lone_outs = outs
+
     def _lone_moved(self, host: tuple[int, ...]) -> None:
         """The blocks on the host are now ``host``: a block that left (a card took it
         back) gives up its frame, whose ``Forget`` refunds its matrices' copies and
@@ -2409,7 +2414,7 @@ class JitllmEngine:
         new weights to the cards."""
         lone = self._facts.lone
         assert lone is not None
-        old, new = set(self._lone_host), set(host)
+        old, new = set(self._lone_host or ()), set(host)
         self._lone_copies.forget(old - new, self._lone_charge)
         for li in new - old:
             self._lone_gen[li] = self._lone_gen.get(li, 0) + 1
