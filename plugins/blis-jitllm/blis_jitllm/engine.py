@@ -2402,7 +2402,9 @@ class JitllmEngine:
                 f"{ENGINE}: the host pager gave up {outs - self._lone_outs} block page(s) "
                 "while the cards hold copies of the host's raw matrices (lone matvecs): a "
                 "recycled frame's Forget drops the copies of the weights it held, which "
-                "the next offer uploads again; not modelled by blis-jitllm"
+                "the next offer uploads again; not modelled by blis-jitllm (a host weight "
+                f"budget, engine.args.maxmem {self._settings.maxmem}, that holds the "
+                "host's blocks beside their histories pages none)"
             )
         self._lone_outs = outs
 
