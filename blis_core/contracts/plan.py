@@ -25,6 +25,7 @@ __all__ = [
     "KVTier",
     "LayerKind",
     "LoweredLayer",
+    "MatVec",
     "ParallelLayout",
     "PlanPart",
     "PoolPlan",
@@ -206,6 +207,19 @@ class DraftPolicy(Document):
     layers: tuple[LoweredLayer, ...] = ()
 
 
+class MatVec(Document):
+    """``count`` matrices of ``rows`` x ``cols`` weights that a part multiplies one at a
+    time by a single row (:attr:`PlanPart.matvecs`), with kernel ``impl``. ``read``
+    False: the matrices' reads are priced elsewhere, in a layer that holds them (a
+    mixture's router, inside the MoE layer), and only their crossings here."""
+
+    rows: int = Field(gt=0)
+    cols: int = Field(gt=0)
+    count: int = Field(gt=0)
+    impl: str
+    read: bool = True
+
+
 class PlanPart(Document):
     """Consecutive layers of a split plan that one processor runs (design §8 of
     ``docs/upstream/jitllm.md``): an accelerator of the pool's machine, or its host CPU.
@@ -220,6 +234,15 @@ class PlanPart(Document):
     weight pager's misses from the disk, KV history streamed back from the host); a
     step's :attr:`~blis_core.contracts.shape.StepShape.page_in_bytes` for the part are
     priced there.
+    ``matvecs`` are projections the part runs one matrix at a time (jitllm's lone
+    matvecs: a host block's raw weights, each offered to a card alone): each priced as a
+    GEMM of one row per token against its matrix at the plan's weight width on
+    ``hardware``. In a part with matvecs the GEMMs of its own q/k/v, o, dense FFN and
+    output-head layers are not priced (those projections are among the matvecs, here or
+    on the part that serves them); the rest of those layers' work (the rotary
+    embedding, the gated activation) is. An accelerator part with matvecs sends no
+    hidden state over its ``link``: each matvec crosses it alone (family ``sendrecv``,
+    impl ``lone_matvec``), its activation up and its output back as float32.
     """
 
     hardware: str = Field(description="catalog key of the processor: accelerator or host CPU")
@@ -232,6 +255,11 @@ class PlanPart(Document):
         description="fabric id the part brings weights or KV over before it runs (e.g. the "
         "machine's disk for a weight pager, PCIe for KV streamed back from the host); the "
         "step's page_in_bytes for this part are read over it",
+    )
+    matvecs: tuple[MatVec, ...] = Field(
+        default=(),
+        description="projections run one matrix at a time (lone matvecs); on an accelerator "
+        "part each crosses the link alone, in place of the hidden state's two crossings",
     )
 
 

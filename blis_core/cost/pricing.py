@@ -40,7 +40,14 @@ from blis_core.contracts.catalog import HardwareSpec, ModelArchitecture
 from blis_core.contracts.cost import CoefficientRank, PrimitiveWork
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.lowering import host_work_problem, impl_problem
-from blis_core.contracts.plan import GraphMode, LayerKind, LoweredLayer, ParallelLayout, PoolPlan
+from blis_core.contracts.plan import (
+    GraphMode,
+    LayerKind,
+    LoweredLayer,
+    MatVec,
+    ParallelLayout,
+    PoolPlan,
+)
 from blis_core.contracts.shape import StepMode, StepShape
 from blis_core.cost import memory
 from blis_core.cost.catalog import Catalog
@@ -860,14 +867,24 @@ def _shift(term: Term, offset: int, prefix: str) -> Term:
     )
 
 
+#: the layers whose GEMMs a part with lone matvecs runs as those matvecs
+#: (:attr:`~blis_core.contracts.plan.PlanPart.matvecs`)
+_MATVEC_KINDS = frozenset({LayerKind.QKV_PROJ, LayerKind.O_PROJ, LayerKind.MLP, LayerKind.LOGITS})
+
+
 def _split_terms(
     plan: PoolPlan,
     hidden: float,
     lower: Callable[[Sequence[LoweredLayer]], list[Term]],
+    matvec: Callable[[MatVec, str], Term],
 ) -> list[Term]:
     """The terms of a split plan: each part's layers on its own processor, in order, and
     for a part across a link the hidden state's two crossings a step (there and back, as
-    float32: an assumption, jitllm's host kernels keep activations in float32)."""
+    float32: an assumption, jitllm's host kernels keep activations in float32). A part's
+    lone matvecs (:attr:`~blis_core.contracts.plan.PlanPart.matvecs`) are one GEMM term
+    each (``matvec``) in place of its projection layers' GEMMs, and on a part across a
+    link one crossing each in place of the hidden state's: the activation up and the
+    output back, float32."""
     if plan.layout != ParallelLayout():
         raise InputRefused.one(
             "plan.parts", len(plan.parts), "a split plan runs on one rank of each processor"
@@ -875,8 +892,40 @@ def _split_terms(
     terms: list[Term] = []
     for i, part in enumerate(plan.parts):
         tag = f"part{i}:{part.hardware}"
-        for t in lower(part.layers):
+        if part.matvecs:
+            # its projections are its matvecs: their layers keep their other work
+            lowered = [
+                t
+                for layer in part.layers
+                for t in lower((layer,))
+                if t.family != "gemm" or layer.kind not in _MATVEC_KINDS
+            ]
+        else:
+            lowered = lower(part.layers)
+        for t in lowered:
             terms.append(replace(t, hardware=part.hardware, layer=f"{tag}/{t.layer}"))
+        for k, mv in enumerate(part.matvecs):
+            problem = impl_problem(mv.impl)
+            if problem is not None:
+                raise InputRefused.one(f"plan.parts.{i}.matvecs.{k}.impl", mv.impl, problem)
+            if mv.read:
+                t = matvec(mv, f"{tag}/matvec{k}")
+                terms.append(replace(t, hardware=part.hardware))
+            if part.link is not None:
+                terms.append(
+                    Term(
+                        "sendrecv",
+                        "lone_matvec",
+                        "bf16",
+                        f"{tag}/matvec{k}/crossing",
+                        mv.count,
+                        {},
+                        {},
+                        {T: (mv.rows + mv.cols) * 4.0},
+                        hardware=part.hardware,
+                        link=part.link,
+                    )
+                )
         if part.page_link is not None:
             terms.append(
                 Term(
@@ -892,7 +941,7 @@ def _split_terms(
                     link=part.page_link,
                 )
             )
-        if part.link is not None:
+        if part.link is not None and not part.matvecs:
             terms.append(
                 Term(
                     "sendrecv",
@@ -1272,7 +1321,10 @@ def compile_plan(plan: PoolPlan, catalog: Catalog, registry: Registry) -> Compil
 
     if plan.parts:
         terms = _split_terms(
-            plan, h, lambda layers: lower(layers, model, wb, exp_b, cdt, model.vocab_size)
+            plan,
+            h,
+            lambda layers: lower(layers, model, wb, exp_b, cdt, model.vocab_size),
+            lambda mv, name: _gemm(name, mv.impl, cdt, mv.count, mv.rows, mv.cols, wb, act),
         )
     else:
         terms = lower(plan.layers, model, wb, exp_b, cdt, model.vocab_size)

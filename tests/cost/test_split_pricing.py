@@ -8,7 +8,7 @@ import pytest
 
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.lowering import LoweringRequest
-from blis_core.contracts.plan import PlanPart, PoolPlan
+from blis_core.contracts.plan import MatVec, PlanPart, PoolPlan
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 from blis_core.contracts.time import seconds_to_us
 from blis_core.cost import SimEnvironment
@@ -155,3 +155,68 @@ def test_a_step_may_carry_its_own_placement(env: SimEnvironment) -> None:
     assert explained.duration_us == alone[1]
     assert env.quote_steps(plan, [dataclasses.replace(DECODE, parts=twelve)]) is None
     assert env.quote_advancing(plan, dataclasses.replace(DECODE, parts=twelve), 3) is None
+
+
+def test_a_parts_lone_matvecs_are_priced_one_matrix_and_one_crossing_each(
+    env: SimEnvironment,
+) -> None:
+    """PlanPart.matvecs: projections run one matrix at a time (jitllm's lone matvecs): a
+    one-row GEMM each on the part's processor and, on an accelerator part, a crossing
+    each (sendrecv lone_matvec) in place of the hidden state's two."""
+    split = _split(env, 16)
+    one = StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 700),), 1)
+    mv = MatVec(rows=4096, cols=4096, count=3, impl="jitllm:generated")
+    lone = PlanPart(hardware=GPU, layers=(), link="pcie4-x8", matvecs=(mv,))
+    served = split.model_copy(update={"parts": (*split.parts, lone)})
+    price = env.explain_step(served, one)
+    crossings = [p for p in price.parts if p.family == "sendrecv"]
+    assert {p.impl.split(":")[-1] for p in crossings} == {"host_crossing", "lone_matvec"}
+    (cross,) = [p for p in crossings if p.impl.endswith("lone_matvec")]
+    entry = env.registry.best("sendrecv", "lone_matvec", GPU, "bf16", 1)
+    assert entry is not None and cross.rank == entry.price_rank
+    assert entry.param("overhead_us", 0.0) == 59
+    bw = entry.param("link_efficiency", 1.0) * env.fabric("pcie4-x8").bandwidth_bytes_per_s
+    assert cross.seconds == pytest.approx(3 * (59e-6 + 2 * 4096 * 4 / bw))
+    (gemm,) = [p for p in price.parts if p.family == "gemm" and "/matvec0" in p.impl]
+    assert gemm.family == "gemm" and gemm.seconds > 0
+    # the same matrices on the host: no crossing, the host's read
+    home = PlanPart(hardware=CPU, layers=(), matvecs=(mv,))
+    hosted = split.model_copy(update={"parts": (*split.parts, home)})
+    there = env.explain_step(hosted, one)
+    assert [p for p in there.parts if p.impl.endswith("lone_matvec")] == []
+    (host_gemm,) = [p for p in there.parts if p.family == "gemm" and "/matvec0" in p.impl]
+    assert host_gemm.seconds > gemm.seconds  # the card reads faster than the host
+    # matrices whose reads a layer prices (a mixture's router): their crossings alone
+    unread = mv.model_copy(update={"read": False})
+    only = split.model_copy(
+        update={"parts": (*split.parts, lone.model_copy(update={"matvecs": (unread,)}))}
+    )
+    alone = env.explain_step(only, one)
+    assert [p for p in alone.parts if "/matvec0" in p.impl and p.family == "gemm"] == []
+    (again,) = [p for p in alone.parts if p.impl.endswith("lone_matvec")]
+    assert again.seconds == cross.seconds
+    # a part with matvecs runs its projections as those matvecs: its layers' GEMMs are
+    # not priced, the rest of their work is (the rotary embedding, the gated activation)
+    blocks = split.parts[2].model_copy(update={"matvecs": (mv,)})
+    mixed = split.model_copy(update={"parts": (*split.parts[:2], blocks)})
+    left = {
+        p.impl.split("/")[1].split(":")[0]
+        for p in env.explain_step(mixed, one).parts
+        if p.impl.startswith("part2:")
+    }
+    assert {"rope", "act", "attention", "matvec0"} <= left
+    assert not left & {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
+    whole = {
+        p.impl.split("/")[1].split(":")[0]
+        for p in env.explain_step(split, one).parts
+        if p.impl.startswith("part2:")
+    }
+    assert whole - left == {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
+    bad = MatVec(rows=1, cols=1, count=1, impl="no spaces")
+    with pytest.raises(InputRefused, match="matvecs"):
+        env.price_step(
+            split.model_copy(
+                update={"parts": (*split.parts, home.model_copy(update={"matvecs": (bad,)}))}
+            ),
+            one,
+        )

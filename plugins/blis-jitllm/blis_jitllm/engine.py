@@ -76,6 +76,18 @@ expert pages it kept; a spill or an offer back streams it again, with the cache
 ``AutoStream`` recorded where the card has room, else the card's shared plain bank
 (made, and charged once, where the card holds none yet).
 
+Lone matvecs (:mod:`blis_jitllm.lone_matvec`, ``docs/upstream/jitllm.md`` §9 "Lone
+matvecs"): a pass of one row (``State.mv``) offers the cards each raw (F16, BF16, F32)
+matrix of the blocks on the host and of a host head, one at a time; each session's
+first 63 offers on a card are served, then its average weight bytes per offer against
+3300 KiB decides all or nothing (``mvPays``); a card with room makes a copy, charged to
+its budget (its pool has that much less to grow into), one without it declines for good
+and the offer walks on to the next card. The pass then reads those matrices on their
+cards, a crossing of ~59 µs each (``StepShape.parts``); a quantised GGUF's weights are
+never offered, and a pass of several rows offers nothing. Refused by name: the host
+pager giving up a block page while the cards hold copies (``Forget`` and the uploads
+again).
+
 Kernels: every layer is priced as ``jitllm:generated`` (jitllm's own measured rates
 where ``measured-jitllm.yaml`` has them, the floor elsewhere, and the Result says no
 serving run backs them), except that a pass of more rows than the decode matvec carries
@@ -121,6 +133,15 @@ from blis_jitllm.kv import (
     page_bytes,
     page_positions,
     parked_host_bytes,
+)
+from blis_jitllm.lone_matvec import (
+    HEAD,
+    CardCopies,
+    Key,
+    Matrix,
+    MatVecSample,
+    block_matrices,
+    lone_parts,
 )
 from blis_jitllm.memcache import MemCache
 from blis_jitllm.moe import (
@@ -264,11 +285,37 @@ class PoolFacts:
     block: that placement with the machine's disk as the page link of its embedding's
     host part (:func:`_with_disk`), which a step runs on when an offer back or a spill
     read a block from the disk before it (None elsewhere)"""
+    lone: LoneFacts | None = None
+    """the host's raw matrices a single-row pass offers the cards (lone matvecs,
+    :mod:`~blis_jitllm.lone_matvec`; None: none is offered)"""
 
     @property
     def layer_page_bytes(self) -> int:
         """One KV page of one layer on a device."""
         return self.page * self.layer_position_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LoneFacts:
+    """What the engine needs to serve lone matvecs (:mod:`~blis_jitllm.lone_matvec`):
+    the raw matrices a single-row pass offers (the host blocks', in block order, then
+    the output head's where it runs on the host), and the devices in the order
+    ``GPU.MatVec`` asks them (``-devices``' order)."""
+
+    blocks: tuple[tuple[Matrix, ...], ...]
+    """per block, its raw matrices in the order its forward offers them"""
+    head: tuple[Matrix, ...]
+    """the output head's, where it stays home (offered last); empty where it is on a card"""
+    owner: tuple[int | None, ...]
+    """per block, its device in the plan (None: the host)"""
+    held: tuple[int | None, ...]
+    """per device asked: its index among the devices the engine keeps a pool for, whose
+    room is its KV limit less its pool when the copies are made (None: no pool)"""
+    rooms: tuple[int, ...]
+    """per device asked without a pool: its budget less the scratch (0 for the others)"""
+    hardware: str
+    link: str
+    host: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -901,6 +948,19 @@ def _plan(
     held_limits = tuple(
         budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0) for d in held
     )
+    lone = _lone_facts(
+        settings,
+        model,
+        machine,
+        hw.id,
+        owner,
+        head_on_device,
+        [
+            budgets[d].limit - placement.used[d] - (head if ruled.device == d else 0)
+            for d in range(len(devices))
+        ],
+        held,
+    )
     if any(x < 1 for x in pages) and streamed and spread is None:
         names = ", ".join(devices[d].name for d, x in zip(pooled, pages, strict=True) if x < 1)
         raise InputRefused.one(
@@ -1033,6 +1093,7 @@ def _plan(
         if mixture is not None and spread is not None and streamed
         else (),
         disk=disk,
+        lone=lone,
     )
     return plan, facts, settings, model
 
@@ -1135,6 +1196,45 @@ def _relocation(
     if why_not:
         return _Relocation(why_not=why_not)
     return _Relocation(relocate, limit, page_budget, sizes, pager_banks)
+
+
+def _lone_facts(
+    settings: JitllmSettings,
+    model: ModelArchitecture,
+    machine: MachineSpec | None,
+    device: str,
+    owner: tuple[int | None, ...],
+    head_on_device: bool,
+    rooms: list[int],
+    held: list[int],
+) -> LoneFacts | None:
+    """What a single-row pass offers the cards (``State.mv`` -> ``JIT.MatVec`` ->
+    ``GPU.MatVec``; :mod:`~blis_jitllm.lone_matvec`): every block's raw matrices (those
+    of the blocks on the host when the pass runs are offered) and the output head's
+    where it stays home; None where nothing is offered: no device, no machine (so no
+    host), or weights the converter packs (a quantised GGUF: read in place by the host,
+    never offered). ``rooms``: per device ``-devices`` names, its budget less what the
+    placement put there (blocks, head, scratch)."""
+    raw = settings.weights is None or settings.weights in ("gguf:F16", "gguf:BF16")
+    if not raw or not rooms or machine is None:
+        return None
+    width = 2  # F16 or BF16, a checkpoint's or a GGUF's
+    head: tuple[Matrix, ...] = ()
+    if not head_on_device:
+        h, vocab = model.hidden_size, model.vocab_size
+        head = (Matrix(model.num_layers, HEAD, vocab, h, vocab * h * width),)
+    link = next(a.link for a in machine.accelerators if a.hardware == device)
+    where = {d: k for k, d in enumerate(held)}
+    return LoneFacts(
+        tuple(block_matrices(model, li, width) for li in range(model.num_layers)),
+        head,
+        owner,
+        tuple(where.get(d) for d in range(len(rooms))),
+        tuple(0 if d in where else max(r, 0) for d, r in enumerate(rooms)),
+        device,
+        link,
+        machine.host,
+    )
 
 
 def _pager_holds(
@@ -1394,6 +1494,21 @@ class JitllmEngine:
         # cold: each streamed block claims its whole selection through the pager
         paged = self._pager is not None and not _host_pages_fit(facts)
         self._cold_fills = streamed and not settings.warm and paged
+        # lone matvecs (facts.lone): what a single-row pass offers (the blocks on the
+        # host now, in block order, then a host head), each session's samples (one per
+        # device asked), the copies the cards hold and the declines they keep (keyed by
+        # block, matrix and the block's stint on the host: its frame's address)
+        lone = facts.lone
+        self._lone_host: tuple[int, ...] | None = None  # None: no single-row pass yet
+        self._lone_offers: tuple[tuple[Matrix, Key], ...] = ()
+        self._lone_gen: dict[int, int] = {}
+        self._lone_samples: dict[str, list[MatVecSample]] = {}
+        self._lone_copies = CardCopies(len(lone.held) if lone is not None else 0)
+        self._lone_free = list(lone.rooms) if lone is not None else []
+        self._lone_outs = 0  # the pager's block evictions seen at the last check
+        self._lone_parts: dict[tuple[int, tuple[int | None, ...]], tuple[PlanPart, ...]] = {}
+        #: per device asked (``-devices``' order): the bytes of the copies it holds
+        self.lone_charged = [0] * len(lone.held) if lone is not None else []
         self.spilled = 0  # ``devSpilled``
         self.relocated = 0  # ``devRelocated``
         self.reclaimed = 0  # ``devReclaimed``
@@ -2000,6 +2115,7 @@ class JitllmEngine:
         self._times.pop(request_id, None)
         self._sent.pop(request_id, None)
         self._uploads.pop(request_id, None)
+        self._lone_samples.pop(request_id, None)  # the session's samples close with it
         self._reported.discard(request_id)
         self._metrics["jitllm_sessions"] = float(len(self._requests))
 
@@ -2194,6 +2310,12 @@ class JitllmEngine:
         # where no block runs on the host the pass runs with the disk on the embedding's
         # host part, which carries what the pager read (a spill's or an offer's block)
         slots, parts = self._where(runs_tiled(tokens, f.quantized), disk=read > 0)
+        if f.lone is not None:
+            self._lone_pager()
+        if f.lone is not None and len(units) == 1 and tokens == 1:
+            served = self._lone_pass(units[0].row.request_id, parts)
+            if served is not None:
+                parts = served
         page_in = [0] * slots.paging
         if read:
             assert slots.pager is not None
@@ -2219,6 +2341,105 @@ class JitllmEngine:
             page_in_bytes=tuple(page_in) if any(page_in) else (),
             parts=parts,
         )
+
+    def _lone_pass(self, rid: str, parts: tuple[PlanPart, ...]) -> tuple[PlanPart, ...] | None:
+        """A single-row pass of request ``rid``'s session (``State.mv``): each matrix of
+        the blocks on the host now, in block order, then the head's where it stays home,
+        offered to the cards in turn (:meth:`CardCopies.offer_pass
+        <blis_jitllm.lone_matvec.CardCopies.offer_pass>`); the placement it runs on where
+        it serves any (None: the host multiplies every one). ``parts``: the placement it
+        would run on (:meth:`_where`; empty: the plan's own)."""
+        f = self._facts
+        lone = f.lone
+        assert lone is not None
+        if f.spread is not None:
+            host = tuple(i for i, o in enumerate(self._owner) if o is None)
+        else:
+            gone = {li for li, _ in f.relocate[: self._moved]}
+            host = tuple(i for i, o in enumerate(lone.owner) if o is None or i in gone)
+        if host != self._lone_host:
+            self._lone_moved(host)
+        samples = self._lone_samples.get(rid)
+        if samples is None:
+            samples = self._lone_samples[rid] = [MatVecSample() for _ in lone.held]
+        mask = self._lone_copies.offer_pass(
+            self._lone_offers, samples, self._lone_room, self._lone_charge
+        )
+        if all(c is None for c in mask):
+            return None
+        key = (id(parts), mask)
+        got = self._lone_parts.get(key)
+        if got is None:
+            base = parts or self._plan.parts
+            got = self._lone_parts[key] = lone_parts(
+                base,
+                lone.host,
+                lone.hardware,
+                lone.link,
+                tuple(m for m, _ in self._lone_offers),
+                mask,
+                _KERNEL,
+            )
+        return got
+
+    def _lone_pager(self) -> None:
+        """Refused by name: a pass after the host pager gave up a block page while the
+        cards hold copies of lone matvecs (the recycled frame's ``Forget`` drops the
+        copies of the weights it held, refunding them, and the next offer packs and
+        uploads them again: not modelled). A pager that gives up only expert pages is
+        modelled (an expert's sheets are never offered)."""
+        outs = self._pager.page_outs if self._pager is not None else 0
+        if outs > self._lone_outs and self._lone_copies.held:
+            raise SimulationError(
+                f"{ENGINE}: the host pager gave up {outs - self._lone_outs} block page(s) "
+                "while the cards hold copies of the host's raw matrices (lone matvecs): a "
+                "recycled frame's Forget drops the copies of the weights it held, which "
+                "the next offer uploads again; not modelled by blis-jitllm (a host weight "
+                f"budget, engine.args.maxmem {self._settings.maxmem}, that holds the "
+                "host's blocks beside their histories pages none)"
+            )
+        self._lone_outs = outs
+
+    def _lone_moved(self, host: tuple[int, ...]) -> None:
+        """The blocks on the host are now ``host``: a block that left (a card took it
+        back) gives up its frame, whose ``Forget`` refunds its matrices' copies and
+        drops their declines (port: at once, where jitllm refunds them when the frame
+        is next reused); one that came home is in a fresh frame, so its matrices are
+        new weights to the cards."""
+        lone = self._facts.lone
+        assert lone is not None
+        old, new = set(self._lone_host or ()), set(host)
+        self._lone_copies.forget(old - new, self._lone_charge)
+        for li in new - old:
+            self._lone_gen[li] = self._lone_gen.get(li, 0) + 1
+        self._lone_host = host
+        self._lone_offers = tuple(
+            (m, (m.block, m.name, self._lone_gen.get(m.block, 0)))
+            for m in (*(m for li in host for m in lone.blocks[li]), *lone.head)
+        )
+
+    def _lone_room(self, d: int) -> int:
+        """What device ``d`` (in ``-devices``' order) has for a copy now: its KV limit
+        less its pool where the engine keeps one, else its room beside the scratch."""
+        lone = self._facts.lone
+        assert lone is not None
+        k = lone.held[d]
+        if k is None:
+            return self._lone_free[d]
+        pool = self._pool_pages[k] * self._facts.layer_page_bytes * self._layers[k]
+        return self._limits[k] - pool
+
+    def _lone_charge(self, d: int, nbytes: int) -> None:
+        """Charge (or, negative, refund) device ``d``'s budget for copies: a device with
+        a pool has that much less (more) for it to grow into."""
+        lone = self._facts.lone
+        assert lone is not None
+        k = lone.held[d]
+        if k is None:
+            self._lone_free[d] -= nbytes
+        else:
+            self._limits[k] -= nbytes
+        self.lone_charged[d] += nbytes
 
     def _fill_claims(self, tokens: int, cold: bool = False) -> dict[int, float]:
         """Per auto-streamed block in the host pager (its page), the experts a pass of
