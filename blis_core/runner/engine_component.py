@@ -426,7 +426,7 @@ class EngineComponent(Component):
             )
 
     def _accept(self, now_us: int, bag: list[Message]) -> None:
-        ahead = now_us <= self._ahead_until_us
+        ahead = now_us < self._ahead_until_us
         for msg in bag:
             port = msg.port
             if port != "request":
@@ -738,7 +738,7 @@ class EngineComponent(Component):
             # The instant after a run-ahead: its work was done by the run-ahead.
             self._ahead_done = False
             return self._next_time(now_us)
-        if now_us <= self._ahead_until_us:
+        if now_us < self._ahead_until_us:
             # The output instant of an input that arrived inside a run-ahead past the
             # lookahead: the transitions until then are made.
             return self._next_time(now_us)
@@ -751,7 +751,7 @@ class EngineComponent(Component):
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         self._accept(now_us, bag)
-        if not self._in_flight and now_us > self._ahead_until_us:
+        if not self._in_flight and now_us >= self._ahead_until_us:
             self._fill(now_us)
         return self._next_time(now_us)
 
@@ -763,7 +763,7 @@ class EngineComponent(Component):
             )
         self._clear_emitted()
         self._accept(now_us, bag)
-        if now_us > self._ahead_until_us:
+        if now_us >= self._ahead_until_us:
             self._advance(now_us)
         return self._next_time(now_us)
 
@@ -843,9 +843,11 @@ class EngineComponent(Component):
         limit = self.lookahead_us(now_us, self._quiet)
         if limit is None:
             limit = 1 << 62
-        # From the lookahead on, transitions are made only while a step is in flight.
+        # From the lookahead on, transitions are made only while a step is in flight; a
+        # lookahead of now (another component acts in this instant, or a quiet one is
+        # not quiescent) is never extended.
         busy_from = limit
-        if self._request_lead_us and limit < 1 << 62:
+        if self._request_lead_us and now_us < limit < 1 << 62:
             limit += self._request_lead_us
         if self._frontend:
             limit = min(limit, self._frontend[0][0])
