@@ -86,30 +86,13 @@ def test_instances_whose_instants_coincide_do_not_run_ahead_past_each_other(
     boundaries and scrapes meet in one instant, whose lookahead is now, and a lookahead of
     now is never extended (it was, once: the run stopped at 112.9 s simulated, an input
     arriving inside a run-ahead of the instant it was delivered in)."""
-    doc: dict[str, Any] = {
-        "name": "four-alike",
-        "seed": 42,
-        "deployment": {
-            "pools": [
-                {
-                    "name": "llama",
-                    "engine": {"kind": "vllm", "version": "0.33.0"},
-                    "model": "meta-llama/Llama-3.1-8B-Instruct",
-                    "hardware": "H100-SXM",
-                    "replicas": 4,
-                    "args": {"max_model_len": 4096},
-                }
-            ],
-            "router": {"kind": "llm-d", "version": "v0.10.0"},
-        },
-        "workload": {
-            "arrival": {"process": "poisson", "rate_per_s": 20},
-            "input_len": {"family": "fixed", "value": 512},
-            "output_len": {"family": "fixed", "value": 512},
-            "num_requests": 2300,
-        },
-        "frame": {"warmup_s": 0},
-    }
+    doc = copy.deepcopy(busy_cluster())
+    doc["seed"] = 42
+    pool = doc["deployment"]["pools"][0]
+    pool["replicas"], pool["args"] = 4, {"max_model_len": 4096}
+    doc["workload"]["arrival"]["rate_per_s"] = 20
+    doc["workload"]["input_len"]["value"] = doc["workload"]["output_len"]["value"] = 512
+    doc["workload"]["num_requests"] = 2300
     both = run_both_ways(parse_scenario(doc, "alike"), DataSources.load(), monkeypatch)
     assert not both.differences()
     assert both.fast.replications[0].fates.completed == 2300
