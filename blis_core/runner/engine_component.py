@@ -324,6 +324,11 @@ class EngineComponent(Component):
         self._request_lead_us = 0
         self._ahead_until_us = -1
         self._made_until_us = -1  # the last transition made (run-ahead's, or a span's)
+        # Past the lookahead: the instants the last run-ahead made at each time (its
+        # transition, and its output's where it left any), for the credit an input
+        # arriving at one of them takes back (external).
+        self._busy_from_us = 1 << 62
+        self._made_instants: dict[int, int] = {}
         self._link = link
         self._kv_engine: KVTransferEngine | None = (
             engine if isinstance(engine, KVTransferEngine) else None
@@ -751,7 +756,15 @@ class EngineComponent(Component):
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         self._accept(now_us, bag)
-        if not self._in_flight and now_us >= self._ahead_until_us:
+        shared = 0
+        if now_us <= self._ahead_until_us:
+            # At a time a run-ahead past the lookahead made instants at: one instant at a
+            # time, this input would have shared those from the one it arrives in on (a
+            # confluent transition each, whose engine work the run-ahead made).
+            shared = self._made_instants.get(now_us, 0) - self.instant_index()
+            if shared > 0:
+                self.merge_credited(shared)
+        if shared <= 0 and not self._in_flight and now_us >= self._ahead_until_us:
             self._fill(now_us)
         return self._next_time(now_us)
 
@@ -849,6 +862,8 @@ class EngineComponent(Component):
         busy_from = limit
         if self._request_lead_us and now_us < limit < 1 << 62:
             limit += self._request_lead_us
+        self._busy_from_us = busy_from
+        self._made_instants.clear()
         if self._frontend:
             limit = min(limit, self._frontend[0][0])
         if limit <= now_us:
@@ -893,6 +908,8 @@ class EngineComponent(Component):
             n_peers = len(self._outbox) + len(self._dropped)
             self._advance(t)
             self._made_until_us = t
+            if t >= busy_from:
+                self._made_instants[t] = self._made_instants.get(t, 0) + 1
             made += 1
             before, outputs = outputs, self._pending_outputs()
             pending = outputs != before
@@ -956,14 +973,21 @@ class EngineComponent(Component):
         stage_free_us = self._stage_free_us[0]
         taken = 0  # boundaries (of this call) the engine has made
         scrapes = 0  # scrape-only instants made
+        busy_from = self._busy_from_us
+        made_instants = self._made_instants
         for i in range(base, span.num_steps):
             t = ends[i - base]
             if t >= limit_us or (times and t <= times[-1]):
                 break
             while 0 <= self._next_scrape_us < t:
                 taken = self._span_made(engine, span, base, times, starts, ends, taken)
-                self._scrape(self._next_scrape_us)
+                scraped_us = self._next_scrape_us
+                self._scrape(scraped_us)
                 scrapes += 1
+                if scraped_us >= busy_from:
+                    made_instants[scraped_us] = 2  # its transition and its output's
+            if t >= busy_from:
+                made_instants[t] = 2
             start_us = max(t, stage_free_us)
             stage_free_us = start_us + pricer.price(i)
             starts.append(start_us)

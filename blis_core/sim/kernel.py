@@ -275,6 +275,30 @@ class Component:
         sim._transitions += count
         sim._credited += count
 
+    def merge_credited(self, count: int) -> None:
+        """Take back ``count`` transitions this component credited: instants of its own
+        that an input which arrived inside its run-ahead would have shared, one instant
+        at a time (the input's delivery and its own transition at one instant are one
+        confluent transition there)."""
+        sim = self._devs_sim
+        if sim is None:
+            raise SimulationError(f"component {self.name!r} belongs to no Simulation")
+        if type(count) is not int or not 0 <= count <= sim._credited:
+            raise SimulationError(
+                f"merge_credited({count!r}); must be an int from 0 to the "
+                f"{sim._credited} transitions credited"
+            )
+        sim._transitions -= count
+        sim._credited -= count
+
+    def instant_index(self) -> int:
+        """How many instants ran at this time before the one being run (0: the first,
+        where every internal event of the time is; each zero-delay output adds one)."""
+        sim = self._devs_sim
+        if sim is None:
+            raise SimulationError(f"component {self.name!r} belongs to no Simulation")
+        return sim._repeats
+
     # -- hooks -------------------------------------------------------------------------
 
     def initial_time_us(self) -> int | None:

@@ -712,3 +712,40 @@ def test_lookahead_agrees_with_a_scan_of_every_entry_in_time_order(seed: int) ->
     while sim.step() and steps < 20_000:
         steps += 1
     assert sum(c.asked for c in comps) > 50
+
+
+def test_credits_taken_back_and_the_instant_index() -> None:
+    """``merge_credited`` takes back credited transitions (never more than were
+    credited); ``instant_index`` counts the instants run before this one at its time."""
+    seen: list[tuple[int, int]] = []
+
+    class Chain(Component):
+        def __init__(self) -> None:
+            super().__init__("chain")
+            self.left = 2
+
+        def initial_time_us(self) -> int | None:
+            return 5
+
+        def internal(self, now_us: int) -> int | None:
+            seen.append((now_us, self.instant_index()))
+            if now_us == 5 and self.left:
+                self.left -= 1
+                return now_us  # another instant at the same time
+            if now_us == 5:
+                self.credit_transitions(4)
+                return 9
+            self.merge_credited(3)
+            return None
+
+    chain = Chain()
+    sim = Simulation([chain])
+    sim.run()
+    assert seen == [(5, 0), (5, 1), (5, 2), (9, 0)]
+    assert (sim.transitions, sim.credited) == (4 + 4 - 3, 1)
+    with pytest.raises(SimulationError, match="merge_credited"):
+        chain.merge_credited(2)
+    with pytest.raises(SimulationError, match="merge_credited"):
+        chain.merge_credited(-1)
+    with pytest.raises(SimulationError, match="no Simulation"):
+        Chain().instant_index()
