@@ -381,7 +381,9 @@ class EngineComponent(Component):
         cannot change the engine before ``L`` plus that delay: run-ahead makes the
         transitions before then, while a step is in flight (an input found the engine busy
         in the reference path, so it scheduled nothing), and an input that arrives inside
-        them only enters the frontend, as it would have. No effect without a delay."""
+        them only enters the frontend, as it would have; one that arrives at a time the
+        run-ahead made instants at takes back the credit of those it would have shared,
+        one instant at a time (:meth:`external`). No effect without a delay."""
         self._request_lead_us = self._env.frontend_delay_us(self._plan, 0)
 
     # -- helpers ---------------------------------------------------------------------
