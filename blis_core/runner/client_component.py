@@ -46,6 +46,11 @@ class ClientComponent(Component):
         """The stop rule: the workload is exhausted and every arrival has its fate."""
         return not self._pending and self._source.exhausted and self._ledger.in_system == 0
 
+    def next_deadline_us(self) -> int | None:
+        """The earliest deadline of a request sent and not yet past it (fated or not), or
+        ``None``: no abort of a request already sent is due before it."""
+        return self._deadlines[0][0] if self._deadlines else None
+
     @property
     def unsent(self) -> int:
         """Requests generated but not yet sent (still pending at the horizon)."""

@@ -322,6 +322,7 @@ class EngineComponent(Component):
         # engine after their delivery at the least (0: not allowed), and the last
         # transition a run-ahead made (inputs before it arrive inside a run-ahead).
         self._request_lead_us = 0
+        self._deadline_bound: Callable[[], int | None] | None = None
         self._ahead_until_us = -1
         self._made_until_us = -1  # the last transition made (run-ahead's, or a span's)
         # Past the lookahead: the instants the last run-ahead made at each time (its
@@ -369,12 +370,20 @@ class EngineComponent(Component):
             else None
         )
 
-    def allow_requests_ahead(self) -> None:
+    def allow_requests_ahead(
+        self,
+        deadline_bound: Callable[[], int | None] | None = None,
+        timeout_us: int | None = None,
+    ) -> None:
         """Let run-ahead go past the lookahead by the least frontend delay of a request.
 
         Promise of the caller: until the run ends, nothing reaches this instance but
-        ``request`` inputs with no ``kv_transfer_params`` (no client deadline or router
-        eviction sends an abort, no P/D or KV-move peer sends anything). A request reaches
+        ``request`` inputs with no ``kv_transfer_params`` (no router eviction sends an
+        abort, no P/D or KV-move peer sends anything), and the aborts of client deadlines:
+        ``deadline_bound`` gives the earliest deadline of a request already sent (the
+        run-ahead stops before it), and a request sent later has its deadline
+        ``timeout_us`` after its arrival, which must then be longer than the delay (else
+        nothing runs past the lookahead). A request reaches
         the engine only after its frontend delay, at least
         :meth:`~blis_core.contracts.engine.Environment.frontend_delay_us` of no tokens
         (coefficients are never negative), so a request delivered at the lookahead ``L``
@@ -384,7 +393,9 @@ class EngineComponent(Component):
         them only enters the frontend, as it would have; one that arrives at a time the
         run-ahead made instants at takes back the credit of those it would have shared,
         one instant at a time (:meth:`external`). No effect without a delay."""
-        self._request_lead_us = self._env.frontend_delay_us(self._plan, 0)
+        lead = self._env.frontend_delay_us(self._plan, 0)
+        self._request_lead_us = lead if timeout_us is None or timeout_us > lead else 0
+        self._deadline_bound = deadline_bound
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -863,7 +874,14 @@ class EngineComponent(Component):
         # not quiescent) is never extended.
         busy_from = limit
         if self._request_lead_us and now_us < limit < 1 << 62:
-            limit += self._request_lead_us
+            extended = limit + self._request_lead_us
+            if self._deadline_bound is not None:
+                # A deadline's abort reaches the engine at once: not past it (a client
+                # event, so never before the lookahead).
+                deadline = self._deadline_bound()
+                if deadline is not None and deadline < extended:
+                    extended = deadline
+            limit = extended
         self._busy_from_us = busy_from
         self._made_instants.clear()
         if self._frontend:

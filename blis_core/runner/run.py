@@ -58,6 +58,7 @@ from blis_core.contracts.router import (
 )
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
+from blis_core.contracts.time import seconds_to_us
 from blis_core.contracts.timeline import Timeline
 from blis_core.cost import Catalog, Registry, load_catalog, load_registry
 from blis_core.cost.registry import FAMILIES, PATH_PROVIDER, build_registry
@@ -452,20 +453,16 @@ def _nic_link(instance: str, engine: KVTransferEngine, env: Environment) -> Link
 
 
 def _requests_only(scenario: Scenario, router: RouterInstance | None) -> bool:
-    """Whether nothing but plain requests can reach an engine instance in this run: no
-    client deadline (whose abort the router forwards), no router that may evict a
-    dispatched request (a holding router that does not say it never does:
+    """Whether nothing but plain requests and the aborts of client deadlines (whose times
+    the client knows ahead) can reach an engine instance in this run: no router that may
+    evict a dispatched request (a holding router that does not say it never does:
     :class:`~blis_core.contracts.router.EvictionAwareRouter`), no pool of a P/D role
     (prefill legs, KV moves and their answers). Then run-ahead may go past the lookahead
     by a request's least frontend delay (:meth:`EngineComponent.allow_requests_ahead`)."""
     evicts = isinstance(router, HoldingRouter) and not (
         isinstance(router, EvictionAwareRouter) and not router.may_evict()
     )
-    return (
-        scenario.workload.request_timeout_s is None
-        and not evicts
-        and all(pool.role == "both" for pool in scenario.deployment.pools)
-    )
+    return not evicts and all(pool.role == "both" for pool in scenario.deployment.pools)
 
 
 def _build(
@@ -576,8 +573,10 @@ def _build(
     client = ClientComponent(CLIENT, source, ledger, target)
     components.append(client)
     if _requests_only(scenario, router):
+        timeout_s = scenario.workload.request_timeout_s
+        timeout_us = None if timeout_s is None else seconds_to_us(timeout_s)
         for comp in engines:
-            comp.allow_requests_ahead()
+            comp.allow_requests_ahead(client.next_deadline_us, timeout_us)
     return _Cluster(Simulation(components), client, source, ledger, engines, envs)
 
 

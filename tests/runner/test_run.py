@@ -443,7 +443,7 @@ class _SaysWhetherItEvicts(_Holds):
     [
         (None, None, True),
         (None, _Routes(), True),
-        ("deadline", _Routes(), False),
+        ("deadline", _Routes(), True),
         ("prefill pool", _Routes(), False),
         (None, _Holds(), False),
         (None, _SaysWhetherItEvicts(evicts=True), False),
@@ -453,9 +453,9 @@ class _SaysWhetherItEvicts(_Holds):
 def test_run_ahead_past_the_lookahead_only_where_nothing_but_requests_reach_an_engine(
     change: str | None, router: Any, requests_only: bool
 ) -> None:
-    """A client deadline's abort, a router's eviction, a P/D pool's legs and KV moves
-    reach an engine at once; a request only after its frontend delay
-    (``EngineComponent.allow_requests_ahead``)."""
+    """A router's eviction, a P/D pool's legs and KV moves reach an engine at once, at
+    times nothing knows ahead; a request only after its frontend delay, and a client
+    deadline's abort at a time the client knows (``EngineComponent.allow_requests_ahead``)."""
     from blis_core.contracts.router import HoldingRouter, RouterInstance
     from blis_core.runner.run import _requests_only
 

@@ -69,11 +69,31 @@ def test_a_busy_cluster_runs_ahead_past_arrivals_with_the_same_result(
     assert watch.ahead > 0, (watch.ahead, watch.routed)
 
 
-def test_a_run_whose_client_may_abort_stops_at_the_lookahead() -> None:
-    """A client deadline's abort reaches the engine at once: no engine makes a step past a
-    routing instant before the routing (the other cases: tests/runner/test_run.py)."""
+def test_client_deadlines_bound_the_run_ahead_and_keep_the_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deadline's abort reaches the engine at once, at a time the client knows: an
+    instance runs ahead past arrivals but not past the earliest deadline of a request
+    sent, and requests time out as one instant at a time has them."""
     doc = copy.deepcopy(busy_cluster())
-    doc["workload"]["request_timeout_s"] = 600
+    doc["deployment"]["pools"][0]["replicas"] = 2
+    # overloaded: requests time out while arrivals go on
+    doc["workload"].update(request_timeout_s=0.5, num_requests=800)
+    doc["workload"]["arrival"]["rate_per_s"] = 200
+    both = run_both_ways(parse_scenario(doc, "deadlines"), DataSources.load(), monkeypatch)
+    assert not both.differences(), both.differences()
+    fates = both.fast.replications[0].fates
+    assert fates.timed_out > 0 and fates.completed > 0, fates
+    watch = _watched(doc)
+    assert watch.routed == 800
+    assert watch.ahead > 0, (watch.ahead, watch.routed)
+
+
+def test_a_timeout_shorter_than_the_frontend_delay_stops_at_the_lookahead() -> None:
+    """A request sent during the run-ahead could time out inside it: nothing runs past
+    the lookahead (the frontend delay of vLLM on the H100 is 5 ms)."""
+    doc = copy.deepcopy(busy_cluster())
+    doc["workload"]["request_timeout_s"] = 0.004
     watch = _watched(doc)
     assert watch.routed == 400
     assert watch.ahead == 0
