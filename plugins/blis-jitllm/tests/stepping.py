@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 from blis_core.contracts.engine import Environment
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import StepShape
+from blis_core.contracts.shape import StepMode, StepShape
 
 from blis_jitllm import JitllmEngine
 
@@ -29,6 +29,28 @@ def run_steps(
         now += step_us
         engine.complete(shape, now)
     return shapes, now
+
+
+def first_decode(
+    engine: JitllmEngine,
+    rids: tuple[str, ...] = ("a",),
+    prompt_tokens: int = 64,
+    output_tokens: int = 4,
+) -> StepShape:
+    """The first decode pass after ``rids``' prompts (arriving together at 0), each step
+    completed 10 ms after it was scheduled."""
+    for rid in rids:
+        engine.add_request(
+            InferenceRequest(rid, 0, (PromptSegment(rid, prompt_tokens),), output_tokens), 0
+        )
+    now = 0
+    while True:
+        shape = engine.schedule(now)
+        assert shape is not None
+        now += 10_000
+        engine.complete(shape, now)
+        if shape.mode is StepMode.DECODE_ONLY:
+            return shape
 
 
 def serve(

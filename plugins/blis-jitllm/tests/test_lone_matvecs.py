@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.plan import LayerKind, MatVec, ParallelLayout, PlanPart
-from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import StepMode, StepShape
+from blis_core.contracts.shape import StepShape
 from boxes import BOX, LAPTOP, QWEN, V100
-from stepping import run_steps
+from stepping import first_decode, run_steps
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.lone_matvec import (
@@ -26,6 +26,9 @@ from blis_jitllm.lone_matvec import (
     MatVecSample,
     block_matrices,
 )
+
+#: the first decode pass after 40-token prompts of 20 output tokens each
+_first_decode = partial(first_decode, prompt_tokens=40, output_tokens=20)
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 GPU = "RTX3050Ti-Laptop-4GB"
@@ -169,20 +172,6 @@ def _engine(env: Environment, spec: EnginePoolSpec | None = None) -> JitllmEngin
     engine = JitllmEngineFactory().build(spec or _spec(), env, "p-0")
     assert isinstance(engine, JitllmEngine)
     return engine
-
-
-def _first_decode(engine: JitllmEngine, rids: tuple[str, ...] = ("a",)) -> StepShape:
-    """The first decode pass after ``rids``' prompts (40 tokens each, arriving together)."""
-    for rid in rids:
-        engine.add_request(InferenceRequest(rid, 0, (PromptSegment(rid, 40),), 20), 0)
-    now = 0
-    while True:
-        shape: StepShape | None = engine.schedule(now)
-        assert shape is not None
-        now += 10_000
-        engine.complete(shape, now)
-        if shape.mode is StepMode.DECODE_ONLY:
-            return shape
 
 
 def _cards(shape: StepShape, hardware: str = GPU) -> list[MatVec]:

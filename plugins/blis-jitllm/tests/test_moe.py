@@ -11,8 +11,8 @@ from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import StepMode, StepShape
 from boxes import BANK, BLOCK, BOX, QWEN, SHEET, V100
+from stepping import first_decode
 
 from blis_jitllm import JitllmEngineFactory
 from blis_jitllm.moe import (
@@ -161,21 +161,6 @@ def test_a_mixture_that_fits_stays_resident(
     assert shape is not None and not shape.page_in_bytes
 
 
-def _decode_shape(engine: object) -> StepShape:
-    from blis_jitllm import JitllmEngine
-
-    assert isinstance(engine, JitllmEngine)
-    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 64),), 4), 0)
-    now = 0
-    while True:
-        shape = engine.schedule(now)
-        assert shape is not None
-        now += 10_000
-        engine.complete(shape, now)
-        if shape.mode is StepMode.DECODE_ONLY:
-            return shape
-
-
 def test_a_block_above_every_budget_is_auto_streamed_and_its_pass_pays_the_uploads(
     blis_environment: Callable[[str], Environment],
 ) -> None:
@@ -189,7 +174,7 @@ def test_a_block_above_every_budget_is_auto_streamed_and_its_pass_pays_the_uploa
     assert resolved["host blocks"] == 0
     assert resolved["expert cache sheets a block"] == [0] * len(streamed)  # no room for one
     engine = f.build(spec, env, "p-0")
-    shape = _decode_shape(engine)
+    shape = first_decode(engine)
     # one decoded token: each streamed block uploads its 8 selected sheets over its link
     assert sorted(shape.page_in_bytes) == sorted(b * 8 * SHEET for b in streamed)
     plan = engine.plan

@@ -13,10 +13,8 @@ from collections.abc import Callable
 import pytest
 from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import ParallelLayout
-from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import StepMode, StepShape
 from boxes import BASE, BOX, QWEN, SHEET, V100
-from stepping import serve
+from stepping import first_decode, serve
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.moe import ExpertBank
@@ -92,18 +90,6 @@ def test_streamed_blocks_beside_host_blocks_are_planned_with_one_pager(
     assert resolved["host blocks"] == 8
 
 
-def _first_decode(engine: JitllmEngine) -> StepShape:
-    engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 64),), 4), 0)
-    now = 0
-    while True:
-        shape = engine.schedule(now)
-        assert shape is not None
-        now += 10_000
-        engine.complete(shape, now)
-        if shape.mode is StepMode.DECODE_ONLY:
-            return shape
-
-
 def test_fills_read_through_a_pager_narrower_than_the_pages(
     blis_environment: Callable[[str], Environment],
 ) -> None:
@@ -117,7 +103,7 @@ def test_fills_read_through_a_pager_narrower_than_the_pages(
     # experts, each streamed block's 8 (its device cache cold: every selected one missed)
     assert pager.page_in_bytes == pytest.approx(26 * (BASE + 8 * SHEET) + 22 * 8 * SHEET)
     assert all(pager.expert_pages(p) == pytest.approx(8) for p, _ in engine._facts.pager_fills)
-    shape = _first_decode(engine)
+    shape = first_decode(engine)
     slots, _ = engine._where(False)
     assert slots.pager is not None
     # the uploads over each card's link are as before: 3 blocks x 8 x (1 - 35/128) sheets
@@ -127,7 +113,7 @@ def test_fills_read_through_a_pager_narrower_than_the_pages(
     # without the narrow budget the pager holds everything and the disk reads nothing
     roomy = f.build(_spec(), env, "p-1")
     assert isinstance(roomy, JitllmEngine)
-    shape = _first_decode(roomy)
+    shape = first_decode(roomy)
     slots, _ = roomy._where(False)
     assert slots.pager is not None and shape.page_in_bytes[slots.pager] == 0
 
