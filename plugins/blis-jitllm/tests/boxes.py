@@ -8,6 +8,13 @@ from blis_jitllm.moe import ExpertBank
 V100 = "V100-SXM2-16GB"
 BOX = "v100-sxm2-8x-e5-2680v4"
 """the V100 server of the seed: eight V100-SXM2-16GB beside two Xeon E5-2680 v4"""
+XEON = "Xeon-E5-2680-v4"
+"""the box's host CPU, as the catalog names it"""
+DISK = "nvme-gen4"
+"""the box's disk"""
+DISK_BYTES_PER_S = 0.8 * 7e9
+ACCESS_S = 80e-6
+"""the roofline's page_in entry on the box's disk: 80 % of 7 GB/s, one 80 µs access"""
 LAPTOP = "laptop-rtx3050ti-i9-12900hk"
 """the seed's laptop: an RTX 3050 Ti (4 GiB) beside a Core i9-12900HK"""
 

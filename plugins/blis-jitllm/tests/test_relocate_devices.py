@@ -14,13 +14,12 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import LayerKind, ParallelLayout, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
-from boxes import BOX, V100
+from boxes import BOX, V100, XEON
 from stepping import run_steps, serve
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 from blis_jitllm.settings import resolve_settings
 
-XEON = "Xeon-E5-2680-v4"
 LLAMA70 = "meta-llama/Llama-3.1-70B-Instruct"
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 #: the 8B on two cards, the first pinned so small that its seven blocks leave it no

@@ -16,18 +16,13 @@ import pytest
 from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import LayerKind, ParallelLayout, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.shape import StepShape
-from boxes import BOX, V100
+from boxes import ACCESS_S, BOX, DISK, DISK_BYTES_PER_S, V100, XEON
+from disk_reads import assert_read_adds_its_time, disk_seconds
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 
-XEON = "Xeon-E5-2680-v4"
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
-DISK = "nvme-gen4"
 PCIE = "pcie3-x16"
-#: the roofline's page_in entry on the box's disk: 80 % of 7 GB/s, one 80 µs access
-DISK_BYTES_PER_S = 0.8 * 7e9
-ACCESS_S = 80e-6
 #: block 6 and block 31 of the 8B in Q4_K_M (its GGUF bytes; blocks 6 and 31 take the
 #: recipe's q6_K ffn_down, as every third block and the last ones do)
 BLOCK = 138_936_320
@@ -52,13 +47,6 @@ def _build(env: Environment, spec: EnginePoolSpec) -> JitllmEngine:
 
 def _blocks(part: PlanPart) -> int:
     return sum(x.count for x in part.layers if x.kind is LayerKind.QKV_PROJ)
-
-
-def _disk_seconds(env: Environment, engine: JitllmEngine, shape: StepShape) -> list[float]:
-    """The seconds of each term of ``shape`` that reads over the disk (the ``page_in``
-    family on a host part)."""
-    price = env.explain_step(engine.plan, shape)
-    return [p.seconds for p in price.parts if p.family == "page_in" and XEON in p.impl]
 
 
 def test_a_spill_onto_a_card_prices_its_disk_read_on_the_embeddings_host_part(
@@ -97,14 +85,9 @@ def test_a_spill_onto_a_card_prices_its_disk_read_on_the_embeddings_host_part(
     bare = dataclasses.replace(first, parts=plain.tiled, page_in_bytes=(history, BLOCK + history))
     assert first.parts == spread.with_disk(tuple(engine._owner)).tiled  # 512 rows: the twin
     read_s = ACCESS_S + BLOCK / DISK_BYTES_PER_S
-    assert _disk_seconds(env, engine, first) == [pytest.approx(read_s, rel=1e-12)]
-    assert _disk_seconds(env, engine, bare) == []
-    with_read = env.explain_step(engine.plan, first)
-    without = env.explain_step(engine.plan, bare)
-    assert sum(p.seconds for p in with_read.parts) - sum(
-        p.seconds for p in without.parts
-    ) == pytest.approx(read_s, abs=1e-9)
-    assert abs(with_read.duration_us - without.duration_us - round(read_s * 1e6)) <= 1
+    assert disk_seconds(env, engine.plan, first) == [pytest.approx(read_s, rel=1e-12)]
+    assert disk_seconds(env, engine.plan, bare) == []
+    assert_read_adds_its_time(env, engine.plan, first, bare, read_s)
     # a host block's part prices the same bytes alike: block 6 home instead
     home = list(engine._owner)
     home[6] = None
@@ -113,7 +96,7 @@ def test_a_spill_onto_a_card_prices_its_disk_read_on_the_embeddings_host_part(
     bytes_home = [0] * at_home.slots.paging
     bytes_home[at_home.slots.pager] = BLOCK
     paged = dataclasses.replace(first, parts=at_home.tiled, page_in_bytes=tuple(bytes_home))
-    assert _disk_seconds(env, engine, paged) == _disk_seconds(env, engine, first)
+    assert disk_seconds(env, engine.plan, paged) == disk_seconds(env, engine.plan, first)
     # the next pass reads nothing from the disk: the placement without the link
     engine.complete(first, 1000)
     nxt = engine.schedule(1000)
@@ -171,14 +154,9 @@ def test_an_offer_back_onto_a_card_that_runs_every_block_prices_its_disk_read(
     own = facts.placements[0].tiled  # the plan's own, on the twin
     bare = dataclasses.replace(nxt, parts=own, page_in_bytes=(upload,))
     read_s = ACCESS_S + BLOCK / DISK_BYTES_PER_S
-    assert _disk_seconds(env, engine, nxt) == [pytest.approx(read_s, rel=1e-12)]
-    with_read = env.explain_step(plan, nxt)
-    without = env.explain_step(plan, bare)
-    assert sum(p.seconds for p in with_read.parts) - sum(
-        p.seconds for p in without.parts
-    ) == pytest.approx(read_s, abs=1e-9)
-    assert abs(with_read.duration_us - without.duration_us - round(read_s * 1e6)) <= 1
-    assert env.price_step(plan, nxt) == with_read.duration_us
+    assert disk_seconds(env, engine.plan, nxt) == [pytest.approx(read_s, rel=1e-12)]
+    assert_read_adds_its_time(env, plan, nxt, bare, read_s)
+    assert env.price_step(plan, nxt) == env.explain_step(plan, nxt).duration_us
     engine.complete(nxt, 3000)
     after = engine.schedule(3000)
     assert after is not None and after.parts is own

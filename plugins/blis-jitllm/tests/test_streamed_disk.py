@@ -24,15 +24,13 @@ from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import StepShape
-from boxes import BANK, BOX, QWEN, SHEET, V100
+from boxes import ACCESS_S, BANK, BOX, DISK, DISK_BYTES_PER_S, QWEN, SHEET, V100, XEON
+from disk_reads import assert_read_adds_its_time, disk_seconds
+from stepping import run_steps
 from test_streamed_pager import _serve
 
 from blis_jitllm import JitllmEngine, JitllmEngineFactory
 
-XEON = "Xeon-E5-2680-v4"
-DISK = "nvme-gen4"
-DISK_BYTES_PER_S = 0.8 * 7e9
-ACCESS_S = 80e-6
 #: eight V100s of 1180 MiB: six streamed blocks a card (48, none on the host), each
 #: with an expert cache of 15 sheets; the head on the host
 CARDS = ",".join(f"cuda:{i}=1180M" for i in range(8))
@@ -58,23 +56,10 @@ def _build(env: Environment, spec: EnginePoolSpec) -> JitllmEngine:
     return engine
 
 
-def _disk_seconds(env: Environment, engine: JitllmEngine, shape: StepShape) -> list[float]:
-    price = env.explain_step(engine.plan, shape)
-    return [p.seconds for p in price.parts if p.family == "page_in" and XEON in p.impl]
-
-
 def _passes(engine: JitllmEngine, n: int) -> list[StepShape]:
     """A one-token prompt answered with ``n`` tokens: its passes, each of one row."""
     engine.add_request(InferenceRequest("a", 0, (PromptSegment("a", 1),), n), 0)
-    shapes = []
-    now = 0
-    while engine.num_unfinished():
-        shape = engine.schedule(now)
-        assert shape is not None
-        shapes.append(shape)
-        now += 10_000
-        engine.complete(shape, now)
-    return shapes
+    return run_steps(engine, step_us=10_000)[0]
 
 
 def test_fills_that_miss_the_pager_are_read_over_the_disk_on_the_embeddings_part(
@@ -117,21 +102,16 @@ def test_fills_that_miss_the_pager_are_read_over_the_disk_on_the_embeddings_part
     upload = round(6 * FILL * SHEET)
     assert prompt.page_in_bytes == (read,) + (upload,) * 8
     read_s = ACCESS_S + read / DISK_BYTES_PER_S
-    assert _disk_seconds(env, engine, prompt) == [pytest.approx(read_s, rel=1e-12)]
+    assert disk_seconds(env, engine.plan, prompt) == [pytest.approx(read_s, rel=1e-12)]
     plain = spread.at(owner)
     assert plain.slots.pager is None
     bare = dataclasses.replace(prompt, parts=(), page_in_bytes=(upload,) * 8)
-    assert _disk_seconds(env, engine, bare) == []
-    with_read = env.explain_step(engine.plan, prompt)
-    without = env.explain_step(engine.plan, bare)
-    assert sum(p.seconds for p in with_read.parts) - sum(
-        p.seconds for p in without.parts
-    ) == pytest.approx(read_s, abs=1e-9)
-    assert abs(with_read.duration_us - without.duration_us - round(read_s * 1e6)) <= 1
+    assert disk_seconds(env, engine.plan, bare) == []
+    assert_read_adds_its_time(env, engine.plan, prompt, bare, read_s)
     # the decode pass: each block holds 8 + 6.62109375 of its pages now
     second = 48 * FILL * (1 - (8 + FILL * (1 - 8 / 128)) / 128) * SHEET
     assert decode.page_in_bytes == (round(second),) + (upload,) * 8
-    assert _disk_seconds(env, engine, decode) == [
+    assert disk_seconds(env, engine.plan, decode) == [
         pytest.approx(ACCESS_S + round(second) / DISK_BYTES_PER_S, rel=1e-12)
     ]
 
@@ -151,7 +131,7 @@ def test_fills_that_hit_the_pager_read_nothing_and_keep_the_plans_placement(
     assert pager.page_in_bytes == 48 * BANK.bytes
     for shape in _passes(engine, 3):
         assert shape.parts == () and len(shape.page_in_bytes) == 8
-        assert _disk_seconds(env, engine, shape) == []
+        assert disk_seconds(env, engine.plan, shape) == []
     assert pager.page_in_bytes == 48 * BANK.bytes
 
 
