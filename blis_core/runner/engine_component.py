@@ -370,20 +370,16 @@ class EngineComponent(Component):
             else None
         )
 
-    def allow_requests_ahead(
-        self,
-        deadline_bound: Callable[[], int | None] | None = None,
-        timeout_us: int | None = None,
-    ) -> None:
+    def allow_requests_ahead(self, deadline_bound: Callable[[], int | None] | None = None) -> None:
         """Let run-ahead go past the lookahead by the least frontend delay of a request.
 
         Promise of the caller: until the run ends, nothing reaches this instance but
         ``request`` inputs with no ``kv_transfer_params`` (no router eviction sends an
         abort, no P/D or KV-move peer sends anything), and the aborts of client deadlines:
         ``deadline_bound`` gives the earliest deadline of a request already sent (the
-        run-ahead stops before it), and a request sent later has its deadline
-        ``timeout_us`` after its arrival, which must then be longer than the delay (else
-        nothing runs past the lookahead). A request reaches
+        run-ahead stops before it); a request sent later times out after the window, or,
+        with a timeout shorter than its frontend delay, before it reaches any engine, which
+        then has no step in flight to run ahead with. A request reaches
         the engine only after its frontend delay, at least
         :meth:`~blis_core.contracts.engine.Environment.frontend_delay_us` of no tokens
         (coefficients are never negative), so a request delivered at the lookahead ``L``
@@ -393,8 +389,7 @@ class EngineComponent(Component):
         them only enters the frontend, as it would have; one that arrives at a time the
         run-ahead made instants at takes back the credit of those it would have shared,
         one instant at a time (:meth:`external`). No effect without a delay."""
-        lead = self._env.frontend_delay_us(self._plan, 0)
-        self._request_lead_us = lead if timeout_us is None or timeout_us > lead else 0
+        self._request_lead_us = self._env.frontend_delay_us(self._plan, 0)
         self._deadline_bound = deadline_bound
 
     # -- helpers ---------------------------------------------------------------------

@@ -58,7 +58,6 @@ from blis_core.contracts.router import (
 )
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
-from blis_core.contracts.time import seconds_to_us
 from blis_core.contracts.timeline import Timeline
 from blis_core.cost import Catalog, Registry, load_catalog, load_registry
 from blis_core.cost.registry import FAMILIES, PATH_PROVIDER, build_registry
@@ -573,10 +572,8 @@ def _build(
     client = ClientComponent(CLIENT, source, ledger, target)
     components.append(client)
     if _requests_only(scenario, router):
-        timeout_s = scenario.workload.request_timeout_s
-        timeout_us = None if timeout_s is None else seconds_to_us(timeout_s)
         for comp in engines:
-            comp.allow_requests_ahead(client.next_deadline_us, timeout_us)
+            comp.allow_requests_ahead(client.next_deadline_us)
     return _Cluster(Simulation(components), client, source, ledger, engines, envs)
 
 
