@@ -26,7 +26,7 @@ from blis_llmd_router.router import LlmdRouter
 from helpers import snap
 
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.router import RouterEvent
+from blis_core.contracts.router import EvictionAwareRouter, RouterEvent
 
 GRACE = 500_000
 
@@ -299,3 +299,14 @@ def test_run_revokes_sheddable_requests_for_blocked_priority_demand(
     assert fc is not None and fc.reclamation is not None
     assert fc.reclamation.evictor.stats() == (0, 0)  # every stream ended
     assert rep.fates.completed == N - evicted
+
+
+def test_the_router_says_whether_it_may_evict() -> None:
+    """``EvictionAwareRouter.may_evict``: with flow control on (eviction or not) the
+    router may revoke a dispatched request; without it, never, so engine instances may
+    run ahead of its instants."""
+    plain = _doc()
+    del plain["featureGates"], plain["flowControl"]
+    routers = [LlmdRouter(load(doc, FixedRuntime())) for doc in (_doc(), plain)]
+    assert all(isinstance(r, EvictionAwareRouter) for r in routers)
+    assert [r.may_evict() for r in routers] == [True, False]
