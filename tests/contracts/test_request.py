@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+from array import array
 
 import pytest
 from hypothesis import given
@@ -34,6 +36,44 @@ def test_slices_agree_across_chunk_boundaries() -> None:
 def test_one_token_id_is_the_slice_of_one(vocab: int) -> None:
     whole = segment_token_ids("out/r7", vocab, 0, 1100)
     assert [segment_token_id("out/r7", vocab, i) for i in range(1100)] == whole
+
+
+def _ids_as_words(content_key: str, vocab_size: int, start: int, stop: int) -> list[int]:
+    """The ids as first defined: the chunk's digest as an ``array`` of 32-bit words in
+    little-endian order, each mapped to ``1 + w % (vocab_size - 1)``."""
+    out: list[int] = []
+    for pos in range(start, stop):
+        chunk, offset = divmod(pos, 512)
+        words = array("I")
+        words.frombytes(hashlib.shake_128(f"{content_key}\x00{chunk}".encode()).digest(2048))
+        if sys.byteorder == "big":
+            words.byteswap()
+        out.append(1 + words[offset] % (vocab_size - 1))
+    return out
+
+
+@pytest.mark.parametrize("vocab", [2, 3, 1000, 32000, 128256, 151936, 201088, 2**32, 2**32 + 7])
+def test_ids_read_from_the_digest_bytes_are_the_words_ids(vocab: int) -> None:
+    """The ids are read from the digest's bytes (compiled, without an int per word):
+    the same ids as the digest read as an array of words, across chunk boundaries,
+    for every kind of vocabulary (a word wider than the modulus included)."""
+    for key, start, stop in (("sys/3", 0, 1100), ("out/r7", 500, 530), ("q", 1023, 1025)):
+        expected = _ids_as_words(key, vocab, start, stop)
+        assert segment_token_ids(key, vocab, start, stop) == expected
+        assert [segment_token_id(key, vocab, i) for i in range(start, stop)] == expected
+
+
+def test_ids_are_pinned() -> None:
+    """A few ids as every earlier release made them (a changed id changes every hash)."""
+    assert segment_token_ids("a", 32000, 0, 8) == [
+        28924, 3010, 25719, 23764, 23088, 1524, 15147, 14167,
+    ]  # fmt: skip
+    assert segment_token_ids("out/r1", 2**32, 510, 514) == [
+        3280844261, 1772278405, 2407323594, 3787398887,
+    ]  # fmt: skip
+    assert segment_token_ids("k", 128256, 1020, 1026) == [
+        11329, 75570, 95614, 104778, 98370, 52326,
+    ]  # fmt: skip
 
 
 def test_one_token_id_refuses_what_the_slice_refuses() -> None:
