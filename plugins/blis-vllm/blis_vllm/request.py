@@ -177,9 +177,13 @@ class Request:
 
     def next_output_token_id(self) -> int:
         """The deterministic id of the next generated token (content key ``out/<id>``)."""
-        return segment_token_id(
-            self.output_key, self._vocab_size, self.num_tokens - self.num_prompt_tokens
-        )
+        index = self.num_tokens - self.num_prompt_tokens
+        # NOTE: the ids made ahead hold it once a block boundary has made them (the
+        # same function of the key and the position).
+        ahead = index - self._ids_ahead_start
+        if 0 <= ahead < len(self._ids_ahead):
+            return self._ids_ahead[ahead]
+        return segment_token_id(self.output_key, self._vocab_size, index)
 
     def append_output_token_ids(self, token_id: int) -> None:
         """Append one generated token and hash any block it completes."""

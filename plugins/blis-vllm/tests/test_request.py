@@ -55,3 +55,21 @@ def test_generated_ids_and_block_hashes_match_token_by_token(
     )
     assert r.all_token_ids == expected
     assert r.block_hashes == _chain(expected, block_size)
+
+
+def test_next_output_token_id_read_from_the_ids_made_ahead_is_the_content_keys() -> None:
+    """Once a block boundary has made ids ahead, the next id comes from them: at every
+    position it is the content key's id (ahead of, inside and past the ids made)."""
+    r = Request(req("r", ("p", 40), max_tokens=600), vocab_size=VOCAB, block_size=16,
+                hash_blocks=True)  # fmt: skip
+    key = output_content_key("r")
+    seen_ahead = False
+    for i in range(600):
+        assert r.next_output_token_id() == segment_token_ids(key, VOCAB, i, i + 1)[0]
+        seen_ahead = seen_ahead or bool(r._ids_ahead)
+        if i % 7 == 3:
+            r.append_output_token_ids(r.next_output_token_id())
+        else:
+            r.append_next_output_token()
+    assert seen_ahead
+    assert r.next_output_token_id() == segment_token_ids(key, VOCAB, 600, 601)[0]
