@@ -75,6 +75,7 @@ class Histogram:
         "_bucket_keys",
         "_count_key",
         "_counts",
+        "_keys",
         "_raw_sum",
         "_scale",
         "_sum_key",
@@ -95,9 +96,11 @@ class Histogram:
         self._bucket_keys = tuple(bucket_key(name, b) for b in (*self.bounds, math.inf))
         self._sum_key = sum_key(name)
         self._count_key = count_key(name)
-        # The samples as last written, until the next observation (a scrape rewrites
-        # only the histograms that moved).
-        self._written: dict[str, float] | None = None
+        # Every sample's key in the order written: the buckets, the sum, the count.
+        self._keys = (*self._bucket_keys, self._sum_key, self._count_key)
+        # The samples' values as last written (in ``_keys`` order), until the next
+        # observation (a scrape rewrites only the histograms that moved).
+        self._written: list[float] | None = None
 
     def observe(self, raw: float) -> None:
         """Add one observation (in raw units)."""
@@ -141,14 +144,19 @@ class Histogram:
 
     def write(self, out: dict[str, float]) -> None:
         """Add the cumulative ``_bucket`` samples (``+Inf`` last), ``_sum`` and ``_count``."""
-        written = self._written
-        if written is None:
-            written = {}
+        values = self._written
+        if values is None:
+            values = []
             total = 0
-            for key, n in zip(self._bucket_keys, self._counts, strict=True):
+            for n in self._counts:
                 total += n
-                written[key] = float(total)
-            written[self._sum_key] = self._raw_sum / self._scale
-            written[self._count_key] = float(total)
-            self._written = written
-        out.update(written)
+                values.append(float(total))
+            values.append(self._raw_sum / self._scale)
+            values.append(float(total))
+            self._written = values
+        # NOTE: the values set key by key into ``out`` (which mostly holds these keys
+        # already, a scrape starting from the last one's samples): the same keys in
+        # the same order as a dict of them merged in, without building that dict.
+        keys = self._keys
+        for i in range(len(keys)):
+            out[keys[i]] = values[i]
