@@ -69,10 +69,13 @@ class BlockHashToBlockMap:
 
     def insert(self, key: HashKey, block: KVCacheBlock) -> None:
         """Cache ``block`` under ``key`` (after any block already there)."""
-        blocks = self._cache.get(key)
-        if blocks is None:
-            self._cache[key] = block
-        elif isinstance(blocks, KVCacheBlock):
+        # NOTE: ``setdefault``, upstream's ``get`` then set of an absent key in one
+        # lookup of the index (a block is inserted at most once: only uncached blocks
+        # are, and a cached block is popped before its hash is reset).
+        blocks = self._cache.setdefault(key, block)
+        if blocks is block:
+            return
+        if isinstance(blocks, KVCacheBlock):
             self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
         else:
             blocks[block.block_id] = block
