@@ -21,6 +21,7 @@ returns them (configuration order); upstream iterates a map there too.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,15 +29,7 @@ from typing import Any
 
 import numpy as np
 
-# NOTE: the content words behind segment_token_ids, through its own cache (which the
-# engine's ids of the same prompt then hit): packed_segment_ids maps them to ids in one
-# array pass instead of one Python integer per token.
-from blis_core.contracts.request import (
-    _CHUNK_TOKENS,
-    InferenceRequest,
-    _chunk_words,
-    prompt_token_ids,
-)
+from blis_core.contracts.request import InferenceRequest, prompt_token_ids
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent
 from blis_llmd_router.datalayer import EndpointMetrics, endpoint_labels, metrics_from_snapshot
 
@@ -79,6 +72,9 @@ collisions), which is all the approximate prefix index compares.
 PACKED_VOCAB_SIZE_MAX = 2**32
 """The largest vocabulary whose ids (``1 .. vocab_size - 1``) are uint32s."""
 
+CONTENT_CHUNK_TOKENS = 512
+"""Token ids per content chunk of :func:`~blis_core.contracts.request.segment_token_ids`."""
+
 
 @lru_cache(maxsize=1024)
 def packed_segment_ids(content_key: str, vocab_size: int, num_tokens: int) -> bytes:
@@ -86,17 +82,23 @@ def packed_segment_ids(content_key: str, vocab_size: int, num_tokens: int) -> by
     little-endian uint32s (``struct.pack("<nI", *ids)``), for ``2 <= vocab_size <=``
     :data:`PACKED_VOCAB_SIZE_MAX`; the ids are never made as Python integers.
 
-    Cached: shared segments (system prompts) recur in many requests.
+    The ids as ``segment_token_ids`` defines them: chunk ``c`` of the content is the
+    SHAKE-128 digest of ``f"{content_key}\\x00{c}"`` read as 512 little-endian uint32
+    words ``w``, each id ``1 + w % (vocab_size - 1)``
+    (``tests/test_router_speed_equivalence.py`` holds the two equal). Cached: shared
+    segments (system prompts) recur in many requests.
     """
     if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
         raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
     if num_tokens <= 0:
         return b""
-    chunks = -(-num_tokens // _CHUNK_TOKENS)
-    words = [np.frombuffer(_chunk_words(content_key, c), dtype=np.uint32) for c in range(chunks)]
-    ids = (words[0] if chunks == 1 else np.concatenate(words))[:num_tokens] % np.uint32(
-        vocab_size - 1
+    chunk_bytes = 4 * CONTENT_CHUNK_TOKENS
+    digests = b"".join(
+        hashlib.shake_128(f"{content_key}\x00{c}".encode()).digest(chunk_bytes)
+        for c in range(-(-num_tokens // CONTENT_CHUNK_TOKENS))
     )
+    words = np.frombuffer(digests, dtype="<u4", count=num_tokens)
+    ids = words % np.uint32(vocab_size - 1)
     ids += np.uint32(1)  # below vocab_size - 1 before: no wrap
     return ids.astype("<u4", copy=False).tobytes()
 
