@@ -1,8 +1,8 @@
 """blis-core's build: the simulation's per-step modules compiled with mypyc where possible.
 
 ``pip install .`` (a wheel) compiles the modules in :data:`COMPILED`: the kernel, the
-engine, client and router components, the request ledger, the request and scrape
-contracts and the step pricing. ``BLIS_MYPYC`` chooses (``1`` compile or fail, ``0``
+engine, client and router components, the request ledger, the request, scrape and
+routing contracts and the step pricing. ``BLIS_MYPYC`` chooses (``1`` compile or fail, ``0``
 pure Python, unset compile where possible); editable installs are never compiled
 (``buildtools/mypyc_build.py``, shared with blis-vllm).
 """
@@ -27,6 +27,7 @@ COMPILED = (
     "blis_core/metrics/ledger.py",
     "blis_core/contracts/request.py",
     "blis_core/contracts/outcome.py",
+    "blis_core/contracts/routing.py",
     "blis_core/runner/messages.py",
     "blis_core/contracts/scrape.py",
     "blis_core/cost/pricing.py",

@@ -29,7 +29,7 @@ sys.path.insert(0, str(STEADY_TESTS))
 
 from pure_hashes import compiled, differing_from_source  # noqa: E402
 
-from blis_core.contracts import outcome, request, scrape  # noqa: E402
+from blis_core.contracts import outcome, request, routing, scrape  # noqa: E402
 from blis_core.contracts.engine import (  # noqa: E402
     AllBlocksCleared,
     BlockRemoved,
@@ -40,6 +40,7 @@ from blis_core.contracts.engine import (  # noqa: E402
     TokenEmission,
 )
 from blis_core.contracts.request import InferenceRequest, PromptSegment  # noqa: E402
+from blis_core.contracts.router import RouterEvent  # noqa: E402
 from blis_core.cost import pricing  # noqa: E402
 from blis_core.metrics import ledger  # noqa: E402
 from blis_core.runner import (  # noqa: E402
@@ -57,7 +58,7 @@ SCENARIOS = range(1, 200, 2)
 
 def test_compiled_core_keeps_every_result_byte() -> None:
     modules = (kernel, engine_component, client_component, router_component, ledger)
-    modules += (request, scrape, pricing, outcome, messages)
+    modules += (request, scrape, pricing, outcome, routing, messages)
     if os.environ.get("BLIS_MYPYC") == "1":
         assert all(compiled(m) for m in modules), [m.__file__ for m in modules]
     differ, source = differing_from_source(SCENARIOS, ROOT)
@@ -81,6 +82,7 @@ def test_compiled_frozen_contracts_survive_pickle_and_copy() -> None:
     )
     report = StepReport("i0", 100, made)
     scrape_ = MetricsScrape("i0", {"m": 1.0}, 200)
-    for obj in (made, report, scrape_):
+    event = RouterEvent("kv_events", "i0", "r", made.kv_events)
+    for obj in (made, report, scrape_, event):
         for again in (pickle.loads(pickle.dumps(obj)), copy.deepcopy(obj), copy.copy(obj)):
             assert again == obj

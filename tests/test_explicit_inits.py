@@ -100,6 +100,12 @@ CASES: dict[str, dict[str, Any]] = {
         "transfers": (Transfer("t", "r", "gpu", "cpu", "g", 16, 1),),
         "prefix_hits": (PrefixHit("a", 16),),
     },
+    "blis_core.contracts.routing.RouterEvent": {
+        "kind": "kv_events",
+        "endpoint": "e0",
+        "request_id": "r",
+        "kv_events": (BlockRemoved((1,)),),
+    },
     "blis_core.runner.messages.StepReport": {
         "instance": "i0",
         "step_start_us": 1000,

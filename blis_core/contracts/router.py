@@ -9,17 +9,18 @@ seed gives the same decisions.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from blis_core.contracts.catalog import ModelArchitecture
-from blis_core.contracts.engine import KVEvent
 from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.routing import RouterEvent
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "ROUTER_EVENT_KINDS",
     "DataLayerFacts",
     "EndpointSnapshot",
     "EvictionAwareRouter",
@@ -31,7 +32,14 @@ __all__ = [
     "RouterInstance",
     "RouterRuntime",
     "RoutingDecision",
+    "SelectiveRouter",
 ]
+
+ROUTER_EVENT_KINDS: frozenset[str] = frozenset(
+    ("dispatched", "first_token", "completed", "kv_events", "aborted")
+)
+"""Every :attr:`RouterEvent.kind`: what a router that is not a :class:`SelectiveRouter`
+hears."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,20 +96,6 @@ class RoutingDecision:
         return cls(endpoint=None, status=status, reason=reason, headers=headers, evicted=True)
 
 
-@dataclass(frozen=True, slots=True)
-class RouterEvent:
-    """Something the router hears about after a decision.
-
-    ``kind`` is ``dispatched``, ``first_token``, ``completed``, ``kv_events``, or
-    ``aborted`` (the client gave up on a request the router still held).
-    """
-
-    kind: str
-    endpoint: str
-    request_id: str = ""
-    kv_events: tuple[KVEvent, ...] = field(default=())
-
-
 @runtime_checkable
 class RouterRuntime(Protocol):
     """Clock and randomness for a router, both owned by the simulator."""
@@ -153,6 +147,23 @@ class RouterInstance(Protocol):
 
     def observe(self, event: RouterEvent) -> None:
         """Update in-flight counters or indexes after a decision."""
+        ...
+
+
+@runtime_checkable
+class SelectiveRouter(RouterInstance, Protocol):
+    """A router that says which event kinds its ``observe`` acts on.
+
+    The simulator then makes and sends only the events of those kinds (a step report's
+    first tokens, completions and KV events are otherwise an event each). An event of a
+    kind not named must change nothing the router does: no state, no random draw, no
+    decision (``blis_conformance.RouterConformance`` checks that decisions stay the same
+    when every such event is sent as well).
+    """
+
+    def observed_kinds(self) -> frozenset[str]:
+        """The :data:`ROUTER_EVENT_KINDS` that ``observe`` acts on, for this
+        configuration, at any time of the run (fixed when the router is built)."""
         ...
 
 

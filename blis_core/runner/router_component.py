@@ -16,11 +16,13 @@ from blis_core.contracts.catalog import ModelArchitecture
 from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import (
+    ROUTER_EVENT_KINDS,
     EndpointSnapshot,
     HoldingRouter,
     RouterEvent,
     RouterInstance,
     RoutingDecision,
+    SelectiveRouter,
 )
 from blis_core.runner.messages import DisaggDispatch, Dropped, MetricsScrape, StepReport
 from blis_core.sim.kernel import Component, Message
@@ -80,7 +82,9 @@ class RouterComponent(Component):
     ``request`` when the decision names a prefill endpoint: the decode instance's sidecar
     runs the prefill leg), ``dropped`` to the client.
     A :class:`~blis_core.contracts.router.HoldingRouter` may hold requests; they are
-    polled after every input and at the router's own wake-up time.
+    polled after every input and at the router's own wake-up time. A
+    :class:`~blis_core.contracts.router.SelectiveRouter` is sent only the event kinds it
+    observes (the others are never made).
     """
 
     def __init__(
@@ -105,6 +109,21 @@ class RouterComponent(Component):
         self._holding: HoldingRouter | None = router if isinstance(router, HoldingRouter) else None
         self._held: dict[str, InferenceRequest] = {}
         self._outbox: list[tuple[str, str, object]] = []
+        kinds = router.observed_kinds() if isinstance(router, SelectiveRouter) else None
+        if kinds is None:
+            kinds = ROUTER_EVENT_KINDS
+        elif not kinds <= ROUTER_EVENT_KINDS:
+            raise SimulationError(
+                f"router {name!r}: observed_kinds() names {sorted(kinds - ROUTER_EVENT_KINDS)}, "
+                f"which are not router event kinds {sorted(ROUTER_EVENT_KINDS)}"
+            )
+        # NOTE: events of a kind the router does not observe are never made (a step report
+        # would otherwise make one per first token and per completion).
+        self._hears_dispatched = "dispatched" in kinds
+        self._hears_first_token = "first_token" in kinds
+        self._hears_completed = "completed" in kinds
+        self._hears_kv_events = "kv_events" in kinds
+        self._hears_aborted = "aborted" in kinds
 
     def quiescent(self) -> bool:
         """A step report or a scrape makes the router send something only through a
@@ -162,7 +181,8 @@ class RouterComponent(Component):
         self._outbox.append((target, "abort", rid))
         reason = f"router {decision.status}: {decision.reason}"
         self._outbox.append((self._client, "dropped", Dropped(rid, reason)))
-        self._router.observe(RouterEvent("completed", target, rid))
+        if self._hears_completed:
+            self._router.observe(RouterEvent("completed", target, rid))
 
     def external(self, now_us: int, bag: list[Message]) -> int | None:
         self._runtime.set_now(now_us)
@@ -179,7 +199,7 @@ class RouterComponent(Component):
                 target = self._dispatched.get(rid)
                 if target is not None:
                     self._outbox.append((target, "abort", rid))
-                elif self._held.pop(rid, None) is not None:
+                elif self._held.pop(rid, None) is not None and self._hears_aborted:
                     self._router.observe(RouterEvent("aborted", "", rid))
             else:
                 raise SimulationError(f"router {self.name!r}: unknown input port {port!r}")
@@ -221,12 +241,14 @@ class RouterComponent(Component):
                 f"{sorted(self._snapshots)}"
             )
         self._dispatched[request.request_id] = target
-        self._awaiting_first_token.add(request.request_id)
+        if self._hears_first_token:
+            self._awaiting_first_token.add(request.request_id)
         if prefill is None:
             self._outbox.append((target, "request", request))
         else:
             self._outbox.append((target, "disagg", DisaggDispatch(request, prefill)))
-        self._router.observe(RouterEvent("dispatched", target, request.request_id))
+        if self._hears_dispatched:
+            self._router.observe(RouterEvent("dispatched", target, request.request_id))
 
     def _scrape(self, scrape: MetricsScrape) -> None:
         old = self._snapshots[scrape.instance]
@@ -244,14 +266,17 @@ class RouterComponent(Component):
         outcome = report.outcome
         observe = self._router.observe
         awaiting = self._awaiting_first_token
-        for em in outcome.emitted:
-            if em.request_id in awaiting:
-                awaiting.discard(em.request_id)
-                observe(RouterEvent("first_token", report.instance, em.request_id))
+        if awaiting:
+            for em in outcome.emitted:
+                if em.request_id in awaiting:
+                    awaiting.discard(em.request_id)
+                    observe(RouterEvent("first_token", report.instance, em.request_id))
+        dispatched = self._dispatched
         for fin in outcome.finished:
-            if self._dispatched.pop(fin.request_id, None) is None:
+            if dispatched.pop(fin.request_id, None) is None:
                 continue
             awaiting.discard(fin.request_id)
-            observe(RouterEvent("completed", report.instance, fin.request_id))
-        if outcome.kv_events:
+            if self._hears_completed:
+                observe(RouterEvent("completed", report.instance, fin.request_id))
+        if outcome.kv_events and self._hears_kv_events:
             observe(RouterEvent("kv_events", report.instance, kv_events=outcome.kv_events))

@@ -9,12 +9,15 @@ import numpy as np
 import pytest
 
 from blis_core.contracts.catalog import ModelArchitecture
+from blis_core.contracts.engine import BlockStored
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.router import (
+    ROUTER_EVENT_KINDS,
     EndpointSnapshot,
     RouterEvent,
     RouterFactory,
     RouterInstance,
+    SelectiveRouter,
 )
 
 __all__ = ["FixedRuntime", "RouterConformance", "endpoints"]
@@ -137,4 +140,38 @@ class RouterConformance:
         assert got_a == expected and got_b == expected, (
             "decisions changed when another router with the same seed ran in between: "
             "draw randomness from runtime.substream, not a shared generator"
+        )
+
+    @pytest.mark.conformance
+    def test_events_of_kinds_it_does_not_observe_change_no_decision(self) -> None:
+        """A :class:`~blis_core.contracts.router.SelectiveRouter` is sent only the event
+        kinds it names: it must decide alike when it is sent every event."""
+        probe = self.build(seed=5)
+        if not isinstance(probe, SelectiveRouter):
+            pytest.skip("not a SelectiveRouter: the simulator sends it every event")
+        kinds = probe.observed_kinds()
+        assert kinds <= ROUTER_EVENT_KINDS, sorted(kinds - ROUTER_EVENT_KINDS)
+        eps = endpoints(4)
+        runs = []
+        for send_all in (False, True):
+            router = self.build(seed=5)
+            decisions = []
+            for i in range(40):
+                decision = router.route(_req(i), eps)
+                decisions.append((decision.endpoint, decision.status, decision.reason))
+                ep, rid = decision.endpoint or "", f"r{i}"
+                stored = (BlockStored((1000 + i,), None, tuple(range(1, 17)), 16),)
+                events = [
+                    RouterEvent("dispatched", ep, rid),
+                    RouterEvent("first_token", ep, rid),
+                    RouterEvent("kv_events", ep, kv_events=stored),
+                ]
+                if i % 3 == 0:  # some requests stay in flight
+                    events.append(RouterEvent("completed", ep, rid))
+                for event in events:
+                    if send_all or event.kind in kinds:
+                        router.observe(event)
+            runs.append(decisions)
+        assert runs[0] == runs[1], (
+            f"decisions changed by events of kinds outside observed_kinds() {sorted(kinds)}"
         )

@@ -44,6 +44,20 @@ class _Router:
                 self._live.pop(event.request_id, None)
 
 
+class _SelectiveRouter(_Router):
+    """Names only ``aborted``, yet (flaw ``deaf``) picks the endpoint with the fewest
+    requests it heard dispatched and not completed."""
+
+    def observed_kinds(self) -> frozenset[str]:
+        return frozenset(("aborted",))
+
+    def route(self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]) -> Any:
+        if self._flaw != "deaf" or not endpoints:
+            return super().route(request, endpoints)
+        live = [sum(1 for e in self._live.values() if e == ep.name) for ep in endpoints]
+        return RoutingDecision(endpoint=endpoints[live.index(min(live))].name)
+
+
 class _Factory:
     kind = "toy-router"
     upstream_release = "1.0"
@@ -53,6 +67,8 @@ class _Factory:
         self._flaw = flaw
 
     def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
+        if self._flaw in ("selective", "deaf"):
+            return _SelectiveRouter(runtime, self._flaw)
         return _Router(runtime, self._flaw)
 
 
@@ -64,11 +80,20 @@ def _suite(flaw: str) -> Any:
     return Suite()
 
 
-def test_the_sound_toy_passes_every_check() -> None:
-    suite = _suite("")
+@pytest.mark.parametrize("flaw", ["", "selective"])
+def test_the_sound_toy_passes_every_check(flaw: str) -> None:
+    suite = _suite(flaw)
     for name in dir(suite):
         if name.startswith("test_"):
-            getattr(suite, name)()
+            try:
+                getattr(suite, name)()
+            except pytest.skip.Exception:
+                assert not flaw and name.startswith("test_events_of_kinds")
+
+
+def test_a_router_acting_on_events_it_says_it_does_not_observe_fails() -> None:
+    with pytest.raises(AssertionError, match="outside observed_kinds"):
+        _suite("deaf").test_events_of_kinds_it_does_not_observe_change_no_decision()
 
 
 def test_a_router_drawing_from_a_shared_generator_fails() -> None:

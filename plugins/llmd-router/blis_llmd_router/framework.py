@@ -21,9 +21,13 @@ returns them (configuration order); upstream iterates a map there too.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from blis_core.contracts.request import InferenceRequest, prompt_token_ids
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent
@@ -50,6 +54,7 @@ __all__ = [
     "ScoredEndpoint",
     "Scorer",
     "WeightedScorer",
+    "packed_segment_ids",
 ]
 
 TOKENIZER_VOCAB_SIZE = 2**32
@@ -62,6 +67,40 @@ content keys, not text, so the router's tokenised prompt is
 content always gives the same ids and different content different ids (up to 32-bit
 collisions), which is all the approximate prefix index compares.
 """
+
+
+PACKED_VOCAB_SIZE_MAX = 2**32
+"""The largest vocabulary whose ids (``1 .. vocab_size - 1``) are uint32s."""
+
+CONTENT_CHUNK_TOKENS = 512
+"""Token ids per content chunk of :func:`~blis_core.contracts.request.segment_token_ids`."""
+
+
+@lru_cache(maxsize=1024)
+def packed_segment_ids(content_key: str, vocab_size: int, num_tokens: int) -> bytes:
+    """``segment_token_ids(content_key, vocab_size, 0, num_tokens)`` packed as
+    little-endian uint32s (``struct.pack("<nI", *ids)``), for ``2 <= vocab_size <=``
+    :data:`PACKED_VOCAB_SIZE_MAX`; the ids are never made as Python integers.
+
+    The ids as ``segment_token_ids`` defines them: chunk ``c`` of the content is the
+    SHAKE-128 digest of ``f"{content_key}\\x00{c}"`` read as 512 little-endian uint32
+    words ``w``, each id ``1 + w % (vocab_size - 1)``
+    (``tests/test_router_speed_equivalence.py`` holds the two equal). Cached: shared
+    segments (system prompts) recur in many requests.
+    """
+    if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
+        raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
+    if num_tokens <= 0:
+        return b""
+    chunk_bytes = 4 * CONTENT_CHUNK_TOKENS
+    digests = b"".join(
+        hashlib.shake_128(f"{content_key}\x00{c}".encode()).digest(chunk_bytes)
+        for c in range(-(-num_tokens // CONTENT_CHUNK_TOKENS))
+    )
+    words = np.frombuffer(digests, dtype="<u4", count=num_tokens)
+    ids = words % np.uint32(vocab_size - 1)
+    ids += np.uint32(1)  # below vocab_size - 1 before: no wrap
+    return ids.astype("<u4", copy=False).tobytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +202,30 @@ class SchedulingRequest:
                     break
                 pos += seg.num_tokens
         return self.token_ids[start:]
+
+    @property
+    def packs_ids(self) -> bool:
+        """Whether :meth:`packed_ids_from` can pack the ids: they are the prompt's, in a
+        vocabulary whose ids are uint32s."""
+        return self.tokens_from_prompt and 2 <= self.vocab_size <= PACKED_VOCAB_SIZE_MAX
+
+    def packed_ids_from(self, start: int) -> bytes:
+        """``token_ids[start:]`` packed as little-endian uint32s (what block hashing
+        hashes), made from the prompt's segments (:func:`packed_segment_ids`) without the
+        ids as integers; only where :attr:`packs_ids`."""
+        if not self.packs_ids:
+            raise ValueError(
+                f"request {self.request_id!r}: its ids are not the prompt's uint32 ids"
+            )
+        parts: list[bytes] = []
+        pos = 0
+        for seg in self.request.prompt:
+            end = pos + seg.num_tokens
+            if end > start:
+                packed = packed_segment_ids(seg.content_key, self.vocab_size, seg.num_tokens)
+                parts.append(packed if pos >= start else packed[4 * (start - pos) :])
+            pos = end
+        return b"".join(parts)
 
     @classmethod
     def from_token_ids(

@@ -49,7 +49,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from blis_core.contracts.request import InferenceRequest
-from blis_core.contracts.router import EndpointSnapshot, RouterEvent, RoutingDecision
+from blis_core.contracts.router import (
+    ROUTER_EVENT_KINDS,
+    EndpointSnapshot,
+    RouterEvent,
+    RoutingDecision,
+)
 from blis_llmd_router.admission import ADMISSION_DENIED_STATUS, run_admission
 from blis_llmd_router.flowcontrol import reject_if_sheddable_and_saturated
 from blis_llmd_router.framework import (
@@ -253,6 +258,17 @@ class LlmdRouter:
         wakes += [p.next_seal_us() for p in self._bursts]
         times = [w for w in wakes if w is not None]
         return min(times) if times else None
+
+    def observed_kinds(self) -> frozenset[str]:
+        """The event kinds :meth:`observe` acts on (``SelectiveRouter``): every kind when a
+        plugin observes events (``EventObserver``: in-flight load, precise prefix, ...);
+        otherwise ``aborted`` (a held request leaves its queue or batch) and, with flow
+        control, ``completed`` (its stream ended)."""
+        if self.loaded.observers:
+            return ROUTER_EVENT_KINDS
+        if self.flow_controller is not None:
+            return frozenset(("aborted", "completed"))
+        return frozenset(("aborted",))
 
     def observe(self, event: RouterEvent) -> None:
         """Relay ``first_token`` / ``completed`` / ``kv_events`` to the plugins that hear them.

@@ -6,7 +6,7 @@ from blis_conformance.router import FixedRuntime
 from blis_llmd_router import LlmdRouterFactory
 from helpers import req, snap
 
-from blis_core.contracts.router import RouterEvent
+from blis_core.contracts.router import ROUTER_EVENT_KINDS, RouterEvent
 
 ACTIVE = {
     "apiVersion": "llm-d.ai/v1alpha1",
@@ -36,3 +36,13 @@ def test_all_filtered_out_is_429() -> None:
     cfg = {**ACTIVE, "plugins": [{"type": "prefill-filter"}]}
     d = LlmdRouterFactory().build(cfg, FixedRuntime()).route(req("r"), [snap("d", role="decode")])
     assert d.status == 429 and d.endpoint is None and "failed to find target endpoint" in d.reason
+
+
+def test_observed_kinds_name_what_observe_acts_on() -> None:
+    """Without an event-observing plugin or flow control the router acts only on
+    ``aborted``; the simulator then makes no other event (``SelectiveRouter``)."""
+    build = LlmdRouterFactory().build
+    assert build({}, FixedRuntime()).observed_kinds() == {"aborted"}
+    assert build(ACTIVE, FixedRuntime()).observed_kinds() == ROUTER_EVENT_KINDS
+    flow = {**ACTIVE, "plugins": [{"type": "queue-scorer"}], "featureGates": ["flowControl"]}
+    assert build(flow, FixedRuntime()).observed_kinds() == {"aborted", "completed"}

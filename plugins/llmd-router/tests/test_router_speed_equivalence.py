@@ -33,16 +33,17 @@ from blis_llmd_router.framework import (
     ScoredEndpoint,
     Scorer,
     WeightedScorer,
+    packed_segment_ids,
 )
 from blis_llmd_router.loader import load
 from blis_llmd_router.pickers import MaxScorePicker
 from blis_llmd_router.producers import ApproxPrefixCacheProducer
-from blis_llmd_router.producers.prefixhash import block_hashes
+from blis_llmd_router.producers.prefixhash import block_hashes, packed_block_hashes
 from blis_llmd_router.producers.xxh64 import xxh64
 from blis_llmd_router.router import LlmdRouter
 from blis_llmd_router.scorers import KVCacheUtilizationScorer, PrefixCacheScorer, QueueScorer
 
-from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.request import InferenceRequest, PromptSegment, segment_token_ids
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent
 
 FIXTURE = Path(__file__).parent / "fixtures" / "router_speed_equivalence.json"
@@ -233,6 +234,57 @@ def test_cached_prefix_hashes_equal_uncached() -> None:
             )
             assert got == want
         assert producer._prefix_hashes  # the cache was used
+
+
+VOCABS = (2, 3, 1000, 128256, 2**31 + 11, 2**32 - 1, 2**32)
+
+
+def test_packed_segment_ids_are_the_ids_packed() -> None:
+    """The ids made in one array pass are segment_token_ids', packed as struct packs them."""
+    for vocab in VOCABS:
+        for n in (0, 1, 63, 511, 512, 513, 1500):
+            ids = segment_token_ids(f"seg/{vocab}/{n}", vocab, 0, n)
+            assert packed_segment_ids(f"seg/{vocab}/{n}", vocab, n) == struct.pack(
+                f"<{n}I", *ids
+            ), (vocab, n)
+    for vocab in (0, 1, 2**32 + 1):
+        with pytest.raises(ValueError, match="vocab_size"):
+            packed_segment_ids("k", vocab, 4)
+
+
+def test_packed_ids_from_are_token_ids_packed() -> None:
+    prompt = (PromptSegment("a", 5), PromptSegment("b", 0), PromptSegment("c", 700))
+    for vocab in VOCABS:
+        for start in (*range(14), 511, 704, 705, 800):
+            req = SchedulingRequest(InferenceRequest("r", 0, prompt, 1), vocab)
+            packed = req.packed_ids_from(start)  # before token_ids is materialised
+            tail = req.token_ids[start:]
+            assert packed == struct.pack(f"<{len(tail)}I", *tail), (vocab, start)
+    given = SchedulingRequest.from_token_ids("r", [4, 5, 6])
+    assert not given.packs_ids and not SchedulingRequest(given.request, 2**32 + 1).packs_ids
+    with pytest.raises(ValueError, match="not the prompt's"):
+        given.packed_ids_from(0)
+
+
+def test_request_hashes_of_one_segment_equal_the_reference() -> None:
+    """The usual prompt (one segment) is hashed from its packed ids, in any vocabulary."""
+    rng = random.Random(8)
+    producer = ApproxPrefixCacheProducer("p", min_block_size_tokens=1)
+    for step in range(200):
+        prompt = (PromptSegment(f"one/{step}", rng.choice((0, 1, 64, 100, 512, 1300))),)
+        vocab = rng.choice(VOCABS)
+        req = SchedulingRequest(InferenceRequest(f"r{step}", 0, prompt, 1), vocab)
+        block_size = rng.choice((1, 16, 64, 100))
+        got = producer.request_hashes(req, block_size)
+        want = _reference_block_hashes(
+            list(req.token_ids), block_size, producer.resolve_max_blocks(block_size), ""
+        )
+        assert got == want
+        packed = struct.pack(f"<{len(req.token_ids)}I", *req.token_ids)
+        for max_blocks in (-1, 0, 1, 3, 10**6):
+            assert packed_block_hashes(packed, block_size, max_blocks, "m") == block_hashes(
+                req.token_ids, block_size, max_blocks, "m"
+            )
 
 
 def test_token_ids_from_is_a_slice_of_token_ids() -> None:

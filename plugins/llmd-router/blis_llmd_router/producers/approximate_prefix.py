@@ -54,7 +54,11 @@ from blis_llmd_router.framework import (
     SchedulingResult,
 )
 from blis_llmd_router.params import ParamSpec, decode_parameters
-from blis_llmd_router.producers.prefixhash import block_hashes, chain_block_hashes
+from blis_llmd_router.producers.prefixhash import (
+    block_hashes,
+    chain_packed_block_hashes,
+    packed_block_hashes,
+)
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE_TOKENS",
@@ -206,17 +210,23 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest):
 
         Prompts sharing all segments but the last (a system prompt or document, then the
         question) share the hashes of the full blocks inside those segments: they are
-        cached (LRU) so that only the rest of the prompt is hashed.
+        cached (LRU) so that only the rest of the prompt is hashed. A prompt's ids are
+        hashed from their packed bytes (:meth:`SchedulingRequest.packed_ids_from`), made
+        without the ids as integers.
         """
         max_blocks = self.resolve_max_blocks(block_size)
         prompt = request.request.prompt
-        if not request.tokens_from_prompt or len(prompt) < 2 or block_size <= 0:
-            return block_hashes(request.token_ids, block_size, max_blocks, request.target_model)
-        key = (prompt[:-1], request.vocab_size, block_size, request.target_model)
+        model = request.target_model
+        if not request.packs_ids:
+            return block_hashes(request.token_ids, block_size, max_blocks, model)
+        if len(prompt) < 2 or block_size <= 0:
+            return packed_block_hashes(request.packed_ids_from(0), block_size, max_blocks, model)
+        key = (prompt[:-1], request.vocab_size, block_size, model)
         cache = self._prefix_hashes
         head = cache.get(key)
         if head is None:
-            hashes = block_hashes(request.token_ids, block_size, max_blocks, request.target_model)
+            packed = request.packed_ids_from(0)
+            hashes = packed_block_hashes(packed, block_size, max_blocks, model)
             full = min(sum(seg.num_tokens for seg in key[0]) // block_size, len(hashes))
             if full > 0:
                 cache[key] = tuple(hashes[:full])
@@ -224,10 +234,13 @@ class ApproxPrefixCacheProducer(DataProducer, PreRequest):
                     cache.popitem(last=False)
             return hashes
         cache.move_to_end(key)
-        tail = request.token_ids_from(len(head) * block_size)
+        tail = request.packed_ids_from(len(head) * block_size)
         if not tail:
             return list(head)
-        return [*head, *chain_block_hashes(tail, block_size, max_blocks - len(head), head[-1])]
+        return [
+            *head,
+            *chain_packed_block_hashes(tail, block_size, max_blocks - len(head), head[-1]),
+        ]
 
     def _info(self, match: int, total: int, block_size: int) -> PrefixCacheMatchInfo:
         # The info is immutable, so endpoints (and decisions) with the same counts share one.

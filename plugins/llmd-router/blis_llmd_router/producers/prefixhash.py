@@ -21,7 +21,13 @@ from collections.abc import Sequence
 
 from blis_llmd_router.producers.xxh64 import xxh64
 
-__all__ = ["block_hashes", "block_id", "chain_block_hashes"]
+__all__ = [
+    "block_hashes",
+    "block_id",
+    "chain_block_hashes",
+    "chain_packed_block_hashes",
+    "packed_block_hashes",
+]
 
 
 def block_id(tokens: Sequence[int]) -> int:
@@ -48,6 +54,21 @@ def block_hashes(
     return chain_block_hashes(token_ids, block_size_tokens, max_prefix_blocks, root)
 
 
+def packed_block_hashes(
+    packed: bytes,
+    block_size_tokens: int,
+    max_prefix_blocks: int,
+    target_model: str = "",
+    cache_salt: str = "",
+) -> list[int]:
+    """:func:`block_hashes` of the token ids ``packed`` as little-endian uint32s (the
+    bytes each block's id is the hash of), without the ids as Python integers."""
+    if not packed or block_size_tokens <= 0:
+        return []
+    root = xxh64(target_model.encode() + cache_salt.encode())
+    return chain_packed_block_hashes(packed, block_size_tokens, max_prefix_blocks, root)
+
+
 def chain_block_hashes(
     token_ids: Sequence[int], block_size_tokens: int, max_blocks: int, prev: int
 ) -> list[int]:
@@ -62,8 +83,22 @@ def chain_block_hashes(
     hashed = token_ids[: n_blocks * block_size_tokens]
     # Packing every hashed token at once and slicing per block gives each block the bytes
     # block_id would pack for it.
-    data = struct.pack(f"<{len(hashed)}I", *hashed)
+    return _chain(struct.pack(f"<{len(hashed)}I", *hashed), 4 * block_size_tokens, prev)
+
+
+def chain_packed_block_hashes(
+    packed: bytes, block_size_tokens: int, max_blocks: int, prev: int
+) -> list[int]:
+    """:func:`chain_block_hashes` of the token ids ``packed`` as little-endian uint32s."""
+    n_blocks = min(-(-(len(packed) // 4) // block_size_tokens), max_blocks)
+    if n_blocks <= 0:
+        return []
     step = 4 * block_size_tokens
+    return _chain(packed[: n_blocks * step], step, prev)
+
+
+def _chain(data: bytes, step: int, prev: int) -> list[int]:
+    """The chained hashes of ``data``'s blocks of ``step`` bytes (the last may be shorter)."""
     out: list[int] = []
     for start in range(0, len(data), step):
         prev = xxh64(_pack_pair(xxh64(data[start : start + step]), prev))
