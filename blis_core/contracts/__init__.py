@@ -85,9 +85,11 @@ from blis_core.contracts.registry import (
     Registrar,
 )
 from blis_core.contracts.request import (
+    PACKED_VOCAB_SIZE_MAX,
     InferenceRequest,
     PromptSegment,
     output_content_key,
+    packed_segment_token_ids,
     prompt_token_ids,
     segment_token_id,
     segment_token_ids,
@@ -196,6 +198,7 @@ __all__ = [
     "GENERIC_HOST_WORK",
     "GRADES",
     "LATENCY_METRICS",
+    "PACKED_VOCAB_SIZE_MAX",
     "STEP_SHAPE_ADAPTER",
     "TRANSFER_ADAPTER",
     "US_PER_S",
@@ -327,6 +330,7 @@ __all__ = [
     "measured_latency",
     "output_content_key",
     "packaged_coefficient_documents",
+    "packed_segment_token_ids",
     "paired_latencies",
     "parse_kind_at_version",
     "parse_workload_spec",

@@ -21,10 +21,14 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, TypeVar
 
+import numpy as np
+
 __all__ = [
+    "PACKED_VOCAB_SIZE_MAX",
     "InferenceRequest",
     "PromptSegment",
     "output_content_key",
+    "packed_segment_token_ids",
     "prompt_token_ids",
     "segment_token_id",
     "segment_token_ids",
@@ -195,6 +199,29 @@ def segment_token_id(content_key: str, vocab_size: int, index: int) -> int:
     i = 4 * offset
     word = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
     return 1 + word % (vocab_size - 1)
+
+
+PACKED_VOCAB_SIZE_MAX = 2**32
+"""The largest vocabulary whose ids (``1 .. vocab_size - 1``) are uint32s."""
+
+
+@lru_cache(maxsize=1024)
+def packed_segment_token_ids(content_key: str, vocab_size: int, num_tokens: int) -> bytes:
+    """``segment_token_ids(content_key, vocab_size, 0, num_tokens)`` packed as
+    little-endian uint32s (``struct.pack(f"<{num_tokens}I", *ids)``), for
+    ``2 <= vocab_size <=`` :data:`PACKED_VOCAB_SIZE_MAX`; the ids are never made as
+    Python integers (a consumer that hashes a prompt's ids as bytes, such as a router's
+    prefix index, needs no list of them). Cached: shared segments (system prompts) recur
+    in many requests; the chunks' bytes are those the engine's ids are read from."""
+    if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
+        raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
+    if num_tokens <= 0:
+        return b""
+    digests = b"".join(_chunk_bytes(content_key, c) for c in range(-(-num_tokens // _CHUNK_TOKENS)))
+    words = np.frombuffer(digests, dtype="<u4", count=num_tokens)
+    ids = words % np.uint32(vocab_size - 1)
+    ids += np.uint32(1)  # below vocab_size - 1 before: no wrap
+    return ids.astype("<u4", copy=False).tobytes()
 
 
 def prompt_token_ids(prompt: tuple[PromptSegment, ...], vocab_size: int) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import struct
 import subprocess
 import sys
 from array import array
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from blis_core.contracts.request import (
     InferenceRequest,
     PromptSegment,
+    packed_segment_token_ids,
     prompt_token_ids,
     segment_token_id,
     segment_token_ids,
@@ -122,3 +124,17 @@ def test_a_request_survives_pickle_and_copy() -> None:
         assert again == req and type(again) is InferenceRequest
         assert again.kv_transfer_params == req.kv_transfer_params  # not compared by ==
     assert pickle.loads(pickle.dumps(req.prompt[0])) == PromptSegment("sys", 7)
+
+
+def test_packed_segment_token_ids_are_the_ids_packed() -> None:
+    """The ids made in one array pass are segment_token_ids', packed as struct packs
+    them, across chunk boundaries and for vocabularies up to 2**32."""
+    for vocab in (2, 3, 500, 32000, 128256, 2**31 + 11, 2**32):
+        for n in (0, 1, 63, 511, 512, 513, 1500):
+            ids = segment_token_ids(f"seg/{vocab}/{n}", vocab, 0, n)
+            assert packed_segment_token_ids(f"seg/{vocab}/{n}", vocab, n) == struct.pack(
+                f"<{n}I", *ids
+            ), (vocab, n)
+    for vocab in (0, 1, 2**32 + 1):
+        with pytest.raises(ValueError, match="vocab_size"):
+            packed_segment_token_ids("k", vocab, 4)

@@ -21,15 +21,16 @@ returns them (configuration order); upstream iterates a map there too.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
-from blis_core.contracts.request import InferenceRequest, prompt_token_ids
+from blis_core.contracts.request import (
+    PACKED_VOCAB_SIZE_MAX,
+    InferenceRequest,
+    packed_segment_token_ids,
+    prompt_token_ids,
+)
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent
 from blis_llmd_router.datalayer import EndpointMetrics, endpoint_labels, metrics_from_snapshot
 
@@ -69,38 +70,9 @@ collisions), which is all the approximate prefix index compares.
 """
 
 
-PACKED_VOCAB_SIZE_MAX = 2**32
-"""The largest vocabulary whose ids (``1 .. vocab_size - 1``) are uint32s."""
-
-CONTENT_CHUNK_TOKENS = 512
-"""Token ids per content chunk of :func:`~blis_core.contracts.request.segment_token_ids`."""
-
-
-@lru_cache(maxsize=1024)
-def packed_segment_ids(content_key: str, vocab_size: int, num_tokens: int) -> bytes:
-    """``segment_token_ids(content_key, vocab_size, 0, num_tokens)`` packed as
-    little-endian uint32s (``struct.pack("<nI", *ids)``), for ``2 <= vocab_size <=``
-    :data:`PACKED_VOCAB_SIZE_MAX`; the ids are never made as Python integers.
-
-    The ids as ``segment_token_ids`` defines them: chunk ``c`` of the content is the
-    SHAKE-128 digest of ``f"{content_key}\\x00{c}"`` read as 512 little-endian uint32
-    words ``w``, each id ``1 + w % (vocab_size - 1)``
-    (``tests/test_router_speed_equivalence.py`` holds the two equal). Cached: shared
-    segments (system prompts) recur in many requests.
-    """
-    if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
-        raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
-    if num_tokens <= 0:
-        return b""
-    chunk_bytes = 4 * CONTENT_CHUNK_TOKENS
-    digests = b"".join(
-        hashlib.shake_128(f"{content_key}\x00{c}".encode()).digest(chunk_bytes)
-        for c in range(-(-num_tokens // CONTENT_CHUNK_TOKENS))
-    )
-    words = np.frombuffer(digests, dtype="<u4", count=num_tokens)
-    ids = words % np.uint32(vocab_size - 1)
-    ids += np.uint32(1)  # below vocab_size - 1 before: no wrap
-    return ids.astype("<u4", copy=False).tobytes()
+packed_segment_ids = packed_segment_token_ids
+"""A segment's ids packed as little-endian uint32s (blis-core's
+:func:`~blis_core.contracts.request.packed_segment_token_ids`)."""
 
 
 @dataclass(frozen=True, slots=True)
