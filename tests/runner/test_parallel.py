@@ -146,14 +146,24 @@ def test_a_cluster_is_built_without_collections_and_runs_exempt_from_scans_then_
     while_built: list[bool] = []
     clusters: list[weakref.ref[Any]] = []
 
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    garbage = Cycle()
+    earlier = weakref.ref(garbage)
+    gc.collect()  # now in the oldest generation: only a full collection frees it
+    del garbage
+
     def watched(*args: Any, **kwargs: Any) -> Any:
+        # The garbage made before is collected before the build, not exempted with it.
+        assert earlier() is None
         while_built.append(gc.isenabled())
         cluster = build(*args, **kwargs)
         clusters.append(weakref.ref(cluster))
         return cluster
 
     monkeypatch.setattr(run_module, "_build", watched)
-    gc.collect()
     frozen_before = gc.get_freeze_count()
     during: list[int] = []
     run_scenario(
