@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import weakref
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any
@@ -134,6 +135,54 @@ def test_the_terminal_bar_counts_requests_across_replications() -> None:
         view.tick(RunProgress(1, 2_000_000, 900, 30))
         assert view.bar.tasks[0].completed == 130
         assert "simulated 2.0 s, 30 requests done" in view.bar.tasks[0].fields["detail"]
+
+
+def test_a_cluster_is_built_without_collections_and_runs_exempt_from_scans_then_given_back(
+    install_plugins: Callable[..., None], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    scenario = parse_scenario(_scenario(), "t")
+    build = run_module._build
+    while_built: list[bool] = []
+    clusters: list[weakref.ref[Any]] = []
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    garbage = Cycle()
+    earlier = weakref.ref(garbage)
+    gc.collect()  # now in the oldest generation: only a full collection frees it
+    del garbage
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        # The garbage made before is collected before the build, not exempted with it.
+        assert earlier() is None
+        while_built.append(gc.isenabled())
+        cluster = build(*args, **kwargs)
+        clusters.append(weakref.ref(cluster))
+        return cluster
+
+    monkeypatch.setattr(run_module, "_build", watched)
+    frozen_before = gc.get_freeze_count()
+    during: list[int] = []
+    run_scenario(
+        scenario, make_host(), data, on_progress=lambda _: during.append(gc.get_freeze_count())
+    )
+    assert while_built and not any(while_built) and gc.isenabled()
+    # The cluster was exempt while it ran; nothing is exempt after, and nothing of it is
+    # kept (a cycle left frozen would survive the collection).
+    assert during and min(during) > frozen_before
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert clusters and all(ref() is None for ref in clusters)
+    # A caller's disabled collector stays disabled.
+    gc.disable()
+    try:
+        run_scenario(scenario, make_host(), data)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_run_scans_young_objects_less_often_and_gives_the_thresholds_back(

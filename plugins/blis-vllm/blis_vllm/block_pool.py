@@ -33,17 +33,20 @@ from blis_core.contracts.engine import AllBlocksCleared, BlockRemoved, BlockStor
 
 from blis_vllm.kv_cache_utils import (
     BlockHash,
+    BlockHashWithGroupId,
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     external_block_hash,
+    make_block_hash_with_group_id,
 )
 from blis_vllm.request import Request
 
 __all__ = ["BlockHashToBlockMap", "BlockPool"]
 
 
-HashKey = tuple[BlockHash, int]
-"""A block hash with its KV cache group (upstream ``BlockHashWithGroupId``)."""
+HashKey = BlockHashWithGroupId
+"""A block hash with its KV cache group, packed into bytes (upstream
+``BlockHashWithGroupId``, made by ``make_block_hash_with_group_id``)."""
 
 
 class BlockHashToBlockMap:
@@ -116,7 +119,9 @@ class BlockPool:
 
     def get_cached_block(self, block_hash: BlockHash, group_id: int = 0) -> KVCacheBlock | None:
         """A block cached with ``block_hash`` for KV cache group ``group_id``, or ``None``."""
-        return self.cached_block_hash_to_block.get_one_block((block_hash, group_id))
+        return self.cached_block_hash_to_block.get_one_block(
+            make_block_hash_with_group_id(block_hash, group_id)
+        )
 
     def get_cached_blocks(
         self, block_hash: BlockHash, group_ids: Sequence[int]
@@ -161,7 +166,9 @@ class BlockPool:
                 continue
             blk.block_hash = hashes[i]
             blk.hash_group_id = group_id
-            self.cached_block_hash_to_block.insert((hashes[i], group_id), blk)
+            self.cached_block_hash_to_block.insert(
+                make_block_hash_with_group_id(hashes[i], group_id), blk
+            )
             new_hashes.append(external_block_hash(hashes[i]))
         if self.enable_kv_events:
             parent = (
@@ -207,13 +214,14 @@ class BlockPool:
         block_hash = block.block_hash
         if block_hash is None:
             return False
-        key = (block_hash, block.hash_group_id)
+        group_id = block.hash_group_id
+        key = make_block_hash_with_group_id(block_hash, group_id)
         if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
             return False
         block.reset_hash()
         if self.enable_kv_events:
             # NOTE: positional (block_hashes, medium, group_idx), as in cache_full_blocks.
-            self._events.append(BlockRemoved((external_block_hash(block_hash),), "GPU", key[1]))
+            self._events.append(BlockRemoved((external_block_hash(block_hash),), "GPU", group_id))
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:

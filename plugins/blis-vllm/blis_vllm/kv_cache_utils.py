@@ -25,6 +25,7 @@ from dataclasses import dataclass
 __all__ = [
     "NONE_HASH",
     "BlockHash",
+    "BlockHashWithGroupId",
     "FreeKVCacheBlockQueue",
     "KVCacheBlock",
     "KVCacheGroupSpec",
@@ -37,6 +38,18 @@ __all__ = [
 
 BlockHash = bytes
 """A block hash: 32 bytes of SHA-256."""
+
+BlockHashWithGroupId = bytes
+"""A block hash with its KV cache group, the prefix cache's key: the hash's bytes then the
+group id as 4 big-endian bytes (vLLM 0.33.0 ``v1/core/kv_cache_utils.py``
+``BlockHashWithGroupId``, ``make_block_hash_with_group_id``)."""
+
+
+def make_block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHashWithGroupId:
+    """Pack ``block_hash`` and ``group_id`` into one key (upstream's function: no tuple per
+    key, and bytes are not tracked by the garbage collector)."""
+    return block_hash + group_id.to_bytes(4, "big", signed=False)
+
 
 NONE_HASH: BlockHash = hashlib.sha256(b"vllm-none-hash").digest()
 """Parent hash of the first block of every chain (upstream's fixed seed for sha256)."""

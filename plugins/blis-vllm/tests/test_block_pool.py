@@ -85,11 +85,11 @@ def test_take_events_annotates_block_stored_and_keeps_every_other_field() -> Non
 
 def test_hash_map_holds_one_block_or_several_in_caching_order() -> None:
     from blis_vllm.block_pool import BlockHashToBlockMap
-    from blis_vllm.kv_cache_utils import KVCacheBlock
+    from blis_vllm.kv_cache_utils import KVCacheBlock, make_block_hash_with_group_id
 
     index = BlockHashToBlockMap()
     a, b, c = KVCacheBlock(1), KVCacheBlock(2), KVCacheBlock(3)
-    key = (b"block-42", 0)
+    key = make_block_hash_with_group_id(b"block-42", 0)
     assert index.get_one_block(key) is None
     index.insert(key, a)
     assert index.get_one_block(key) is a
@@ -100,3 +100,25 @@ def test_hash_map_holds_one_block_or_several_in_caching_order() -> None:
     assert index.pop(key, 1) is a and index.get_one_block(key) is b
     assert index.pop(key, 3) is c and index.pop(key, 2) is b
     assert index.get_one_block(key) is None and len(index) == 0
+
+
+def test_the_prefix_cache_is_keyed_by_upstreams_packed_bytes_which_the_collector_skips() -> None:
+    import gc
+
+    from blis_vllm.kv_cache_utils import make_block_hash_with_group_id
+
+    # vLLM 0.33.0's make_block_hash_with_group_id: the hash, then the group id as 4
+    # big-endian bytes.
+    assert make_block_hash_with_group_id(b"h" * 32, 258) == b"h" * 32 + b"\x00\x00\x01\x02"
+    kv = KVCacheManager(9, block_size=4, max_model_len=100, enable_caching=True)
+    r = _request("a", "k", 12)
+    kv.allocate_slots(r, 12)
+    pool = kv.block_pool
+    assert r.block_hashes is not None and len(pool.cached_block_hash_to_block) == 3
+    for block_hash in r.block_hashes:
+        assert pool.get_cached_block(block_hash) is not None
+        assert pool.get_cached_block(block_hash, 1) is None
+    # A key per cached block, none of them scanned by the collector (a tuple key was
+    # tracked: 64 instances filling their caches ran a young scan every 300 requests).
+    keys = list(pool.cached_block_hash_to_block._cache)
+    assert keys and not any(gc.is_tracked(key) for key in keys)
