@@ -129,7 +129,7 @@ def test_a_request_survives_pickle_and_copy() -> None:
 def test_packed_segment_token_ids_are_the_ids_packed() -> None:
     """The ids made in one array pass are segment_token_ids', packed as struct packs
     them, across chunk boundaries and for vocabularies up to 2**32."""
-    for vocab in (2, 3, 500, 32000, 128256, 2**31 + 11, 2**32):
+    for vocab in (2, 3, 500, 1000, 32000, 128256, 2**31 + 11, 2**32 - 1, 2**32):
         for n in (0, 1, 63, 511, 512, 513, 1500):
             ids = segment_token_ids(f"seg/{vocab}/{n}", vocab, 0, n)
             assert packed_segment_token_ids(f"seg/{vocab}/{n}", vocab, n) == struct.pack(

@@ -33,7 +33,6 @@ from blis_llmd_router.framework import (
     ScoredEndpoint,
     Scorer,
     WeightedScorer,
-    packed_segment_ids,
 )
 from blis_llmd_router.loader import load
 from blis_llmd_router.pickers import MaxScorePicker
@@ -43,7 +42,7 @@ from blis_llmd_router.producers.xxh64 import xxh64
 from blis_llmd_router.router import LlmdRouter
 from blis_llmd_router.scorers import KVCacheUtilizationScorer, PrefixCacheScorer, QueueScorer
 
-from blis_core.contracts.request import InferenceRequest, PromptSegment, segment_token_ids
+from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.router import EndpointSnapshot, RouterEvent
 
 FIXTURE = Path(__file__).parent / "fixtures" / "router_speed_equivalence.json"
@@ -237,19 +236,6 @@ def test_cached_prefix_hashes_equal_uncached() -> None:
 
 
 VOCABS = (2, 3, 1000, 128256, 2**31 + 11, 2**32 - 1, 2**32)
-
-
-def test_packed_segment_ids_are_the_ids_packed() -> None:
-    """The ids made in one array pass are segment_token_ids', packed as struct packs them."""
-    for vocab in VOCABS:
-        for n in (0, 1, 63, 511, 512, 513, 1500):
-            ids = segment_token_ids(f"seg/{vocab}/{n}", vocab, 0, n)
-            assert packed_segment_ids(f"seg/{vocab}/{n}", vocab, n) == struct.pack(
-                f"<{n}I", *ids
-            ), (vocab, n)
-    for vocab in (0, 1, 2**32 + 1):
-        with pytest.raises(ValueError, match="vocab_size"):
-            packed_segment_ids("k", vocab, 4)
 
 
 def test_packed_ids_from_are_token_ids_packed() -> None:
