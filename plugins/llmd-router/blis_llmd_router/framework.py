@@ -55,7 +55,6 @@ __all__ = [
     "ScoredEndpoint",
     "Scorer",
     "WeightedScorer",
-    "packed_segment_ids",
 ]
 
 TOKENIZER_VOCAB_SIZE = 2**32
@@ -68,11 +67,6 @@ content keys, not text, so the router's tokenised prompt is
 content always gives the same ids and different content different ids (up to 32-bit
 collisions), which is all the approximate prefix index compares.
 """
-
-
-packed_segment_ids = packed_segment_token_ids
-"""A segment's ids packed as little-endian uint32s (blis-core's
-:func:`~blis_core.contracts.request.packed_segment_token_ids`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +177,9 @@ class SchedulingRequest:
 
     def packed_ids_from(self, start: int) -> bytes:
         """``token_ids[start:]`` packed as little-endian uint32s (what block hashing
-        hashes), made from the prompt's segments (:func:`packed_segment_ids`) without the
-        ids as integers; only where :attr:`packs_ids`."""
+        hashes), made from the prompt's segments
+        (:func:`~blis_core.contracts.request.packed_segment_token_ids`) without the ids
+        as integers; only where :attr:`packs_ids`."""
         if not self.packs_ids:
             raise ValueError(
                 f"request {self.request_id!r}: its ids are not the prompt's uint32 ids"
@@ -194,7 +189,7 @@ class SchedulingRequest:
         for seg in self.request.prompt:
             end = pos + seg.num_tokens
             if end > start:
-                packed = packed_segment_ids(seg.content_key, self.vocab_size, seg.num_tokens)
+                packed = packed_segment_token_ids(seg.content_key, self.vocab_size, seg.num_tokens)
                 parts.append(packed if pos >= start else packed[4 * (start - pos) :])
             pos = end
         return b"".join(parts)
