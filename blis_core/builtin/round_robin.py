@@ -46,6 +46,10 @@ class RoundRobinRouter:
     def observe(self, event: RouterEvent) -> None:
         """Round robin keeps no state about requests."""
 
+    def observed_kinds(self) -> frozenset[str]:
+        """None: it is sent no events (``SelectiveRouter``)."""
+        return frozenset()
+
 
 class RoundRobinFactory:
     """Factory of :class:`RoundRobinRouter`."""

@@ -70,6 +70,7 @@ __all__ = [
     "Environment",
     "FinishedRequest",
     "KVEvent",
+    "KVEventEngine",
     "KVTransferEngine",
     "LinkLoad",
     "PrefixHit",
@@ -387,6 +388,24 @@ class SpanEngine(EngineInstance, Protocol):
 
     def take_span(self, span: DecodeSpan, boundaries_us: Sequence[int]) -> Sequence[StepOutcome]:
         """Make the next ``len(boundaries_us)`` boundaries of ``span``; one outcome each."""
+        ...
+
+
+@runtime_checkable
+class KVEventEngine(EngineInstance, Protocol):
+    """An engine that can leave its KV events unmade when nothing in the run reads them.
+
+    The simulator calls :meth:`stop_kv_events` once, after the run is built and before
+    the first input, when no router observes ``kv_events``
+    (:class:`~blis_core.contracts.router.SelectiveRouter`), no plugin observes completed
+    steps (``blis_step_completed``) and the KV event check (``BLIS_CHECK_KV_EVENTS``) is
+    off. From then on the engine's ``StepOutcome.kv_events`` may be empty, and nothing
+    else may change: the same steps, outcomes otherwise, metrics and decisions
+    (``blis_conformance.KVEventConformance`` checks it).
+    """
+
+    def stop_kv_events(self) -> None:
+        """Make no more KV events (nothing reads them)."""
         ...
 
 

@@ -29,6 +29,7 @@ from blis_core.contracts.engine import (
     EngineFactory,
     EnginePoolSpec,
     Environment,
+    KVEventEngine,
     KVTransferEngine,
 )
 from blis_core.contracts.errors import (
@@ -55,6 +56,7 @@ from blis_core.contracts.router import (
     HoldingRouter,
     RouterFactory,
     RouterInstance,
+    SelectiveRouter,
 )
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
@@ -86,6 +88,7 @@ from blis_core.runner.environment import (
     merge_page_in_bytes,
     merge_rank_shares,
 )
+from blis_core.runner.kv_events_check import checking as kv_events_checked
 from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
 from blis_core.runner.validity import RunPoint, validity_of
 from blis_core.sim.kernel import Component, Simulation
@@ -464,6 +467,17 @@ def _requests_only(scenario: Scenario, router: RouterInstance | None) -> bool:
     return not evicts and all(pool.role == "both" for pool in scenario.deployment.pools)
 
 
+def _kv_events_read(router: RouterInstance | None, completion_observer: object) -> bool:
+    """Whether anything in this run reads the engines' KV events: a router that observes
+    them (one that does not say which kinds it observes is sent every kind), a plugin
+    observing completed steps, or the KV event check."""
+    if completion_observer is not None or kv_events_checked():
+        return True
+    if router is None:
+        return False
+    return not isinstance(router, SelectiveRouter) or "kv_events" in router.observed_kinds()
+
+
 def _build(
     scenario: Scenario,
     seed: int,
@@ -571,6 +585,10 @@ def _build(
         target = engines[0].name
     client = ClientComponent(CLIENT, source, ledger, target)
     components.append(client)
+    if not _kv_events_read(router, completion_observer):
+        for comp in engines:
+            if isinstance(comp.engine, KVEventEngine):
+                comp.engine.stop_kv_events()
     if _requests_only(scenario, router):
         for comp in engines:
             comp.allow_requests_ahead(client.next_deadline_us)

@@ -15,6 +15,7 @@ from blis_conformance.cost import (
 )
 from blis_conformance.engine import (
     EngineConformance,
+    KVEventConformance,
     PrefixCachingConformance,
     SpanConformance,
     drive_engine,
@@ -32,6 +33,7 @@ __all__ = [
     "EngineConformance",
     "FloorConformance",
     "GroundTruthAdapterConformance",
+    "KVEventConformance",
     "PrefixCachingConformance",
     "RouterConformance",
     "ScorerConformance",

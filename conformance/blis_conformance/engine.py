@@ -21,6 +21,7 @@ from blis_core.contracts.engine import (
     EngineInstance,
     EnginePoolSpec,
     Environment,
+    KVEventEngine,
     SpanEngine,
     StepOutcome,
 )
@@ -31,6 +32,7 @@ from blis_core.contracts.shape import SeqChunk, StepMode, StepShape
 
 __all__ = [
     "EngineConformance",
+    "KVEventConformance",
     "PrefixCachingConformance",
     "SpanConformance",
     "drive_engine",
@@ -342,3 +344,34 @@ class SpanConformance:
             now += duration
             engine.complete(shape, now)
         assert offered, "a SpanEngine offered no span over six steady decodes"
+
+
+class KVEventConformance:
+    """Add to an engine suite when the engine can stop its KV events (``KVEventEngine``)."""
+
+    factory: ClassVar[EngineFactory]
+    spec: ClassVar[EnginePoolSpec]
+
+    @pytest.mark.conformance
+    def test_stopped_kv_events_change_nothing_else(
+        self, blis_environment: Callable[[str], Environment]
+    ) -> None:
+        """With its KV events stopped the engine makes the same steps, outcomes (their
+        ``kv_events`` aside: none) and metrics as with them (prompts sharing a prefix, so
+        blocks are cached, hit and evicted)."""
+        requests = [_request(i, 40 + 9 * i, 24, shared=64) for i in range(8)]
+        runs = []
+        for stop in (False, True):
+            env = blis_environment("kv-events")
+            engine = self.factory.build(self.spec, env, "kv-events")
+            assert isinstance(engine, KVEventEngine), "this suite needs a KVEventEngine"
+            if stop:
+                engine.stop_kv_events()
+            shapes, outcomes = drive_engine(engine, env, requests)
+            runs.append((shapes, outcomes, dict(engine.scrape())))
+        (shapes, outcomes, scrape), (quiet_shapes, quiet_outcomes, quiet_scrape) = runs
+        assert any(o.kv_events for o in outcomes), "the engine made no KV events to stop"
+        assert not any(o.kv_events for o in quiet_outcomes), "KV events made after the stop"
+        assert quiet_shapes == shapes
+        assert quiet_outcomes == [dataclasses.replace(o, kv_events=()) for o in outcomes]
+        assert quiet_scrape == scrape

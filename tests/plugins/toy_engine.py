@@ -52,6 +52,7 @@ class ToyEngine:
         self._by_id: dict[str, _Req] = {}
         self._steps: dict[int, tuple[list[_Req], list[str]]] = {}
         self._step_id = 0
+        self.kv_events_stopped = False
 
     @property
     def plan(self) -> PoolPlan:
@@ -139,6 +140,10 @@ class ToyEngine:
 
     def num_unfinished(self) -> int:
         return len(self._by_id)
+
+    def stop_kv_events(self) -> None:
+        """It makes none anyway (``KVEventEngine``); the tests read whether it was told."""
+        self.kv_events_stopped = True
 
 
 class ToyFactory:

@@ -169,7 +169,8 @@ class BlockPool:
             self.cached_block_hash_to_block.insert(
                 make_block_hash_with_group_id(hashes[i], group_id), blk
             )
-            new_hashes.append(external_block_hash(hashes[i]))
+            if self.enable_kv_events:
+                new_hashes.append(external_block_hash(hashes[i]))
         if self.enable_kv_events:
             parent = (
                 None

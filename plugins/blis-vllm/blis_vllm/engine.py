@@ -656,6 +656,13 @@ class VllmEngine:
         started = self._step_moves.pop(out.step_id, ())
         return kv_output, (*started, *connector.take_transfers())
 
+    def stop_kv_events(self) -> None:
+        """Nothing in the run reads this engine's KV events (``KVEventEngine``): the
+        block pool makes none from now on, as vLLM 0.33.0's does without
+        ``--kv-events-config`` (``BlockPool(enable_kv_cache_events=False)``,
+        ``v1/core/block_pool.py``); no decision reads them."""
+        self.scheduler.kv_cache_manager.block_pool.enable_kv_events = False
+
     def scrape(self) -> Mapping[str, float]:
         """vLLM 0.33.0's Prometheus samples as of the last completed step (read-only).
 

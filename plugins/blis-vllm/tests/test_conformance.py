@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from blis_conformance import EngineConformance, PrefixCachingConformance, SpanConformance
+from blis_conformance import (
+    EngineConformance,
+    KVEventConformance,
+    PrefixCachingConformance,
+    SpanConformance,
+)
 from blis_core.contracts.engine import EnginePoolSpec
 from blis_core.contracts.plan import ParallelLayout
 
@@ -17,7 +22,9 @@ _SPEC = EnginePoolSpec(
 )
 
 
-class TestVllmConformance(EngineConformance, PrefixCachingConformance, SpanConformance):
+class TestVllmConformance(
+    EngineConformance, KVEventConformance, PrefixCachingConformance, SpanConformance
+):
     factory = VllmEngineFactory()
     spec = _SPEC
     metric_names = (

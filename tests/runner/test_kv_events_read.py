@@ -1,0 +1,104 @@
+"""An engine is told to stop its KV events exactly when nothing in the run reads them
+(:class:`~blis_core.contracts.engine.KVEventEngine`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import EndpointSnapshot, RouterEvent, RoutingDecision
+from blis_core.hookspecs import hookimpl
+from blis_core.io.scenario import parse_scenario
+from blis_core.runner import DataSources, make_host, run_scenario
+from blis_core.runner import run as run_module
+from blis_core.runner.kv_events_check import CHECK_ENV
+from tests.runner.test_run import TOY, _scenario
+
+
+class _Plain:
+    """A router that does not say which events it observes: it is sent every kind."""
+
+    def route(
+        self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]
+    ) -> RoutingDecision:
+        return RoutingDecision(endpoint=endpoints[0].name)
+
+    def observe(self, event: RouterEvent) -> None:
+        pass
+
+
+class _Selective(_Plain):
+    def __init__(self, kinds: frozenset[str]) -> None:
+        self.kinds = kinds
+
+    def observed_kinds(self) -> frozenset[str]:
+        return self.kinds
+
+
+class _Completions:
+    @hookimpl
+    def blis_step_completed(self, instance: str, outcome: Any, now_us: int) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def data() -> DataSources:
+    return DataSources.load()
+
+
+def _stopped(
+    monkeypatch: pytest.MonkeyPatch, data: DataSources, observer: object | None = None
+) -> list[bool]:
+    """Whether each engine of the toy scenario's first replication was told to stop."""
+    build = run_module._build
+    told: list[bool] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        cluster = build(*args, **kwargs)
+        if not told:
+            told.extend(comp.engine.kv_events_stopped for comp in cluster.engines)
+        return cluster
+
+    monkeypatch.setattr(run_module, "_build", watched)
+    host = make_host()
+    if observer is not None:
+        host.add_observer(observer)
+    run_scenario(parse_scenario(_scenario(), "t"), host, data)
+    return told
+
+
+def test_engines_stop_their_kv_events_when_the_router_hears_none(
+    install_plugins: Callable[..., None], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    monkeypatch.delenv(CHECK_ENV, raising=False)
+    assert _stopped(monkeypatch, data) == [True, True]  # round robin observes nothing
+
+
+def test_an_observer_of_completed_steps_keeps_them(
+    install_plugins: Callable[..., None], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    monkeypatch.delenv(CHECK_ENV, raising=False)
+    assert _stopped(monkeypatch, data, _Completions()) == [False, False]
+
+
+def test_the_kv_event_check_keeps_them(
+    install_plugins: Callable[..., None], data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_plugins(TOY)
+    monkeypatch.setenv(CHECK_ENV, "1")
+    assert _stopped(monkeypatch, data) == [False, False]
+
+
+def test_a_router_reads_them_unless_it_says_it_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CHECK_ENV, raising=False)
+    read = run_module._kv_events_read
+    assert not read(None, None)
+    assert read(_Plain(), None)
+    assert read(_Selective(frozenset({"kv_events", "completed"})), None)
+    assert not read(_Selective(frozenset({"completed", "aborted"})), None)
+    assert read(_Selective(frozenset()), lambda *a: None)
