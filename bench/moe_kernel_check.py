@@ -10,8 +10,12 @@ is priced as BLIS prices one MoE layer's routed-expert path on that chip
 with its MoE shape and hidden size replaced by the table's, at TP 1 (``n`` is already an
 expert's size on one rank), the expert tile height the launch ran with
 (``LoweredLayer.expert_tile_rows``) and the kernels one call launches; the ``moe_gemm``
-term's seconds over the layer count. Prints ``BLIS / measured`` by chip, dtype and
-regime (decode-sized: at most 128 tokens; prefill-sized: 256 and more).
+term's seconds over the layer count. Prints ``BLIS / measured`` by chip, dtype (FP8
+split by its scales: ``fp8-tensor`` per-tensor, ``fp8-block`` block [128, 128]) and regime
+(decode-sized: at most 128 tokens; prefill-sized: 256 and more); ``--rows`` also prints
+each launch's measured TFLOP/s (the routed rows' two GEMMs, ``2 * tokens * top_k * hidden
+* 3 * n``, over the measured time) and its fraction of the chip's catalog peak for the
+dtype.
 
     python bench/moe_kernel_check.py [--rows] [--json OUT] [--data DIR]
 """
@@ -48,6 +52,21 @@ class Shape(NamedTuple):
     top_k: int
     n: int
 
+    def flops(self, tokens: int) -> float:
+        """The routed rows' multiply-adds of both expert GEMMs, counted twice: gate-up
+        (``hidden`` by ``2 n``) and down (``n`` by ``hidden``) for ``tokens * top_k``
+        rows; no padded rows."""
+        return 2.0 * tokens * self.top_k * self.hidden * 3 * self.n
+
+
+def dtype_label(dtype: str) -> str:
+    """``bf16`` as it is; FP8 by its scales: ``fp8-block`` where the table's dtype names
+    block scales, else ``fp8-tensor``."""
+    head = dtype.split(" ", 1)[0]
+    if head != "fp8":
+        return head
+    return "fp8-block" if "block" in dtype else "fp8-tensor"
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -61,10 +80,22 @@ class Launch:
     tile_rows: int
     measured_us: float
     blis_us: float
+    flops: float
+    peak_flops: float
 
     @property
     def ratio(self) -> float:
         return self.blis_us / self.measured_us
+
+    @property
+    def measured_tflops(self) -> float:
+        """The routed rows' FLOPs over the measured time, in TFLOP/s."""
+        return self.flops / self.measured_us / 1e6
+
+    @property
+    def peak_fraction(self) -> float:
+        """The measured rate as a fraction of the chip's catalog peak for the dtype."""
+        return self.flops / (self.measured_us * 1e-6) / self.peak_flops
 
     @property
     def regime(self) -> str:
@@ -180,6 +211,8 @@ def launches(tables: Iterable[dict[str, Any]], pricer: ExpertPricer) -> Iterator
             continue
         s = t["shape"]
         shape = Shape(int(s["hidden"]), int(s["experts"]), int(s["top_k"]), int(s["n"]))
+        dtype = dtype_label(str(t["dtype"]))
+        peak = pricer.catalog.chip(t["hardware"]).peak_flops[dtype.split("-", 1)[0]]
         for batch, us, tile in t["rows"]:
             blis = pricer.seconds(
                 t["base_model"], shape, t["hardware"], int(batch), int(tile), int(t["kernels"])
@@ -187,12 +220,14 @@ def launches(tables: Iterable[dict[str, Any]], pricer: ExpertPricer) -> Iterator
             yield Launch(
                 t["id"],
                 t["hardware"],
-                str(t["dtype"]).split(" ", 1)[0],
+                dtype,
                 str(t["config"]),
                 int(batch),
                 int(tile),
                 float(us),
                 blis * 1e6,
+                shape.flops(int(batch)),
+                peak,
             )
 
 
@@ -217,15 +252,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows:
         for c in items:
             print(
-                f"{c.table:58} {c.tokens:5} tok tile {c.tile_rows:3}  measured "
-                f"{c.measured_us:9.1f} us  BLIS {c.blis_us:9.1f} us  {c.ratio:5.2f}"
+                f"{c.table:64} {c.tokens:5} tok tile {c.tile_rows:3}  measured "
+                f"{c.measured_us:9.1f} us  BLIS {c.blis_us:9.1f} us  {c.ratio:5.2f}  "
+                f"{c.measured_tflops:6.1f} TFLOP/s  {c.peak_fraction:6.1%} of peak"
             )
     print("| chip | dtype | regime | launches | BLIS / measured: median | min | max |")
     print("|---|---|---|---|---|---|---|")
     for hw, dt, reg, n, med, lo, hi in summarise(items):
         print(f"| {hw} | {dt} | {reg} | {n} | {med:.2f} | {lo:.2f} | {hi:.2f} |")
     if args.json:
-        args.json.write_text(json.dumps([asdict(c) | {"ratio": c.ratio} for c in items], indent=1))
+        rows = [
+            asdict(c)
+            | {
+                "ratio": c.ratio,
+                "measured_tflops": c.measured_tflops,
+                "peak_fraction": c.peak_fraction,
+            }
+            for c in items
+        ]
+        args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
