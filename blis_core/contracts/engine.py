@@ -74,6 +74,7 @@ __all__ = [
     "KVTransferEngine",
     "LinkLoad",
     "PrefixHit",
+    "SelectiveScrapeEngine",
     "SpanEngine",
     "StepOutcome",
     "SurfaceReporting",
@@ -406,6 +407,22 @@ class KVEventEngine(EngineInstance, Protocol):
 
     def stop_kv_events(self) -> None:
         """Make no more KV events (nothing reads them)."""
+        ...
+
+
+@runtime_checkable
+class SelectiveScrapeEngine(EngineInstance, Protocol):
+    """An engine that can give some of its scrape's samples without making the rest.
+
+    When the router reads only some metrics
+    (:class:`~blis_core.contracts.router.MetricSelectiveRouter`), the simulator scrapes
+    this engine with :meth:`scrape_keys` instead of ``scrape``
+    (``blis_conformance.SelectiveScrapeConformance`` checks the two agree).
+    """
+
+    def scrape_keys(self, keys: frozenset[str]) -> Mapping[str, float]:
+        """``scrape()``'s samples under ``keys``, those it exports (a key it does not
+        export is left out), with the same values; a new mapping each call."""
         ...
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "EvictionAwareRouter",
     "ExplainingRouterFactory",
     "HoldingRouter",
+    "MetricSelectiveRouter",
     "ModelFacts",
     "RouterEvent",
     "RouterFactory",
@@ -164,6 +165,24 @@ class SelectiveRouter(RouterInstance, Protocol):
     def observed_kinds(self) -> frozenset[str]:
         """The :data:`ROUTER_EVENT_KINDS` that ``observe`` acts on, for this
         configuration, at any time of the run (fixed when the router is built)."""
+        ...
+
+
+@runtime_checkable
+class MetricSelectiveRouter(RouterInstance, Protocol):
+    """A router that says which scraped metrics it reads.
+
+    The simulator then scrapes only those keys from an engine that can
+    (:class:`~blis_core.contracts.engine.SelectiveScrapeEngine`): a scrape's
+    ``EndpointSnapshot.metrics`` then holds the keys named that the engine exports, not
+    every sample. What it reads of a snapshot's metrics must be under those keys: a key
+    not named must change no decision (``blis_conformance.RouterConformance`` checks
+    that decisions stay the same when every sample is given as well).
+    """
+
+    def read_metrics(self, engine_kind: str) -> frozenset[str]:
+        """The scrape keys (:meth:`~blis_core.contracts.engine.EngineInstance.scrape`'s)
+        it reads from an endpoint of ``engine_kind``, fixed when the router is built."""
         ...
 
 

@@ -54,6 +54,7 @@ from blis_core.contracts.router import (
     EndpointSnapshot,
     EvictionAwareRouter,
     HoldingRouter,
+    MetricSelectiveRouter,
     RouterFactory,
     RouterInstance,
     SelectiveRouter,
@@ -589,6 +590,9 @@ def _build(
         for comp in engines:
             if isinstance(comp.engine, KVEventEngine):
                 comp.engine.stop_kv_events()
+    if isinstance(router, MetricSelectiveRouter):
+        for comp in engines:
+            comp.scrape_only(router.read_metrics(endpoints[comp.name].engine_kind))
     if _requests_only(scenario, router):
         for comp in engines:
             comp.allow_requests_ahead(client.next_deadline_us)

@@ -17,6 +17,7 @@ from blis_conformance.engine import (
     EngineConformance,
     KVEventConformance,
     PrefixCachingConformance,
+    SelectiveScrapeConformance,
     SpanConformance,
     drive_engine,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "PrefixCachingConformance",
     "RouterConformance",
     "ScorerConformance",
+    "SelectiveScrapeConformance",
     "SpanConformance",
     "assert_golden",
     "assert_init_follows_fields",

@@ -22,6 +22,7 @@ from blis_core.contracts.engine import (
     EnginePoolSpec,
     Environment,
     KVEventEngine,
+    SelectiveScrapeEngine,
     SpanEngine,
     StepOutcome,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "EngineConformance",
     "KVEventConformance",
     "PrefixCachingConformance",
+    "SelectiveScrapeConformance",
     "SpanConformance",
     "drive_engine",
     "pep440_of",
@@ -375,3 +377,49 @@ class KVEventConformance:
         assert quiet_shapes == shapes
         assert quiet_outcomes == [dataclasses.replace(o, kv_events=()) for o in outcomes]
         assert quiet_scrape == scrape
+
+
+class SelectiveScrapeConformance:
+    """Add to an engine suite when the engine scrapes some keys alone
+    (``SelectiveScrapeEngine``). Set ``metric_names`` as for :class:`EngineConformance`."""
+
+    factory: ClassVar[EngineFactory]
+    spec: ClassVar[EnginePoolSpec]
+    metric_names: ClassVar[tuple[str, ...]] = ()
+
+    @pytest.mark.conformance
+    def test_a_selective_scrape_is_the_scrape_under_its_keys(
+        self, blis_environment: Callable[[str], Environment]
+    ) -> None:
+        """After every step, ``scrape_keys`` gives ``scrape()``'s values under the keys
+        asked for: the declared metrics alone, with one key of another sample (a
+        counter's or a histogram's), and with a key it does not export."""
+        env = blis_environment("scrape-keys")
+        engine = self.factory.build(self.spec, env, "scrape-keys")
+        assert isinstance(engine, SelectiveScrapeEngine), "this suite needs one"
+        for i in range(6):
+            engine.add_request(_request(i, 30 + 11 * i, 12 + i), 0)
+        names = frozenset(self.metric_names)
+        now, steps = 0, 0
+        in_flight: list[tuple[StepShape, int]] = []
+        for _ in range(10_000):
+            while len(in_flight) < engine.plan.steps_in_flight:
+                shape = engine.schedule(now)
+                if shape is None:
+                    break
+                in_flight.append((shape, env.price_step(engine.plan, shape)))
+            if not in_flight:
+                break
+            shape, duration = in_flight.pop(0)
+            now += duration
+            engine.complete(shape, now)
+            steps += 1
+            full = dict(engine.scrape())
+            other = sorted(set(full) - names)[steps % max(1, len(full) - len(names))]
+            for keys in (names, names | {other}, names | {"blis:no-such-sample"}):
+                want = {k: full[k] for k in keys if k in full}
+                assert dict(engine.scrape_keys(keys)) == want, f"step {steps}: {sorted(keys)}"
+            if steps in (1, 8):
+                for key, value in full.items():
+                    assert dict(engine.scrape_keys(frozenset({key}))) == {key: value}, key
+        assert steps > 8

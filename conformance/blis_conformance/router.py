@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -14,6 +15,7 @@ from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.router import (
     ROUTER_EVENT_KINDS,
     EndpointSnapshot,
+    MetricSelectiveRouter,
     RouterEvent,
     RouterFactory,
     RouterInstance,
@@ -175,3 +177,37 @@ class RouterConformance:
         assert runs[0] == runs[1], (
             f"decisions changed by events of kinds outside observed_kinds() {sorted(kinds)}"
         )
+
+    @pytest.mark.conformance
+    def test_metrics_it_does_not_read_change_no_decision(self) -> None:
+        """A :class:`~blis_core.contracts.router.MetricSelectiveRouter` is scraped only
+        the keys it names: it must decide alike when every sample is given as well (the
+        named keys among vLLM's usual samples, varying by endpoint and request)."""
+        probe = self.build(seed=9)
+        if not isinstance(probe, MetricSelectiveRouter):
+            pytest.skip("not a MetricSelectiveRouter: the simulator scrapes every sample")
+        read = probe.read_metrics("vllm")
+        runs = []
+        for only_read in (False, True):
+            router = self.build(seed=9)
+            decisions = []
+            for i in range(40):
+                eps = []
+                for e, ep in enumerate(endpoints(4)):
+                    every = {
+                        "vllm:num_requests_waiting": float((i + 3 * e) % 7),
+                        "vllm:num_requests_running": float((2 * i + e) % 11),
+                        "vllm:kv_cache_usage_perc": ((i * 7 + e * 13) % 17) / 17,
+                        "vllm:cache_config_info:block_size": 16.0,
+                        "vllm:cache_config_info:num_gpu_blocks": 4096.0,
+                        "vllm:prefix_cache_queries_total": float(100 * i + e),
+                        "vllm:time_to_first_token_seconds_count": float(i),
+                        "vllm:time_to_first_token_seconds_sum": 0.05 * i + e,
+                    }
+                    if only_read:
+                        every = {k: v for k, v in every.items() if k in read}
+                    eps.append(dataclasses.replace(ep, metrics=every))
+                decision = router.route(_req(i), tuple(eps))
+                decisions.append((decision.endpoint, decision.status, decision.reason))
+            runs.append(decisions)
+        assert runs[0] == runs[1], f"decisions read scraped keys outside {sorted(read)}"

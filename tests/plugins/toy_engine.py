@@ -141,6 +141,10 @@ class ToyEngine:
     def num_unfinished(self) -> int:
         return len(self._by_id)
 
+    def scrape_keys(self, keys: frozenset[str]) -> Mapping[str, float]:
+        """``SelectiveScrapeEngine``: the scrape under ``keys``."""
+        return {k: v for k, v in self.scrape().items() if k in keys}
+
     def stop_kv_events(self) -> None:
         """It makes none anyway (``KVEventEngine``); the tests read whether it was told."""
         self.kv_events_stopped = True

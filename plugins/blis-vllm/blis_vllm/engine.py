@@ -678,6 +678,11 @@ class VllmEngine:
         """
         return self._metrics.samples()
 
+    def scrape_keys(self, keys: frozenset[str]) -> Mapping[str, float]:
+        """:meth:`scrape` under ``keys`` only (``SelectiveScrapeEngine``): the gauges a
+        router reads without writing the histograms."""
+        return self._metrics.samples_of(keys)
+
     def cache_config_info(self) -> Mapping[str, str]:
         """Labels of ``vllm:cache_config_info`` (CacheConfig.metrics_info, engine 0)."""
         s = self._settings

@@ -590,6 +590,29 @@ class EngineMetrics:
 
     # -- scrape ----------------------------------------------------------------------
 
+    def samples_of(self, keys: frozenset[str]) -> dict[str, float]:
+        """:meth:`samples` under ``keys`` (those it holds): the gauges and the info
+        metric's labels read as they are, the counters and histograms written only when a
+        key names one of them."""
+        s = self._snapshot
+        gauges = {
+            NUM_REQUESTS_RUNNING: float(s.num_running),
+            NUM_REQUESTS_WAITING: float(s.num_waiting),
+            KV_CACHE_USAGE_PERC: s.kv_cache_usage,
+        }
+        constant = self._constant
+        out: dict[str, float] = {}
+        for key in keys:
+            value = gauges.get(key)
+            if value is None:
+                value = constant.get(key)
+            if value is None:
+                # NOTE: a counter or a histogram (or a key not exported): read them all.
+                full = self.samples()
+                return {k: full[k] for k in keys if k in full}
+            out[key] = value
+        return out
+
     def samples(self) -> Mapping[str, float]:
         """Every sample, as of the last completed step (read-only, reused until the next)."""
         if self._cache is None:

@@ -6,6 +6,7 @@ from blis_conformance import (
     EngineConformance,
     KVEventConformance,
     PrefixCachingConformance,
+    SelectiveScrapeConformance,
     SpanConformance,
 )
 from blis_core.contracts.engine import EnginePoolSpec
@@ -23,7 +24,11 @@ _SPEC = EnginePoolSpec(
 
 
 class TestVllmConformance(
-    EngineConformance, KVEventConformance, PrefixCachingConformance, SpanConformance
+    EngineConformance,
+    KVEventConformance,
+    PrefixCachingConformance,
+    SelectiveScrapeConformance,
+    SpanConformance,
 ):
     factory = VllmEngineFactory()
     spec = _SPEC

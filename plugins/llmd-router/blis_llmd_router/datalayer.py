@@ -51,6 +51,7 @@ __all__ = [
     "EndpointMetrics",
     "EngineMetricNames",
     "endpoint_labels",
+    "metric_keys",
     "metrics_from_snapshot",
 ]
 
@@ -116,6 +117,19 @@ class EndpointMetrics:
     active_models: frozenset[str] = frozenset()
     waiting_models: frozenset[str] = frozenset()
     max_active_models: int = 0
+
+
+def metric_keys(engine_kind: str) -> frozenset[str]:
+    """The keys :func:`metrics_from_snapshot` reads of an ``engine_kind`` endpoint's
+    scrape: all llm-d reads of one (``MetricSelectiveRouter``)."""
+    names = ENGINE_METRIC_NAMES.get(engine_kind, ENGINE_METRIC_NAMES[_DEFAULT_ENGINE])
+    keys = {names.queued, names.running, names.kv_usage}
+    if names.cache_info:
+        keys.add(f"{names.cache_info}:{names.block_size_label}")
+        keys.add(f"{names.cache_info}:{names.num_blocks_label}")
+    if names.block_size_gauge:
+        keys.update((names.block_size_gauge, names.num_blocks_gauge))
+    return frozenset(keys)
 
 
 def metrics_from_snapshot(snapshot: EndpointSnapshot) -> EndpointMetrics:

@@ -56,6 +56,7 @@ from blis_core.contracts.router import (
     RoutingDecision,
 )
 from blis_llmd_router.admission import ADMISSION_DENIED_STATUS, run_admission
+from blis_llmd_router.datalayer import metric_keys
 from blis_llmd_router.flowcontrol import reject_if_sheddable_and_saturated
 from blis_llmd_router.framework import (
     Endpoint,
@@ -258,6 +259,12 @@ class LlmdRouter:
         wakes += [p.next_seal_us() for p in self._bursts]
         times = [w for w in wakes if w is not None]
         return min(times) if times else None
+
+    def read_metrics(self, engine_kind: str) -> frozenset[str]:
+        """The scrape keys the plugins read of an ``engine_kind`` endpoint
+        (``MetricSelectiveRouter``): its queue, running requests, KV cache usage and
+        cache geometry, through :func:`~blis_llmd_router.datalayer.metrics_from_snapshot`."""
+        return metric_keys(engine_kind)
 
     def observed_kinds(self) -> frozenset[str]:
         """The event kinds :meth:`observe` acts on (``SelectiveRouter``): every kind when a

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from blis_conformance.router import FixedRuntime
 from blis_llmd_router import LlmdRouterFactory
+from blis_llmd_router.datalayer import ENGINE_METRIC_NAMES, metrics_from_snapshot
 from helpers import req, snap
 
 from blis_core.contracts.router import ROUTER_EVENT_KINDS, RouterEvent
@@ -46,3 +49,32 @@ def test_observed_kinds_name_what_observe_acts_on() -> None:
     assert build(ACTIVE, FixedRuntime()).observed_kinds() == ROUTER_EVENT_KINDS
     flow = {**ACTIVE, "plugins": [{"type": "queue-scorer"}], "featureGates": ["flowControl"]}
     assert build(flow, FixedRuntime()).observed_kinds() == {"aborted", "completed"}
+
+
+def test_the_metrics_it_reads_are_the_keys_it_names() -> None:
+    """``read_metrics`` (``MetricSelectiveRouter``) names every key the data layer reads
+    of each engine kind's scrape (and of a kind it does not know, read as vLLM's)."""
+    router = LlmdRouterFactory().build({}, FixedRuntime(3))
+    every = {
+        name: float(7 + i)
+        for i, name in enumerate(
+            key
+            for names in ENGINE_METRIC_NAMES.values()
+            for key in (
+                names.queued,
+                names.running,
+                names.kv_usage,
+                f"{names.cache_info}:{names.block_size_label}",
+                f"{names.cache_info}:{names.num_blocks_label}",
+                names.block_size_gauge,
+                names.num_blocks_gauge,
+                f"{names.queued}_extra",
+            )
+        )
+    }
+    for kind in (*ENGINE_METRIC_NAMES, "toy"):
+        full = dataclasses.replace(snap("e"), engine_kind=kind, metrics=every)
+        read = router.read_metrics(kind)
+        only = dataclasses.replace(full, metrics={k: v for k, v in every.items() if k in read})
+        assert metrics_from_snapshot(only) == metrics_from_snapshot(full), kind
+        assert metrics_from_snapshot(full).waiting_queue_size > 0

@@ -1,5 +1,7 @@
-"""An engine is told to stop its KV events exactly when nothing in the run reads them
-(:class:`~blis_core.contracts.engine.KVEventEngine`)."""
+"""What nobody reads is not made: an engine is told to stop its KV events exactly when
+nothing in the run reads them (:class:`~blis_core.contracts.engine.KVEventEngine`), and
+a router that names the metrics it reads is scraped only those
+(:class:`~blis_core.contracts.router.MetricSelectiveRouter`)."""
 
 from __future__ import annotations
 
@@ -102,3 +104,28 @@ def test_a_router_reads_them_unless_it_says_it_does_not(monkeypatch: pytest.Monk
     assert read(_Selective(frozenset({"kv_events", "completed"})), None)
     assert not read(_Selective(frozenset({"completed", "aborted"})), None)
     assert read(_Selective(frozenset()), lambda *a: None)
+
+
+METRIC_ROUTER = ("blis-metric-router", "blis.routers", "metric-reader", "metric_router")
+
+
+def test_a_router_that_names_its_metrics_is_scraped_only_those(
+    install_plugins: Callable[..., None], data: DataSources
+) -> None:
+    install_plugins(TOY, METRIC_ROUTER)
+    import metric_router
+
+    metric_router.SEEN.clear()
+    doc = _scenario(
+        deployment={
+            **_scenario()["deployment"],
+            "router": {"kind": "metric-reader", "version": "1"},
+        }
+    )
+    run_scenario(parse_scenario(doc, "t"), make_host(), data)
+    scraped = {keys for at_us, keys in metric_router.SEEN if at_us > 0}
+    assert scraped == {frozenset({metric_router.QUEUE})}
+    # Before the first scrape an endpoint shows the engine's whole scrape, built with it.
+    assert {keys for at_us, keys in metric_router.SEEN if at_us == 0} == {
+        frozenset({metric_router.QUEUE, "toy:num_requests_running"})
+    }
