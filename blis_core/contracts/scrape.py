@@ -127,6 +127,12 @@ class Histogram:
         self._written = None
 
     @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys of the samples :meth:`write` sets: the buckets (``+Inf`` last), the
+        sum, the count."""
+        return self._keys
+
+    @property
     def count(self) -> int:
         """Observations so far."""
         return sum(self._counts)

@@ -68,3 +68,15 @@ def test_written_samples_are_a_fresh_builds_in_keys_order_and_values() -> None:
         assert [type(v) for v in out.values()] == [type(v) for v in expected.values()]
         assert not h.unwritten
         last = out
+
+
+def test_a_histograms_keys_are_those_it_writes() -> None:
+    h = Histogram("m", (0.5, 2.0))
+    h.observe(1.0)
+    out: dict[str, float] = {}
+    h.write(out)
+    assert (
+        h.keys
+        == tuple(out)
+        == ("m_bucket:0.5", "m_bucket:2.0", "m_bucket:+Inf", "m_sum", "m_count")
+    )

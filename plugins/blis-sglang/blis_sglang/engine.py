@@ -324,6 +324,11 @@ class SglangEngine:
         """SGLang's Prometheus samples as of the last report."""
         return self.metrics.snapshot()
 
+    def scrape_keys(self, keys: frozenset[str]) -> Mapping[str, float]:
+        """:meth:`scrape` under ``keys`` only (``SelectiveScrapeEngine``): the gauges a
+        router reads without writing the histograms."""
+        return self.metrics.snapshot_of(keys)
+
     def num_unfinished(self) -> int:
         """Requests queued, running or in flight."""
         return len(self._unfinished)

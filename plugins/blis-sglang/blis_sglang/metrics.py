@@ -271,6 +271,7 @@ class SglangMetrics:
         self._last_decode_report = -1.0
         self._last_log = 0.0
         self._pending_retracted = 0
+        self._histogram_keys: frozenset[str] | None = None
 
     def _pool(self) -> None:
         """``update_scheduler_stats``: the pool gauges."""
@@ -427,6 +428,20 @@ class SglangMetrics:
         """The tokenizer forwarded a client's abort of an unfinished request
         (``observe_one_aborted_request``)."""
         self._count("sglang:num_aborted_requests_total", 1)
+
+    def snapshot_of(self, keys: frozenset[str]) -> dict[str, float]:
+        """:meth:`snapshot` under ``keys`` (those it holds): the gauges and counters read
+        as they are, the histograms written only when a key names one of theirs."""
+        histogram_keys = self._histogram_keys
+        if histogram_keys is None:
+            histogram_keys = self._histogram_keys = frozenset(
+                key for histogram in self.requests.all() for key in histogram.keys
+            )
+        if not keys.isdisjoint(histogram_keys):
+            full = self.snapshot()
+            return {k: full[k] for k in keys if k in full}
+        values = self.values
+        return {k: values[k] for k in keys if k in values}
 
     def snapshot(self) -> Mapping[str, float]:
         """A copy of every sample."""

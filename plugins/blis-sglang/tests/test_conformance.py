@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from blis_conformance import EngineConformance, PrefixCachingConformance
+from blis_conformance import (
+    EngineConformance,
+    PrefixCachingConformance,
+    SelectiveScrapeConformance,
+)
 from blis_core.contracts.engine import EnginePoolSpec
 from blis_core.contracts.plan import ParallelLayout
 
@@ -22,13 +26,17 @@ def _spec(**args: object) -> EnginePoolSpec:
 _METRICS = ("sglang:num_queue_reqs", "sglang:num_running_reqs", "sglang:token_usage")
 
 
-class TestSglangConformance(EngineConformance, PrefixCachingConformance):
+class TestSglangConformance(
+    EngineConformance, PrefixCachingConformance, SelectiveScrapeConformance
+):
     factory = SglangEngineFactory()
     spec = _spec()
     metric_names = _METRICS
 
 
-class TestSglangNormalLoopConformance(EngineConformance, PrefixCachingConformance):
+class TestSglangNormalLoopConformance(
+    EngineConformance, PrefixCachingConformance, SelectiveScrapeConformance
+):
     """The normal loop (``disable_overlap_schedule``), one step in flight."""
 
     factory = SglangEngineFactory()
@@ -36,7 +44,9 @@ class TestSglangNormalLoopConformance(EngineConformance, PrefixCachingConformanc
     metric_names = _METRICS
 
 
-class TestSglangPagedConformance(EngineConformance, PrefixCachingConformance):
+class TestSglangPagedConformance(
+    EngineConformance, PrefixCachingConformance, SelectiveScrapeConformance
+):
     """Pages of 16 tokens and mixed chunks."""
 
     factory = SglangEngineFactory()
