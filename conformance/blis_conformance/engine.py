@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from typing import ClassVar
 
@@ -100,6 +100,27 @@ def _request(i: int, prompt: int, output: int, shared: int = 0) -> InferenceRequ
         segments.append(PromptSegment("conformance/shared", shared))
     segments.append(PromptSegment(f"conformance/q{i}", prompt))
     return InferenceRequest(f"c{i}", 0, tuple(segments), output)
+
+
+def _step_through(
+    engine: EngineInstance, env: Environment, max_steps: int = 10_000
+) -> Iterator[int]:
+    """Step as :func:`drive_engine` does, yielding the steps completed so far before each
+    completion (up to ``plan.steps_in_flight`` scheduled ahead), until nothing is left."""
+    now = 0
+    in_flight: list[tuple[StepShape, int]] = []
+    for done in range(max_steps):
+        while len(in_flight) < engine.plan.steps_in_flight:
+            shape = engine.schedule(now)
+            if shape is None:
+                break
+            in_flight.append((shape, env.price_step(engine.plan, shape)))
+        if not in_flight:
+            return
+        yield done
+        shape, duration = in_flight.pop(0)
+        now += duration
+        engine.complete(shape, now)
 
 
 class EngineConformance:
@@ -323,16 +344,8 @@ class SpanConformance:
         assert isinstance(engine, SpanEngine), "a suite with spans needs a SpanEngine"
         for i in range(6):
             engine.add_request(_request(i, 40 + 7 * i, 60), 0)
-        now, offered = 0, 0
-        in_flight: list[tuple[StepShape, int]] = []
-        for _ in range(10_000):
-            while len(in_flight) < engine.plan.steps_in_flight:
-                shape = engine.schedule(now)
-                if shape is None:
-                    break
-                in_flight.append((shape, env.price_step(engine.plan, shape)))
-            if not in_flight:
-                break
+        offered = 0
+        for _ in _step_through(engine, env):
             span = engine.decode_span()
             if span is not None:
                 offered += 1
@@ -342,9 +355,6 @@ class SpanConformance:
                     seqs = tuple(SeqChunk(q.new_tokens, q.context_tokens + k) for q in first.seqs)
                     want = dataclasses.replace(first, step_id=first.step_id + k, seqs=seqs)
                     assert span.shape(k) == want, f"boundary {k} of a span"
-            shape, duration = in_flight.pop(0)
-            now += duration
-            engine.complete(shape, now)
         assert offered, "a SpanEngine offered no span over six steady decodes"
 
 
@@ -391,7 +401,7 @@ class SelectiveScrapeConformance:
     def test_a_selective_scrape_is_the_scrape_under_its_keys(
         self, blis_environment: Callable[[str], Environment]
     ) -> None:
-        """After every step, ``scrape_keys`` gives ``scrape()``'s values under the keys
+        """Between steps, ``scrape_keys`` gives ``scrape()``'s values under the keys
         asked for: the declared metrics alone, with one key of another sample (a
         counter's or a histogram's), and with a key it does not export."""
         env = blis_environment("scrape-keys")
@@ -400,20 +410,8 @@ class SelectiveScrapeConformance:
         for i in range(6):
             engine.add_request(_request(i, 30 + 11 * i, 12 + i), 0)
         names = frozenset(self.metric_names)
-        now, steps = 0, 0
-        in_flight: list[tuple[StepShape, int]] = []
-        for _ in range(10_000):
-            while len(in_flight) < engine.plan.steps_in_flight:
-                shape = engine.schedule(now)
-                if shape is None:
-                    break
-                in_flight.append((shape, env.price_step(engine.plan, shape)))
-            if not in_flight:
-                break
-            shape, duration = in_flight.pop(0)
-            now += duration
-            engine.complete(shape, now)
-            steps += 1
+        steps = 0
+        for steps in _step_through(engine, env):
             full = dict(engine.scrape())
             other = sorted(set(full) - names)[steps % max(1, len(full) - len(names))]
             for keys in (names, names | {other}, names | {"blis:no-such-sample"}):
