@@ -384,9 +384,11 @@ class KVEventConformance:
         (shapes, outcomes, scrape), (quiet_shapes, quiet_outcomes, quiet_scrape) = runs
         assert any(o.kv_events for o in outcomes), "the engine made no KV events to stop"
         assert not any(o.kv_events for o in quiet_outcomes), "KV events made after the stop"
-        assert quiet_shapes == shapes
-        assert quiet_outcomes == [dataclasses.replace(o, kv_events=()) for o in outcomes]
-        assert quiet_scrape == scrape
+        assert quiet_shapes == shapes, "the steps changed with the KV events stopped"
+        assert quiet_outcomes == [dataclasses.replace(o, kv_events=()) for o in outcomes], (
+            "the outcomes changed with the KV events stopped"
+        )
+        assert quiet_scrape == scrape, "the metrics changed with the KV events stopped"
 
 
 class SelectiveScrapeConformance:
@@ -413,8 +415,9 @@ class SelectiveScrapeConformance:
         steps = 0
         for steps in _step_through(engine, env):
             full = dict(engine.scrape())
-            other = sorted(set(full) - names)[steps % max(1, len(full) - len(names))]
-            for keys in (names, names | {other}, names | {"blis:no-such-sample"}):
+            others = sorted(set(full) - names)
+            other = {others[steps % len(others)]} if others else set()
+            for keys in (names, names | other, names | {"blis:no-such-sample"}):
                 want = {k: full[k] for k in keys if k in full}
                 assert dict(engine.scrape_keys(keys)) == want, f"step {steps}: {sorted(keys)}"
             if steps in (1, 8):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from blis_conformance import EngineConformance
+from blis_conformance import EngineConformance, KVEventConformance, SelectiveScrapeConformance
 from blis_conformance.engine import pep440_of
 from toy_engines import Breakage, ToyFactory
 
@@ -24,7 +24,7 @@ METRICS = ("toy:num_requests_running", "toy:num_requests_waiting")
 
 
 def _suite(factory: ToyFactory, metric_names: tuple[str, ...] = METRICS) -> Any:
-    class Suite(EngineConformance):
+    class Suite(EngineConformance, KVEventConformance, SelectiveScrapeConformance):
         pass
 
     Suite.factory = factory
@@ -42,6 +42,8 @@ def _check(suite: Any, name: str, env: Environment) -> None:
         kwargs["env"] = env
     if "engine" in params:
         kwargs["engine"] = suite.factory.build(suite.spec, env, "toy-0")
+    if "blis_environment" in params:
+        kwargs["blis_environment"] = lambda _name: env
     test(**kwargs)
 
 
@@ -70,6 +72,10 @@ def test_the_sound_toy_passes_every_check(env: Environment) -> None:
          "test_never_holds_more_kv_than_its_budget", "the KV budget has 64"),
         (ToyFactory(Breakage(frozen_metrics=True)),
          "test_exports_the_metrics_it_declares", "changed while six requests ran"),
+        (ToyFactory(Breakage(kv_events_steer=True)),
+         "test_stopped_kv_events_change_nothing_else", "the metrics changed"),
+        (ToyFactory(Breakage(stale_selective_scrape=True)),
+         "test_a_selective_scrape_is_the_scrape_under_its_keys", "step"),
     ],
 )  # fmt: skip
 def test_a_broken_engine_fails_its_check(

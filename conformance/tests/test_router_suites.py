@@ -58,6 +58,27 @@ class _SelectiveRouter(_Router):
         return RoutingDecision(endpoint=endpoints[live.index(min(live))].name)
 
 
+class _MetricRouter(_Router):
+    """Names the queue gauge and picks the shortest queue; with flaw ``peeks`` it also
+    weighs the KV cache usage, which it does not name."""
+
+    QUEUE = "vllm:num_requests_waiting"
+
+    def read_metrics(self, engine_kind: str) -> frozenset[str]:
+        return frozenset((self.QUEUE,))
+
+    def route(self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]) -> Any:
+        if not endpoints:
+            return super().route(request, endpoints)
+        peek = self._flaw == "peeks"
+
+        def load(ep: EndpointSnapshot) -> tuple[float, str]:
+            usage = ep.metrics.get("vllm:kv_cache_usage_perc", 0.0) if peek else 0.0
+            return (ep.metrics.get(self.QUEUE, 0.0) + 10 * usage, ep.name)
+
+        return RoutingDecision(endpoint=min(endpoints, key=load).name)
+
+
 class _Factory:
     kind = "toy-router"
     upstream_release = "1.0"
@@ -69,6 +90,8 @@ class _Factory:
     def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
         if self._flaw in ("selective", "deaf"):
             return _SelectiveRouter(runtime, self._flaw)
+        if self._flaw in ("metrics", "peeks"):
+            return _MetricRouter(runtime, self._flaw)
         return _Router(runtime, self._flaw)
 
 
@@ -80,15 +103,33 @@ def _suite(flaw: str) -> Any:
     return Suite()
 
 
-@pytest.mark.parametrize("flaw", ["", "selective"])
+# The checks each toy skips: those of a capability it does not have.
+_SKIPPED = {
+    "": {
+        "test_events_of_kinds_it_does_not_observe_change_no_decision",
+        "test_metrics_it_does_not_read_change_no_decision",
+    },
+    "selective": {"test_metrics_it_does_not_read_change_no_decision"},
+    "metrics": {"test_events_of_kinds_it_does_not_observe_change_no_decision"},
+}
+
+
+@pytest.mark.parametrize("flaw", ["", "selective", "metrics"])
 def test_the_sound_toy_passes_every_check(flaw: str) -> None:
     suite = _suite(flaw)
+    skipped = set()
     for name in dir(suite):
         if name.startswith("test_"):
             try:
                 getattr(suite, name)()
             except pytest.skip.Exception:
-                assert not flaw and name.startswith("test_events_of_kinds")
+                skipped.add(name)
+    assert skipped == _SKIPPED[flaw]
+
+
+def test_a_router_reading_metrics_it_does_not_name_fails() -> None:
+    with pytest.raises(AssertionError, match="scraped keys outside"):
+        _suite("peeks").test_metrics_it_does_not_read_change_no_decision()
 
 
 def test_a_router_acting_on_events_it_says_it_does_not_observe_fails() -> None:

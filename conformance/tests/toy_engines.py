@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from blis_core.contracts.engine import (
+    BlockStored,
     EngineInstance,
     EnginePoolSpec,
     Environment,
@@ -31,6 +32,10 @@ class Breakage:
     ignore_token_budget: bool = False
     ignore_kv_budget: bool = False
     frozen_metrics: bool = False
+    kv_events_steer: bool = False
+    """stopping the KV events also changes what the engine reports"""
+    stale_selective_scrape: bool = False
+    """``scrape_keys`` reads the running count as of the step before"""
 
 
 @dataclass
@@ -52,6 +57,8 @@ class ToyEngine:
         self._by_id: dict[str, _Req] = {}
         self._steps: dict[int, list[tuple[_Req, int]]] = {}
         self._step = 0
+        self._events = True
+        self._running_before = 0
 
     @property
     def plan(self) -> PoolPlan:
@@ -111,6 +118,7 @@ class ToyEngine:
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         emitted, finished = [], []
+        self._running_before = len(self._running)
         for r, n in self._steps.pop(shape.step_id):
             if r.computed < r.req.input_tokens:
                 r.computed += n
@@ -123,15 +131,31 @@ class ToyEngine:
                 self._running.remove(r)
                 self._free += r.blocks
                 del self._by_id[r.req.request_id]
-        return StepOutcome(shape.step_id, emitted=tuple(emitted), finished=tuple(finished))
+        # A KV event a step: a stand-in for the blocks it filled.
+        events = (BlockStored((shape.step_id,), None, (1,), 1),) if self._events else ()
+        return StepOutcome(
+            shape.step_id, emitted=tuple(emitted), finished=tuple(finished), kv_events=events
+        )
 
     def scrape(self) -> Mapping[str, float]:
         if self._broken.frozen_metrics:
             return {"toy:num_requests_running": 0.0, "toy:num_requests_waiting": 0.0}
-        return {
+        samples = {
             "toy:num_requests_running": float(len(self._running)),
             "toy:num_requests_waiting": float(len(self._waiting)),
         }
+        if self._broken.kv_events_steer and not self._events:
+            samples["toy:kv_events"] = 0.0
+        return samples
+
+    def scrape_keys(self, keys: frozenset[str]) -> Mapping[str, float]:
+        samples = dict(self.scrape())
+        if self._broken.stale_selective_scrape:
+            samples["toy:num_requests_running"] = float(self._running_before)
+        return {k: v for k, v in samples.items() if k in keys}
+
+    def stop_kv_events(self) -> None:
+        self._events = False
 
     def num_unfinished(self) -> int:
         return len(self._by_id)
