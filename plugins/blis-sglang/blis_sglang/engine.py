@@ -324,6 +324,12 @@ class SglangEngine:
         """SGLang's Prometheus samples as of the last report."""
         return self.metrics.snapshot()
 
+    def stop_kv_events(self) -> None:
+        """Nothing in the run reads this engine's KV events (``KVEventEngine``): the tree
+        records none from now on, as SGLang's does without ``--kv-events-config``."""
+        self.scheduler.tree.stop_events()
+        self._events.clear()
+
     def scrape_keys(self, keys: frozenset[str]) -> Mapping[str, float]:
         """:meth:`scrape` under ``keys`` only (``SelectiveScrapeEngine``): the gauges a
         router reads without writing the histograms."""

@@ -537,6 +537,12 @@ class RadixCache:
             stack.extend((child, False) for child in reversed(children))
         return order
 
+    def stop_events(self) -> None:
+        """Record no more KV events and drop those queued (the tree then behaves as one
+        built without ``record_events``)."""
+        self._record = False
+        self._events = []
+
     def take_events(self) -> list[KVEvent]:
         """Hand over and clear the queued KV events (``events.py:310 take``).
 

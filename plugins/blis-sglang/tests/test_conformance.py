@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from blis_conformance import (
     EngineConformance,
+    KVEventConformance,
     PrefixCachingConformance,
     SelectiveScrapeConformance,
 )
@@ -52,3 +53,10 @@ class TestSglangPagedConformance(
     factory = SglangEngineFactory()
     spec = _spec(page_size=16, enable_mixed_chunk=True)
     metric_names = _METRICS
+
+
+class TestSglangKVEventConformance(KVEventConformance):
+    """With ``--kv-events-config`` the tree records KV events, which can be stopped."""
+
+    factory = SglangEngineFactory()
+    spec = _spec(kv_events_config='{"publisher": "zmq", "topic": "kv-events"}')
