@@ -30,8 +30,10 @@ __all__ = [
     "output_content_key",
     "packed_segment_token_ids",
     "prompt_token_ids",
+    "prompt_token_ids_array",
     "segment_token_id",
     "segment_token_ids",
+    "segment_token_ids_array",
 ]
 
 
@@ -168,22 +170,26 @@ def segment_token_ids(content_key: str, vocab_size: int, start: int, stop: int) 
     while pos < stop:
         chunk, offset = divmod(pos, _CHUNK_TOKENS)
         take = min(stop - pos, _CHUNK_TOKENS - offset)
-        data = _chunk_bytes(content_key, chunk)
         # NOTE: only the requested slice is mapped to ids; decoding asks for one token
-        # at a time, so mapping whole chunks would dominate a run's profile. Each word
-        # is read from the digest's bytes: compiled, that is integer arithmetic on
-        # bytes, with no int object made per word (twice as fast as iterating an
-        # ``array`` of the words; tests/contracts/test_request.py holds it to that form).
-        ids = [
-            1 + (data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24) % modulus
-            for i in range(4 * offset, 4 * (offset + take), 4)
-        ]
+        # at a time, so mapping whole chunks would dominate a run's profile.
+        ids = _chunk_ids(_chunk_bytes(content_key, chunk), modulus, offset, take)
         if out:
             out += ids
         else:
             out = ids
         pos += take
     return out
+
+
+def _chunk_ids(data: bytes, modulus: int, offset: int, take: int) -> list[int]:
+    """The ids of words ``[offset, offset + take)`` of one chunk's bytes."""
+    # NOTE: each word is read from the digest's bytes: compiled, that is integer
+    # arithmetic on bytes, with no int object made per word (twice as fast as iterating
+    # an ``array`` of the words; tests/contracts/test_request.py holds it to that form).
+    return [
+        1 + (data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24) % modulus
+        for i in range(4 * offset, 4 * (offset + take), 4)
+    ]
 
 
 def segment_token_id(content_key: str, vocab_size: int, index: int) -> int:
@@ -207,6 +213,56 @@ PACKED_VOCAB_SIZE_MAX = 2**32
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
+def segment_token_ids_array(content_key: str, vocab_size: int, start: int, stop: int) -> array[int]:
+    """``segment_token_ids(content_key, vocab_size, start, stop)`` as an ``array("I")``
+    (native byte order), for ``2 <= vocab_size <=`` :data:`PACKED_VOCAB_SIZE_MAX`: the
+    ids as four bytes each, which a consumer slices, extends and hashes without an int
+    object per id (and the garbage collector's scans find no item in)."""
+    if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
+        raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
+    if vocab_size != PACKED_VOCAB_SIZE_MAX:
+        # NOTE: the ids as a list (compiled, the fastest way to make them), packed by
+        # ``array``; writing each id's bytes into a bytearray is four times slower
+        # compiled, and a list of their bytes (small ints, none allocated) slower too.
+        return array("I", segment_token_ids(content_key, vocab_size, start, stop))
+    if not 0 <= start <= stop:
+        raise ValueError(f"need 0 <= start <= stop, got start={start} stop={stop}")
+    out = array("I")
+    pos = start
+    while pos < stop:
+        chunk, offset = divmod(pos, _CHUNK_TOKENS)
+        take = min(stop - pos, _CHUNK_TOKENS - offset)
+        out.frombytes(_packed_ids_of_2_32(_chunk_bytes(content_key, chunk), offset, take))
+        pos += take
+    if _BIG_ENDIAN:
+        out.byteswap()
+    return out
+
+
+_ONE_PER_WORD = int.from_bytes(b"\x01\x00\x00\x00" * _CHUNK_TOKENS, "little")
+"""1 in each of a chunk's 32-bit little-endian words, as one integer."""
+
+
+def _packed_ids_of_2_32(data: bytes, offset: int, take: int) -> bytes:
+    """The ids of words ``[offset, offset + take)`` of one chunk's bytes in a vocabulary
+    of ``2**32``, packed as little-endian uint32s.
+
+    ``1 + w % (2**32 - 1)`` is ``w + 1`` for every word but ``2**32 - 1`` (whose id is
+    1): the words are added to as one integer, one addition for all of them instead of
+    an int object per word (no word but ``2**32 - 1`` carries into the next)."""
+    part = data[4 * offset : 4 * (offset + take)]
+    at = part.find(b"\xff\xff\xff\xff")
+    while at >= 0:
+        if at % 4 == 0:
+            ids = array("I", _chunk_ids(data, PACKED_VOCAB_SIZE_MAX - 1, offset, take))
+            if _BIG_ENDIAN:
+                ids.byteswap()
+            return ids.tobytes()
+        at = part.find(b"\xff\xff\xff\xff", at + 1)
+    ones = _ONE_PER_WORD >> (32 * (_CHUNK_TOKENS - take))
+    return (int.from_bytes(part, "little") + ones).to_bytes(4 * take, "little")
+
+
 @lru_cache(maxsize=1024)
 def packed_segment_token_ids(content_key: str, vocab_size: int, num_tokens: int) -> bytes:
     """``segment_token_ids(content_key, vocab_size, 0, num_tokens)`` packed as
@@ -219,12 +275,24 @@ def packed_segment_token_ids(content_key: str, vocab_size: int, num_tokens: int)
         raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
     if num_tokens <= 0:
         return b""
-    # NOTE: the ids as a list (compiled, the fastest way to make them), packed by
-    # ``array``; writing each id's bytes into a bytearray is four times slower compiled.
-    words = array("I", segment_token_ids(content_key, vocab_size, 0, num_tokens))
+    words = segment_token_ids_array(content_key, vocab_size, 0, num_tokens)
     if _BIG_ENDIAN:
         words.byteswap()
     return words.tobytes()
+
+
+def prompt_token_ids_array(prompt: tuple[PromptSegment, ...], vocab_size: int) -> array[int]:
+    """``prompt_token_ids(prompt, vocab_size)`` as an ``array("I")`` (native byte order),
+    for ``2 <= vocab_size <=`` :data:`PACKED_VOCAB_SIZE_MAX`: each segment's ids copied
+    from :func:`packed_segment_token_ids` (cached), with no int object per id."""
+    if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
+        raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
+    out = array("I")
+    for seg in prompt:
+        out.frombytes(packed_segment_token_ids(seg.content_key, vocab_size, seg.num_tokens))
+    if _BIG_ENDIAN:
+        out.byteswap()
+    return out
 
 
 def prompt_token_ids(prompt: tuple[PromptSegment, ...], vocab_size: int) -> list[int]:

@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 from blis_core.contracts.request import (
     InferenceRequest,
     PromptSegment,
+    _packed_ids_of_2_32,
     packed_segment_token_ids,
     prompt_token_ids,
+    prompt_token_ids_array,
     segment_token_id,
     segment_token_ids,
+    segment_token_ids_array,
 )
 
 
@@ -138,3 +141,48 @@ def test_packed_segment_token_ids_are_the_ids_packed() -> None:
     for vocab in (0, 1, 2**32 + 1):
         with pytest.raises(ValueError, match="vocab_size"):
             packed_segment_token_ids("k", vocab, 4)
+
+
+@pytest.mark.parametrize("vocab", [2, 3, 1000, 128256, 2**31 + 11, 2**32 - 1, 2**32])
+def test_segment_token_ids_array_is_the_ids(vocab: int) -> None:
+    """The array holds segment_token_ids' ids in native order, for any slice, across
+    chunk boundaries (for 2**32, made as words plus one; for the rest, from the list)."""
+    for key, start, stop in (
+        ("k", 0, 0), ("k", 0, 1), ("sys/3", 3, 515), ("sys/3", 0, 1536),
+        ("out/r7", 500, 1600), ("q", 1023, 1025), ("q", 511, 512),
+    ):  # fmt: skip
+        got = segment_token_ids_array(key, vocab, start, stop)
+        assert got.typecode == "I"
+        assert got == array("I", _ids_as_words(key, vocab, start, stop)), (key, start, stop)
+    for bad in (1, 2**32 + 1):
+        with pytest.raises(ValueError, match="vocab_size"):
+            segment_token_ids_array("k", bad, 0, 4)
+    with pytest.raises(ValueError, match="start"):
+        segment_token_ids_array("k", vocab, 5, 4)
+
+
+def test_ids_of_a_2_32_vocabulary_with_a_word_that_would_carry() -> None:
+    """``1 + w % (2**32 - 1)`` is ``w + 1`` but for ``w = 2**32 - 1`` (id 1): a chunk
+    holding that word is mapped word by word; 0xff bytes across two words carry
+    nothing."""
+    words = [0, 1, 2**32 - 2, 0xFFFFFF00, 0x00FFFFFF, 7, 0xFFFF0000, 0x0000FFFF] * 64
+    assert len(words) == 512
+    with_max = list(words)
+    with_max[300] = 2**32 - 1
+    for ws in (words, with_max):
+        data = struct.pack("<512I", *ws)
+        for offset, take in ((0, 512), (0, 1), (299, 3), (301, 211), (3, 2)):
+            expected = [1 + w % (2**32 - 1) for w in ws[offset : offset + take]]
+            packed = struct.pack(f"<{take}I", *expected)
+            assert _packed_ids_of_2_32(data, offset, take) == packed, (offset, take)
+    assert with_max[300] + 1 == 2**32 and 1 + with_max[300] % (2**32 - 1) == 1
+
+
+@pytest.mark.parametrize("vocab", [500, 128256, 2**32])
+def test_prompt_token_ids_array_is_the_prompts_ids(vocab: int) -> None:
+    prompt = (PromptSegment("sys", 10), PromptSegment("q", 0), PromptSegment("u", 700))
+    got = prompt_token_ids_array(prompt, vocab)
+    assert got.typecode == "I" and got == array("I", prompt_token_ids(prompt, vocab))
+    assert prompt_token_ids_array((), vocab) == array("I")
+    with pytest.raises(ValueError, match="vocab_size"):
+        prompt_token_ids_array(prompt, 2**32 + 1)
