@@ -9,22 +9,25 @@ hashes of full blocks, extended as tokens are appended (upstream's
 drafters with prefix caching in vLLM 0.33.0, a block's hash also covers the L tokens
 after it and exists only once they do).
 
-Token ids come from :func:`blis_core.contracts.request.prompt_token_ids` and, for
+Token ids come from :func:`blis_core.contracts.request.prompt_token_ids_array` and, for
 generated tokens, from the content key :func:`output_content_key`, so that two
-requests sharing a prompt segment share block hashes exactly.
+requests sharing a prompt segment share block hashes exactly. Upstream keeps them in
+lists of ints; here they are ``array("I")`` (four bytes an id, not tracked by the
+garbage collector, hashed without an int object per id).
 """
 
 from __future__ import annotations
 
+from array import array
 from enum import IntEnum
 from typing import Any
 
 from blis_core.contracts.request import (
     InferenceRequest,
     output_content_key,
-    prompt_token_ids,
+    prompt_token_ids_array,
     segment_token_id,
-    segment_token_ids,
+    segment_token_ids_array,
 )
 
 from blis_vllm.kv_cache_utils import BlockHash, hash_block_chain, hash_block_tokens
@@ -132,11 +135,11 @@ class Request:
         self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         # Prompt and generated token ids. Generated ids appended by
         # ``append_next_output_token`` are written only when read (block hashing, the
-        # next ``append_output_token_ids``): the list may be shorter than ``num_tokens``.
-        self.all_token_ids: list[int] = prompt_token_ids(source.prompt, vocab_size)
+        # next ``append_output_token_ids``): the array may be shorter than ``num_tokens``.
+        self.all_token_ids: array[int] = prompt_token_ids_array(source.prompt, vocab_size)
         # The ids of generated tokens ``[_ids_ahead_start, +len)`` (output positions),
-        # made ahead of need: a block boundary then copies its ids out of this list.
-        self._ids_ahead: list[int] = []
+        # made ahead of need: a block boundary then copies its ids out of this array.
+        self._ids_ahead: array[int] = array("I")
         self._ids_ahead_start = 0
         self.num_prompt_tokens = len(self.all_token_ids)
         # Prompt plus generated tokens (``len(all_token_ids)``, kept as tokens are appended).
@@ -245,7 +248,8 @@ class Request:
 
         The ids come from :attr:`_ids_ahead`, refilled with the next
         ``_OUTPUT_IDS_AHEAD`` positions (no further than ``max_tokens``) when it does not
-        hold them all: one long :func:`segment_token_ids` call instead of one per block."""
+        hold them all: one long :func:`segment_token_ids_array` call instead of one per
+        block."""
         tokens = self.all_token_ids
         have = len(tokens) - self.num_prompt_tokens
         want = self.num_tokens - self.num_prompt_tokens
@@ -253,7 +257,7 @@ class Request:
         start = self._ids_ahead_start
         if have < start or want > start + len(ahead):
             stop = max(want, min(self.max_tokens, have + _OUTPUT_IDS_AHEAD))
-            ahead = self._ids_ahead = segment_token_ids(
+            ahead = self._ids_ahead = segment_token_ids_array(
                 self.output_key, self._vocab_size, have, stop
             )
             start = self._ids_ahead_start = have

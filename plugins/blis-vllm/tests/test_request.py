@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import gc
+from array import array
+
 import pytest
 from blis_core.contracts.request import output_content_key, segment_token_ids
 from vllm_fakes import req
@@ -53,8 +56,22 @@ def test_generated_ids_and_block_hashes_match_token_by_token(
     expected = segment_token_ids("p", VOCAB, 0, prompt) + segment_token_ids(
         output_content_key("r"), VOCAB, 0, max_tokens + 1
     )
-    assert r.all_token_ids == expected
+    assert r.all_token_ids == array("I", expected)
     assert r.block_hashes == _chain(expected, block_size)
+
+
+def test_token_ids_are_kept_where_the_collector_finds_no_int() -> None:
+    """The prompt's and the generated tokens' ids are arrays of uint32s: no int object
+    per id is kept alive, and the garbage collector's scans, which walk every item of a
+    list, find no object inside them."""
+    r = Request(req("r", ("p", 600), max_tokens=600), vocab_size=VOCAB, block_size=16,
+                hash_blocks=True)  # fmt: skip
+    for _ in range(37):
+        r.append_next_output_token()
+    assert len(r.all_token_ids) == 39 * 16 and len(r._ids_ahead) > 0
+    for ids in (r.all_token_ids, r._ids_ahead):
+        assert type(ids) is array and ids.typecode == "I"
+        assert not [o for o in gc.get_referents(ids) if isinstance(o, int)]
 
 
 def test_next_output_token_id_read_from_the_ids_made_ahead_is_the_content_keys() -> None:
