@@ -185,10 +185,12 @@ class BlockPool:
                 BlockStored(
                     tuple(new_hashes),
                     parent,
+                    # (``tolist``: the array's ids made ints in one loop, not one
+                    # iterator call each.)
                     tuple(
                         request.all_token_ids[
                             num_cached_blocks * block_size : num_full_blocks * block_size
-                        ]
+                        ].tolist()
                     ),
                     block_size,
                     None,
