@@ -217,7 +217,7 @@ def segment_token_ids_array(content_key: str, vocab_size: int, start: int, stop:
     """``segment_token_ids(content_key, vocab_size, start, stop)`` as an ``array("I")``
     (native byte order), for ``2 <= vocab_size <=`` :data:`PACKED_VOCAB_SIZE_MAX`: the
     ids as four bytes each, which a consumer slices, extends and hashes without an int
-    object per id (and the garbage collector's scans find no item in)."""
+    object per id (and in which the garbage collector's scans find no object to walk)."""
     if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
         raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
     if vocab_size != PACKED_VOCAB_SIZE_MAX:

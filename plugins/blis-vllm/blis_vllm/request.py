@@ -11,9 +11,10 @@ after it and exists only once they do).
 
 Token ids come from :func:`blis_core.contracts.request.prompt_token_ids_array` and, for
 generated tokens, from the content key :func:`output_content_key`, so that two
-requests sharing a prompt segment share block hashes exactly. Upstream keeps them in
-lists of ints; here they are ``array("I")`` (four bytes an id, not tracked by the
-garbage collector, hashed without an int object per id).
+requests sharing a prompt segment share block hashes exactly. Upstream
+(``v1/request.py``) keeps them in lists of ints; here they are ``array("I")``: four
+bytes an id, no int object per id for the garbage collector's scans to walk, hashed
+without one.
 """
 
 from __future__ import annotations
