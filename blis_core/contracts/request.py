@@ -263,7 +263,10 @@ def _packed_ids_of_2_32(data: bytes, offset: int, take: int) -> bytes:
     return (int.from_bytes(part, "little") + ones).to_bytes(4 * take, "little")
 
 
-@lru_cache(maxsize=1024)
+# NOTE: 2048, where each consumer had 1024: a router's vocabulary and an engine's (the
+# vLLM port's prompt ids, once cached as tuples in ``_whole_segment``) keep one entry
+# each per shared segment here.
+@lru_cache(maxsize=2048)
 def packed_segment_token_ids(content_key: str, vocab_size: int, num_tokens: int) -> bytes:
     """``segment_token_ids(content_key, vocab_size, 0, num_tokens)`` packed as
     little-endian uint32s (``struct.pack(f"<{num_tokens}I", *ids)``), for
