@@ -41,7 +41,7 @@ vLLM port refuses LoRA (no adapter is ever loaded and vLLM emits no such metric)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from blis_core.contracts.router import EndpointSnapshot
 
@@ -71,6 +71,29 @@ class EngineMetricNames:
     num_blocks_label: str = "num_gpu_blocks"
     block_size_gauge: str = ""
     num_blocks_gauge: str = ""
+    geometry: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+    """The (block size, block count) keys read, in order: a later pair's values replace
+    an earlier's (the info metric's labels, then the gauges)."""
+
+    def __post_init__(self) -> None:
+        pairs = []
+        if self.cache_info:
+            pairs.append(
+                (
+                    f"{self.cache_info}:{self.block_size_label}",
+                    f"{self.cache_info}:{self.num_blocks_label}",
+                )
+            )
+        if self.block_size_gauge:
+            pairs.append((self.block_size_gauge, self.num_blocks_gauge))
+        object.__setattr__(self, "geometry", tuple(pairs))
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """Every key read: the queue, running requests, KV cache usage and geometry."""
+        return frozenset(
+            (self.queued, self.running, self.kv_usage, *(k for p in self.geometry for k in p))
+        )
 
 
 ENGINE_METRIC_NAMES: Mapping[str, EngineMetricNames] = {
@@ -122,14 +145,7 @@ class EndpointMetrics:
 def metric_keys(engine_kind: str) -> frozenset[str]:
     """The keys :func:`metrics_from_snapshot` reads of an ``engine_kind`` endpoint's
     scrape: all llm-d reads of one (``MetricSelectiveRouter``)."""
-    names = ENGINE_METRIC_NAMES.get(engine_kind, ENGINE_METRIC_NAMES[_DEFAULT_ENGINE])
-    keys = {names.queued, names.running, names.kv_usage}
-    if names.cache_info:
-        keys.add(f"{names.cache_info}:{names.block_size_label}")
-        keys.add(f"{names.cache_info}:{names.num_blocks_label}")
-    if names.block_size_gauge:
-        keys.update((names.block_size_gauge, names.num_blocks_gauge))
-    return frozenset(keys)
+    return ENGINE_METRIC_NAMES.get(engine_kind, ENGINE_METRIC_NAMES[_DEFAULT_ENGINE]).keys
 
 
 def metrics_from_snapshot(snapshot: EndpointSnapshot) -> EndpointMetrics:
@@ -138,12 +154,9 @@ def metrics_from_snapshot(snapshot: EndpointSnapshot) -> EndpointMetrics:
     m = snapshot.metrics
     block_size = 0
     num_blocks = 0
-    if names.cache_info:
-        block_size = int(m.get(f"{names.cache_info}:{names.block_size_label}", 0))
-        num_blocks = int(m.get(f"{names.cache_info}:{names.num_blocks_label}", 0))
-    if names.block_size_gauge:
-        block_size = int(m.get(names.block_size_gauge, 0))
-        num_blocks = int(m.get(names.num_blocks_gauge, 0))
+    for block_size_key, num_blocks_key in names.geometry:
+        block_size = int(m.get(block_size_key, 0))
+        num_blocks = int(m.get(num_blocks_key, 0))
     return EndpointMetrics(
         waiting_queue_size=int(m.get(names.queued, 0)),
         running_requests_size=int(m.get(names.running, 0)),
