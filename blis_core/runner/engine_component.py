@@ -318,9 +318,9 @@ class EngineComponent(Component):
         self._dropped: list[Dropped] = []
         self._accepted: list[str] = []
         self._next_scrape_us = scrape_interval_us if router is not None else -1
-        # The scrape keys the router reads, where it names them (scrape_only).
-        self._scrape_keys: frozenset[str] | None = None
-        self._selective: SelectiveScrapeEngine | None = None
+        # The engine scraped under the keys the router reads, where it names them
+        # (scrape_only).
+        self._scrape_only: tuple[SelectiveScrapeEngine, frozenset[str]] | None = None
         self.steps = 0
         # Run-ahead past the lookahead (allow_requests_ahead): how far requests reach the
         # engine after their delivery at the least (0: not allowed), and the last
@@ -1078,16 +1078,15 @@ class EngineComponent(Component):
         the engine can (:class:`~blis_core.contracts.engine.SelectiveScrapeEngine`)."""
         engine = self.engine
         if isinstance(engine, SelectiveScrapeEngine):
-            self._selective = engine
-            self._scrape_keys = frozenset(keys)
+            self._scrape_only = (engine, keys)
 
     def _scrape(self, now_us: int) -> None:
         """The metrics scrape due at ``now_us``, read now; the next is one interval on."""
         self._next_scrape_us += self._scrape_interval_us
-        selective, keys = self._selective, self._scrape_keys
+        only = self._scrape_only
         samples: Mapping[str, float]
-        if selective is not None and keys is not None:
-            samples = selective.scrape_keys(keys)  # a new mapping each call
+        if only is not None:
+            samples = only[0].scrape_keys(only[1])  # a new mapping each call
         else:
             samples = _copied(self.engine.scrape())
         self._scrapes.append(MetricsScrape(self.name, samples, now_us))
