@@ -117,6 +117,7 @@ class RouterComponent(Component):
                 f"router {name!r}: observed_kinds() names {sorted(kinds - ROUTER_EVENT_KINDS)}, "
                 f"which are not router event kinds {sorted(ROUTER_EVENT_KINDS)}"
             )
+        self._kinds: frozenset[str] = kinds
         # NOTE: events of a kind the router does not observe are never made (a step report
         # would otherwise make one per first token and per completion).
         self._hears_dispatched = "dispatched" in kinds
@@ -124,6 +125,11 @@ class RouterComponent(Component):
         self._hears_completed = "completed" in kinds
         self._hears_kv_events = "kv_events" in kinds
         self._hears_aborted = "aborted" in kinds
+
+    def hears(self, kind: str) -> bool:
+        """Whether the router is sent events of ``kind`` (all kinds, unless it is a
+        :class:`~blis_core.contracts.router.SelectiveRouter`: those it names)."""
+        return kind in self._kinds
 
     def quiescent(self) -> bool:
         """A step report or a scrape makes the router send something only through a

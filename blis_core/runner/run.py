@@ -57,7 +57,6 @@ from blis_core.contracts.router import (
     MetricSelectiveRouter,
     RouterFactory,
     RouterInstance,
-    SelectiveRouter,
 )
 from blis_core.contracts.scenario import PoolSpec, Scenario
 from blis_core.contracts.shape import Transfer
@@ -468,15 +467,13 @@ def _requests_only(scenario: Scenario, router: RouterInstance | None) -> bool:
     return not evicts and all(pool.role == "both" for pool in scenario.deployment.pools)
 
 
-def _kv_events_read(router: RouterInstance | None, completion_observer: object) -> bool:
-    """Whether anything in this run reads the engines' KV events: a router that observes
-    them (one that does not say which kinds it observes is sent every kind), a plugin
-    observing completed steps, or the KV event check."""
+def _kv_events_read(router: RouterComponent | None, completion_observer: object) -> bool:
+    """Whether anything in this run reads the engines' KV events: a router sent them
+    (:meth:`RouterComponent.hears`), a plugin observing completed steps, or the KV event
+    check."""
     if completion_observer is not None or kv_events_checked():
         return True
-    if router is None:
-        return False
-    return not isinstance(router, SelectiveRouter) or "kv_events" in router.observed_kinds()
+    return router is not None and router.hears("kv_events")
 
 
 def _build(
@@ -570,23 +567,24 @@ def _build(
                 path = base_dir / path
             config = load_yaml_mapping(path)
         router = rfactory.build(config, runtime)
-        components.append(
-            RouterComponent(
-                ROUTER,
-                router,
-                runtime,
-                endpoints,
-                client=CLIENT,
-                route_observer=host.route_observer(),
-            )
+        relay = RouterComponent(
+            ROUTER,
+            router,
+            runtime,
+            endpoints,
+            client=CLIENT,
+            route_observer=host.route_observer(),
         )
+        components.append(relay)
+        router_component: RouterComponent | None = relay
         target = ROUTER
     else:
         router = None
+        router_component = None
         target = engines[0].name
     client = ClientComponent(CLIENT, source, ledger, target)
     components.append(client)
-    if not _kv_events_read(router, completion_observer):
+    if not _kv_events_read(router_component, completion_observer):
         for comp in engines:
             if isinstance(comp.engine, KVEventEngine):
                 comp.engine.stop_kv_events()

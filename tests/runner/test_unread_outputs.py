@@ -17,6 +17,8 @@ from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, make_host, run_scenario
 from blis_core.runner import run as run_module
 from blis_core.runner.kv_events_check import CHECK_ENV
+from blis_core.runner.router_component import RouterComponent, SimRouterRuntime
+from blis_core.sim.rng import RandomStreams
 from tests.runner.test_run import TOY, _scenario
 
 
@@ -98,12 +100,22 @@ def test_the_kv_event_check_keeps_them(
 
 def test_a_router_reads_them_unless_it_says_it_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CHECK_ENV, raising=False)
-    read = run_module._kv_events_read
+
+    def read(router: _Plain | None, observer: object) -> bool:
+        relay = None if router is None else _relay(router)
+        return run_module._kv_events_read(relay, observer)
+
     assert not read(None, None)
     assert read(_Plain(), None)
     assert read(_Selective(frozenset({"kv_events", "completed"})), None)
     assert not read(_Selective(frozenset({"completed", "aborted"})), None)
     assert read(_Selective(frozenset()), lambda *a: None)
+
+
+def _relay(router: _Plain) -> RouterComponent:
+    snapshot = EndpointSnapshot("e0", "p", "toy", "both", {}, {}, 0)
+    runtime = SimRouterRuntime("router", RandomStreams(1))
+    return RouterComponent("router", router, runtime, {"e0": snapshot}, client="client")
 
 
 METRIC_ROUTER = ("blis-metric-router", "blis.routers", "metric-reader", "metric_router")
