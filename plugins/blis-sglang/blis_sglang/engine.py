@@ -326,7 +326,9 @@ class SglangEngine:
 
     def stop_kv_events(self) -> None:
         """Nothing in the run reads this engine's KV events (``KVEventEngine``): the tree
-        records none from now on, as SGLang's does without ``--kv-events-config``."""
+        records none from now on, as SGLang 0.5.23's does without ``--kv-events-config``
+        (``managers/scheduler.py`` passes ``enable_kv_cache_events`` false, and
+        ``mem_cache/radix_cache.py`` builds its ``KVCacheEventRecorder`` disabled)."""
         self.scheduler.tree.stop_events()
         self._events.clear()
 
