@@ -12,6 +12,13 @@ into a buffer, which goes to an unnamed temporary file each time it reaches
 :data:`SPILL_BUFFER_BYTES` (a run with fewer gaps than that never touches the disk;
 the file has no name, so nothing is left behind however the process ends). Read them
 with :meth:`RequestLedger.gaps`.
+
+Most step reports of a steady batch carry the emissions of the report before them (an
+engine's decode span reports one tuple a boundary): each request's next gap is the same
+report-to-report time. The ledger keeps such a run of reports from one engine once
+(:class:`_Run`: the gaps a report, not a request) and writes them into each member's
+record when the run ends, when the member gets its fate, or at :meth:`RequestLedger.close`;
+every record reads as if each report had been written to each request.
 """
 
 from __future__ import annotations
@@ -126,6 +133,68 @@ class GapSpill:
         self._flushed = 0
 
 
+class _Run:
+    """Reports from one engine that carried the same emissions tuple one after another.
+
+    Every member (a request of the tuple without a fate) had its last chunk at the
+    report before the run's first, so each owes the same gaps: ``gaps``, one a report,
+    and ``tokens[i]`` output tokens a report. A member is owed them while its record's
+    ``run`` is this run."""
+
+    __slots__ = ("emissions", "gaps", "last_us", "members", "source", "tokens")
+
+    def __init__(
+        self, emissions: tuple[TokenEmission, ...], source: _Source, first_us: int
+    ) -> None:
+        self.emissions = emissions
+        self.source = source
+        self.members: list[RequestRecord] = []
+        self.tokens: list[int] = []
+        self.gaps = array(GAP_TYPECODE)
+        self.last_us = first_us
+
+    def report(self, now_us: int) -> None:
+        """One more report of the run, at ``now_us``."""
+        gap = now_us - self.last_us
+        if gap > MAX_NARROW_GAP_US and self.gaps.itemsize == 4:
+            self.gaps = array("q", self.gaps)
+        self.gaps.append(gap)
+        self.last_us = now_us
+
+    def tokens_of(self, rec: RequestRecord) -> int:
+        """A member's output tokens a report."""
+        for member, num_tokens in zip(self.members, self.tokens, strict=True):
+            if member is rec:
+                return num_tokens
+        raise SimulationError("a request the ledger's run does not hold")
+
+    def settle(self, rec: RequestRecord, num_tokens: int) -> None:
+        """Write the run's reports so far into ``rec`` (a member) and let it go."""
+        rec.run = None
+        gaps = self.gaps
+        owed = rec.chunk_gaps_us
+        if owed.typecode == gaps.typecode:
+            owed.extend(gaps)
+        elif gaps.itemsize == 8:
+            rec.chunk_gaps_us = array("q", owed)
+            rec.chunk_gaps_us.extend(gaps)
+        else:
+            owed.fromlist(gaps.tolist())
+        rec.last_token_us = self.last_us
+        rec.output_tokens += num_tokens * len(gaps)
+
+
+class _Source:
+    """One engine's last report: its emissions and time, and the run it is in."""
+
+    __slots__ = ("last", "last_us", "run")
+
+    def __init__(self) -> None:
+        self.last: tuple[TokenEmission, ...] | None = None
+        self.last_us = -1
+        self.run: _Run | None = None
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """What the ledger knows about one request; times in µs."""
@@ -151,6 +220,10 @@ class RequestRecord:
     """Offset of the gaps in the ledger's spill (-1: still in ``chunk_gaps_us``)."""
     gap_count: int = 0
     """How many gaps were spilled."""
+    run: _Run | None = field(default=None, repr=False, compare=False)
+    """The ledger's run of reports whose gaps this record is still owed, or ``None``: set
+    and cleared by the ledger alone, ``None`` for every record after
+    :meth:`RequestLedger.close` (read a record's fields after it)."""
 
     # NOTE: an explicit __init__ (the fields in order, their defaults; the gaps' factory
     # field takes None for a fresh array): compiled, the one `dataclasses` writes would
@@ -173,6 +246,7 @@ class RequestRecord:
         cached_tokens: int = -1,
         gaps_at: int = -1,
         gap_count: int = 0,
+        run: _Run | None = None,
     ) -> None:
         self.arrival_us = arrival_us
         self.input_tokens = input_tokens
@@ -189,6 +263,7 @@ class RequestRecord:
         self.cached_tokens = cached_tokens
         self.gaps_at = gaps_at
         self.gap_count = gap_count
+        self.run = run
 
 
 class RequestLedger:
@@ -202,6 +277,7 @@ class RequestLedger:
         self.backlog_counts = array("q")
         self._in_system = 0
         self._spill = GapSpill() if spill is None else spill
+        self._sources: dict[str, _Source] = {}
 
     def gaps(self, rec: RequestRecord) -> array:  # type: ignore[type-arg]
         """The record's inter-chunk gaps (µs), spilled or not (a spilled record's are read
@@ -253,15 +329,38 @@ class RequestLedger:
         request already timed out or dropped)."""
         self.emitted((TokenEmission(request_id, num_tokens),), now_us)
 
-    def emitted(self, emissions: Iterable[TokenEmission], now_us: int) -> None:
+    def emitted(self, emissions: tuple[TokenEmission, ...], now_us: int, source: str = "") -> None:
         """Each emission's tokens reached the client in one chunk at ``now_us``: what
         :meth:`tokens` records for each, in one call (a step report carries one
-        emission per running request)."""
+        emission per running request). ``source`` names the engine that reported them:
+        from the second report of one engine in a row with the same tuple (the same
+        object), the reports are kept as a run, once a report ("": never)."""
+        if source:
+            src = self._sources.get(source)
+            if src is None:
+                src = self._sources[source] = _Source()
+            run = src.run
+            if run is not None:
+                if run.emissions is emissions:
+                    run.report(now_us)
+                    return
+                self._end_run(run)
+            elif src.last is emissions and emissions:
+                run = self._start_run(emissions, src, now_us)
+                if run is not None:
+                    return
+            src.last = emissions
+            src.last_us = now_us
+        self._emit_each(emissions, now_us)
+
+    def _emit_each(self, emissions: Iterable[TokenEmission], now_us: int) -> None:
         records = self.records
         for em in emissions:
             rec = records[em.request_id]
             if rec.fate:
                 continue  # tokens of a request already timed out or dropped are discarded
+            if rec.run is not None:
+                self._end_run(rec.run)
             if rec.first_token_us < 0:
                 rec.first_token_us = now_us
             else:
@@ -272,6 +371,43 @@ class RequestLedger:
             rec.last_token_us = now_us
             rec.output_tokens += em.num_tokens
 
+    def _start_run(
+        self, emissions: tuple[TokenEmission, ...], src: _Source, now_us: int
+    ) -> _Run | None:
+        """A run of ``src``'s reports from this one (its second with ``emissions``), or
+        ``None`` where a request of the tuple had a chunk since the first (another
+        engine's, or the tuple names it twice): those reports are written request by
+        request."""
+        records = self.records
+        run = _Run(emissions, src, src.last_us)
+        members = run.members
+        tokens = run.tokens
+        last_us = src.last_us
+        for em in emissions:
+            rec = records[em.request_id]
+            if rec.fate:
+                continue
+            if rec.run is not None or rec.last_token_us != last_us:
+                for member in members:
+                    member.run = None
+                return None
+            rec.run = run
+            members.append(rec)
+            tokens.append(em.num_tokens)
+        run.report(now_us)
+        src.run = run
+        return run
+
+    def _end_run(self, run: _Run) -> None:
+        """Settle every member still owed ``run``'s gaps; its engine's next report is
+        written request by request."""
+        for rec, num_tokens in zip(run.members, run.tokens, strict=True):
+            if rec.run is run:
+                run.settle(rec, num_tokens)
+        src = run.source
+        src.run = None
+        src.last = None
+
     # -- fates --------------------------------------------------------------------
 
     def _fate(self, request_id: str, fate: str, reason: str) -> None:
@@ -280,6 +416,10 @@ class RequestLedger:
             raise SimulationError(
                 f"request {request_id!r} already has fate {rec.fate!r}; cannot also be {fate!r}"
             )
+        run = rec.run
+        if run is not None:
+            # Its chunks so far are the run's reports so far; any later are discarded.
+            run.settle(rec, run.tokens_of(rec))
         rec.fate, rec.reason = fate, reason
         self._in_system -= 1
         gaps = rec.chunk_gaps_us
@@ -312,6 +452,10 @@ class RequestLedger:
         A request that an engine had started computing is in flight; one dispatched to an
         engine but never scheduled is queued; one never dispatched is not started.
         """
+        for src in self._sources.values():
+            if src.run is not None:
+                self._end_run(src.run)
+        self._sources.clear()
         for rec in self.records.values():
             if rec.fate:
                 continue

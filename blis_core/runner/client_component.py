@@ -110,7 +110,7 @@ class ClientComponent(Component):
             payload = msg.payload
             if msg.port == "step":
                 assert isinstance(payload, StepReport)
-                self._on_step(payload, now_us)
+                self._on_step(payload, now_us, msg.sender)
             elif msg.port == "accepted":
                 for rid in payload:  # type: ignore[attr-defined]
                     self._ledger.dispatched(rid, now_us, msg.sender)
@@ -160,14 +160,14 @@ class ClientComponent(Component):
                 self._aborts.append(rid)
                 self._follow_ups(rid, now_us, 0, failed=True)
 
-    def _on_step(self, report: StepReport, now_us: int) -> None:
+    def _on_step(self, report: StepReport, now_us: int, sender: str) -> None:
         ledger = self._ledger
         outcome = report.outcome
         for rid in outcome.first_scheduled:
             ledger.scheduled(rid, report.step_start_us)
         for hit in outcome.prefix_hits:
             ledger.cached(hit.request_id, hit.cached_tokens)
-        ledger.emitted(outcome.emitted, now_us)
+        ledger.emitted(outcome.emitted, now_us, sender)
         for fin in outcome.finished:
             if ledger.has_fate(fin.request_id):
                 continue  # timed out earlier; the engine's abort completed it
