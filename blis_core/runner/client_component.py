@@ -39,6 +39,8 @@ class ClientComponent(Component):
         self._pushed = 0
         self._aborts: list[str] = []
         self._open_head: str | None = None
+        # A property of the workload's spec, read once: every run-ahead asks quiescent().
+        self._answers = source.answers_completions
         self._pull()
 
     @property
@@ -88,8 +90,7 @@ class ClientComponent(Component):
         never. Its arrivals and deadlines are internal events, which bound every
         lookahead anyway. Once the workload is exhausted a fate may end the run (the
         stop rule, :attr:`done`), so from then on the client is not quiescent."""
-        source = self._source
-        return not (source.answers_completions or source.exhausted or self._aborts)
+        return not (self._answers or self._aborts or self._source.exhausted)
 
     def output(self, now_us: int) -> None:
         for rid in self._aborts:

@@ -331,7 +331,8 @@ class WorkloadSource:
     def answers_completions(self) -> bool:
         """Whether :meth:`on_completion` may release a request or bring an arrival
         forward: with a concurrency gate, serialised sessions or staged arrivals. Without
-        them the arrivals are open-loop: a completion never changes what is sent when."""
+        them the arrivals are open-loop: a completion never changes what is sent when.
+        Fixed when the source is made."""
         return (
             self._max_concurrency is not None
             or self._serialise_sessions
