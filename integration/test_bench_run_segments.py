@@ -1,4 +1,5 @@
-"""``bench/run_segments.py``: a run's wall time per request, segment by segment."""
+"""``bench/run_segments.py``: a run's wall time per request, segment by segment (here, not
+in ``tests/``: the Go-parity scenario runs blis-vllm behind the llm-d router)."""
 
 from __future__ import annotations
 
