@@ -551,6 +551,7 @@ def _build(
                 scraped_at_us=0,
             )
     components.extend(engines)
+    router_component: RouterComponent | None = None
     if router_spec is not None:
         rfactory: RouterFactory = host.select_router(router_spec.kind, router_spec.version)
         rkey = f"{rfactory.kind}@{rfactory.upstream_release}"
@@ -567,7 +568,7 @@ def _build(
                 path = base_dir / path
             config = load_yaml_mapping(path)
         router = rfactory.build(config, runtime)
-        relay = RouterComponent(
+        router_component = RouterComponent(
             ROUTER,
             router,
             runtime,
@@ -575,12 +576,10 @@ def _build(
             client=CLIENT,
             route_observer=host.route_observer(),
         )
-        components.append(relay)
-        router_component: RouterComponent | None = relay
+        components.append(router_component)
         target = ROUTER
     else:
         router = None
-        router_component = None
         target = engines[0].name
     client = ClientComponent(CLIENT, source, ledger, target)
     components.append(client)
