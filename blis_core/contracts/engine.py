@@ -79,6 +79,7 @@ __all__ = [
     "StepOutcome",
     "SurfaceReporting",
     "TokenEmission",
+    "UnpromptedOutputsEngine",
     "fast_forward_enabled",
     "refuse_machine",
     "rename_common_args",
@@ -407,6 +408,25 @@ class KVEventEngine(EngineInstance, Protocol):
 
     def stop_kv_events(self) -> None:
         """Make no more KV events (nothing reads them)."""
+        ...
+
+
+@runtime_checkable
+class UnpromptedOutputsEngine(EngineInstance, Protocol):
+    """An engine that can skip work only a later prompt holding its generated tokens needs.
+
+    The simulator calls :meth:`outputs_unprompted` once, after the run is built (after
+    :meth:`KVEventEngine.stop_kv_events`, where it is called) and before the first
+    input, when no request's prompt will contain an earlier request's generated tokens
+    (a segment under :func:`~blis_core.contracts.request.output_content_key`:
+    :attr:`~blis_core.workload.source.WorkloadSource.prompts_outputs` is false, no
+    multi-turn session). From then on nothing may change: the same steps, outcomes,
+    metrics and decisions (``blis_conformance.UnpromptedOutputsConformance`` checks
+    it); an engine whose KV events are still read may ignore the call.
+    """
+
+    def outputs_unprompted(self) -> None:
+        """No later prompt holds a generated token of this run."""
         ...
 
 

@@ -31,6 +31,7 @@ from blis_core.contracts.engine import (
     Environment,
     KVEventEngine,
     KVTransferEngine,
+    UnpromptedOutputsEngine,
 )
 from blis_core.contracts.errors import (
     BlisError,
@@ -587,6 +588,10 @@ def _build(
         for comp in engines:
             if isinstance(comp.engine, KVEventEngine):
                 comp.engine.stop_kv_events()
+    if not source.prompts_outputs:
+        for comp in engines:
+            if isinstance(comp.engine, UnpromptedOutputsEngine):
+                comp.engine.outputs_unprompted()
     if isinstance(router, MetricSelectiveRouter):
         for comp in engines:
             comp.scrape_only(router.read_metrics(endpoints[comp.name].engine_kind))

@@ -93,6 +93,11 @@ class SharedPrefixContent:
         return self._n
 
     @property
+    def prompts_outputs(self) -> bool:
+        """Whether a prompt may hold an earlier request's answer (multi-turn sessions)."""
+        return self._multi_turn
+
+    @property
     def serialises_sessions(self) -> bool:
         """True when a session's turns must be sent one at a time (multi-turn, full history)."""
         return self._full_history

@@ -54,6 +54,11 @@ __all__ = ["RequestContent", "SyntheticContent", "WorkloadSource"]
 class RequestContent(Protocol):
     """What a content model gives the source: sessions, requests, and history updates."""
 
+    @property
+    def prompts_outputs(self) -> bool:
+        """Whether a prompt may hold an earlier request's generated tokens (a segment
+        under :func:`~blis_core.contracts.request.output_content_key`)."""
+
     def session_of(self, item: ScheduledArrival) -> str | None:
         """Session id of a scheduled request, or ``None``."""
 
@@ -84,6 +89,11 @@ class SyntheticContent:
         self._outputs = LengthStream(output_len, rng_for("output_len", entity))
         self._entity = entity
         self._ignore_eos = ignore_eos
+
+    @property
+    def prompts_outputs(self) -> bool:
+        """A synthetic prompt is one segment of its own."""
+        return False
 
     def session_of(self, item: ScheduledArrival) -> str | None:
         """Synthetic requests have no session."""
@@ -326,6 +336,13 @@ class WorkloadSource:
         """Requests from :meth:`next_arrival` until it returns ``None`` (open loop only)."""
         while (req := self.next_arrival()) is not None:
             yield req
+
+    @property
+    def prompts_outputs(self) -> bool:
+        """Whether a request's prompt may hold an earlier request's generated tokens (a
+        segment under :func:`~blis_core.contracts.request.output_content_key`: a turn of
+        a multi-turn session, synthetic or replayed). Fixed when the source is made."""
+        return self._content.prompts_outputs
 
     @property
     def answers_completions(self) -> bool:

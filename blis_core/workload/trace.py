@@ -344,6 +344,12 @@ class TraceContent:
     def __len__(self) -> int:
         return len(self._idx)
 
+    @property
+    def prompts_outputs(self) -> bool:
+        """Whether a prompt may hold an earlier request's answer: a row of a session
+        (CSV ``session_id``) may continue its session's last turn."""
+        return any(s is not None for s in self._trace.session_id)
+
     def scheduled(self, k: int) -> ScheduledArrival:
         """The ``k``-th replayed row as a scheduled arrival."""
         return ScheduledArrival(k, int(self._arrival_us[k]), 0, k)

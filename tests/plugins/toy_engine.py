@@ -53,6 +53,7 @@ class ToyEngine:
         self._steps: dict[int, tuple[list[_Req], list[str]]] = {}
         self._step_id = 0
         self.kv_events_stopped = False
+        self.told_outputs_unprompted = False
 
     @property
     def plan(self) -> PoolPlan:
@@ -148,6 +149,11 @@ class ToyEngine:
     def stop_kv_events(self) -> None:
         """It makes none anyway (``KVEventEngine``); the tests read whether it was told."""
         self.kv_events_stopped = True
+
+    def outputs_unprompted(self) -> None:
+        """It hashes nothing anyway (``UnpromptedOutputsEngine``); the tests read whether
+        it was told."""
+        self.told_outputs_unprompted = True
 
 
 class ToyFactory:

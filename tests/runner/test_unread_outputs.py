@@ -1,6 +1,8 @@
 """What nobody reads is not made: an engine is told to stop its KV events exactly when
-nothing in the run reads them (:class:`~blis_core.contracts.engine.KVEventEngine`), and
-a router that names the metrics it reads is scraped only those
+nothing in the run reads them (:class:`~blis_core.contracts.engine.KVEventEngine`), that
+no prompt will hold a generated token exactly when the workload has no multi-turn session
+(:class:`~blis_core.contracts.engine.UnpromptedOutputsEngine`), and a router that names
+the metrics it reads is scraped only those
 (:class:`~blis_core.contracts.router.MetricSelectiveRouter`)."""
 
 from __future__ import annotations
@@ -116,6 +118,59 @@ def _relay(router: _Plain) -> RouterComponent:
     snapshot = EndpointSnapshot("e0", "p", "toy", "both", {}, {}, 0)
     runtime = SimRouterRuntime("router", RandomStreams(1))
     return RouterComponent("router", router, runtime, {"e0": snapshot}, client="client")
+
+
+def _told_unprompted(
+    monkeypatch: pytest.MonkeyPatch, data: DataSources, workload: dict[str, Any]
+) -> list[bool]:
+    """Whether each engine of the first replication was told no prompt holds an output."""
+    build = run_module._build
+    told: list[bool] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        cluster = build(*args, **kwargs)
+        if not told:
+            told.extend(comp.engine.told_outputs_unprompted for comp in cluster.engines)
+        return cluster
+
+    monkeypatch.setattr(run_module, "_build", watched)
+    run_scenario(parse_scenario(_scenario(workload=workload), "t"), make_host(), data)
+    return told
+
+
+def _shared_prefix(multi_turn: bool) -> dict[str, Any]:
+    return {
+        "arrival": {"process": "poisson", "rate_per_s": 20},
+        "num_requests": 40,
+        "shared_prefix": {
+            "num_unique_system_prompts": 2,
+            "num_users_per_system_prompt": 3,
+            "system_prompt_len": 40,
+            "question_len": {"family": "uniform", "min": 5, "max": 60},
+            "output_len": {"family": "uniform", "min": 1, "max": 30},
+            "enable_multi_turn_chat": multi_turn,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("workload", "told"),
+    [
+        (_scenario()["workload"], True),
+        (_shared_prefix(multi_turn=False), True),
+        (_shared_prefix(multi_turn=True), False),
+    ],
+    ids=["synthetic", "shared-prefix", "multi-turn"],
+)
+def test_engines_are_told_no_prompt_holds_an_output_unless_a_session_may(
+    install_plugins: Callable[..., None],
+    data: DataSources,
+    monkeypatch: pytest.MonkeyPatch,
+    workload: dict[str, Any],
+    told: bool,
+) -> None:
+    install_plugins(TOY)
+    assert _told_unprompted(monkeypatch, data, workload) == [told, told]
 
 
 METRIC_ROUTER = ("blis-metric-router", "blis.routers", "metric-reader", "metric_router")

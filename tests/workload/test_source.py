@@ -174,3 +174,33 @@ def test_only_closed_loop_workloads_answer_completions(rng_for: RngFor) -> None:
     multi_turn = {**shared, "enable_multi_turn_chat": True}
     assert not answers(input_len=None, output_len=None, shared_prefix=one_turn)
     assert answers(input_len=None, output_len=None, shared_prefix=multi_turn)
+
+
+def test_only_multi_turn_workloads_prompt_outputs(rng_for: RngFor) -> None:
+    """A source says a prompt may hold an earlier answer exactly where one can: a
+    multi-turn session's later turn (the engines' stand-in output hashes rely on it)."""
+    shared = {
+        "num_unique_system_prompts": 2,
+        "num_users_per_system_prompt": 2,
+        "system_prompt_len": 50,
+        "question_len": {"family": "uniform", "min": 5, "max": 20},
+        "output_len": 10,
+    }
+
+    def source(**overrides: Any) -> WorkloadSource:
+        return WorkloadSource(_spec(**overrides), rng_for)
+
+    assert not source().prompts_outputs
+    one_turn = source(input_len=None, output_len=None, shared_prefix=shared)
+    assert not one_turn.prompts_outputs
+    multi = {**shared, "enable_multi_turn_chat": True}
+    src = source(input_len=None, output_len=None, num_requests=12, shared_prefix=multi)
+    assert src.prompts_outputs
+    # And it does: a later turn's prompt holds the answer of the session's turn before.
+    sent = [req for req, _, _ in drive(src, lambda req: 1000)]
+    assert len(sent) == 12
+    assert any(
+        isinstance(req, InferenceRequest)
+        and any(seg.content_key.startswith("out/") for seg in req.prompt)
+        for req in sent
+    )

@@ -68,6 +68,11 @@ def test_csv_parses_with_prefix_and_sessions(rng_for: RngFor) -> None:
     assert restart.turn == 2 and len(restart.prompt) == 1  # shorter: a fresh prompt
 
 
+def test_a_trace_prompts_outputs_only_with_sessions(rng_for: RngFor) -> None:
+    assert _source(rng_for, path="trace_small.csv").prompts_outputs
+    assert not _source(rng_for, path="replay_small.json").prompts_outputs
+
+
 def test_malformed_csv_rows_are_refused_naming_row_and_column() -> None:
     with pytest.raises(InputRefused) as info:
         load_trace(DATA / "trace_bad.csv")
