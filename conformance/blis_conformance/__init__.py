@@ -19,6 +19,7 @@ from blis_conformance.engine import (
     PrefixCachingConformance,
     SelectiveScrapeConformance,
     SpanConformance,
+    UnpromptedOutputsConformance,
     drive_engine,
 )
 from blis_conformance.golden import assert_golden
@@ -40,6 +41,7 @@ __all__ = [
     "ScorerConformance",
     "SelectiveScrapeConformance",
     "SpanConformance",
+    "UnpromptedOutputsConformance",
     "assert_golden",
     "assert_init_follows_fields",
     "drive_engine",

@@ -25,6 +25,7 @@ from blis_core.contracts.engine import (
     SelectiveScrapeEngine,
     SpanEngine,
     StepOutcome,
+    UnpromptedOutputsEngine,
 )
 from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import PoolPlan
@@ -37,6 +38,7 @@ __all__ = [
     "PrefixCachingConformance",
     "SelectiveScrapeConformance",
     "SpanConformance",
+    "UnpromptedOutputsConformance",
     "drive_engine",
     "pep440_of",
 ]
@@ -389,6 +391,39 @@ class KVEventConformance:
             "the outcomes changed with the KV events stopped"
         )
         assert quiet_scrape == scrape, "the metrics changed with the KV events stopped"
+
+
+class UnpromptedOutputsConformance:
+    """Add to an engine suite when the engine can be told that no prompt holds a generated
+    token (``UnpromptedOutputsEngine``)."""
+
+    factory: ClassVar[EngineFactory]
+    spec: ClassVar[EnginePoolSpec]
+
+    @pytest.mark.conformance
+    def test_unprompted_outputs_change_nothing(
+        self, blis_environment: Callable[[str], Environment]
+    ) -> None:
+        """Told (after its KV events are stopped, as the simulator tells it) that no
+        prompt holds a generated token, the engine makes the same steps, outcomes and
+        metrics as without (prompts sharing a prefix, outputs long enough to fill
+        blocks, more requests than run at once)."""
+        requests = [_request(i, 30 + 7 * i, 40 + 5 * i, shared=64) for i in range(12)]
+        runs = []
+        for told in (False, True):
+            env = blis_environment("unprompted")
+            engine = self.factory.build(self.spec, env, "unprompted")
+            assert isinstance(engine, UnpromptedOutputsEngine), "this suite needs one"
+            if isinstance(engine, KVEventEngine):
+                engine.stop_kv_events()
+            if told:
+                engine.outputs_unprompted()
+            shapes, outcomes = drive_engine(engine, env, requests)
+            runs.append((shapes, outcomes, dict(engine.scrape())))
+        (shapes, outcomes, scrape), (told_shapes, told_outcomes, told_scrape) = runs
+        assert told_shapes == shapes, "the steps changed with the outputs unprompted"
+        assert told_outcomes == outcomes, "the outcomes changed with the outputs unprompted"
+        assert told_scrape == scrape, "the metrics changed with the outputs unprompted"
 
 
 class SelectiveScrapeConformance:

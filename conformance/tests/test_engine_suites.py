@@ -6,7 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from blis_conformance import EngineConformance, KVEventConformance, SelectiveScrapeConformance
+from blis_conformance import (
+    EngineConformance,
+    KVEventConformance,
+    SelectiveScrapeConformance,
+    UnpromptedOutputsConformance,
+)
 from blis_conformance.engine import pep440_of
 from toy_engines import Breakage, ToyFactory
 
@@ -24,7 +29,12 @@ METRICS = ("toy:num_requests_running", "toy:num_requests_waiting")
 
 
 def _suite(factory: ToyFactory, metric_names: tuple[str, ...] = METRICS) -> Any:
-    class Suite(EngineConformance, KVEventConformance, SelectiveScrapeConformance):
+    class Suite(
+        EngineConformance,
+        KVEventConformance,
+        SelectiveScrapeConformance,
+        UnpromptedOutputsConformance,
+    ):
         pass
 
     Suite.factory = factory
@@ -76,6 +86,8 @@ def test_the_sound_toy_passes_every_check(env: Environment) -> None:
          "test_stopped_kv_events_change_nothing_else", "the metrics changed"),
         (ToyFactory(Breakage(stale_selective_scrape=True)),
          "test_a_selective_scrape_is_the_scrape_under_its_keys", r"step \d+: \['toy:num"),
+        (ToyFactory(Breakage(unprompted_steers=True)),
+         "test_unprompted_outputs_change_nothing", "the metrics changed with the outputs"),
     ],
 )  # fmt: skip
 def test_a_broken_engine_fails_its_check(

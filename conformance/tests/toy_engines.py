@@ -36,6 +36,8 @@ class Breakage:
     """stopping the KV events also changes what the engine reports"""
     stale_selective_scrape: bool = False
     """``scrape_keys`` reads the running count as of the step before"""
+    unprompted_steers: bool = False
+    """told that no prompt holds an output, it reports one more waiting request"""
 
 
 @dataclass
@@ -58,6 +60,7 @@ class ToyEngine:
         self._steps: dict[int, list[tuple[_Req, int]]] = {}
         self._step = 0
         self._events = True
+        self._unprompted = False
         self._running_before = 0
 
     @property
@@ -146,6 +149,8 @@ class ToyEngine:
         }
         if self._broken.kv_events_steer and not self._events:
             samples["toy:kv_events"] = 0.0
+        if self._broken.unprompted_steers and self._unprompted:
+            samples["toy:num_requests_waiting"] += 1.0
         return samples
 
     def scrape_keys(self, keys: frozenset[str]) -> Mapping[str, float]:
@@ -156,6 +161,9 @@ class ToyEngine:
 
     def stop_kv_events(self) -> None:
         self._events = False
+
+    def outputs_unprompted(self) -> None:
+        self._unprompted = True
 
     def num_unfinished(self) -> int:
         return len(self._by_id)
