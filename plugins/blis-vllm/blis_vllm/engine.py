@@ -221,6 +221,8 @@ class VllmEngine:
             and settings.stream_interval == 1
             else None
         )
+        # Generated tokens' blocks keyed by stand-ins (outputs_unprompted).
+        self._stand_in_output_hashes = False
         self._spans: SpanPlanner | None = (
             SpanPlanner(self.steady)
             if self.steady is not None and plan.draft_policy is None and not settings.layout.pp > 1
@@ -291,6 +293,7 @@ class VllmEngine:
             block_size=self._settings.block_size,
             hash_blocks=self._settings.enable_prefix_caching,
             num_hash_lookahead_tokens=self._settings.num_hash_lookahead_tokens,
+            stand_in_output_hashes=self._stand_in_output_hashes,
         )
         self.scheduler.add_request(queued)
         self._metrics.request_added(queued, now_us)
@@ -662,6 +665,15 @@ class VllmEngine:
         ``--kv-events-config`` (``BlockPool(enable_kv_cache_events=False)``,
         ``v1/core/block_pool.py``); no decision reads them."""
         self.scheduler.kv_cache_manager.block_pool.enable_kv_events = False
+
+    def outputs_unprompted(self) -> None:
+        """No later prompt holds a generated token (``UnpromptedOutputsEngine``): with the
+        KV events stopped and the steady fast path on, a block holding a generated token
+        is keyed by a stand-in, not hashed (:mod:`blis_vllm.request`); no lookup but the
+        request's own after a preemption can find it, and that one finds the same blocks."""
+        pool = self.scheduler.kv_cache_manager.block_pool
+        if self.steady is not None and not pool.enable_kv_events:
+            self._stand_in_output_hashes = True
 
     def scrape(self) -> Mapping[str, float]:
         """vLLM 0.33.0's Prometheus samples as of the last completed step (read-only).

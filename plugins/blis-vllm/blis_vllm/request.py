@@ -15,10 +15,19 @@ requests sharing a prompt segment share block hashes exactly. Upstream
 (``v1/request.py``) keeps them in lists of ints; here they are ``array("I")``: four
 bytes an id, no int object per id for the garbage collector's scans to walk, hashed
 without one.
+
+With ``stand_in_output_hashes`` (an exact fast path: the engine's
+``outputs_unprompted``, only where no KV event is read) a block that holds a generated
+token is keyed by a stand-in instead of its content hash: 28 bytes of the request's
+identity (its id and prompt) and the block's index. No later prompt holds those tokens
+and no event carries the key, so the only lookups that can find such a block are the
+request's own after a preemption, which find exactly the blocks the content hashes
+would; the generated ids are then never written out.
 """
 
 from __future__ import annotations
 
+import hashlib
 from array import array
 from enum import IntEnum
 from typing import Any
@@ -78,6 +87,7 @@ class Request:
     __slots__ = (
         "_ids_ahead",
         "_ids_ahead_start",
+        "_stand_in",
         "_vocab_size",
         "all_token_ids",
         "arrival_time_us",
@@ -118,6 +128,7 @@ class Request:
         block_size: int,
         hash_blocks: bool,
         num_hash_lookahead_tokens: int = 0,
+        stand_in_output_hashes: bool = False,
     ) -> None:
         self.request_id = source.request_id
         # The content key of its generated tokens (``out/<id>``).
@@ -161,7 +172,14 @@ class Request:
         # frees with a KV-consumer connector under async scheduling).
         self.last_sched_seq = 0
         self.block_hashes: list[BlockHash] | None = [] if hash_blocks else None
+        self._stand_in: bytes | None = None
         self._extend_block_hashes()
+        if hash_blocks and stand_in_output_hashes and not num_hash_lookahead_tokens:
+            # From here on every full block holds a generated token.
+            identity = "\x00".join(
+                [source.request_id, *(f"{s.content_key}\x01{s.num_tokens}" for s in source.prompt)]
+            )
+            self._stand_in = hashlib.sha256(identity.encode()).digest()[:28]
 
     # -- token accounting (upstream properties) --------------------------------------
 
@@ -191,6 +209,10 @@ class Request:
 
     def append_output_token_ids(self, token_id: int) -> None:
         """Append one generated token and hash any block it completes."""
+        if self._stand_in is not None:
+            # The id is ``next_output_token_id()``'s (no drafts here): nothing reads it.
+            self._count_appended_token()
+            return
         if len(self.all_token_ids) < self.num_tokens:
             self._materialize_output_tokens()
         self.all_token_ids.append(token_id)
@@ -220,6 +242,12 @@ class Request:
         its hash covering those L tokens too."""
         hashes = self.block_hashes
         if hashes is None:
+            return
+        stand_in = self._stand_in
+        if stand_in is not None:
+            bs = self.block_size
+            while (len(hashes) + 1) * bs <= self.num_tokens:
+                hashes.append(stand_in + len(hashes).to_bytes(4, "big"))
             return
         if len(self.all_token_ids) < self.num_tokens:
             self._materialize_output_tokens()

@@ -8,6 +8,7 @@ from blis_conformance import (
     PrefixCachingConformance,
     SelectiveScrapeConformance,
     SpanConformance,
+    UnpromptedOutputsConformance,
 )
 from blis_core.contracts.engine import EnginePoolSpec
 from blis_core.contracts.plan import ParallelLayout
@@ -29,6 +30,7 @@ class TestVllmConformance(
     PrefixCachingConformance,
     SelectiveScrapeConformance,
     SpanConformance,
+    UnpromptedOutputsConformance,
 ):
     factory = VllmEngineFactory()
     spec = _SPEC
