@@ -55,25 +55,37 @@ def data() -> DataSources:
     return DataSources.load()
 
 
-def _stopped(
-    monkeypatch: pytest.MonkeyPatch, data: DataSources, observer: object | None = None
+def _told(
+    monkeypatch: pytest.MonkeyPatch,
+    data: DataSources,
+    flag: str,
+    observer: object | None = None,
+    **over: Any,
 ) -> list[bool]:
-    """Whether each engine of the toy scenario's first replication was told to stop."""
+    """The toy engine's ``flag`` (whether it was told something) on each engine of the
+    first replication of the toy scenario (``over`` replacing parts of it)."""
     build = run_module._build
     told: list[bool] = []
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         cluster = build(*args, **kwargs)
         if not told:
-            told.extend(comp.engine.kv_events_stopped for comp in cluster.engines)
+            told.extend(getattr(comp.engine, flag) for comp in cluster.engines)
         return cluster
 
     monkeypatch.setattr(run_module, "_build", watched)
     host = make_host()
     if observer is not None:
         host.add_observer(observer)
-    run_scenario(parse_scenario(_scenario(), "t"), host, data)
+    run_scenario(parse_scenario(_scenario(**over), "t"), host, data)
     return told
+
+
+def _stopped(
+    monkeypatch: pytest.MonkeyPatch, data: DataSources, observer: object | None = None
+) -> list[bool]:
+    """Whether each engine of the toy scenario's first replication was told to stop."""
+    return _told(monkeypatch, data, "kv_events_stopped", observer)
 
 
 def test_engines_stop_their_kv_events_when_the_router_hears_none(
@@ -120,24 +132,6 @@ def _relay(router: _Plain) -> RouterComponent:
     return RouterComponent("router", router, runtime, {"e0": snapshot}, client="client")
 
 
-def _told_unprompted(
-    monkeypatch: pytest.MonkeyPatch, data: DataSources, workload: dict[str, Any]
-) -> list[bool]:
-    """Whether each engine of the first replication was told no prompt holds an output."""
-    build = run_module._build
-    told: list[bool] = []
-
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        cluster = build(*args, **kwargs)
-        if not told:
-            told.extend(comp.engine.told_outputs_unprompted for comp in cluster.engines)
-        return cluster
-
-    monkeypatch.setattr(run_module, "_build", watched)
-    run_scenario(parse_scenario(_scenario(workload=workload), "t"), make_host(), data)
-    return told
-
-
 def _shared_prefix(multi_turn: bool) -> dict[str, Any]:
     return {
         "arrival": {"process": "poisson", "rate_per_s": 20},
@@ -170,7 +164,7 @@ def test_engines_are_told_no_prompt_holds_an_output_unless_a_session_may(
     told: bool,
 ) -> None:
     install_plugins(TOY)
-    assert _told_unprompted(monkeypatch, data, workload) == [told, told]
+    assert _told(monkeypatch, data, "told_outputs_unprompted", workload=workload) == [told, told]
 
 
 METRIC_ROUTER = ("blis-metric-router", "blis.routers", "metric-reader", "metric_router")

@@ -150,14 +150,17 @@ def test_on_completion_refuses_unknown_and_backwards(rng_for: RngFor) -> None:
         src.on_completion(b.request_id, 50)
 
 
+_SHARED: dict[str, Any] = {
+    "num_unique_system_prompts": 2,
+    "num_users_per_system_prompt": 2,
+    "system_prompt_len": 50,
+    "question_len": {"family": "uniform", "min": 5, "max": 20},
+    "output_len": 10,
+}
+
+
 def test_only_closed_loop_workloads_answer_completions(rng_for: RngFor) -> None:
-    shared = {
-        "num_unique_system_prompts": 2,
-        "num_users_per_system_prompt": 2,
-        "system_prompt_len": 50,
-        "question_len": {"family": "uniform", "min": 5, "max": 20},
-        "output_len": 10,
-    }
+    shared = _SHARED
 
     def answers(**overrides: Any) -> bool:
         return WorkloadSource(_spec(**overrides), rng_for).answers_completions
@@ -179,13 +182,7 @@ def test_only_closed_loop_workloads_answer_completions(rng_for: RngFor) -> None:
 def test_only_multi_turn_workloads_prompt_outputs(rng_for: RngFor) -> None:
     """A source says a prompt may hold an earlier answer exactly where one can: a
     multi-turn session's later turn (the engines' stand-in output hashes rely on it)."""
-    shared = {
-        "num_unique_system_prompts": 2,
-        "num_users_per_system_prompt": 2,
-        "system_prompt_len": 50,
-        "question_len": {"family": "uniform", "min": 5, "max": 20},
-        "output_len": 10,
-    }
+    shared = _SHARED
 
     def source(**overrides: Any) -> WorkloadSource:
         return WorkloadSource(_spec(**overrides), rng_for)
