@@ -90,14 +90,7 @@ def test_a_prompt_holding_an_answer_misses_it_with_stand_ins() -> None:
     hits = []
     for told in (False, True):
         engine, _, _ = _run([first], told)
-        _, _, outcomes = _run_more(engine, second)
+        _, outcomes = drive_engine(engine, FakeEnvironment(), [second])
         hits.append(sum(h.cached_tokens for o in outcomes for h in o.prefix_hits))
     assert hits[0] >= 32 + 32  # the system prompt's blocks and the answer's full ones
     assert hits[1] == 32  # the system prompt's only
-
-
-def _run_more(
-    engine: VllmEngine, request: InferenceRequest
-) -> tuple[VllmEngine, list[StepShape], list[StepOutcome]]:
-    shapes, outcomes = drive_engine(engine, FakeEnvironment(), [request])
-    return engine, shapes, outcomes
