@@ -407,7 +407,7 @@ class UnpromptedOutputsConformance:
         """Told (after its KV events are stopped, as the simulator tells it) that no
         prompt holds a generated token, the engine makes the same steps, outcomes and
         metrics as without (prompts sharing a prefix, outputs long enough to fill
-        blocks, more requests than run at once)."""
+        blocks)."""
         requests = [_request(i, 30 + 7 * i, 40 + 5 * i, shared=64) for i in range(12)]
         runs = []
         for told in (False, True):
