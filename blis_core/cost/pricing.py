@@ -181,13 +181,27 @@ class CompiledPlan:
                     mat[row, j, idx] = coef
         self.matrix = mat.reshape(4 * n, self.width)
         self.n = n
-        # The step's work vector, written in place (``np.dot``'s ``out``: the product
-        # ``matrix @ agg`` computes, the same BLAS call).
-        self._work = np.empty(4 * n)
+        # The matrix's nonzero coefficients row by row (a term's linear forms name a few
+        # aggregates each: 34 of a dense 8B plan's 952 entries), for _work_of.
+        self._nz_rows: list[int] = []
+        self._nz_start: list[int] = [0]
+        self._nz_col: list[int] = []
+        self._nz_coef: list[float] = []
+        dense: list[list[float]] = self.matrix.tolist()
+        for r, coefs in enumerate(dense):
+            for k, coef in enumerate(coefs):
+                if coef != 0.0:
+                    self._nz_col.append(k)
+                    self._nz_coef.append(coef)
+            if len(self._nz_col) > self._nz_start[-1]:
+                self._nz_rows.append(r)
+            self._nz_start.append(len(self._nz_col))
         self._all_js = list(range(n))
         # The terms whose work reads the decode attention's KV aggregate: the only ones
-        # a decode span's next boundary prices differently (quote_advancing).
+        # a decode span's next boundary prices differently (quote_advancing), and their
+        # rows of the work vector that have coefficients.
         self._kd_js = [j for j in range(n) if bool(mat[:, j, KD].any())]
+        self._kd_rows = [r for r in self._nz_rows if r % n in self._kd_js]
         # (hardware, link) -> the chip and its link bandwidth; one entry unless split
         chips: dict[tuple[str | None, str | None], tuple[HardwareSpec, float]] = {
             (None, None): (hw, link_bandwidth(catalog, hw))
@@ -545,10 +559,16 @@ class CompiledPlan:
     ) -> tuple[list[float], list[bool], bool]:
         """:meth:`_term_seconds` of ``shape`` whose aggregate vector is ``agg``.
 
-        The matrix product is numpy's; then each term's IEEE operations in the order of
-        the vectorised form this replaced, one term at a time in plain floats (numpy's
-        per-call cost on arrays of a few terms was most of a step's price)."""
-        w = self._work_of(agg)
+        The work vector is :meth:`_work_of`'s; then each term's IEEE operations in the
+        order of the vectorised form this replaced, one term at a time in plain floats
+        (numpy's per-call cost on arrays of a few terms was most of a step's price)."""
+        return self._term_seconds_of(self._work_of(agg), shape)
+
+    def _term_seconds_of(
+        self, w: list[float], shape: StepShape
+    ) -> tuple[list[float], list[bool], bool]:
+        """:meth:`_term_seconds` of ``shape`` whose work vector is ``w`` (page-ins not
+        yet written in)."""
         n = self.n
         n2 = 2 * n
         for k, num_bytes in enumerate(shape.page_in_bytes):
@@ -563,10 +583,23 @@ class CompiledPlan:
         return seconds, inside, all_inside
 
     def _work_of(self, agg: list[float]) -> list[float]:
-        """Each term's flops, bytes, link bytes and items (``matrix @ agg``), as floats."""
-        np.dot(self.matrix, np.array(agg), out=self._work)
-        work: list[float] = self._work.tolist()
+        """Each term's flops, bytes, link bytes and items (``matrix @ agg``), as floats:
+        each row the sum, from 0.0 in the order of the aggregates, of its nonzero
+        coefficients times their aggregates (the one definition of a step's work:
+        :meth:`evaluate` reads it too)."""
+        work = [0.0] * (4 * self.n)
+        self._work_rows(agg, work, self._nz_rows)
         return work
+
+    def _work_rows(self, agg: list[float], work: list[float], rows: list[int]) -> None:
+        """Write rows ``rows`` of the work vector of ``agg`` into ``work`` (as
+        :meth:`_work_of` makes them)."""
+        start, col, coef = self._nz_start, self._nz_col, self._nz_coef
+        for r in rows:
+            total = 0.0
+            for i in range(start[r], start[r + 1]):
+                total += coef[i] * agg[col[i]]
+            work[r] = total
 
     def _fill_terms(
         self,
@@ -679,17 +712,23 @@ class CompiledPlan:
         dp = self.dp
         quote = StepQuote([], [], [])
         agg[KD] = base / dp
-        self._quote_step(quote, agg, first)
+        w = self._work_of(agg)
+        sec, ins, _ = self._term_seconds_of(w, first)
+        quote.seconds.append(sec)
+        quote.inside.append(ins)
+        quote.totals.append(pairwise_sum(sec, 0, self.n))
         # The next boundaries: only the terms that read the KV aggregate are priced
-        # again (the same work vector, the same operations: the same bits).
+        # again, from their rows of the work vector made again (the same operations:
+        # the same bits).
         over = self._overhead_l[first.graph_mode]
         counts = self._counts_l[self.stage_kind(first)]
         kd_js = self._kd_js
         n = self.n
-        seconds, inside = quote.seconds[0], quote.inside[0]
+        seconds, inside = sec, ins
+        kd_rows = self._kd_rows
         for j in range(1, count):
             agg[KD] = (base + j * n_seqs) / dp
-            w = self._work_of(agg)
+            self._work_rows(agg, w, kd_rows)
             seconds = seconds.copy()
             inside = inside.copy()
             self._fill_terms(w, kd_js, over, counts, seconds, inside)
@@ -732,9 +771,8 @@ class CompiledPlan:
 
     def evaluate(self, shape: StepShape) -> StepEvaluation:
         """Price every term of ``shape``; seconds are per term, all launches included."""
-        a = np.array(self.aggregates(shape))
         n = self.n
-        work = (self.matrix @ a).reshape(4, n)
+        work = np.array(self._work_of(self.aggregates(shape))).reshape(4, n)
         for k, num_bytes in enumerate(shape.page_in_bytes):
             work[2, self.page_js[k]] = float(num_bytes)
         roof = work[:3] * self.inv
