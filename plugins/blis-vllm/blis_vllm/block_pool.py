@@ -37,6 +37,8 @@ from blis_vllm.kv_cache_utils import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     external_block_hash,
+    get_block_hash,
+    get_group_id,
     make_block_hash_with_group_id,
 )
 from blis_vllm.request import Request
@@ -160,15 +162,13 @@ class BlockPool:
             blk = blocks[i]
             if blk.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
+            key = make_block_hash_with_group_id(hashes[i], group_id)
             if blk.block_hash is not None:
                 # Already cached (a prefix-cache hit): it must be this position's hash.
-                assert blk.block_hash == hashes[i], "prefix-cache hit assigned the wrong block"
+                assert blk.block_hash == key, "prefix-cache hit assigned the wrong block"
                 continue
-            blk.block_hash = hashes[i]
-            blk.hash_group_id = group_id
-            self.cached_block_hash_to_block.insert(
-                make_block_hash_with_group_id(hashes[i], group_id), blk
-            )
+            blk.block_hash = key
+            self.cached_block_hash_to_block.insert(key, blk)
             if self.enable_kv_events:
                 new_hashes.append(external_block_hash(hashes[i]))
         if self.enable_kv_events:
@@ -214,17 +214,19 @@ class BlockPool:
         return ret
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        block_hash = block.block_hash
-        if block_hash is None:
+        key = block.block_hash
+        if key is None:
             return False
-        group_id = block.hash_group_id
-        key = make_block_hash_with_group_id(block_hash, group_id)
         if self.cached_block_hash_to_block.pop(key, block.block_id) is None:
             return False
         block.reset_hash()
         if self.enable_kv_events:
             # NOTE: positional (block_hashes, medium, group_idx), as in cache_full_blocks.
-            self._events.append(BlockRemoved((external_block_hash(block_hash),), "GPU", group_id))
+            self._events.append(
+                BlockRemoved(
+                    (external_block_hash(get_block_hash(key)),), "GPU", get_group_id(key)
+                )
+            )
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:

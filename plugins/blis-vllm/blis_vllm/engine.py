@@ -538,7 +538,7 @@ class VllmEngine:
                         output_content_key(rid), self._model.vocab_size, idx, idx + n
                     )
                 else:
-                    sampled[rid] = [request.next_output_token_id()]
+                    sampled[rid] = [request.sampled_token_id()]
         kv_output, transfers = self._run_kv_connector(out)
         hits = self._prefix_hits(out)
         result = self.scheduler.update_from_output(out, ModelRunnerOutput(sampled, kv_output))
@@ -724,25 +724,23 @@ class VllmEngine:
         return self._padded_shape(out, seqs, StepMode.DECODE_ONLY, len(seqs), True, 0)
 
     def _decode_seqs(self, contexts: Iterable[int], plus: int = 0) -> tuple[SeqChunk, ...]:
-        """One-token decode chunks over ``contexts`` (each plus ``plus``), made once per
+        """One-token decode chunks over ``contexts`` (each plus ``plus``)."""
+        return tuple([self._seq_chunk(1, c + plus) for c in contexts])
+
+    def _seq_chunk(self, new_tokens: int, context: int) -> SeqChunk:
+        """``SeqChunk(new_tokens, context)``; a one-token chunk (a decode's) made once per
         context length below _CACHED_CONTEXTS."""
-        chunks = self._decode_chunks
-        seqs = []
-        for c in contexts:
-            c += plus
-            if c >= _CACHED_CONTEXTS:
-                seqs.append(SeqChunk(1, c))
-                continue
-            chunk = chunks[c]
-            if chunk is None:
-                chunk = chunks[c] = SeqChunk(1, c)
-            seqs.append(chunk)
-        return tuple(seqs)
+        if new_tokens != 1 or context >= _CACHED_CONTEXTS:
+            return SeqChunk(new_tokens, context)
+        chunk = self._decode_chunks[context]
+        if chunk is None:
+            chunk = self._decode_chunks[context] = SeqChunk(1, context)
+        return chunk
 
     def _make_shape(self, out: SchedulerOutput) -> StepShape:
+        contexts = out.context_tokens
         seqs = tuple(
-            SeqChunk(new_tokens=n, context_tokens=out.context_tokens[rid])
-            for rid, n in out.num_scheduled_tokens.items()
+            [self._seq_chunk(n, contexts[rid]) for rid, n in out.num_scheduled_tokens.items()]
         )
         q = self._settings.uniform_decode_query_len
         uniform = all(c.new_tokens == q for c in seqs)

@@ -30,6 +30,8 @@ __all__ = [
     "KVCacheBlock",
     "KVCacheGroupSpec",
     "external_block_hash",
+    "get_block_hash",
+    "get_group_id",
     "get_kv_cache_groups",
     "hash_block_chain",
     "hash_block_tokens",
@@ -114,6 +116,16 @@ def hash_block_chain(
     return out
 
 
+def get_block_hash(key: BlockHashWithGroupId) -> BlockHash:
+    """The block hash of a prefix-cache key (upstream's function)."""
+    return key[:-4]
+
+
+def get_group_id(key: BlockHashWithGroupId) -> int:
+    """The KV cache group of a prefix-cache key (upstream's function)."""
+    return int.from_bytes(key[-4:], "big", signed=False)
+
+
 def external_block_hash(block_hash: BlockHash) -> int:
     """The integer form KV events carry (upstream ``maybe_convert_block_hash``)."""
     # The low 64 bits of the big-endian integer are its last 8 bytes.
@@ -126,7 +138,6 @@ class KVCacheBlock:
     __slots__ = (
         "block_hash",
         "block_id",
-        "hash_group_id",
         "is_null",
         "next_free",
         "prev_free",
@@ -136,11 +147,10 @@ class KVCacheBlock:
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_cnt = 0
-        self.block_hash: BlockHash | None = None
-        # The KV cache group the hash was cached for: upstream keys the prefix cache
-        # by ``BlockHashWithGroupId`` (hash bytes + group id), so the same token chain
-        # is cached once per group, in different blocks.
-        self.hash_group_id = 0
+        # The prefix cache's key while the block is cached, as upstream's
+        # ``_block_hash``: ``BlockHashWithGroupId`` (hash bytes + group id), so the same
+        # token chain is cached once per group, in different blocks.
+        self.block_hash: BlockHashWithGroupId | None = None
         self.prev_free: KVCacheBlock | None = None
         self.next_free: KVCacheBlock | None = None
         self.is_null = False

@@ -207,10 +207,18 @@ class Request:
             return self._ids_ahead[ahead]
         return segment_token_id(self.output_key, self._vocab_size, index)
 
+    def sampled_token_id(self) -> int:
+        """The id the model runner hands ``update_from_output`` for this request's next
+        token: :meth:`next_output_token_id`, or 0 with stand-in output hashes, where no
+        generated id is read (:meth:`append_output_token_ids` only counts it)."""
+        if self._stand_in is not None:
+            return 0
+        return self.next_output_token_id()
+
     def append_output_token_ids(self, token_id: int) -> None:
         """Append one generated token and hash any block it completes."""
         if self._stand_in is not None:
-            # The id is ``next_output_token_id()``'s (no drafts here): nothing reads it.
+            # Nothing reads the id (``sampled_token_id``'s 0; no drafts here): counted.
             self._count_appended_token()
             return
         if len(self.all_token_ids) < self.num_tokens:
