@@ -54,6 +54,7 @@ from blis_core.contracts.request import (
 
 from blis_vllm import scheduler as port_sched
 from blis_vllm.config import VllmSettings, eagle_lookahead
+from blis_vllm.kv_cache_utils import get_block_hash, get_group_id
 from blis_vllm.request import Request as PortRequest
 from blis_vllm.request import RequestStatus as PortStatus
 
@@ -893,7 +894,8 @@ class PortSide:
         cached = {}
         for b in pool.blocks:
             if b.block_hash is not None:
-                cached[b.block_id] = (hmap.port_key(b.block_hash), b.hash_group_id)
+                key = b.block_hash  # the prefix cache's key, as upstream's _block_hash
+                cached[b.block_id] = (hmap.port_key(get_block_hash(key)), get_group_id(key))
         return {
             "running": [r.request_id for r in s.running],
             "waiting": [r.request_id for r in s.waiting],
