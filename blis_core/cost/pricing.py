@@ -360,7 +360,13 @@ class CompiledPlan:
     # ------------------------------------------------------------------------------
 
     def aggregates(self, shape: StepShape, check_seqs: bool = True) -> list[float]:
-        """Check ``shape`` against the plan and reduce it to the aggregate vector.
+        """Check ``shape`` against the plan and reduce it to the aggregate vector
+        (:meth:`_aggregates`)."""
+        return self._aggregates(shape, check_seqs)[0]
+
+    def _aggregates(self, shape: StepShape, check_seqs: bool) -> tuple[list[float], int, int]:
+        """Check ``shape`` against the plan and reduce it to the aggregate vector; with
+        its scheduled tokens and its sequences' context tokens, summed.
 
         Refuses (InputRefused naming the shape's field, value and cause) padded tokens
         below the scheduled tokens, a stage count other than the plan's pipeline degree,
@@ -459,7 +465,7 @@ class CompiledPlan:
         a[MOEP] = self._moe_padded_tokens(tokens) if self.moe_tiles else tokens
         if self.has_draft:
             a += self._draft_aggregates(shape, a, sched, ctx_sum)
-        return a
+        return a, sched, ctx_sum
 
     def _draft_padded(self, n_seqs: int) -> int:
         """Launched tokens of a single-token draft pass over ``n_seqs`` sequences."""
@@ -704,11 +710,10 @@ class CompiledPlan:
             or bool(first.dp_rank_tokens)
         ):
             return None
-        agg = self.aggregates(first, check_seqs=False)
-        seqs = first.seqs
+        agg, sched, ctx_sum = self._aggregates(first, False)
         # The aggregate's own integers (``aggregates``: (ctx_sum + sched) / dp).
-        base = sum(map(_seq_ctx, seqs)) + sum(map(_seq_new, seqs))
-        n_seqs = len(seqs)
+        base = ctx_sum + sched
+        n_seqs = len(first.seqs)
         dp = self.dp
         quote = StepQuote([], [], [])
         agg[KD] = base / dp
