@@ -102,6 +102,9 @@ class RouterComponent(Component):
         self._runtime = runtime
         # Candidate order is fixed (sorted by name), so decisions never depend on dict order.
         self._snapshots: dict[str, EndpointSnapshot] = dict(sorted(endpoints.items()))
+        # Scrapes not yet in their endpoint's snapshot: a snapshot is made when the
+        # router reads the endpoints (several scrapes an instance may come between).
+        self._scraped: dict[str, MetricsScrape] = {}
         self._client = client
         self._observe_route = route_observer
         self._dispatched: dict[str, str] = {}
@@ -161,7 +164,7 @@ class RouterComponent(Component):
     def _poll(self, now_us: int) -> None:
         if self._holding is None or not self._held:
             return
-        for rid, decision in self._holding.poll(tuple(self._snapshots.values())):
+        for rid, decision in self._holding.poll(self._endpoints()):
             if decision.evicted:
                 self._evict(rid, decision)
                 continue
@@ -217,7 +220,7 @@ class RouterComponent(Component):
         return self.external(now_us, bag)
 
     def _route(self, request: InferenceRequest, now_us: int) -> None:
-        decision = self._router.route(request, tuple(self._snapshots.values()))
+        decision = self._router.route(request, self._endpoints())
         if decision.held:
             if self._holding is None:
                 raise SimulationError(
@@ -257,16 +260,26 @@ class RouterComponent(Component):
             self._router.observe(RouterEvent("dispatched", target, request.request_id))
 
     def _scrape(self, scrape: MetricsScrape) -> None:
-        old = self._snapshots[scrape.instance]
-        self._snapshots[scrape.instance] = EndpointSnapshot(
-            name=old.name,
-            pool=old.pool,
-            engine_kind=old.engine_kind,
-            role=old.role,
-            labels=old.labels,
-            metrics=scrape.metrics,
-            scraped_at_us=scrape.scraped_at_us,
-        )
+        if scrape.instance not in self._snapshots:
+            raise SimulationError(f"router {self.name!r}: scrape of unknown {scrape.instance!r}")
+        self._scraped[scrape.instance] = scrape
+
+    def _endpoints(self) -> tuple[EndpointSnapshot, ...]:
+        """Every endpoint's snapshot, with its latest scrape, in name order."""
+        snapshots = self._snapshots
+        for name, scrape in self._scraped.items():
+            old = snapshots[name]
+            snapshots[name] = EndpointSnapshot(
+                name=old.name,
+                pool=old.pool,
+                engine_kind=old.engine_kind,
+                role=old.role,
+                labels=old.labels,
+                metrics=scrape.metrics,
+                scraped_at_us=scrape.scraped_at_us,
+            )
+        self._scraped.clear()
+        return tuple(snapshots.values())
 
     def _relay_step(self, report: StepReport) -> None:
         outcome = report.outcome
