@@ -30,6 +30,7 @@ COMPILED = (
     "blis_core/contracts/routing.py",
     "blis_core/runner/messages.py",
     "blis_core/contracts/scrape.py",
+    "blis_core/contracts/time.py",
     "blis_core/cost/pricing.py",
 )
 """The modules a step passes through outside the engine (``python bench/step_costs.py``):

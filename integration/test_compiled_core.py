@@ -2,7 +2,7 @@
 
 A wheel of blis-core compiles the simulation's per-step modules with mypyc (``setup.py``,
 ``COMPILED``): the kernel, the engine, client and router components, the ledger, the
-request and scrape contracts, the step pricing. Every other suite proves the source (the
+request, scrape and time contracts, the step pricing. Every other suite proves the source (the
 tests env installs it editable); this test joins the two. Randomized scenarios of
 blis-vllm's steady sweep (both engines, prefix caching on and off, preemption, chunked
 prefills, aborts, replicas behind the router) run on the installed packages and, in a
@@ -29,7 +29,7 @@ sys.path.insert(0, str(STEADY_TESTS))
 
 from pure_hashes import compiled, differing_from_source  # noqa: E402
 
-from blis_core.contracts import outcome, request, routing, scrape  # noqa: E402
+from blis_core.contracts import outcome, request, routing, scrape, time  # noqa: E402
 from blis_core.contracts.engine import (  # noqa: E402
     AllBlocksCleared,
     BlockRemoved,
@@ -58,7 +58,7 @@ SCENARIOS = range(1, 200, 2)
 
 def test_compiled_core_keeps_every_result_byte() -> None:
     modules = (kernel, engine_component, client_component, router_component, ledger)
-    modules += (request, scrape, pricing, outcome, routing, messages)
+    modules += (request, scrape, time, pricing, outcome, routing, messages)
     if os.environ.get("BLIS_MYPYC") == "1":
         assert all(compiled(m) for m in modules), [m.__file__ for m in modules]
     differ, source = differing_from_source(SCENARIOS, ROOT)
