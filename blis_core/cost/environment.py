@@ -261,6 +261,16 @@ class SimEnvironment:
                 self._extra_seconds[who] = self._extra_seconds.get(who, 0.0) + seconds
         return seconds_to_us(ev.total_s)
 
+    def span_pricing(self, plan: PoolPlan) -> CompiledPlan | None:
+        """The compiled pricing a span's steps may be quoted and counted on directly
+        (``quote_advancing``, ``quote_seconds``, ``count_quote``: what
+        :meth:`quote_advancing`, :meth:`quote_steps` and :meth:`count_quote` call, for
+        shapes on the plan's own placement, ``parts`` empty); ``None`` where the
+        Environment prices otherwise (per-kernel cost methods)."""
+        if self.extra_methods:
+            return None
+        return self.compiled(plan)
+
     def quote_steps(
         self, plan: PoolPlan, shapes: Sequence[StepShape]
     ) -> tuple[list[int], StepQuote] | None:

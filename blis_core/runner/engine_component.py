@@ -83,8 +83,9 @@ from blis_core.contracts.errors import InputRefused, SimulationError
 from blis_core.contracts.plan import PoolPlan
 from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.shape import StepShape, Transfer
+from blis_core.contracts.time import seconds_to_us
 from blis_core.cost.environment import SimEnvironment
-from blis_core.cost.pricing import StepQuote
+from blis_core.cost.pricing import CompiledPlan, StepQuote
 from blis_core.runner.kv_events_check import KVEventLedger
 from blis_core.runner.kv_events_check import checking as kv_events_checked
 from blis_core.runner.messages import (
@@ -159,10 +160,11 @@ def _copied(samples: Mapping[str, float]) -> dict[str, float]:
 
 class _SpanPricer:
     """The prices of a span's steps, quoted a chunk at a time in one pass each where the
-    Environment can (:meth:`SimEnvironment.quote_steps`), else one ``price_step`` each;
-    only the steps taken are counted in the rank totals, in order (:meth:`count`)."""
+    Environment can (on its :meth:`SimEnvironment.span_pricing`, as its
+    ``quote_advancing`` and ``quote_steps`` would), else one ``price_step`` each; only
+    the steps taken are counted in the rank totals, in order (:meth:`count`)."""
 
-    __slots__ = ("_chunk", "_counted", "_env", "_plan", "_prices", "_quotes", "_sim", "_span")
+    __slots__ = ("_chunk", "_counted", "_cp", "_env", "_plan", "_prices", "_quotes", "_span")
 
     def __init__(
         self,
@@ -175,7 +177,9 @@ class _SpanPricer:
         self._env = env
         self._plan = plan
         self._span = span
-        self._sim = env if isinstance(env, SimEnvironment) else None
+        self._cp: CompiledPlan | None = (
+            env.span_pricing(plan) if isinstance(env, SimEnvironment) else None
+        )
         self._prices: list[int] = []
         self._quotes: list[tuple[int, StepQuote]] = []
         self._counted = 0  # the steps counted so far, from the span's first
@@ -194,23 +198,25 @@ class _SpanPricer:
         if index < len(prices):
             return prices[index]
         shape = self._span.shape(index)
-        if self._sim is not None:
+        cp = self._cp
+        if cp is not None:
             stop = min(self._span.num_steps, index + self._chunk)
             # A span's next boundaries are this one with every context a token longer
             # (DecodeSpan), so they are priced without asking for their shapes.
-            quoted = self._sim.quote_advancing(self._plan, shape, stop - index)
-            if quoted is None:
+            quote = None if shape.parts else cp.quote_advancing(shape, stop - index)
+            if quote is None:
                 shapes = [shape, *(self._span.shape(j) for j in range(index + 1, stop))]
-                quoted = self._sim.quote_steps(self._plan, shapes)
+                if not any(s.parts for s in shapes):
+                    quote = cp.quote_seconds(shapes)
             self._chunk = min(2 * self._chunk, 64)
-            if quoted is not None:
-                self._quotes.append((stop - index, quoted[1]))
-                prices.extend(quoted[0])
+            if quote is not None:
+                self._quotes.append((stop - index, quote))
+                prices.extend([seconds_to_us(t) for t in quote.totals])
                 return prices[index]
             # Priced one by one from here: count what was quoted before, in order.
             self.count(index)
             self._quotes.clear()
-            self._sim = None
+            self._cp = None
         price = self._env.price_step(self._plan, shape)
         prices.append(price)
         return price
@@ -221,12 +227,13 @@ class _SpanPricer:
         counted, self._counted = self._counted, max(self._counted, taken)
         if not self._quotes or taken <= counted:
             return
-        assert self._sim is not None
+        cp = self._cp
+        assert cp is not None
         first = 0  # the span index of each quote's first step
         for size, quote in self._quotes:
             lo, hi = max(counted - first, 0), min(taken - first, size)
             if lo < hi:
-                self._sim.count_quote(self._plan, quote, hi, start=lo)
+                cp.count_quote(quote, hi, lo)
             first += size
             if first >= taken:
                 return
