@@ -223,9 +223,7 @@ class BlockPool:
         if self.enable_kv_events:
             # NOTE: positional (block_hashes, medium, group_idx), as in cache_full_blocks.
             self._events.append(
-                BlockRemoved(
-                    (external_block_hash(get_block_hash(key)),), "GPU", get_group_id(key)
-                )
+                BlockRemoved((external_block_hash(get_block_hash(key)),), "GPU", get_group_id(key))
             )
         return True
 
