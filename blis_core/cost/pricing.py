@@ -745,9 +745,19 @@ class CompiledPlan:
     def count_quote(self, quote: StepQuote, count: int, start: int = 0) -> None:
         """Add steps ``start`` to ``count`` (excluded) of ``quote`` to the running totals,
         as that many :meth:`price_seconds` calls would."""
-        steps = zip(quote.seconds[start:count], quote.inside[start:count], strict=True)
-        for seconds, inside in steps:
-            self._count(seconds, inside, all(inside))
+        # NOTE: each term's seconds added to the total its flag names, as _count does
+        # (whether or not every flag is set, the same additions in the same order).
+        acc_in = self.acc_inside
+        acc_out = self.acc_outside
+        quoted_seconds = quote.seconds
+        quoted_inside = quote.inside
+        for i in range(start, count):
+            inside = quoted_inside[i]
+            for j, sec in enumerate(quoted_seconds[i]):
+                if inside[j]:
+                    acc_in[j] += sec
+                else:
+                    acc_out[j] += sec
 
     def rank_seconds(self) -> list[float]:
         """Priced seconds per rank accumulated by :meth:`price_seconds`."""
