@@ -23,8 +23,6 @@ from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any, TypeVar
 
-import numpy as np
-
 __all__ = [
     "PACKED_VOCAB_SIZE_MAX",
     "InferenceRequest",
@@ -220,40 +218,49 @@ def segment_token_ids_array(content_key: str, vocab_size: int, start: int, stop:
     (native byte order), for ``2 <= vocab_size <=`` :data:`PACKED_VOCAB_SIZE_MAX`: the
     ids as four bytes each, which a consumer slices, extends and hashes without an int
     object per id (and in which the garbage collector's scans find no object to walk)."""
+    if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
+        raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
+    if vocab_size != PACKED_VOCAB_SIZE_MAX:
+        # NOTE: the ids as a list (compiled, the fastest way to make them), packed by
+        # ``array``; writing each id's bytes into a bytearray is four times slower
+        # compiled, and a list of their bytes (small ints, none allocated) slower too.
+        return array("I", segment_token_ids(content_key, vocab_size, start, stop))
+    if not 0 <= start <= stop:
+        raise ValueError(f"need 0 <= start <= stop, got start={start} stop={stop}")
     out = array("I")
-    out.frombytes(_packed_ids(content_key, vocab_size, start, stop))
+    pos = start
+    while pos < stop:
+        chunk, offset = divmod(pos, _CHUNK_TOKENS)
+        take = min(stop - pos, _CHUNK_TOKENS - offset)
+        out.frombytes(_packed_ids_of_2_32(_chunk_bytes(content_key, chunk), offset, take))
+        pos += take
     if _BIG_ENDIAN:
         out.byteswap()
     return out
 
 
-def _packed_ids(content_key: str, vocab_size: int, start: int, stop: int) -> bytes:
-    """``segment_token_ids(content_key, vocab_size, start, stop)`` packed as
-    little-endian uint32s, for ``2 <= vocab_size <=`` :data:`PACKED_VOCAB_SIZE_MAX`."""
-    if not 2 <= vocab_size <= PACKED_VOCAB_SIZE_MAX:
-        raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
-    if not 0 <= start <= stop:
-        raise ValueError(f"need 0 <= start <= stop, got start={start} stop={stop}")
-    parts: list[bytes] = []
-    pos = start
-    while pos < stop:
-        chunk, offset = divmod(pos, _CHUNK_TOKENS)
-        take = min(stop - pos, _CHUNK_TOKENS - offset)
-        parts.append(_packed_chunk_ids(_chunk_bytes(content_key, chunk), vocab_size, offset, take))
-        pos += take
-    return b"".join(parts)
+_ONE_PER_WORD = int.from_bytes(b"\x01\x00\x00\x00" * _CHUNK_TOKENS, "little")
+"""1 in each of a chunk's 32-bit little-endian words, as one integer."""
 
 
-def _packed_chunk_ids(data: bytes, vocab_size: int, offset: int, take: int) -> bytes:
-    """The ids of words ``[offset, offset + take)`` of one chunk's bytes, packed as
-    little-endian uint32s: ``1 + w % (vocab_size - 1)`` word by word in numpy, uint32
-    throughout (the Python ints are weak scalars that fit it; an id is at most
-    ``vocab_size - 1 < 2**32``; for ``2**32`` it is ``w + 1`` but for ``w = 2**32 - 1``,
-    whose id is 1). A third of the time of a compiled list of ids packed by ``array``."""
-    ids = np.frombuffer(data, dtype="<u4", count=take, offset=4 * offset) % (vocab_size - 1) + 1
-    if _BIG_ENDIAN:
-        ids = ids.byteswap()
-    return ids.tobytes()
+def _packed_ids_of_2_32(data: bytes, offset: int, take: int) -> bytes:
+    """The ids of words ``[offset, offset + take)`` of one chunk's bytes in a vocabulary
+    of ``2**32``, packed as little-endian uint32s.
+
+    ``1 + w % (2**32 - 1)`` is ``w + 1`` for every word but ``2**32 - 1`` (whose id is
+    1): the words are added to as one integer, one addition for all of them instead of
+    an int object per word (no word but ``2**32 - 1`` carries into the next)."""
+    part = data[4 * offset : 4 * (offset + take)]
+    at = part.find(b"\xff\xff\xff\xff")
+    while at >= 0:
+        if at % 4 == 0:
+            ids = array("I", _chunk_ids(data, PACKED_VOCAB_SIZE_MAX - 1, offset, take))
+            if _BIG_ENDIAN:
+                ids.byteswap()
+            return ids.tobytes()
+        at = part.find(b"\xff\xff\xff\xff", at + 1)
+    ones = _ONE_PER_WORD >> (32 * (_CHUNK_TOKENS - take))
+    return (int.from_bytes(part, "little") + ones).to_bytes(4 * take, "little")
 
 
 # NOTE: 2048, where each consumer had 1024: a router's vocabulary and an engine's (the
@@ -271,7 +278,10 @@ def packed_segment_token_ids(content_key: str, vocab_size: int, num_tokens: int)
         raise ValueError(f"vocab_size must be in [2, 2**32], got {vocab_size}")
     if num_tokens <= 0:
         return b""
-    return _packed_ids(content_key, vocab_size, 0, num_tokens)
+    words = segment_token_ids_array(content_key, vocab_size, 0, num_tokens)
+    if _BIG_ENDIAN:
+        words.byteswap()
+    return words.tobytes()
 
 
 def prompt_token_ids_array(prompt: tuple[PromptSegment, ...], vocab_size: int) -> array[int]:

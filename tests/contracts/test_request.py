@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from blis_core.contracts.request import (
     InferenceRequest,
     PromptSegment,
-    _packed_chunk_ids,
+    _packed_ids_of_2_32,
     packed_segment_token_ids,
     prompt_token_ids,
     prompt_token_ids_array,
@@ -162,9 +162,9 @@ def test_segment_token_ids_array_is_the_ids(vocab: int) -> None:
 
 
 def test_ids_of_a_2_32_vocabulary_with_a_word_that_would_carry() -> None:
-    """``1 + w % (2**32 - 1)`` is ``w + 1`` but for ``w = 2**32 - 1`` (id 1), which
-    must not overflow the uint32 the ids are made in; 0xff bytes across two words
-    carry nothing."""
+    """``1 + w % (2**32 - 1)`` is ``w + 1`` but for ``w = 2**32 - 1`` (id 1): a chunk
+    holding that word is mapped word by word; 0xff bytes across two words carry
+    nothing."""
     words = [0, 1, 2**32 - 2, 0xFFFFFF00, 0x00FFFFFF, 7, 0xFFFF0000, 0x0000FFFF] * 64
     assert len(words) == 512
     with_max = list(words)
@@ -174,7 +174,7 @@ def test_ids_of_a_2_32_vocabulary_with_a_word_that_would_carry() -> None:
         for offset, take in ((0, 512), (0, 1), (299, 3), (301, 211), (3, 2)):
             expected = [1 + w % (2**32 - 1) for w in ws[offset : offset + take]]
             packed = struct.pack(f"<{take}I", *expected)
-            assert _packed_chunk_ids(data, 2**32, offset, take) == packed, (offset, take)
+            assert _packed_ids_of_2_32(data, offset, take) == packed, (offset, take)
     assert with_max[300] + 1 == 2**32 and 1 + with_max[300] % (2**32 - 1) == 1
 
 
