@@ -264,9 +264,9 @@ class SimEnvironment:
     def span_pricing(self, plan: PoolPlan) -> CompiledPlan | None:
         """The compiled pricing a span's steps may be quoted and counted on directly
         (``quote_advancing``, ``quote_seconds``, ``count_quote``: what
-        :meth:`quote_advancing`, :meth:`quote_steps` and :meth:`count_quote` call, for
-        shapes on the plan's own placement, ``parts`` empty); ``None`` where the
-        Environment prices otherwise (per-kernel cost methods)."""
+        :meth:`quote_advancing`, :meth:`quote_steps` and :meth:`count_quote` call; they
+        quote no shape on a placement of its own); ``None`` where the Environment prices
+        otherwise (per-kernel cost methods)."""
         if self.extra_methods:
             return None
         return self.compiled(plan)
@@ -277,9 +277,8 @@ class SimEnvironment:
         """What :meth:`price_step` gives each of ``shapes``, in one pass and counted
         nowhere until :meth:`count_quote`; ``None`` where it cannot (per-kernel cost
         methods, IDLE steps, a draft model): price those one by one."""
-        if self.extra_methods or any(s.parts for s in shapes):
-            return None
-        quote = self.compiled(plan).quote_seconds(shapes)
+        cp = self.span_pricing(plan)
+        quote = cp.quote_seconds(shapes) if cp is not None else None
         if quote is None:
             return None
         return [seconds_to_us(t) for t in quote.totals], quote
@@ -290,9 +289,8 @@ class SimEnvironment:
         """What :meth:`quote_steps` gives for ``first`` and the ``count - 1`` decode steps
         after it, each with every sequence's context one token longer (a decode span's
         boundaries), without making their shapes; ``None`` where it cannot."""
-        if self.extra_methods or first.parts:
-            return None
-        quote = self.compiled(plan).quote_advancing(first, count)
+        cp = self.span_pricing(plan)
+        quote = cp.quote_advancing(first, count) if cp is not None else None
         if quote is None:
             return None
         return [seconds_to_us(t) for t in quote.totals], quote

@@ -672,13 +672,14 @@ class CompiledPlan:
     def quote_seconds(self, shapes: Sequence[StepShape]) -> StepQuote | None:
         """The seconds :meth:`price_seconds` gives each of ``shapes``, counted nowhere
         (:meth:`count_quote` counts a prefix of them); ``None`` for shapes it does not
-        quote (an ``IDLE`` step, a draft model, a plan that pages): the same computation,
-        so the same figures to the bit."""
+        quote (an ``IDLE`` step, a step on a placement of its own, ``parts``, which
+        another compiled plan prices; a draft model, a plan that pages): the same
+        computation, so the same figures to the bit."""
         if (
             not shapes
             or self.has_draft
             or bool(self.page_js)
-            or any(s.mode is StepMode.IDLE for s in shapes)
+            or any(s.mode is StepMode.IDLE or s.parts for s in shapes)
         ):
             return None
         quote = StepQuote([], [], [])
@@ -708,6 +709,7 @@ class CompiledPlan:
             or self.has_window
             or bool(self.page_js)
             or bool(first.dp_rank_tokens)
+            or bool(first.parts)
         ):
             return None
         agg, sched, ctx_sum = self._aggregates(first, False)

@@ -203,11 +203,10 @@ class _SpanPricer:
             stop = min(self._span.num_steps, index + self._chunk)
             # A span's next boundaries are this one with every context a token longer
             # (DecodeSpan), so they are priced without asking for their shapes.
-            quote = None if shape.parts else cp.quote_advancing(shape, stop - index)
+            quote = cp.quote_advancing(shape, stop - index)
             if quote is None:
                 shapes = [shape, *(self._span.shape(j) for j in range(index + 1, stop))]
-                if not any(s.parts for s in shapes):
-                    quote = cp.quote_seconds(shapes)
+                quote = cp.quote_seconds(shapes)
             self._chunk = min(2 * self._chunk, 64)
             if quote is not None:
                 self._quotes.append((stop - index, quote))
