@@ -136,8 +136,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.go_parity is not None:
-        return go_parity(args.go_parity or ["1x5k", "4x20k", "16x50k"], args.repeat or 1)
-    args.repeat = args.repeat or 3
+        names = args.go_parity or ["1x5k", "4x20k", "16x50k"]
+        return go_parity(names, 1 if args.repeat is None else args.repeat)
+    if args.repeat is None:
+        args.repeat = 3
     data = DataSources.load()
     baseline = _baseline_ops_per_s()
     print(f"baseline heapq push/pop: {baseline / 1e6:.2f} M ops/s")
