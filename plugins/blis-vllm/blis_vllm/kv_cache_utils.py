@@ -117,12 +117,12 @@ def hash_block_chain(
 
 
 def get_block_hash(key: BlockHashWithGroupId) -> BlockHash:
-    """The block hash of a prefix-cache key (upstream's function)."""
+    """The block hash of a prefix-cache key (vLLM 0.33.0 ``v1/core/kv_cache_utils.py``)."""
     return key[:-4]
 
 
 def get_group_id(key: BlockHashWithGroupId) -> int:
-    """The KV cache group of a prefix-cache key (upstream's function)."""
+    """The KV cache group of a prefix-cache key (vLLM 0.33.0 ``v1/core/kv_cache_utils.py``)."""
     return int.from_bytes(key[-4:], "big", signed=False)
 
 
@@ -148,8 +148,9 @@ class KVCacheBlock:
         self.block_id = block_id
         self.ref_cnt = 0
         # The prefix cache's key while the block is cached, as upstream's
-        # ``_block_hash``: ``BlockHashWithGroupId`` (hash bytes + group id), so the same
-        # token chain is cached once per group, in different blocks.
+        # ``_block_hash`` (vLLM 0.33.0 ``v1/core/kv_cache_utils.py`` ``KVCacheBlock``):
+        # ``BlockHashWithGroupId`` (hash bytes + group id), so the same token chain is
+        # cached once per group, in different blocks.
         self.block_hash: BlockHashWithGroupId | None = None
         self.prev_free: KVCacheBlock | None = None
         self.next_free: KVCacheBlock | None = None
