@@ -207,7 +207,9 @@ class Component:
         out.append(m)
         self._devs_sent += 1
 
-    def lookahead_us(self, now_us: int, quiet: Iterable[str] = ()) -> int | None:
+    def lookahead_us(
+        self, now_us: int, quiet: Iterable[str] = (), covered: Iterable[str] = ()
+    ) -> int | None:
         """The earliest time at which something not of this component's making can happen.
 
         That is the earliest of: the next internal event of any other component, the
@@ -215,7 +217,10 @@ class Component:
         :attr:`~Simulation.horizon_us`; ``None`` when none exists. It is ``now`` when
         another component makes a transition in this instant (its output is not known
         yet) or when a component named in ``quiet`` is not :meth:`quiescent`: name there
-        the receivers of this component's messages that may answer them.
+        the receivers of this component's messages that may answer them. The internal
+        events of the components named in ``covered`` are passed over: the caller
+        answers for what they may cause it (a router's promise of when it next sends
+        this component anything covers the client whose requests it routes).
 
         Passed over, because they cannot reach this component: the events of another
         component whose :meth:`sends_to` names neither this one nor a component that is
@@ -230,7 +235,7 @@ class Component:
         sim = self._devs_sim
         if sim is None:
             return now_us
-        return sim._lookahead(self, quiet)
+        return sim._lookahead(self, quiet, covered)
 
     def quiescent(self) -> bool:
         """Whether a message that reports to this component (a step report, a scrape)
@@ -290,6 +295,12 @@ class Component:
             )
         sim._transitions -= count
         sim._credited -= count
+
+    def horizon_us(self) -> int | None:
+        """The simulation's :attr:`~Simulation.horizon_us` (``None``: no bound, or outside
+        a :class:`Simulation`)."""
+        sim = self._devs_sim
+        return None if sim is None else sim.horizon_us
 
     def instant_index(self) -> int:
         """How many instants ran at this time before the one being run (0: the first,
@@ -674,13 +685,20 @@ class Simulation:
             else:
                 del counts[name]
 
-    def _lookahead(self, c: Component, quiet: Iterable[str]) -> int | None:
+    def _lookahead(self, c: Component, quiet: Iterable[str], covered: Iterable[str]) -> int | None:
         """See :meth:`Component.lookahead_us`."""
         now = self._now_us
         for other in self._active:
             if other is not c:
                 return now
         by_name = self._by_name
+        # The heap keys passed over: the asker's own and the covered components'.
+        skip = {c._devs_key}
+        for name in covered:
+            peer = by_name.get(name)
+            if peer is None:
+                raise SimulationError(f"component {c.name!r} covers unknown component {name!r}")
+            skip.add(peer._devs_key)
         quiescent: dict[str, bool] = {}
         for name in quiet:
             if not by_name[name].quiescent():
@@ -700,7 +718,7 @@ class Simulation:
             if not calm:
                 passed = False
                 break
-        first = self._first_open(c) if passed else self._first_reaching(c, quiescent)
+        first = self._first_open(skip) if passed else self._first_reaching(c, skip, quiescent)
         if self.horizon_us is not None and (first is None or first > self.horizon_us):
             first = self.horizon_us + 1
         return first
@@ -714,8 +732,8 @@ class Simulation:
         other = self._components[idx]
         return other._devs_key == k and other._devs_closed is None
 
-    def _first_open(self, c: Component) -> int | None:
-        """The time of the first valid entry of the open heap other than ``c``'s key."""
+    def _first_open(self, skip: set[int]) -> int | None:
+        """The time of the first valid entry of the open heap whose key is not in ``skip``."""
         open_ = self._open
         comps = self._components
         stride = self._stride
@@ -727,17 +745,20 @@ class Simulation:
                 if idx != stride - 1 and comps[idx]._devs_open_key == k:
                     comps[idx]._devs_open_key = -1
                 continue
-            if k != c._devs_key:
+            if k not in skip:
                 return k // stride
             for k in sorted(open_):
-                if k != c._devs_key and self._open_valid(k):
+                if k not in skip and self._open_valid(k):
                     return k // stride
             return None
         return None
 
-    def _first_reaching(self, c: Component, quiescent: dict[str, bool]) -> int | None:
+    def _first_reaching(
+        self, c: Component, skip: set[int], quiescent: dict[str, bool]
+    ) -> int | None:
         """The time of the first entry that may reach ``c``, in time order over every
-        entry (where some entry names ``c`` or a component that is not quiescent)."""
+        entry whose key is not in ``skip`` (where some entry names ``c`` or a component
+        that is not quiescent)."""
         by_name = self._by_name
         me = c.name
 
@@ -762,9 +783,21 @@ class Simulation:
         # Whether events of a component naming these receivers can reach ``c``, per
         # receiver tuple: the instances of a pool all name the same client and router.
         far: dict[tuple[str, ...], bool] = {}
-        # NOTE: in time order, so the scan stops at the first event that may reach ``c``.
-        for k in sorted(self._heap):
-            if k == c._devs_key:
+        # NOTE: in time order, so the scan stops at the first event that may reach ``c``:
+        # the heap walked from its root through a frontier of its nodes (a node's
+        # children follow it), never sorted whole (run-ahead leaves one entry per
+        # delivery time of the reports it made ahead, hundreds at 64 instances).
+        heap = self._heap
+        size = len(heap)
+        frontier: list[tuple[int, int]] = [(heap[0], 0)] if size else []
+        while frontier:
+            k, i = heappop(frontier)
+            child = 2 * i + 1
+            if child < size:
+                heappush(frontier, (heap[child], child))
+                if child + 1 < size:
+                    heappush(frontier, (heap[child + 1], child + 1))
+            if k in skip:
                 continue
             idx = k % stride
             if idx == n:
