@@ -25,6 +25,7 @@ __all__ = [
     "EndpointSnapshot",
     "EvictionAwareRouter",
     "ExplainingRouterFactory",
+    "HoldAwareRouter",
     "HoldingRouter",
     "MetricSelectiveRouter",
     "ModelFacts",
@@ -224,6 +225,24 @@ class EvictionAwareRouter(HoldingRouter, Protocol):
 
     def may_evict(self) -> bool:
         """Whether :meth:`poll` may return :meth:`RoutingDecision.evict`, for this
+        configuration, at any time of the run (fixed when the router is built)."""
+        ...
+
+
+@runtime_checkable
+class HoldAwareRouter(HoldingRouter, Protocol):
+    """A holding router that says whether its ``route`` can ever hold a request.
+
+    One that never does, in a configuration, and hears no event kind but ``aborted``
+    (:class:`SelectiveRouter`) decides each request from the scrapes, its own state and
+    its draws alone: the simulator may then decide an open-loop workload's arrivals
+    before they arrive, between two scrape instants, and let each engine instance run
+    ahead to the next request routed to it. A :class:`HoldingRouter` that does not say
+    so is taken to hold.
+    """
+
+    def may_hold(self) -> bool:
+        """Whether :meth:`route` may answer :meth:`RoutingDecision.hold`, for this
         configuration, at any time of the run (fixed when the router is built)."""
         ...
 

@@ -252,6 +252,11 @@ class LlmdRouter:
         eviction does (``EvictionAwareRouter``); taken as yes whenever flow control is on."""
         return self.flow_controller is not None
 
+    def may_hold(self) -> bool:
+        """Whether ``route`` can hold a request (``HoldAwareRouter``): flow control's queue
+        and a burst producer's batch are the only holds."""
+        return self.flow_controller is not None or bool(self._bursts)
+
     def next_wakeup_us(self) -> int | None:
         """The earliest TTL expiry, the next 1 ms dispatch tick or the next burst-window
         seal (``HoldingRouter``)."""

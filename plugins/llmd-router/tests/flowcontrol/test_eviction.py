@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from blis_conformance.router import FixedRuntime
 from blis_llmd_router import load
 from blis_llmd_router.flowcontrol.eviction import EvictionItem, PriorityThenTimeEvictionOrder
@@ -26,7 +28,8 @@ from blis_llmd_router.router import LlmdRouter
 from helpers import snap
 
 from blis_core.contracts.request import InferenceRequest, PromptSegment
-from blis_core.contracts.router import EvictionAwareRouter, RouterEvent
+from blis_core.contracts.router import EvictionAwareRouter, HoldAwareRouter, RouterEvent
+from blis_core.cost.catalog import load_catalog
 
 GRACE = 500_000
 
@@ -310,3 +313,20 @@ def test_the_router_says_whether_it_may_evict() -> None:
     routers = [LlmdRouter(load(doc, FixedRuntime())) for doc in (_doc(), plain)]
     assert all(isinstance(r, EvictionAwareRouter) for r in routers)
     assert [r.may_evict() for r in routers] == [True, False]
+
+
+def test_the_router_says_whether_it_may_hold() -> None:
+    """``HoldAwareRouter.may_hold``: flow control's queue and a burst producer's batch
+    hold requests; without either llm-d decides every request as it comes, so an
+    open-loop workload's arrivals may be decided ahead."""
+    plain = _doc()
+    del plain["featureGates"], plain["flowControl"]
+    burst = yaml.safe_load(
+        (Path(__file__).parents[1] / "fixtures" / "epp-burst-prefix-cache-config.yaml")
+        .read_text()
+        .replace("hf-repo/model-name", "meta-llama/Llama-2-7b-hf")
+    )
+    runtime = FixedRuntime(models=load_catalog().models)
+    routers = [LlmdRouter(load(doc, runtime)) for doc in (_doc(), burst, plain)]
+    assert all(isinstance(r, HoldAwareRouter) for r in routers)
+    assert [r.may_hold() for r in routers] == [True, True, False]
