@@ -8,6 +8,7 @@ other component's state; everything it records arrives as a message.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 from blis_core.contracts.errors import SimulationError
 from blis_core.contracts.request import InferenceRequest
@@ -16,7 +17,87 @@ from blis_core.runner.messages import Dropped, MetricsScrape, StepReport
 from blis_core.sim.kernel import Component, Message
 from blis_core.workload.source import WorkloadSource
 
-__all__ = ["ClientComponent"]
+__all__ = ["ArrivalSchedule", "ClientComponent"]
+
+
+class ArrivalSchedule:
+    """An open-loop workload's arrivals, read by the client as they are sent and, ahead of
+    them, by the router that decides them before they arrive
+    (:meth:`~blis_core.runner.router_component.RouterComponent.decide_ahead`).
+
+    An open-loop source (:attr:`~blis_core.workload.source.WorkloadSource.answers_completions`
+    false) fixes every arrival when it is made, and pulling one early changes nothing
+    (the source's protocol), so both readers see the same requests in the same order:
+    the client with :meth:`take`, the router with :meth:`peek` and :meth:`advance` (its
+    own cursor; the requests it decides are those the client later sends). A request is
+    kept until both have passed it.
+    """
+
+    def __init__(self, source: WorkloadSource) -> None:
+        if source.answers_completions:
+            raise SimulationError(
+                "an arrival schedule needs an open-loop workload (its completions release "
+                "or move no request)"
+            )
+        self._source = source
+        self._buf: deque[InferenceRequest] = deque()
+        self._base = 0  # the index of _buf[0] among the arrivals
+        self._taken = 0  # the client's cursor
+        self._decided = 0  # the router's cursor
+        self._dry = False  # the source returned None
+
+    def _fill(self, index: int) -> InferenceRequest | None:
+        buf = self._buf
+        while index - self._base >= len(buf):
+            if self._dry:
+                return None
+            req = self._source.next_arrival()
+            if req is None:
+                self._dry = True
+                return None
+            buf.append(req)
+        return buf[index - self._base]
+
+    def _trim(self) -> None:
+        low = min(self._taken, self._decided)
+        buf = self._buf
+        while self._base < low:
+            buf.popleft()
+            self._base += 1
+
+    def take(self) -> InferenceRequest | None:
+        """The client's next arrival (``None``: no more)."""
+        req = self._fill(self._taken)
+        if req is not None:
+            self._taken += 1
+            self._trim()
+        return req
+
+    def peek(self) -> InferenceRequest | None:
+        """The first arrival the router has not passed (``None``: no more)."""
+        return self._fill(self._decided)
+
+    def advance(self, request_id: str) -> None:
+        """The router passes its first arrival, ``request_id`` (decided ahead or as it
+        arrived)."""
+        req = self._fill(self._decided)
+        if req is None or req.request_id != request_id:
+            raise SimulationError(
+                f"arrival schedule: the router passed {request_id!r}, but its next arrival "
+                f"is {None if req is None else req.request_id!r}"
+            )
+        self._decided += 1
+        self._trim()
+
+    @property
+    def unsent(self) -> int:
+        """Arrivals made by the source and not yet taken by the client."""
+        return self._base + len(self._buf) - self._taken
+
+    @property
+    def exhausted(self) -> bool:
+        """No arrival is left for the client."""
+        return self._source.exhausted and self.unsent == 0
 
 
 class ClientComponent(Component):
@@ -24,11 +105,17 @@ class ClientComponent(Component):
 
     Ports in: ``step`` (StepReport), ``dropped`` (Dropped). Ports out: ``request`` and
     ``abort`` to ``target``. A request with a ``deadline_us`` still unfinished then is
-    timed out and aborted.
+    timed out and aborted. With ``arrivals`` (an open-loop ``source``'s, which the
+    router reads ahead) the client takes its arrivals from there.
     """
 
     def __init__(
-        self, name: str, source: WorkloadSource, ledger: RequestLedger, target: str
+        self,
+        name: str,
+        source: WorkloadSource,
+        ledger: RequestLedger,
+        target: str,
+        arrivals: ArrivalSchedule | None = None,
     ) -> None:
         super().__init__(name)
         self._source = source
@@ -41,12 +128,17 @@ class ClientComponent(Component):
         self._open_head: str | None = None
         # A property of the workload's spec, read once: every run-ahead asks quiescent().
         self._answers = source.answers_completions
+        self._arrivals = arrivals
         self._pull()
 
     @property
     def done(self) -> bool:
         """The stop rule: the workload is exhausted and every arrival has its fate."""
-        return not self._pending and self._source.exhausted and self._ledger.in_system == 0
+        return not self._pending and self._exhausted() and self._ledger.in_system == 0
+
+    def _exhausted(self) -> bool:
+        arrivals = self._arrivals
+        return self._source.exhausted if arrivals is None else arrivals.exhausted
 
     def next_deadline_us(self) -> int | None:
         """The earliest deadline of a request sent and not yet past it (fated or not), or
@@ -55,8 +147,10 @@ class ClientComponent(Component):
 
     @property
     def unsent(self) -> int:
-        """Requests generated but not yet sent (still pending at the horizon)."""
-        return len(self._pending)
+        """Requests generated but not yet sent (still pending at the horizon, or read
+        ahead by the router)."""
+        arrivals = self._arrivals
+        return len(self._pending) + (0 if arrivals is None else arrivals.unsent)
 
     def _push(self, req: InferenceRequest) -> None:
         heapq.heappush(self._pending, (req.arrival_us, self._pushed, req))
@@ -65,7 +159,8 @@ class ClientComponent(Component):
     def _pull(self) -> None:
         # Keep exactly one open-loop request of lookahead: the stream is lazy.
         if self._open_head is None:
-            req = self._source.next_arrival()
+            arrivals = self._arrivals
+            req = self._source.next_arrival() if arrivals is None else arrivals.take()
             if req is not None:
                 self._push(req)
                 self._open_head = req.request_id
@@ -90,7 +185,7 @@ class ClientComponent(Component):
         never. Its arrivals and deadlines are internal events, which bound every
         lookahead anyway. Once the workload is exhausted a fate may end the run (the
         stop rule, :attr:`done`), so from then on the client is not quiescent."""
-        return not (self._answers or self._aborts or self._source.exhausted)
+        return not (self._answers or self._aborts or self._exhausted())
 
     def output(self, now_us: int) -> None:
         for rid in self._aborts:

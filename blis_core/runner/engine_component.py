@@ -333,6 +333,10 @@ class EngineComponent(Component):
         # transition a run-ahead made (inputs before it arrive inside a run-ahead).
         self._request_lead_us = 0
         self._deadline_bound: Callable[[], int | None] | None = None
+        # The router's promise of when it next sends this instance a request
+        # (allow_requests_ahead's routed_until), which covers the client's arrivals.
+        self._routed_until: Callable[[], int | None] | None = None
+        self._covered: tuple[str, ...] = ()
         self._ahead_until_us = -1
         self._made_until_us = -1  # the last transition made (run-ahead's, or a span's)
         # Past the lookahead: the instants the last run-ahead made at each time (its
@@ -380,7 +384,11 @@ class EngineComponent(Component):
             else None
         )
 
-    def allow_requests_ahead(self, deadline_bound: Callable[[], int | None] | None = None) -> None:
+    def allow_requests_ahead(
+        self,
+        deadline_bound: Callable[[], int | None] | None = None,
+        routed_until: Callable[[], int | None] | None = None,
+    ) -> None:
         """Let run-ahead go past the lookahead by the least frontend delay of a request.
 
         Promise of the caller: until the run ends, nothing reaches this instance but
@@ -398,9 +406,24 @@ class EngineComponent(Component):
         in the reference path, so it scheduled nothing), and an input that arrives inside
         them only enters the frontend, as it would have; one that arrives at a time the
         run-ahead made instants at takes back the credit of those it would have shared,
-        one instant at a time (:meth:`external`). No effect without a delay."""
+        one instant at a time (:meth:`external`). No effect without a delay.
+
+        ``routed_until`` (a router deciding the client's arrivals ahead:
+        :meth:`~blis_core.runner.router_component.RouterComponent.quiet_until_us` for this
+        instance) gives the earliest time the router may send this instance a request;
+        the client's arrivals, which reach it only through the router, and its deadlines,
+        bounded by ``deadline_bound``, are then passed over by the lookahead (its
+        ``covered``), and the run-ahead goes to this instance's next request instead of
+        the cluster's next arrival."""
         self._request_lead_us = self._env.frontend_delay_us(self._plan, 0)
         self._deadline_bound = deadline_bound
+        if routed_until is not None and deadline_bound is None:
+            raise SimulationError(
+                f"engine {self.name!r}: a router's promise covers the client's arrivals, "
+                "not its deadlines: allow_requests_ahead needs deadline_bound with it"
+            )
+        self._routed_until = routed_until
+        self._covered = (self._client,) if routed_until is not None else ()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -871,7 +894,17 @@ class EngineComponent(Component):
                 or (self._frontend and self._frontend[0][0] <= now_us)
             ):
                 return False
-        limit = self.lookahead_us(now_us, self._quiet)
+        routed_until = self._routed_until
+        if routed_until is None:
+            limit = self.lookahead_us(now_us, self._quiet)
+        else:
+            limit = self.lookahead_us(now_us, self._quiet, self._covered)
+            # The client's events, passed over: its arrivals reach this instance only
+            # as the router promises, its deadlines' aborts at once.
+            assert self._deadline_bound is not None
+            for bound in (routed_until(), self._deadline_bound()):
+                if bound is not None and (limit is None or bound < limit):
+                    limit = bound
         if limit is None:
             limit = 1 << 62
         # From the lookahead on, transitions are made only while a step is in flight; a

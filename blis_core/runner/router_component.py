@@ -4,10 +4,22 @@ The router decides on :class:`EndpointSnapshot`s built from the last metrics scr
 each endpoint, never from live engine state. Its clock and random draws come from the
 simulator (:class:`SimRouterRuntime`). Decisions are forwarded in the same instant
 (zero delay) as the request arrives.
+
+Deciding ahead (:meth:`RouterComponent.decide_ahead`). Where the router hears nothing
+between its decisions but the scrapes (every instance scraped at the multiples of the
+scrape period), a request arriving between two scrape instants is decided from the
+scrapes of the first, its own draws and the decisions before it, whenever it is decided:
+so, with an open-loop workload, the component decides the arrivals up to the next scrape
+instant as soon as the last scrapes are in, keeps each decision until its request
+arrives, and tells each instance when it may next send it anything
+(:meth:`RouterComponent.quiet_until_us`): an instance runs ahead to its own next request
+instead of the cluster's next arrival. The router is called with the same requests,
+snapshots, clock and endpoints, in the same order, as at each arrival.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -18,12 +30,14 @@ from blis_core.contracts.request import InferenceRequest
 from blis_core.contracts.router import (
     ROUTER_EVENT_KINDS,
     EndpointSnapshot,
+    HoldAwareRouter,
     HoldingRouter,
     RouterEvent,
     RouterInstance,
     RoutingDecision,
     SelectiveRouter,
 )
+from blis_core.runner.client_component import ArrivalSchedule
 from blis_core.runner.messages import DisaggDispatch, Dropped, MetricsScrape, StepReport
 from blis_core.sim.kernel import Component, Message
 from blis_core.sim.rng import RandomStreams
@@ -128,6 +142,121 @@ class RouterComponent(Component):
         self._hears_completed = "completed" in kinds
         self._hears_kv_events = "kv_events" in kinds
         self._hears_aborted = "aborted" in kinds
+        # Deciding ahead (decide_ahead): the arrivals read ahead, the scrape period, the
+        # decisions kept until their requests arrive, per endpoint the arrival times of
+        # the requests decided to it (in order), the last arrival decided ahead, and the
+        # first arrival not decided (None: none is left).
+        self._arrivals: ArrivalSchedule | None = None
+        self._window_us = 0
+        self._decided: dict[str, RoutingDecision] = {}
+        self._promised: dict[str, deque[int]] = {}
+        self._last_decided_us = -1
+        self._undecided_us: int | None = None
+
+    def decide_ahead(self, arrivals: ArrivalSchedule, scrape_interval_us: int) -> bool:
+        """Decide ``arrivals`` (the client's open-loop workload) ahead of their arrival
+        where nothing but the endpoints' scrapes, made at the multiples of
+        ``scrape_interval_us``, can change a decision between two arrivals: a router
+        that never holds a request (not a
+        :class:`~blis_core.contracts.router.HoldingRouter`, or a
+        :class:`~blis_core.contracts.router.HoldAwareRouter` that says so) and hears no
+        event kind but ``aborted`` (which only a held request makes).
+        Returns whether it will; from then on :meth:`quiet_until_us` answers.
+
+        An arrival strictly between two scrape instants is decided in the first of this
+        component's transitions after the earlier instant (every scrape of it is in),
+        once every arrival before it is decided, and never past the simulation's
+        horizon; an arrival at a scrape instant is decided as it arrives. Each decision
+        is the router's ``route`` with the clock set to the request's arrival time and
+        the endpoints' snapshots as they are, and is applied (observed, forwarded) when
+        its request arrives, as if made then. A scrape that reaches the component while
+        a decision made ahead of its time waits is refused
+        (:class:`~blis_core.contracts.errors.SimulationError`): the decision would not
+        have seen it."""
+        router = self._router
+        holds = self._holding is not None and not (
+            isinstance(router, HoldAwareRouter) and not router.may_hold()
+        )
+        if holds or not self._kinds <= frozenset(("aborted",)) or scrape_interval_us <= 0:
+            return False
+        self._arrivals = arrivals
+        self._window_us = scrape_interval_us
+        for name in self._snapshots:
+            self._promised[name] = deque()
+        first = arrivals.peek()
+        self._undecided_us = None if first is None else first.arrival_us
+        return True
+
+    def quiet_until_us(self, endpoint: str) -> int | None:
+        """With :meth:`decide_ahead`: the earliest time this component may send
+        ``endpoint`` a request (the arrival of the first request decided to it, or of
+        the first one not yet decided); ``None``: no request is left for it. A client's
+        abort is forwarded when the client sends it (its deadline), and a request it
+        holds, with its decision, in the same instant: their times are the client's."""
+        promised = self._promised.get(endpoint)
+        if promised is None:
+            raise SimulationError(
+                f"router {self.name!r}: quiet_until_us({endpoint!r}) without decide_ahead "
+                "or of an unknown endpoint"
+            )
+        undecided = self._undecided_us
+        if promised and (undecided is None or promised[0] < undecided):
+            return promised[0]
+        return undecided
+
+    def _decide(self, now_us: int) -> None:
+        """Decide every arrival :meth:`decide_ahead` allows now, in arrival order."""
+        arrivals = self._arrivals
+        assert arrivals is not None
+        window = self._window_us
+        horizon = self.horizon_us()
+        runtime = self._runtime
+        route = self._router.route
+        while True:
+            req = arrivals.peek()
+            if req is None:
+                self._undecided_us = None
+                return
+            t = req.arrival_us
+            # Every scrape of the last scrape instant before ``t`` is in once now is past
+            # it (an arrival at a scrape instant is that instant: decided as it arrives).
+            if t <= now_us or t - t % window >= now_us or (horizon is not None and t > horizon):
+                self._undecided_us = t
+                return
+            runtime.set_now(t)
+            try:
+                decision = route(req, self._endpoints())
+            finally:
+                runtime.set_now(now_us)
+            if decision.held:
+                raise SimulationError(
+                    f"router {self.name!r} held {req.request_id!r} but does not implement "
+                    "HoldingRouter (poll, next_wakeup_us)"
+                )
+            arrivals.advance(req.request_id)
+            self._decided[req.request_id] = decision
+            self._last_decided_us = t
+            if decision.status == 200:
+                for name in (decision.endpoint, decision.prefill_endpoint):
+                    promised = self._promised.get(name) if name is not None else None
+                    if promised is not None:
+                        promised.append(t)
+
+    def _decided_ahead(self, request: InferenceRequest) -> RoutingDecision | None:
+        """The decision made ahead for ``request``, its promises kept; ``None`` when it
+        was not decided ahead (the schedule passes it: it is decided now)."""
+        arrivals = self._arrivals
+        assert arrivals is not None
+        decision = self._decided.pop(request.request_id, None)
+        if decision is None:
+            arrivals.advance(request.request_id)
+            return None
+        if decision.status == 200:
+            for name in (decision.endpoint, decision.prefill_endpoint):
+                promised = self._promised.get(name) if name is not None else None
+                if promised:
+                    promised.popleft()
+        return decision
 
     def hears(self, kind: str) -> bool:
         """Whether the router is sent events of ``kind`` (all kinds, unless it is a
@@ -150,6 +279,8 @@ class RouterComponent(Component):
         return self._next_time(now_us)
 
     def _next_time(self, now_us: int) -> int | None:
+        if self._arrivals is not None:
+            self._decide(now_us)
         if self._outbox:
             return now_us
         if self._holding is None or not self._held:
@@ -220,6 +351,11 @@ class RouterComponent(Component):
         return self.external(now_us, bag)
 
     def _route(self, request: InferenceRequest, now_us: int) -> None:
+        if self._arrivals is not None:
+            ahead = self._decided_ahead(request)
+            if ahead is not None:
+                self._apply(request, ahead, now_us)
+                return
         decision = self._router.route(request, self._endpoints())
         if decision.held:
             if self._holding is None:
@@ -262,6 +398,12 @@ class RouterComponent(Component):
     def _scrape(self, scrape: MetricsScrape) -> None:
         if scrape.instance not in self._snapshots:
             raise SimulationError(f"router {self.name!r}: scrape of unknown {scrape.instance!r}")
+        if self._decided and scrape.scraped_at_us <= self._last_decided_us:
+            raise SimulationError(
+                f"router {self.name!r}: a scrape of {scrape.instance!r} made at "
+                f"{scrape.scraped_at_us} us, after a request arriving at "
+                f"{self._last_decided_us} us was decided ahead without it"
+            )
         self._scraped[scrape.instance] = scrape
 
     def _endpoints(self) -> tuple[EndpointSnapshot, ...]:

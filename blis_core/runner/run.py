@@ -32,6 +32,7 @@ from blis_core.contracts.engine import (
     KVEventEngine,
     KVTransferEngine,
     UnpromptedOutputsEngine,
+    fast_forward_enabled,
 )
 from blis_core.contracts.errors import (
     BlisError,
@@ -80,7 +81,7 @@ from blis_core.metrics import (
 from blis_core.metrics.envelope import operating_point
 from blis_core.metrics.ledger import RequestRecord
 from blis_core.runner.builtins import make_host
-from blis_core.runner.client_component import ClientComponent
+from blis_core.runner.client_component import ArrivalSchedule, ClientComponent
 from blis_core.runner.coefficients import coefficient_uncertainty, drawn_registry
 from blis_core.runner.engine_component import EngineComponent
 from blis_core.runner.environment import (
@@ -582,7 +583,21 @@ def _build(
     else:
         router = None
         target = engines[0].name
-    client = ClientComponent(CLIENT, source, ledger, target)
+    requests_only = _requests_only(scenario, router)
+    # With an open-loop workload a router that can decide its arrivals ahead promises
+    # each instance when it next sends it a request (router_component).
+    arrivals = None
+    if (
+        requests_only
+        and router_component is not None
+        and not source.answers_completions
+        and fast_forward_enabled()
+    ):
+        arrivals = ArrivalSchedule(source)
+        if not router_component.decide_ahead(arrivals, scrape_us):
+            arrivals = None
+    ahead = arrivals is not None
+    client = ClientComponent(CLIENT, source, ledger, target, arrivals)
     components.append(client)
     if not _kv_events_read(router_component, completion_observer):
         for comp in engines:
@@ -595,9 +610,14 @@ def _build(
     if isinstance(router, MetricSelectiveRouter):
         for comp in engines:
             comp.scrape_only(router.read_metrics(endpoints[comp.name].engine_kind))
-    if _requests_only(scenario, router):
+    if requests_only:
         for comp in engines:
-            comp.allow_requests_ahead(client.next_deadline_us)
+            comp.allow_requests_ahead(
+                client.next_deadline_us,
+                functools.partial(router_component.quiet_until_us, comp.name)
+                if ahead and router_component is not None
+                else None,
+            )
     return _Cluster(Simulation(components), client, source, ledger, engines, envs)
 
 

@@ -22,6 +22,7 @@ from test_cluster_runs import FIXTURES, LOADABLE, _burst_scenario, _pd_scenario,
 from blis_core.io.scenario import parse_scenario
 from blis_core.io.yaml_safe import load_yaml_mapping
 from blis_core.runner import DataSources
+from blis_core.runner.router_component import RouterComponent
 
 
 def _flow_control_scenario(fc: dict[str, Any]) -> dict[str, Any]:
@@ -67,3 +68,50 @@ def test_run_ahead_keeps_every_byte(
     if name not in HOLDING:
         assert both.run_ahead_transitions > 0
     assert not both.differences()
+
+
+def _busy_open_loop() -> dict[str, Any]:
+    doc = _scenario({"kind": "llm-d", "version": "v0.10.0"})
+    doc["deployment"]["pools"][0]["replicas"] = 8
+    doc["workload"]["arrival"] = {"process": "poisson", "rate_per_s": 80}
+    doc["workload"]["num_requests"] = 120
+    doc["workload"]["shared_prefix"]["output_len"] = 200
+    return doc
+
+
+def test_arrivals_decided_ahead_keep_every_byte(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind llm-d's default profile (it hears only ``aborted`` and holds nothing), an
+    open-loop workload's arrivals between two scrape instants are decided ahead and each
+    instance runs ahead to its own next request (``RouterComponent.decide_ahead``): the
+    same Result to the byte as one instant per transition, with more run-ahead than
+    without deciding ahead."""
+    ahead: list[bool] = []
+    made_ahead: list[str] = []
+    decide_ahead = RouterComponent.decide_ahead
+    decided_ahead = RouterComponent._decided_ahead
+
+    def watched_decide(self: RouterComponent, *args: Any) -> bool:
+        ahead.append(decide_ahead(self, *args))
+        return ahead[-1]
+
+    def watched_decided(self: RouterComponent, request: Any) -> Any:
+        decision = decided_ahead(self, request)
+        if decision is not None:
+            made_ahead.append(request.request_id)
+        return decision
+
+    scenario = parse_scenario(_busy_open_loop(), "decided-ahead")
+    with monkeypatch.context() as patch:
+        patch.setattr(RouterComponent, "decide_ahead", watched_decide)
+        patch.setattr(RouterComponent, "_decided_ahead", watched_decided)
+        both = run_both_ways(scenario, data, monkeypatch)
+    assert ahead == [True]  # the fast run only
+    assert len(made_ahead) > 100  # of 120
+    assert not both.differences()
+    with monkeypatch.context() as patch:
+        patch.setattr(RouterComponent, "decide_ahead", lambda self, *args: False)
+        without = run_both_ways(scenario, data, monkeypatch)
+    assert without.fast.content_hash == both.fast.content_hash
+    assert both.run_ahead_transitions > without.run_ahead_transitions
