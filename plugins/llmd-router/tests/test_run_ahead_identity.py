@@ -19,10 +19,13 @@ import pytest
 from blis_conformance import run_both_ways
 from test_cluster_runs import FIXTURES, LOADABLE, _burst_scenario, _pd_scenario, _scenario
 
+from blis_core.contracts.engine import StepOutcome
+from blis_core.contracts.request import InferenceRequest
+from blis_core.contracts.router import RoutingDecision
+from blis_core.hookspecs import hookimpl
 from blis_core.io.scenario import parse_scenario
 from blis_core.io.yaml_safe import load_yaml_mapping
-from blis_core.runner import DataSources
-from blis_core.runner.router_component import RouterComponent
+from blis_core.runner import DataSources, make_host, run_scenario
 
 
 def _flow_control_scenario(fc: dict[str, Any]) -> dict[str, Any]:
@@ -79,39 +82,52 @@ def _busy_open_loop() -> dict[str, Any]:
     return doc
 
 
+class FarAhead:
+    """Counts routings made while some instance had already completed a step more than
+    ``margin_us`` after the routing's time: an instance ran ahead past the cluster's
+    next arrival by more than a request's frontend delay and a step."""
+
+    def __init__(self, margin_us: int) -> None:
+        self.margin_us = margin_us
+        self.last_step_us = -1
+        self.routed = 0
+        self.far = 0
+
+    @hookimpl
+    def blis_step_completed(self, instance: str, outcome: StepOutcome, now_us: int) -> None:
+        self.last_step_us = max(self.last_step_us, now_us)
+
+    @hookimpl
+    def blis_route_decided(
+        self, request: InferenceRequest, decision: RoutingDecision, now_us: int
+    ) -> None:
+        self.routed += 1
+        if self.last_step_us > now_us + self.margin_us:
+            self.far += 1
+
+
+def _far_ahead(doc: dict[str, Any], data: DataSources, margin_us: int) -> FarAhead:
+    watch = FarAhead(margin_us)
+    host = make_host()
+    host.add_observer(watch)
+    run_scenario(parse_scenario(doc, "far"), host, data)
+    return watch
+
+
 def test_arrivals_decided_ahead_keep_every_byte(
     data: DataSources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Behind llm-d's default profile (it hears only ``aborted`` and holds nothing), an
     open-loop workload's arrivals between two scrape instants are decided ahead and each
-    instance runs ahead to its own next request (``RouterComponent.decide_ahead``): the
-    same Result to the byte as one instant per transition, with more run-ahead than
-    without deciding ahead."""
-    ahead: list[bool] = []
-    made_ahead: list[str] = []
-    decide_ahead = RouterComponent.decide_ahead
-    decided_ahead = RouterComponent._decided_ahead
-
-    def watched_decide(self: RouterComponent, *args: Any) -> bool:
-        ahead.append(decide_ahead(self, *args))
-        return ahead[-1]
-
-    def watched_decided(self: RouterComponent, request: Any) -> Any:
-        decision = decided_ahead(self, request)
-        if decision is not None:
-            made_ahead.append(request.request_id)
-        return decision
-
-    scenario = parse_scenario(_busy_open_loop(), "decided-ahead")
-    with monkeypatch.context() as patch:
-        patch.setattr(RouterComponent, "decide_ahead", watched_decide)
-        patch.setattr(RouterComponent, "_decided_ahead", watched_decided)
-        both = run_both_ways(scenario, data, monkeypatch)
-    assert ahead == [True]  # the fast run only
-    assert len(made_ahead) > 100  # of 120
+    instance runs ahead to its own next request
+    (``RouterComponent.decide_ahead``): the same Result to the byte as one instant per
+    transition, and some routings find an instance that has completed steps more than
+    10 ms past the routing's time (without deciding ahead none does here: an instance
+    runs ahead at most to the cluster's next arrival plus a request's frontend delay,
+    5 ms, while a step is in flight; 0 of 120 routings, against 10 with it)."""
+    doc = _busy_open_loop()
+    both = run_both_ways(parse_scenario(doc, "decided-ahead"), data, monkeypatch)
     assert not both.differences()
-    with monkeypatch.context() as patch:
-        patch.setattr(RouterComponent, "decide_ahead", lambda self, *args: False)
-        without = run_both_ways(scenario, data, monkeypatch)
-    assert without.fast.content_hash == both.fast.content_hash
-    assert both.run_ahead_transitions > without.run_ahead_transitions
+    watch = _far_ahead(doc, data, 10_000)
+    assert watch.routed == 120
+    assert watch.far >= 5
