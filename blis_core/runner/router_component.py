@@ -190,9 +190,8 @@ class RouterComponent(Component):
     def quiet_until_us(self, endpoint: str) -> int | None:
         """With :meth:`decide_ahead`: the earliest time this component may send
         ``endpoint`` a request (the arrival of the first request decided to it, or of
-        the first one not yet decided); ``None``: no request is left for it. A client's
-        abort is forwarded when the client sends it (its deadline), and a request it
-        holds, with its decision, in the same instant: their times are the client's."""
+        the first one not yet decided); ``None``: no request is left for it. The aborts
+        it forwards come at the client's deadlines, which the instance bounds itself."""
         promised = self._promised.get(endpoint)
         if promised is None:
             raise SimulationError(
@@ -230,8 +229,8 @@ class RouterComponent(Component):
                 runtime.set_now(now_us)
             if decision.held:
                 raise SimulationError(
-                    f"router {self.name!r} held {req.request_id!r} but does not implement "
-                    "HoldingRouter (poll, next_wakeup_us)"
+                    f"router {self.name!r} held {req.request_id!r}, which it decided ahead: "
+                    "it is not a HoldingRouter, or its may_hold() said it never holds"
                 )
             arrivals.advance(req.request_id)
             self._decided[req.request_id] = decision

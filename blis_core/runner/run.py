@@ -587,6 +587,7 @@ def _build(
     # With an open-loop workload a router that can decide its arrivals ahead promises
     # each instance when it next sends it a request (router_component).
     arrivals = None
+    routed_until: Callable[[str], int | None] | None = None
     if (
         requests_only
         and router_component is not None
@@ -594,9 +595,10 @@ def _build(
         and fast_forward_enabled()
     ):
         arrivals = ArrivalSchedule(source)
-        if not router_component.decide_ahead(arrivals, scrape_us):
+        if router_component.decide_ahead(arrivals, scrape_us):
+            routed_until = router_component.quiet_until_us
+        else:
             arrivals = None
-    ahead = arrivals is not None
     client = ClientComponent(CLIENT, source, ledger, target, arrivals)
     components.append(client)
     if not _kv_events_read(router_component, completion_observer):
@@ -614,9 +616,7 @@ def _build(
         for comp in engines:
             comp.allow_requests_ahead(
                 client.next_deadline_us,
-                functools.partial(router_component.quiet_until_us, comp.name)
-                if ahead and router_component is not None
-                else None,
+                None if routed_until is None else functools.partial(routed_until, comp.name),
             )
     return _Cluster(Simulation(components), client, source, ledger, engines, envs)
 
