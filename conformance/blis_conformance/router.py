@@ -15,6 +15,7 @@ from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.router import (
     ROUTER_EVENT_KINDS,
     EndpointSnapshot,
+    HoldAwareRouter,
     MetricSelectiveRouter,
     RouterEvent,
     RouterFactory,
@@ -177,6 +178,20 @@ class RouterConformance:
         assert runs[0] == runs[1], (
             f"decisions changed by events of kinds outside observed_kinds() {sorted(kinds)}"
         )
+
+    @pytest.mark.conformance
+    def test_a_router_that_says_it_never_holds_holds_nothing(self) -> None:
+        """A :class:`~blis_core.contracts.router.HoldAwareRouter` whose ``may_hold()`` is
+        false has its open-loop arrivals decided ahead of their arrival: ``route`` must
+        answer each request at once, never ``hold``."""
+        router = self.build(seed=3)
+        if not isinstance(router, HoldAwareRouter):
+            pytest.skip("not a HoldAwareRouter: a holding router is taken to hold")
+        if router.may_hold():
+            pytest.skip("this configuration may hold requests")
+        eps = endpoints(4)
+        held = [i for i in range(40) if router.route(_req(i), eps).held]
+        assert not held, f"route() held {len(held)} requests though may_hold() is false"
 
     @pytest.mark.conformance
     def test_metrics_it_does_not_read_change_no_decision(self) -> None:

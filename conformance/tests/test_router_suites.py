@@ -58,6 +58,25 @@ class _SelectiveRouter(_Router):
         return RoutingDecision(endpoint=endpoints[live.index(min(live))].name)
 
 
+class _HoldAwareRouter(_Router):
+    """Says it never holds a request; with flaw ``holds`` it holds every fifth one
+    anyway (to be dispatched by ``poll``)."""
+
+    def may_hold(self) -> bool:
+        return False
+
+    def poll(self, endpoints: Sequence[EndpointSnapshot]) -> list[tuple[str, RoutingDecision]]:
+        return []
+
+    def next_wakeup_us(self) -> int | None:
+        return None
+
+    def route(self, request: InferenceRequest, endpoints: Sequence[EndpointSnapshot]) -> Any:
+        if self._flaw == "holds" and endpoints and int(request.request_id[1:]) % 5 == 4:
+            return RoutingDecision.hold()
+        return super().route(request, endpoints)
+
+
 class _MetricRouter(_Router):
     """Names the queue gauge and picks the shortest queue; with flaw ``peeks`` it also
     weighs the KV cache usage, which it does not name."""
@@ -88,6 +107,8 @@ class _Factory:
         self._flaw = flaw
 
     def build(self, config: Mapping[str, Any], runtime: RouterRuntime) -> RouterInstance:
+        if self._flaw in ("never-holds", "holds"):
+            return _HoldAwareRouter(runtime, self._flaw)
         if self._flaw in ("selective", "deaf"):
             return _SelectiveRouter(runtime, self._flaw)
         if self._flaw in ("metrics", "peeks"):
@@ -104,17 +125,18 @@ def _suite(flaw: str) -> Any:
 
 
 # The checks each toy skips: those of a capability it does not have.
+_HOLDS = "test_a_router_that_says_it_never_holds_holds_nothing"
+_EVENTS = "test_events_of_kinds_it_does_not_observe_change_no_decision"
+_METRICS = "test_metrics_it_does_not_read_change_no_decision"
 _SKIPPED = {
-    "": {
-        "test_events_of_kinds_it_does_not_observe_change_no_decision",
-        "test_metrics_it_does_not_read_change_no_decision",
-    },
-    "selective": {"test_metrics_it_does_not_read_change_no_decision"},
-    "metrics": {"test_events_of_kinds_it_does_not_observe_change_no_decision"},
+    "": {_EVENTS, _METRICS, _HOLDS},
+    "selective": {_METRICS, _HOLDS},
+    "metrics": {_EVENTS, _HOLDS},
+    "never-holds": {_EVENTS, _METRICS},
 }
 
 
-@pytest.mark.parametrize("flaw", ["", "selective", "metrics"])
+@pytest.mark.parametrize("flaw", ["", "selective", "metrics", "never-holds"])
 def test_the_sound_toy_passes_every_check(flaw: str) -> None:
     suite = _suite(flaw)
     skipped = set()
@@ -125,6 +147,11 @@ def test_the_sound_toy_passes_every_check(flaw: str) -> None:
             except pytest.skip.Exception:
                 skipped.add(name)
     assert skipped == _SKIPPED[flaw]
+
+
+def test_a_router_holding_what_it_says_it_never_holds_fails() -> None:
+    with pytest.raises(AssertionError, match="may_hold"):
+        _suite("holds").test_a_router_that_says_it_never_holds_holds_nothing()
 
 
 def test_a_router_reading_metrics_it_does_not_name_fails() -> None:
