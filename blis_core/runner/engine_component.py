@@ -919,6 +919,10 @@ class EngineComponent(Component):
                 deadline = self._deadline_bound()
                 if deadline is not None and deadline < extended:
                     extended = deadline
+            horizon = self.horizon_us()
+            if horizon is not None and extended > horizon + 1:
+                # No instant runs after the horizon (the lookahead stops there too).
+                extended = horizon + 1
             limit = extended
         self._busy_from_us = busy_from
         self._made_instants.clear()

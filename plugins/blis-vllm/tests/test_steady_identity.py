@@ -145,7 +145,8 @@ def test_instances_behind_the_router_keep_every_result_byte(
     instance runs ahead past the others' steps (``Component.sends_to``) and the
     instances' scrapes fall at the same times (so reports made ahead wait their turn:
     without ``made_ahead`` nearly every one differs), and holds a decode span past an
-    arrival another instance takes, resuming it at its next boundary."""
+    arrival another instance takes, resuming it at its next boundary; a quarter of them
+    end at a horizon inside their arrivals."""
     differing: list[str] = []
     with_run_ahead = 0
     with_resumed = 0
@@ -153,6 +154,11 @@ def test_instances_behind_the_router_keep_every_result_byte(
         spec = random_scenario(index)
         spec["deployment"]["pools"][0]["replicas"] = 2 + index % 3
         spec["deployment"]["router"] = {"kind": "llm-d", "version": "v0.10.0"}
+        if index % 4 == 3:
+            # A horizon about halfway through the arrivals: nothing runs past it.
+            workload = spec["workload"]
+            half = 0.5 * workload["num_requests"] / workload["arrival"]["rate_per_s"]
+            spec["frame"]["horizon_s"] = half
         before = sum(resumed_spans.values())
         both = run_both_ways(parse_scenario(spec, f"cluster-{index}"), data, monkeypatch)
         with_run_ahead += both.run_ahead_transitions > 0

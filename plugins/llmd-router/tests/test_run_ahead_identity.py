@@ -131,3 +131,20 @@ def test_arrivals_decided_ahead_keep_every_byte(
     watch = _far_ahead(doc, data, 10_000)
     assert watch.routed == 120
     assert watch.far >= 5
+
+
+def test_arrivals_decided_ahead_stop_at_the_horizon(
+    data: DataSources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A horizon inside the arrivals: nothing is decided ahead past it, the arrivals
+    read ahead for the router count as never sent, as they would unread, and no instance
+    runs ahead past it (the run-ahead past the lookahead by a request's frontend delay
+    once made two transitions after it, whose steps the step hooks saw): the same Result
+    both ways, with requests left unfinished at the horizon."""
+    doc = _busy_open_loop()
+    doc["frame"] = {"horizon_s": 0.73}
+    both = run_both_ways(parse_scenario(doc, "decided-ahead-horizon"), data, monkeypatch)
+    assert not both.differences()
+    fates = both.fast.replications[0].fates
+    assert 0 < fates.arrivals < 120
+    assert fates.completed < fates.arrivals
