@@ -235,11 +235,16 @@ class RouterComponent(Component):
             arrivals.advance(req.request_id)
             self._decided[req.request_id] = decision
             self._last_decided_us = t
-            if decision.status == 200:
-                for name in (decision.endpoint, decision.prefill_endpoint):
-                    promised = self._promised.get(name) if name is not None else None
-                    if promised is not None:
-                        promised.append(t)
+            for promised in self._promises(decision):
+                promised.append(t)
+
+    def _promises(self, decision: RoutingDecision) -> list[deque[int]]:
+        """The arrival times promised to the endpoints ``decision`` sends its request to
+        (its target and its prefill endpoint; none for a refusal)."""
+        if decision.status != 200:
+            return []
+        names = (decision.endpoint, decision.prefill_endpoint)
+        return [self._promised[name] for name in names if name in self._promised]
 
     def _decided_ahead(self, request: InferenceRequest) -> RoutingDecision | None:
         """The decision made ahead for ``request``, its promises kept; ``None`` when it
@@ -250,11 +255,8 @@ class RouterComponent(Component):
         if decision is None:
             arrivals.advance(request.request_id)
             return None
-        if decision.status == 200:
-            for name in (decision.endpoint, decision.prefill_endpoint):
-                promised = self._promised.get(name) if name is not None else None
-                if promised:
-                    promised.popleft()
+        for promised in self._promises(decision):
+            promised.popleft()
         return decision
 
     def hears(self, kind: str) -> bool:
