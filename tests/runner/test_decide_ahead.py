@@ -185,3 +185,36 @@ def test_a_router_that_hears_more_than_aborts_is_not_decided_ahead() -> None:
         component.quiet_until_us("e0")
     quiet, _ = _component()
     assert not quiet.decide_ahead(ArrivalSchedule(_Fixed([1])), 0)  # type: ignore[arg-type]
+
+
+class _Holding(_Alternating):
+    """A holding router (``poll``, ``next_wakeup_us``) that says nothing of holding."""
+
+    def poll(self, endpoints: Sequence[EndpointSnapshot]) -> list[tuple[str, RoutingDecision]]:
+        return []
+
+    def next_wakeup_us(self) -> int | None:
+        return None
+
+
+class _Saying(_Holding):
+    """A holding router whose ``may_hold`` answers ``says``."""
+
+    says = True
+
+    def may_hold(self) -> bool:
+        return self.says
+
+
+@pytest.mark.parametrize(("says", "ahead"), [(None, False), (True, False), (False, True)])
+def test_a_holding_router_is_decided_ahead_only_when_it_says_it_never_holds(
+    says: bool | None, ahead: bool
+) -> None:
+    runtime = SimRouterRuntime("router", RandomStreams(1))
+    kinds = frozenset(("aborted",))
+    router = _Holding(runtime, kinds) if says is None else _Saying(runtime, kinds)
+    if isinstance(router, _Saying) and says is not None:
+        router.says = says
+    snapshots = {"e0": EndpointSnapshot("e0", "p", "vllm", "both", {}, {}, 0)}
+    component = RouterComponent("router", router, runtime, snapshots, client="client")
+    assert component.decide_ahead(ArrivalSchedule(_Fixed([1])), 10) is ahead  # type: ignore[arg-type]
