@@ -25,6 +25,7 @@ COMPILED = (
     "blis_core/runner/client_component.py",
     "blis_core/runner/router_component.py",
     "blis_core/metrics/ledger.py",
+    "blis_core/metrics/fated.py",
     "blis_core/contracts/request.py",
     "blis_core/contracts/outcome.py",
     "blis_core/contracts/routing.py",

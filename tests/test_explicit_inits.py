@@ -59,6 +59,7 @@ CASES: dict[str, dict[str, Any]] = {
         "cached_tokens": 9000,
         "gaps_at": 10000,
         "gap_count": 11000,
+        "row": 12000,
     },
     "blis_core.runner.engine_component._InFlight": {
         "shape": StepShape(1, StepMode.DECODE_ONLY, (SeqChunk(1, 7),), 1),

@@ -19,13 +19,13 @@ event.
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from blis_core.metrics.ledger import Fate, RequestLedger
+from blis_core.metrics.fated import FATE_CODES, Fate
+from blis_core.metrics.ledger import RequestLedger
 
 __all__ = ["OperatingPoint", "in_flight_peaks", "operating_point"]
 
@@ -45,11 +45,11 @@ _SWEEP_CHUNK = 1 << 16
 
 
 def in_flight_peaks(
-    arrivals: Sequence[float],
+    arrivals: Sequence[float] | np.ndarray,
     firsts: Sequence[float | None] | np.ndarray,
-    ends: Sequence[float],
-    inputs: Sequence[float],
-    outputs: Sequence[float],
+    ends: Sequence[float] | np.ndarray,
+    inputs: Sequence[float] | np.ndarray,
+    outputs: Sequence[float] | np.ndarray,
 ) -> tuple[int, float]:
     """Peak count of in-flight requests and peak KV footprint (tokens); see module doc.
 
@@ -61,7 +61,7 @@ def in_flight_peaks(
     """
     a = np.asarray(arrivals, dtype=np.float64)
     if isinstance(firsts, np.ndarray):
-        f = firsts.astype(np.float64)
+        f = np.asarray(firsts, dtype=np.float64)
     else:
         f = np.array([math.nan if x is None else x for x in firsts], dtype=np.float64)
     e = np.asarray(ends, dtype=np.float64)
@@ -78,10 +78,12 @@ def in_flight_peaks(
     # its arrival, its end; (time, order, d_count, d_value, d_slope).
     present = np.stack((has_first, valid, valid), axis=1).ravel()
     time = np.stack((f, a, e), axis=1).ravel()[present]
-    order = np.tile(np.array((1, 2, 0)), len(a))[present]
-    d_count = np.tile(np.array((0, 1, -1)), len(a))[present]
+    # one byte an event (the sweep's order and the counts are the same as int64's)
+    order = np.tile(np.array((1, 2, 0), dtype=np.int8), len(a))[present]
+    d_count = np.tile(np.array((0, 1, -1), dtype=np.int8), len(a))[present]
     d_value = np.stack((zero, n_in, -(n_in + grown)), axis=1).ravel()[present]
     d_slope = np.stack((slope, zero, -slope), axis=1).ravel()[present]
+    del present, zero, grown, slope, valid, has_first, f
     sweep = np.lexsort((np.arange(len(time)), order, time))
     count = peak_count = 0
     value = peak_value = slope_now = 0.0
@@ -114,39 +116,47 @@ def operating_point(ledger: RequestLedger, end_us: int) -> OperatingPoint:
     A completed request ends at its last token, a timed-out one at its deadline, one still
     in the system at ``end_us``; one dropped before any token is left out of the peaks.
     """
-    # Columns of 8-byte floats (a first token that never came is NaN).
-    arrivals = array("d")
-    firsts = array("d")
-    ends = array("d")
-    inputs = array("d")
-    outputs = array("d")
-    n_in = n_out = 0.0
-    completed = 0
-    for rec in ledger.records.values():
-        if rec.fate == Fate.COMPLETED:
-            completed += 1
-            n_in += rec.input_tokens
-            n_out += rec.output_tokens
-            end = rec.last_token_us
-        elif rec.fate in (Fate.IN_FLIGHT, Fate.QUEUED, Fate.NOT_STARTED):
-            end = end_us
-        elif rec.fate == Fate.TIMED_OUT and rec.timed_out_us >= 0:
-            end = rec.timed_out_us
-        elif rec.last_token_us >= 0:
-            end = rec.last_token_us
-        else:
-            continue
-        arrivals.append(rec.arrival_us)
-        firsts.append(rec.first_token_us if rec.first_token_us >= 0 else math.nan)
-        ends.append(end)
-        inputs.append(rec.input_tokens)
-        outputs.append(rec.output_tokens)
-    peak_count, peak_kv = in_flight_peaks(
-        arrivals, np.frombuffer(firsts, dtype=np.float64), ends, inputs, outputs
-    )
+    completed, n_in, n_out, events = _requests_in_flight(ledger, end_us)
+    peak_count, peak_kv = in_flight_peaks(*events)
     return OperatingPoint(
         input_tokens=n_in / completed if completed else 0.0,
         output_tokens=n_out / completed if completed else 0.0,
         peak_in_flight=peak_count,
         peak_kv_tokens=peak_kv,
     )
+
+
+def _requests_in_flight(
+    ledger: RequestLedger, end_us: int
+) -> tuple[int, float, float, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """The completed requests' count and token sums, and the arrivals, first tokens (NaN:
+    none), ends, prompt and output tokens of the requests the peaks count (float64; the
+    columns they come from freed on return)."""
+    fated = ledger.fated
+    fate = fated.column("fate")
+    last = fated.column("last_token_us")
+    timed_out_at = fated.column("timed_out_us")
+    done = fate == FATE_CODES[Fate.COMPLETED]
+    at_horizon = np.isin(
+        fate, [FATE_CODES[f] for f in (Fate.IN_FLIGHT, Fate.QUEUED, Fate.NOT_STARTED)]
+    )
+    deadline = (fate == FATE_CODES[Fate.TIMED_OUT]) & (timed_out_at >= 0)
+    # A completed request ends at its last token, one at the horizon at ``end_us``, one
+    # timed out at its deadline; any other at its last token if it had one, or is left out.
+    end = np.where(at_horizon, end_us, np.where(deadline, timed_out_at, last))
+    kept = done | at_horizon | deadline | (last >= 0)
+    del fate, last, timed_out_at, at_horizon, deadline
+    inputs = fated.column("input_tokens")
+    outputs = fated.column("output_tokens")
+    completed = int(done.sum())
+    n_in = float(inputs[done].sum())
+    n_out = float(outputs[done].sum())
+    first = fated.column("first_token_us")
+    events = (
+        fated.column("arrival_us")[kept].astype(np.float64),
+        np.where(first >= 0, first, math.nan)[kept],
+        end[kept].astype(np.float64),
+        inputs[kept].astype(np.float64),
+        outputs[kept].astype(np.float64),
+    )
+    return completed, n_in, n_out, events

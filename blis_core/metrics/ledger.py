@@ -19,18 +19,26 @@ report-to-report time. The ledger keeps such a run of reports from one engine on
 (:class:`_Run`: the gaps a report, not a request) and writes them into each member's
 record when the run ends, when the member gets its fate, or at :meth:`RequestLedger.close`;
 every record reads as if each report had been written to each request.
+
+A request's record object lives only while it has no fate: at its fate the ledger
+writes it into columns (:class:`~blis_core.metrics.fated.FatedColumns`, about 120
+bytes a request, its gaps already spilled) and lets it go, so what a run keeps of its
+finished requests is those columns and the spilled gaps. Read the requests with
+:meth:`RequestLedger.requests`, :meth:`RequestLedger.record` or the columns themselves
+(:attr:`RequestLedger.fated`).
 """
 
 from __future__ import annotations
 
 import tempfile
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Final
 
 from blis_core.contracts.engine import TokenEmission
 from blis_core.contracts.errors import InputRefused, SimulationError
+from blis_core.metrics.fated import FATE_CODES, FATES, Fate, FatedColumns
 
 __all__ = [
     "GAP_TYPECODE",
@@ -41,18 +49,6 @@ __all__ = [
     "RequestLedger",
     "RequestRecord",
 ]
-
-
-class Fate:
-    """Fate names (strings, so they read well in a Result)."""
-
-    # Final: class constants, not instance defaults (which is how mypyc reads a bare one).
-    COMPLETED: Final = "completed"
-    DROPPED: Final = "dropped"
-    TIMED_OUT: Final = "timed_out"
-    IN_FLIGHT: Final = "in_flight_at_horizon"
-    QUEUED: Final = "queued_at_horizon"
-    NOT_STARTED: Final = "not_started"
 
 
 GAP_TYPECODE = next(code for code in "ilq" if array(code).itemsize == 4)
@@ -220,6 +216,8 @@ class RequestRecord:
     """Offset of the gaps in the ledger's spill (-1: still in ``chunk_gaps_us``)."""
     gap_count: int = 0
     """How many gaps were spilled."""
+    row: int = -1
+    """The request's row in the ledger's columns (its place in arrival order)."""
     run: _Run | None = field(default=None, repr=False, compare=False)
     """The ledger's run of reports whose gaps this record is still owed, or ``None``: set
     and cleared by the ledger alone, ``None`` for every record after
@@ -246,6 +244,7 @@ class RequestRecord:
         cached_tokens: int = -1,
         gaps_at: int = -1,
         gap_count: int = 0,
+        row: int = -1,
         run: _Run | None = None,
     ) -> None:
         self.arrival_us = arrival_us
@@ -263,14 +262,24 @@ class RequestRecord:
         self.cached_tokens = cached_tokens
         self.gaps_at = gaps_at
         self.gap_count = gap_count
+        self.row = row
         self.run = run
 
 
 class RequestLedger:
-    """Records arrivals, progress and fates of every request of one replication."""
+    """Records arrivals, progress and fates of every request of one replication.
+
+    A request's record is an object while it has no fate and a row of :attr:`fated`
+    after (module doc). A request timed out by the client or dropped may still hear
+    from the engine it was sent to (its acceptance, its first scheduling, its cached
+    prompt), written into its row; a completed one hears nothing more (news of it is a
+    :class:`SimulationError`)."""
 
     def __init__(self, spill: GapSpill | None = None) -> None:
-        self.records: dict[str, RequestRecord] = {}
+        self._live: dict[str, RequestRecord] = {}
+        self.fated = FatedColumns()
+        """Every request's row in arrival order, written at its fate (module doc)."""
+        self._late: dict[str, int] = {}
         # The number of requests in the system at each arrival (the overload test's
         # series), as two columns of 8-byte integers: a tuple an arrival took ~100 bytes.
         self.backlog_times_us = array("q")
@@ -286,8 +295,17 @@ class RequestLedger:
             return rec.chunk_gaps_us
         return self._spill.get(rec.gaps_at, rec.gap_count, rec.chunk_gaps_us.typecode)
 
+    def row_gaps(self, row: int) -> array:  # type: ignore[type-arg]
+        """The inter-chunk gaps (µs) of the fated request of ``row``, as a new array."""
+        fated = self.fated
+        typecode = "q" if fated.wide[row] else GAP_TYPECODE
+        count = fated.gap_count[row]
+        if not count:
+            return array(typecode)
+        return self._spill.get(fated.gaps_at[row], count, typecode)
+
     def release(self) -> None:
-        """Free the spilled gaps (the ledger's records stay, their gaps unreadable)."""
+        """Free the spilled gaps (the ledger's rows stay, their gaps unreadable)."""
         self._spill.close()
 
     @property
@@ -295,34 +313,115 @@ class RequestLedger:
         """Requests that arrived and have no fate yet."""
         return self._in_system
 
+    @property
+    def arrivals(self) -> int:
+        """Requests that arrived."""
+        return len(self.fated)
+
+    # -- reading --------------------------------------------------------------------
+
+    def record(self, request_id: str) -> RequestRecord:
+        """The record of ``request_id``: its own while it has no fate, made from its row
+        after (a scan of every id: for a few requests, not for all)."""
+        rec = self._live.get(request_id)
+        if rec is not None:
+            return rec
+        row = self.fated.find(request_id)
+        if row < 0:
+            raise SimulationError(f"request {request_id!r} never arrived")
+        return self._record_at(row)
+
+    def requests(self) -> Iterator[tuple[str, RequestRecord]]:
+        """Every request's id and record, in arrival order (a fated one's record made
+        from its row as it is read)."""
+        live = {rec.row: rec for rec in self._live.values()}
+        fated = self.fated
+        for row in range(len(fated)):
+            rec = live.get(row)
+            yield fated.request_id(row), rec if rec is not None else self._record_at(row)
+
+    def _record_at(self, row: int) -> RequestRecord:
+        fated = self.fated
+        typecode = "q" if fated.wide[row] else GAP_TYPECODE
+        gaps_at = fated.gaps_at[row]
+        return RequestRecord(
+            fated.arrival_us[row],
+            fated.input_tokens[row],
+            fated.dispatched_us[row],
+            fated.scheduled_us[row],
+            fated.first_token_us[row],
+            fated.last_token_us[row],
+            fated.output_tokens[row],
+            _SPILLED[typecode] if gaps_at >= 0 else array(typecode),
+            fated.fate_of(row),
+            fated.reason_of(row),
+            fated.timed_out_us[row],
+            fated.instance_of(row),
+            fated.cached_tokens[row],
+            gaps_at,
+            fated.gap_count[row],
+            row,
+        )
+
+    def _no_record(self, request_id: str, what: str) -> SimulationError:
+        row = self.fated.find(request_id)
+        if row < 0:
+            return SimulationError(f"request {request_id!r} never arrived; cannot be {what}")
+        return SimulationError(
+            f"request {request_id!r} already has fate {self.fated.fate_of(row)!r}; "
+            f"cannot also be {what}"
+        )
+
     # -- progress -----------------------------------------------------------------
 
     def arrived(self, request_id: str, now_us: int, input_tokens: int) -> None:
         """A request arrived (the client sent it)."""
-        if request_id in self.records:
+        if request_id in self._live:
             raise SimulationError(f"request {request_id!r} arrived twice")
-        self.records[request_id] = RequestRecord(now_us, input_tokens)
+        row = self.fated.add(request_id)
+        self._live[request_id] = RequestRecord(now_us, input_tokens, row=row)
         self._in_system += 1
         self.backlog_times_us.append(now_us)
         self.backlog_counts.append(self._in_system)
 
+    def _late_row(self, request_id: str, what: str) -> int:
+        row = self._late.get(request_id)
+        if row is None:
+            raise self._no_record(request_id, what)
+        return row
+
     def dispatched(self, request_id: str, now_us: int, instance: str = "") -> None:
         """The router sent the request to an engine (``instance``, which accepted it)."""
-        rec = self.records[request_id]
-        rec.dispatched_us = now_us
-        rec.instance = instance
+        rec = self._live.get(request_id)
+        if rec is not None:
+            rec.dispatched_us = now_us
+            rec.instance = instance
+            return
+        row = self._late_row(request_id, "dispatched")
+        self.fated.set_field(row, "dispatched_us", now_us)
+        self.fated.set_instance(row, instance)
 
     def scheduled(self, request_id: str, step_start_us: int) -> None:
         """An engine step that computes the request started (first time only counts)."""
-        rec = self.records[request_id]
-        if rec.scheduled_us < 0:
-            rec.scheduled_us = step_start_us
+        rec = self._live.get(request_id)
+        if rec is not None:
+            if rec.scheduled_us < 0:
+                rec.scheduled_us = step_start_us
+            return
+        row = self._late_row(request_id, "scheduled")
+        if self.fated.scheduled_us[row] < 0:
+            self.fated.set_field(row, "scheduled_us", step_start_us)
 
     def cached(self, request_id: str, cached_tokens: int) -> None:
         """Prompt tokens the engine found cached when it first scheduled the request."""
-        rec = self.records[request_id]
-        if rec.cached_tokens < 0:
-            rec.cached_tokens = cached_tokens
+        rec = self._live.get(request_id)
+        if rec is not None:
+            if rec.cached_tokens < 0:
+                rec.cached_tokens = cached_tokens
+            return
+        row = self._late_row(request_id, "cached")
+        if self.fated.cached_tokens[row] < 0:
+            self.fated.set_field(row, "cached_tokens", cached_tokens)
 
     def tokens(self, request_id: str, num_tokens: int, now_us: int) -> None:
         """``num_tokens`` output tokens reached the client in one chunk (discarded for a
@@ -334,7 +433,8 @@ class RequestLedger:
         :meth:`tokens` records for each, in one call (a step report carries one
         emission per running request). ``source`` names the engine that reported them:
         from the second report of one engine in a row with the same tuple (the same
-        object), the reports are kept as a run, once a report ("": never)."""
+        object), the reports are kept as a run, once a report ("": never). Tokens of a
+        request with a fate are discarded."""
         if source:
             src = self._sources.get(source)
             if src is None:
@@ -354,10 +454,10 @@ class RequestLedger:
         self._emit_each(emissions, now_us)
 
     def _emit_each(self, emissions: Iterable[TokenEmission], now_us: int) -> None:
-        records = self.records
+        live = self._live
         for em in emissions:
-            rec = records[em.request_id]
-            if rec.fate:
+            rec = live.get(em.request_id)
+            if rec is None:
                 continue  # tokens of a request already timed out or dropped are discarded
             if rec.run is not None:
                 self._end_run(rec.run)
@@ -378,14 +478,14 @@ class RequestLedger:
         ``None`` where a request of the tuple had a chunk since the first (another
         engine's, or the tuple names it twice): those reports are written request by
         request."""
-        records = self.records
+        live = self._live
         run = _Run(emissions, src, src.last_us)
         members = run.members
         tokens = run.tokens
         last_us = src.last_us
         for em in emissions:
-            rec = records[em.request_id]
-            if rec.fate:
+            rec = live.get(em.request_id)
+            if rec is None:
                 continue
             if rec.run is not None or rec.last_token_us != last_us:
                 for member in members:
@@ -410,28 +510,54 @@ class RequestLedger:
 
     # -- fates --------------------------------------------------------------------
 
-    def _fate(self, request_id: str, fate: str, reason: str) -> None:
-        rec = self.records[request_id]
-        if rec.fate:
-            raise SimulationError(
-                f"request {request_id!r} already has fate {rec.fate!r}; cannot also be {fate!r}"
-            )
+    def _fate(self, request_id: str, fate: str, reason: str, timed_out_us: int = -1) -> None:
+        rec = self._live.pop(request_id, None)
+        if rec is None:
+            raise self._no_record(request_id, repr(fate))
         run = rec.run
         if run is not None:
             # Its chunks so far are the run's reports so far; any later are discarded.
             run.settle(rec, run.tokens_of(rec))
         rec.fate, rec.reason = fate, reason
+        rec.timed_out_us = timed_out_us
         self._in_system -= 1
+        self._keep(rec)
+        if fate != Fate.COMPLETED:
+            self._late[request_id] = rec.row
+
+    def _keep(self, rec: RequestRecord) -> None:
+        """Spill a fated record's gaps (final now: tokens after a fate are discarded) and
+        write it into its row."""
         gaps = rec.chunk_gaps_us
         if gaps:
-            # Final now (tokens after a fate are discarded): out of the record.
             rec.gaps_at = self._spill.put(gaps)
             rec.gap_count = len(gaps)
             rec.chunk_gaps_us = _SPILLED[gaps.typecode]
+        self.fated.write(
+            rec.row,
+            (
+                rec.arrival_us,
+                rec.input_tokens,
+                rec.dispatched_us,
+                rec.scheduled_us,
+                rec.first_token_us,
+                rec.last_token_us,
+                rec.output_tokens,
+                rec.timed_out_us,
+                rec.cached_tokens,
+                rec.gaps_at,
+                rec.gap_count,
+            ),
+            rec.fate,
+            rec.reason,
+            rec.instance,
+            gaps.itemsize == 8,
+        )
 
     def has_fate(self, request_id: str) -> bool:
-        """Whether the request's fate is written."""
-        return bool(self.records[request_id].fate)
+        """Whether the request has a fate (one that never arrived reads as having one:
+        nothing more may be written to it)."""
+        return request_id not in self._live
 
     def completed(self, request_id: str, reason: str) -> None:
         """The engine finished the request (``length`` or ``stop``)."""
@@ -443,35 +569,40 @@ class RequestLedger:
 
     def timed_out(self, request_id: str, now_us: int = -1) -> None:
         """The client gave up at the request's deadline (``now_us``, when known)."""
-        self._fate(request_id, Fate.TIMED_OUT, "deadline")
-        self.records[request_id].timed_out_us = now_us
+        self._fate(request_id, Fate.TIMED_OUT, "deadline", now_us)
 
     def close(self, arrivals_generated: int) -> dict[str, int]:
         """Write horizon fates for every request without one; assert arrivals == fates.
 
         A request that an engine had started computing is in flight; one dispatched to an
-        engine but never scheduled is queued; one never dispatched is not started.
+        engine but never scheduled is queued; one never dispatched is not started. Every
+        request is a row of :attr:`fated` after.
         """
         for src in self._sources.values():
             if src.run is not None:
                 self._end_run(src.run)
         self._sources.clear()
-        for rec in self.records.values():
-            if rec.fate:
-                continue
+        for rec in self._live.values():
             if rec.scheduled_us >= 0:
                 rec.fate = Fate.IN_FLIGHT
             elif rec.dispatched_us >= 0:
                 rec.fate = Fate.QUEUED
             else:
                 rec.fate = Fate.NOT_STARTED
+            self._keep(rec)
+        self._live.clear()
+        self._late.clear()
+        fated = self.fated
+        reason_codes, reasons = fated.codes("reason")
+        dropped = FATE_CODES[Fate.DROPPED]
         counts: dict[str, int] = {}
-        for rec in self.records.values():
-            key = f"{rec.fate}:{rec.reason}" if rec.fate == Fate.DROPPED else rec.fate
+        fates = fated.column("fate").tolist()
+        for code, reason in zip(fates, reason_codes.tolist(), strict=True):
+            key = f"{FATES[code]}:{reasons[reason]}" if code == dropped else FATES[code]
             counts[key] = counts.get(key, 0) + 1
-        if arrivals_generated != len(self.records):
+        if arrivals_generated != len(fated):
             raise SimulationError(
                 f"the workload generated {arrivals_generated} arrivals but the ledger holds "
-                f"{len(self.records)} fates"
+                f"{len(fated)} fates"
             )
         return counts

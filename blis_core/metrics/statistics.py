@@ -13,15 +13,17 @@ percentile's interval comes from the replications' percentiles only.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from blis_core.contracts.result import BatchMeans, Estimate, FateCounts, WarmupFound
 from blis_core.contracts.scenario import ExperimentalFrame
+from blis_core.metrics.fated import FATE_CODES, Fate
 from blis_core.metrics.gaps import GapSamples
 from blis_core.metrics.kendall import kendall_tau_b
-from blis_core.metrics.ledger import Fate, RequestLedger, RequestRecord
+from blis_core.metrics.ledger import RequestLedger
 from blis_core.metrics.registry import LATENCY_METRICS
 
 __all__ = ["detect_overload", "estimate", "fate_counts", "replication_metrics"]
@@ -129,17 +131,20 @@ def mser5(series: Sequence[float]) -> tuple[int, bool, str]:
 
 def find_warmup(ledger: RequestLedger, warmup_us: int) -> WarmupFound:
     """The MSER-5 warm-up of a closed ledger: the completed requests arriving at or after
-    ``warmup_us`` (the frame's fixed part), their E2E latencies in arrival order."""
-    done = sorted(
-        (r.arrival_us, r.last_token_us - r.arrival_us) for r in _completed(ledger, warmup_us)
-    )
-    cut, steady, cause = mser5([e2e for _, e2e in done])
-    end_us = done[cut][0] if cut < len(done) else warmup_us
+    ``warmup_us`` (the frame's fixed part), their E2E latencies in arrival order (ties
+    of arrival by latency)."""
+    done = _Completed(ledger, warmup_us)
+    arrival = done.column("arrival_us")
+    e2e = done.column("last_token_us") - arrival
+    order = np.lexsort((e2e, arrival))
+    arrival, e2e = arrival[order], e2e[order]
+    cut, steady, cause = mser5(e2e.tolist())
+    end_us = int(arrival[cut]) if cut < len(arrival) else warmup_us
     return WarmupFound(
         method="mser5",
         end_us=max(end_us, warmup_us),
         truncated=cut,
-        series=len(done),
+        series=len(arrival),
         steady=steady,
         cause=cause,
     )
@@ -159,24 +164,28 @@ def replication_metrics(
     only."""
     if warmup_us is None:
         warmup_us = round(frame.warmup_s * 1e6)
-    done = _completed(ledger, warmup_us)
+    done = _Completed(ledger, warmup_us)
     samples = _latency_samples(ledger, done)
     slo = frame.slo
-    good = 0
-    in_tokens = out_tokens = 0
-    for r in done:
-        ttft = (r.first_token_us - r.arrival_us) / _US_PER_MS
-        e2e = (r.last_token_us - r.arrival_us) / _US_PER_MS
-        tpot = (e2e - ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else None
-        in_tokens += r.input_tokens
-        out_tokens += r.output_tokens
-        if (
-            (slo.ttft_ms is None or ttft <= slo.ttft_ms)
-            and (slo.e2e_ms is None or e2e <= slo.e2e_ms)
-            and (slo.tpot_ms is None or tpot is None or tpot <= slo.tpot_ms)
-        ):
-            good += 1
-    start_us = min((r.arrival_us for r in done), default=warmup_us)
+    # The same IEEE operations per request as Python's floats (module `_latency_samples`).
+    arrival = done.column("arrival_us")
+    outputs = done.column("output_tokens")
+    ttft = (done.column("first_token_us") - arrival) / _US_PER_MS
+    e2e = (done.column("last_token_us") - arrival) / _US_PER_MS
+    good_mask = np.ones(len(done), dtype=bool)
+    if slo.ttft_ms is not None:
+        good_mask &= ttft <= slo.ttft_ms
+    if slo.e2e_ms is not None:
+        good_mask &= e2e <= slo.e2e_ms
+    if slo.tpot_ms is not None:
+        many = outputs > 1
+        tpot = np.zeros(len(done))
+        tpot[many] = (e2e[many] - ttft[many]) / (outputs[many] - 1)
+        good_mask &= ~many | (tpot <= slo.tpot_ms)
+    good = int(good_mask.sum())
+    in_tokens = int(done.column("input_tokens").sum())
+    out_tokens = int(outputs.sum())
+    start_us = int(arrival.min()) if len(done) else warmup_us
     duration_s = max(end_us - start_us, 1) / 1e6
     metrics: dict[str, dict[str, float]] = {}
     rates = {
@@ -193,37 +202,51 @@ def replication_metrics(
     return metrics
 
 
-def _completed(ledger: RequestLedger, warmup_us: int) -> list[RequestRecord]:
-    """The completed requests arriving at or after ``warmup_us``, in arrival order."""
-    return [
-        r
-        for r in ledger.records.values()
-        if r.fate == Fate.COMPLETED and r.arrival_us >= warmup_us and r.first_token_us >= 0
-    ]
+class _Completed:
+    """The completed requests (with a first token) arriving at or after ``warmup_us``, in
+    arrival order: their rows of a closed ledger's columns."""
+
+    __slots__ = ("_ledger", "rows")
+
+    def __init__(self, ledger: RequestLedger, warmup_us: int) -> None:
+        fated = ledger.fated
+        self._ledger = ledger
+        kept = (
+            (fated.column("fate") == FATE_CODES[Fate.COMPLETED])
+            & (fated.column("arrival_us") >= warmup_us)
+            & (fated.column("first_token_us") >= 0)
+        )
+        self.rows = np.flatnonzero(kept)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def column(self, name: str) -> np.ndarray:
+        """One integer field of these requests (int64), in their order."""
+        return self._ledger.fated.column(name)[self.rows]
+
+    def gaps(self) -> Iterator[array]:  # type: ignore[type-arg]
+        """Their inter-chunk gaps, request by request."""
+        row_gaps = self._ledger.row_gaps
+        for row in self.rows.tolist():
+            yield row_gaps(row)
 
 
-def _latency_samples(
-    ledger: RequestLedger, done: Sequence[RequestRecord]
-) -> dict[str, np.ndarray | GapSamples]:
+def _latency_samples(ledger: RequestLedger, done: _Completed) -> dict[str, np.ndarray | GapSamples]:
     """Every latency metric's samples (ms) of ``done``, request by request.
 
     The inter-chunk gaps (one per streamed token) stay the ledger's integer arrays,
     read a request at a time through :class:`~blis_core.metrics.gaps.GapSamples`: at
     50,000 requests of 512 tokens a float per gap took 200 MB, and each percentile
     copied it again."""
-    n = len(done)
-
-    def column(field: str) -> np.ndarray:
-        return np.fromiter((getattr(r, field) for r in done), dtype=np.int64, count=n)
-
     # Integer microseconds, then the same IEEE operations per request as Python's floats
     # (an int64 is converted to float64 exactly, as an int below 2**53 is).
-    arrival = column("arrival_us")
-    ttft = (column("first_token_us") - arrival) / _US_PER_MS
-    e2e = (column("last_token_us") - arrival) / _US_PER_MS
-    outputs = column("output_tokens")
+    arrival = done.column("arrival_us")
+    ttft = (done.column("first_token_us") - arrival) / _US_PER_MS
+    e2e = (done.column("last_token_us") - arrival) / _US_PER_MS
+    outputs = done.column("output_tokens")
     many = outputs > 1
-    scheduled = column("scheduled_us")
+    scheduled = done.column("scheduled_us")
     known = scheduled >= 0
     series = {
         "ttft": ttft,
@@ -233,8 +256,7 @@ def _latency_samples(
         "scheduling_delay": (scheduled[known] - arrival[known]) / _US_PER_MS,
     }
     out: dict[str, np.ndarray | GapSamples] = {m: series[m] for m in LATENCY_METRICS if m != "itl"}
-    gaps = ledger.gaps
-    out["itl"] = GapSamples(lambda: (gaps(r) for r in done))
+    out["itl"] = GapSamples(done.gaps)
     return out
 
 
@@ -296,7 +318,7 @@ def replication_batch_means(
 ) -> dict[str, BatchMeans]:
     """Batch means of every latency metric the frame asks for, over the completed
     requests after the warm-up in arrival order (inter-token gaps request by request)."""
-    samples = _latency_samples(ledger, _completed(ledger, warmup_us))
+    samples = _latency_samples(ledger, _Completed(ledger, warmup_us))
     return {
         name: batch_means(samples[name], frame.confidence)
         for name in frame.metrics

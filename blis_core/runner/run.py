@@ -79,7 +79,6 @@ from blis_core.metrics import (
     replication_metrics,
 )
 from blis_core.metrics.envelope import operating_point
-from blis_core.metrics.ledger import RequestRecord
 from blis_core.runner.builtins import make_host
 from blis_core.runner.client_component import ArrivalSchedule, ClientComponent
 from blis_core.runner.coefficients import coefficient_uncertainty, drawn_registry
@@ -777,7 +776,7 @@ def _replicate(
         sim, ledger = cluster.sim, cluster.ledger
 
         def tick() -> None:
-            done = len(ledger.records) - ledger.in_system
+            done = ledger.arrivals - ledger.in_system
             report(RunProgress(replication, sim.now_us, sim.events, done, sim.credited))
 
     try:
@@ -848,17 +847,17 @@ TimelineCallback = Callable[[int, Timeline], None]
 
 class RequestOutcomes(Sequence[RequestOutcome]):
     """Every request of a closed ledger, in send order, as public outcomes, each made when
-    it is read: a reader that goes through them once (the per-request export) holds one
-    request's gaps at a time, not the run's. Holds the ledger while it is held."""
+    it is read from the ledger's columns: a reader that goes through them once (the
+    per-request export) holds one request's gaps at a time, not the run's. Holds the
+    ledger while it is held."""
 
-    __slots__ = ("_ledger", "_records")
+    __slots__ = ("_ledger",)
 
     def __init__(self, ledger: RequestLedger) -> None:
         self._ledger = ledger
-        self._records = list(ledger.records.items())
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._ledger.arrivals
 
     @overload
     def __getitem__(self, index: int) -> RequestOutcome: ...
@@ -868,27 +867,28 @@ class RequestOutcomes(Sequence[RequestOutcome]):
 
     def __getitem__(self, index: int | slice) -> RequestOutcome | Sequence[RequestOutcome]:
         if isinstance(index, slice):
-            return [self._outcome(rid, rec) for rid, rec in self._records[index]]
-        rid, rec = self._records[index]
-        return self._outcome(rid, rec)
+            return [self._outcome(row) for row in range(len(self))[index]]
+        return self._outcome(range(len(self))[index])
 
     def __iter__(self) -> Iterator[RequestOutcome]:
-        for rid, rec in self._records:
-            yield self._outcome(rid, rec)
+        for row in range(len(self)):
+            yield self._outcome(row)
 
-    def _outcome(self, rid: str, rec: RequestRecord) -> RequestOutcome:
+    def _outcome(self, row: int) -> RequestOutcome:
+        ledger = self._ledger
+        fated = ledger.fated
         return RequestOutcome(
-            request_id=rid,
-            arrival_us=rec.arrival_us,
-            input_tokens=rec.input_tokens,
-            output_tokens=rec.output_tokens,
-            first_token_us=rec.first_token_us,
-            last_token_us=rec.last_token_us,
-            fate=rec.fate,
-            reason=rec.reason,
-            chunk_gaps_us=tuple(self._ledger.gaps(rec)),
-            instance=rec.instance,
-            cached_tokens=rec.cached_tokens,
+            request_id=fated.request_id(row),
+            arrival_us=fated.arrival_us[row],
+            input_tokens=fated.input_tokens[row],
+            output_tokens=fated.output_tokens[row],
+            first_token_us=fated.first_token_us[row],
+            last_token_us=fated.last_token_us[row],
+            fate=fated.fate_of(row),
+            reason=fated.reason_of(row),
+            chunk_gaps_us=tuple(ledger.row_gaps(row)),
+            instance=fated.instance_of(row),
+            cached_tokens=fated.cached_tokens[row],
         )
 
 

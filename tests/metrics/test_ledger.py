@@ -89,9 +89,9 @@ def test_a_gap_beyond_four_bytes_widens_the_record_and_keeps_every_value() -> No
     led.completed("a", "length")
     led.completed("b", "length")
     led.close(2)
-    gaps = led.gaps(led.records["a"])
+    gaps = led.gaps(led.record("a"))
     assert gaps.itemsize == 8 and list(gaps) == [2_000, long_gap, 5]
-    assert led.gaps(led.records["b"]).itemsize == 4
+    assert led.gaps(led.record("b")).itemsize == 4
     m = replication_metrics(led, ExperimentalFrame(), end_us=3_000 + long_gap + 5, overloaded=False)
     assert m["itl"]["count"] == 4
     assert m["itl"]["max"] == long_gap / 1000.0
@@ -122,9 +122,9 @@ def test_a_fated_requests_gaps_leave_the_record_and_read_back_the_same() -> None
             led.timed_out(rid, t)
     led.tokens("r0", 1, t + 1)  # after its fate: discarded, nothing appended
     assert spill.on_disk > 0  # some went to the file
-    narrow = led.records["r1"].chunk_gaps_us
+    narrow = led.record("r1").chunk_gaps_us
     for rid, gaps in want.items():
-        rec = led.records[rid]
+        rec = led.record(rid)
         assert rec.gaps_at >= 0 and len(rec.chunk_gaps_us) == 0  # out of the record
         if rid != "r5":  # one empty array of a typecode for every spilled record
             assert rec.chunk_gaps_us is narrow
@@ -140,17 +140,19 @@ def test_a_fated_requests_gaps_leave_the_record_and_read_back_the_same() -> None
     assert spill.on_disk == 0
 
 
-def test_gaps_in_flight_at_the_horizon_stay_in_the_record() -> None:
-    led = RequestLedger(GapSpill(buffer_bytes=1))
+def test_gaps_in_flight_at_the_horizon_are_spilled_at_the_close() -> None:
+    spill = GapSpill(buffer_bytes=1)
+    led = RequestLedger(spill)
     led.arrived("a", 0, 10)
     led.dispatched("a", 0)
     led.scheduled("a", 0)
     for t in (10, 30, 60):
         led.tokens("a", 1, t)
+    assert spill.on_disk == 0  # no fate yet: the gaps are the record's
     led.close(1)
-    rec = led.records["a"]
-    assert rec.fate == "in_flight_at_horizon" and rec.gaps_at == -1
-    assert list(led.gaps(rec)) == [20, 30]
+    rec = led.record("a")
+    assert rec.fate == "in_flight_at_horizon" and rec.gaps_at >= 0 and spill.on_disk == 8
+    assert list(led.gaps(rec)) == [20, 30] == list(led.row_gaps(rec.row))
 
 
 def test_a_spill_file_that_cannot_be_written_is_refused_by_name(
@@ -176,7 +178,7 @@ def test_the_latency_series_are_those_of_python_floats_request_by_request() -> N
 
     import numpy as np
 
-    from blis_core.metrics.statistics import _completed, _latency_samples
+    from blis_core.metrics.statistics import _Completed, _latency_samples
 
     rng = random.Random(7)
     led = RequestLedger()
@@ -193,12 +195,12 @@ def test_the_latency_series_are_those_of_python_floats_request_by_request() -> N
             led.tokens(rid, rng.randrange(1, 4), now)
         led.completed(rid, "length")
     led.close(300)
-    done = _completed(led, 0)
+    done = _Completed(led, 0)
     got = _latency_samples(led, done)
     want: dict[str, list[float]] = {
         k: [] for k in ("ttft", "e2e", "ntpot", "tpot", "scheduling_delay")
     }
-    for r in done:  # what the statistics computed before, one Python float at a time
+    for _, r in led.requests():  # what the statistics computed before, one Python float at a time
         ttft = (r.first_token_us - r.arrival_us) / 1000.0
         e2e = (r.last_token_us - r.arrival_us) / 1000.0
         want["ttft"].append(ttft)

@@ -31,7 +31,7 @@ def _replay(script: list[tuple[Any, ...]], *, sources: bool) -> RequestLedger:
             led.dropped(*args)
         else:
             led.completed(*args)
-    led.close(len(led.records))
+    led.close(led.arrivals)
     return led
 
 
@@ -78,7 +78,7 @@ def _state(led: RequestLedger) -> list[tuple[Any, ...]]:
             led.gaps(rec).typecode,
             list(led.gaps(rec)),
         )
-        for rid, rec in led.records.items()
+        for rid, rec in led.requests()
     ]
 
 
@@ -95,7 +95,7 @@ def test_a_run_keeps_one_gap_a_report_and_settles_at_the_fate() -> None:
     batch = (TokenEmission("a", 1), TokenEmission("b", 1))
     for t in (10, 20, 35, 50):
         led.emitted(batch, t, "e0")
-    a, b = led.records["a"], led.records["b"]
+    a, b = led.record("a"), led.record("b")
     # from the second report on, the run holds their gaps
     assert a.run is not None and a.run is b.run
     assert list(a.chunk_gaps_us) == [] and a.output_tokens == 1

@@ -64,7 +64,7 @@ def pd(install_plugins: Callable[..., None]) -> Any:
 def test_one_request_prefills_moves_its_kv_then_decodes(pd: Any, data: DataSources) -> None:
     cluster = _build(parse_scenario(_doc(), "t"), 3, make_host(), data, None, {})
     _run_until_done(cluster, None)
-    ((rid, rec),) = cluster.ledger.records.items()
+    ((rid, rec),) = cluster.ledger.requests()
     assert rec.fate == "completed"
     adds = {(inst, r): t for inst, r, t in pd.ADDS}
     leg_added = adds[("prefill-0", f"{rid}/prefill")]

@@ -68,7 +68,7 @@ def _doc(**workload: Any) -> dict[str, Any]:
 def _times(doc: dict[str, Any], data: DataSources) -> tuple[int, int, int]:
     cluster = _build(parse_scenario(doc, "t"), 1, make_host(), data, None, {})
     _run_until_done(cluster, None)
-    (rec,) = cluster.ledger.records.values()
+    ((_, rec),) = cluster.ledger.requests()
     assert rec.fate == "completed"
     return rec.arrival_us, rec.first_token_us, rec.last_token_us
 
