@@ -165,7 +165,7 @@ def replication_metrics(
     if warmup_us is None:
         warmup_us = round(frame.warmup_s * 1e6)
     done = _Completed(ledger, warmup_us)
-    samples = _latency_samples(ledger, done)
+    samples = _latency_samples(done)
     slo = frame.slo
     # The same IEEE operations per request as Python's floats (module `_latency_samples`).
     arrival = done.column("arrival_us")
@@ -232,7 +232,7 @@ class _Completed:
             yield row_gaps(row)
 
 
-def _latency_samples(ledger: RequestLedger, done: _Completed) -> dict[str, np.ndarray | GapSamples]:
+def _latency_samples(done: _Completed) -> dict[str, np.ndarray | GapSamples]:
     """Every latency metric's samples (ms) of ``done``, request by request.
 
     The inter-chunk gaps (one per streamed token) stay the ledger's integer arrays,
@@ -318,7 +318,7 @@ def replication_batch_means(
 ) -> dict[str, BatchMeans]:
     """Batch means of every latency metric the frame asks for, over the completed
     requests after the warm-up in arrival order (inter-token gaps request by request)."""
-    samples = _latency_samples(ledger, _Completed(ledger, warmup_us))
+    samples = _latency_samples(_Completed(ledger, warmup_us))
     return {
         name: batch_means(samples[name], frame.confidence)
         for name in frame.metrics

@@ -196,7 +196,7 @@ def test_the_latency_series_are_those_of_python_floats_request_by_request() -> N
         led.completed(rid, "length")
     led.close(300)
     done = _Completed(led, 0)
-    got = _latency_samples(led, done)
+    got = _latency_samples(done)
     want: dict[str, list[float]] = {
         k: [] for k in ("ttft", "e2e", "ntpot", "tpot", "scheduling_delay")
     }
