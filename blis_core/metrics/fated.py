@@ -11,7 +11,8 @@ strings), and its id's UTF-8 bytes, about 120 bytes a request in all.
 Row ``i`` is the ``i``-th request to arrive (:meth:`FatedColumns.add` at its arrival);
 a row is a request's once its fate code is not 0. The statistics read the columns whole
 (:meth:`FatedColumns.column`), a reader of requests one row at a time
-(:meth:`FatedColumns.record`).
+(:meth:`~blis_core.metrics.ledger.RequestLedger.record`,
+:meth:`~blis_core.metrics.ledger.RequestLedger.requests`).
 """
 
 from __future__ import annotations
@@ -177,16 +178,8 @@ class FatedColumns:
         ) = fields
         self.fate[row] = FATE_CODES[fate]
         self.wide[row] = 1 if wide else 0
-        code = self._reason_codes.get(reason)
-        if code is None:
-            code = self._reason_codes[reason] = len(self._reasons)
-            self._reasons.append(reason)
-        self.reason[row] = code
-        code = self._instance_codes.get(instance)
-        if code is None:
-            code = self._instance_codes[instance] = len(self._instances)
-            self._instances.append(instance)
-        self.instance[row] = code
+        self.reason[row] = _code(self._reasons, self._reason_codes, reason)
+        self.instance[row] = _code(self._instances, self._instance_codes, instance)
 
     def set_field(self, row: int, name: str, value: int) -> None:
         """Change one integer field of a fated row (a timed-out request's late news)."""
@@ -196,11 +189,7 @@ class FatedColumns:
 
     def set_instance(self, row: int, instance: str) -> None:
         """Change the instance of a fated row."""
-        code = self._instance_codes.get(instance)
-        if code is None:
-            code = self._instance_codes[instance] = len(self._instances)
-            self._instances.append(instance)
-        self.instance[row] = code
+        self.instance[row] = _code(self._instances, self._instance_codes, instance)
 
     def _grow(self) -> None:
         zeros = bytes(_GROW * 8)
@@ -211,6 +200,14 @@ class FatedColumns:
         self.reason.frombytes(bytes(_GROW * 4))
         self.instance.frombytes(bytes(_GROW * 4))
         self._rows += _GROW
+
+    def _cover_arrivals(self) -> int:
+        """Grow the columns over every arrival (a row without a fate reads 0); the
+        number of arrivals."""
+        n = len(self._ends)
+        while n > self._rows:
+            self._grow()
+        return n
 
     # -- reading --------------------------------------------------------------------
 
@@ -229,17 +226,22 @@ class FatedColumns:
     def column(self, name: str) -> np.ndarray:
         """A copy of one column over every arrival (``fate``: the fate codes, int8; an
         integer field: int64); a row without a fate yet reads 0 in every column."""
-        n = len(self._ends)
-        while n > self._rows:
-            self._grow()
+        n = self._cover_arrivals()
         dtype = np.int8 if name == "fate" else np.int64
         return np.frombuffer(getattr(self, name), dtype=dtype, count=n).copy()
 
     def codes(self, name: str) -> tuple[np.ndarray, tuple[str, ...]]:
         """``reason`` or ``instance``: the codes of every row (as :meth:`column`) and the
         strings they name."""
-        n = len(self._ends)
-        while n > self._rows:
-            self._grow()
+        n = self._cover_arrivals()
         table = self._reasons if name == "reason" else self._instances
         return np.frombuffer(getattr(self, name), dtype=np.int32, count=n).copy(), tuple(table)
+
+
+def _code(table: list[str], codes: dict[str, int], value: str) -> int:
+    """The code of ``value`` in ``table`` (appended the first time it is seen)."""
+    code = codes.get(value)
+    if code is None:
+        code = codes[value] = len(table)
+        table.append(value)
+    return code
