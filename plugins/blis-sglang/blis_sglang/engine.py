@@ -105,6 +105,10 @@ class SglangEngine:
         )
         self._in_flight: deque[StepShape] = deque()
         self._step_id = 0
+        # One-token decode chunks by context length, each made once (a SeqChunk is
+        # frozen, so a decode step's shape shares them): a decode step otherwise makes a
+        # new one per request.
+        self._decode_chunks: list[SeqChunk | None] = [None] * (settings.context_len + 1)
         self._unfinished: dict[str, Req] = {}
         self._aborted: list[FinishedRequest] = []
         self._preempted: list[str] = []
@@ -225,7 +229,7 @@ class SglangEngine:
     def _shape(self, batch: Batch) -> StepShape:
         self._step_id += 1
         if batch.mode == "decode":
-            seqs = tuple(SeqChunk(1, c) for c in batch.decode_contexts)
+            seqs = tuple([self._decode_chunk(c) for c in batch.decode_contexts])
             bs = len(seqs)
             sizes = self._settings.decode_graph_sizes
             i = bisect.bisect_left(sizes, bs)
@@ -238,7 +242,9 @@ class SglangEngine:
                 graph_mode=GraphMode.FULL if graphed else GraphMode.NONE,
             )
         extend = [SeqChunk(e, p) for e, p in zip(batch.extend_lens, batch.prefix_lens, strict=True)]
-        decode = [SeqChunk(1, c) for c in batch.decode_contexts] if batch.mode == "mixed" else []
+        decode = (
+            [self._decode_chunk(c) for c in batch.decode_contexts] if batch.mode == "mixed" else []
+        )
         seqs = tuple(extend + decode)
         tokens = sum(c.new_tokens for c in seqs)
         buckets = self._settings.prefill_graph_sizes
@@ -251,6 +257,17 @@ class SglangEngine:
             padded_tokens=buckets[i] if graphed else tokens,
             graph_mode=GraphMode.PIECEWISE if graphed else GraphMode.NONE,
         )
+
+    def _decode_chunk(self, context: int) -> SeqChunk:
+        """``SeqChunk(1, context)``, made once per context length up to the context
+        length (longer ones, which no decode reaches, are made each time)."""
+        chunks = self._decode_chunks
+        if context >= len(chunks):
+            return SeqChunk(1, context)
+        chunk = chunks[context]
+        if chunk is None:
+            chunk = chunks[context] = SeqChunk(1, context)
+        return chunk
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
         """Process the oldest launched batch's result."""
