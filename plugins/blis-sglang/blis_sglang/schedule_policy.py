@@ -297,8 +297,8 @@ class PrefillAdder:
         self.rem_chunk_tokens = rem_chunk_tokens
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= num_mixed_decode_tokens
-        self.total_offset: float = num_mixed_decode_tokens
-        self.current_offset: float = num_mixed_decode_tokens
+        self.total_offset: float = float(num_mixed_decode_tokens)
+        self.current_offset: float = float(num_mixed_decode_tokens)
         self.can_run_list: list[Req] = []
         self.new_chunked_req: Req | None = None
         self.log_hit_tokens = 0

@@ -31,13 +31,13 @@ from blis_sglang.metrics import (
     UNCACHED_PROMPT_TOKENS_HISTOGRAM,
     RequestHistograms,
 )
+from blis_sglang.req import Req
 
 
-class _Req:
-    """What the histograms read of a request: its output so far."""
-
-    def __init__(self, tokens: int) -> None:
-        self.output_ids = [0] * tokens
+def _Req(tokens: int) -> Req:
+    """A request whose output so far is ``tokens`` tokens (all the histograms read of it)."""
+    request = InferenceRequest("a", 0, (PromptSegment("a", 4),), 8)
+    return Req(request, [1, 2, 3, 4], 8, "out/a", 32000, output_ids=[0] * tokens)
 
 
 def _samples(h: RequestHistograms) -> dict[str, float]:
