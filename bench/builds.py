@@ -1,8 +1,9 @@
-"""Whether the blis-core and blis-vllm a benchmark imports are compiled wheels or source.
+"""Whether the blis-core, blis-vllm and blis-sglang a benchmark imports are compiled or not.
 
-``pip install . ./plugins/blis-vllm`` compiles both with mypyc; an editable install, or
-``bench/run_checkout.py``'s path, runs the source. Shared by ``bench_run.py`` (which
-prints it) and ``step_costs.py`` (whose timers a compiled caller bypasses).
+``pip install . ./plugins/blis-vllm ./plugins/blis-sglang`` compiles them with mypyc; an
+editable install, or ``bench/run_checkout.py``'s path, runs the source. Shared by
+``bench_run.py`` (which prints it) and ``step_costs.py`` (whose timers a compiled caller
+bypasses).
 """
 
 from __future__ import annotations
@@ -17,12 +18,24 @@ def compiled(module: object) -> bool:
 
 
 def describe() -> str:
-    """One line per package: compiled or pure Python, and the file imported."""
+    """One line per package: compiled or pure Python, and the file imported (blis-sglang
+    where it is installed)."""
     import blis_vllm.engine
 
     import blis_core.sim.kernel
 
+    packages: list[tuple[str, object]] = [
+        ("blis-core", blis_core.sim.kernel),
+        ("blis-vllm", blis_vllm.engine),
+    ]
+    try:
+        import blis_sglang.scheduler
+    except ImportError:
+        pass
+    else:
+        packages.append(("blis-sglang", blis_sglang.scheduler))
     return "\n".join(
-        f"{name}: {'compiled (mypyc)' if compiled(module) else 'pure Python'}, {module.__file__}"
-        for name, module in (("blis-core", blis_core.sim.kernel), ("blis-vllm", blis_vllm.engine))
+        f"{name}: {'compiled (mypyc)' if compiled(module) else 'pure Python'}, "
+        f"{getattr(module, '__file__', '')}"
+        for name, module in packages
     )

@@ -30,6 +30,7 @@ PLUGIN_DIRS = (
     "",
     "conformance",
     "plugins/blis-vllm",
+    "plugins/blis-sglang",
     "plugins/llmd-router",
     "plugins/cost-roofline",
     "plugins/cost-calibrated",
