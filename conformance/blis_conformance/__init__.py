@@ -27,6 +27,12 @@ from blis_conformance.identity import BothWays, run_both_ways
 from blis_conformance.inits import assert_init_follows_fields, explicit_init_dataclasses
 from blis_conformance.router import RouterConformance
 from blis_conformance.scoring import GroundTruthAdapterConformance, ScorerConformance
+from blis_conformance.sweep import (
+    compiled,
+    differing_from_source,
+    random_cluster,
+    scenario_hashes,
+)
 
 __all__ = [
     "BothWays",
@@ -44,7 +50,11 @@ __all__ = [
     "UnpromptedOutputsConformance",
     "assert_golden",
     "assert_init_follows_fields",
+    "compiled",
+    "differing_from_source",
     "drive_engine",
     "explicit_init_dataclasses",
+    "random_cluster",
     "run_both_ways",
+    "scenario_hashes",
 ]

@@ -11,10 +11,7 @@ were imported from, and each scenario index's Result content hash.
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,44 +20,25 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import blis_core.sim.kernel
-from blis_core.io.scenario import parse_scenario
-from blis_core.runner import DataSources, make_host, run_scenario
+from blis_conformance import compiled, scenario_hashes
+from blis_conformance import differing_from_source as _differing
 from test_steady_identity import random_scenario
 
 import blis_vllm.block_pool
 
+__all__ = ["compiled", "differing_from_source", "hashes"]
+
 
 def hashes(indices: Iterable[int]) -> dict[str, str]:
     """Scenario index (as a string) -> Result content hash, run in this process."""
-    data = DataSources.load()
-    return {
-        str(index): run_scenario(
-            parse_scenario(random_scenario(index), f"steady-{index}"), make_host(), data
-        ).content_hash
-        for index in indices
-    }
-
-
-def compiled(module: object) -> bool:
-    """Whether ``module`` was imported from a C extension (a compiled build)."""
-    path = str(getattr(module, "__file__", ""))
-    return path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    return scenario_hashes(random_scenario, indices)
 
 
 def differing_from_source(indices: Iterable[int], source: Path) -> tuple[list[str], Any]:
     """Run the scenarios ``indices`` here (the installed packages) and in a subprocess
     with the source tree ``source`` first on ``PYTHONPATH``: the indices whose Result
     hashes differ, and the subprocess's report (module files, hashes)."""
-    here = hashes(indices)
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(source), os.environ.get("PYTHONPATH")])),
-    )
-    out = subprocess.run(
-        [sys.executable, __file__, *here], env=env, capture_output=True, text=True, check=True
-    )
-    there = json.loads(out.stdout)
-    return [i for i in here if here[i] != there["hashes"][i]], there
+    return _differing(Path(__file__), hashes(indices), source)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import random
 from typing import Any
 
 import pytest
-from blis_conformance import run_both_ways
+from blis_conformance import random_cluster, run_both_ways
 from blis_core.contracts import FAST_FORWARD_ENV
 from blis_core.io.scenario import parse_scenario
 from blis_core.runner import DataSources, RunProgress, make_host, run_scenario
@@ -50,48 +50,14 @@ def random_scenario(index: int) -> dict[str, Any]:
         args["long_prefill_token_threshold"] = rng.choice([64, 128])
     if rng.random() < 0.15:
         args["scheduling_policy"] = "priority"
-    workload: dict[str, Any] = {
-        "arrival": {"process": "poisson", "rate_per_s": rng.choice([2, 10, 40, 200])},
-        "num_requests": rng.choice([15, 30, 45]),
-    }
-    if rng.random() < 0.3:
-        workload["shared_prefix"] = {
-            "num_unique_system_prompts": rng.choice([1, 3]),
-            "num_users_per_system_prompt": rng.choice([2, 4]),
-            "system_prompt_len": rng.choice([40, 200]),
-            "question_len": {"family": "uniform", "min": 5, "max": 120},
-            "output_len": {"family": "uniform", "min": 1, "max": 200},
-            "enable_multi_turn_chat": rng.random() < 0.5,
-        }
-    else:
-        workload["input_len"] = {"family": "uniform", "min": 1, "max": max_model_len // 2}
-        workload["output_len"] = {"family": "uniform", "min": 1, "max": max_model_len // 4}
-    if rng.random() < 0.2:
-        workload["request_timeout_s"] = rng.choice([0.5, 2.0])
-    replicas = 2 if rng.random() < 0.2 else 1
-    deployment: dict[str, Any] = {
-        "pools": [
-            {
-                "name": "p",
-                "engine": {"kind": "vllm", "version": "0.33.0"},
-                "model": rng.choice(
-                    ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-2-7b-hf"]
-                ),
-                "hardware": "H100-SXM",
-                "replicas": replicas,
-                "args": args,
-            }
-        ]
-    }
-    if replicas > 1:
-        deployment["router"] = {"kind": "llm-d", "version": "v0.10.0"}
-    return {
-        "name": f"steady-{index}",
-        "seed": index,
-        "deployment": deployment,
-        "workload": workload,
-        "frame": {"warmup_s": 0},
-    }
+    return random_cluster(
+        rng,
+        {"kind": "vllm", "version": "0.33.0"},
+        args,
+        max_model_len,
+        name=f"steady-{index}",
+        seed=index,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,12 @@ A wheel of blis-sglang compiles the port's per-iteration modules with mypyc (``s
 ``COMPILED``); the oracle proves the pure-Python source against SGLang 0.5.23 (its
 mutation sweep replaces ported methods, which an extension type does not allow). This test
 joins the two: randomized scenarios run on the installed package and, in a subprocess, on
-the source files; every Result's content hash must be equal. The scenarios sweep what the
-port decides on: the scheduling policies, chunked prefills, mixed chunks, the overlap
-loop, page sizes, the radix cache on and off with shared prefixes, retraction under a
-small KV pool, priority scheduling, queue limits, client timeouts, and replicas behind
-the llm-d router.
+the source files; every Result's content hash must be equal. The engine's arguments sweep
+what the port decides on: the scheduling policies, chunked prefills, mixed chunks, the
+overlap loop, page sizes, the radix cache on and off, retraction under a small KV pool,
+priority scheduling and queue limits; the cluster and workload
+(:func:`blis_conformance.random_cluster`) add shared prefixes, client timeouts and two
+replicas behind the llm-d router.
 
 ``BLIS_MYPYC=1`` (set where tox builds the package) requires the installed package to be
 compiled, so a build that fell back to pure Python is never taken for the compiled one.
@@ -16,23 +17,20 @@ Where the installed package is pure Python the same comparison still runs: the i
 copy against the source, in another process.
 
 Run as a script (``PYTHONPATH=plugins/blis-sglang python
-plugins/blis-sglang/tests/test_compiled_identity.py 0 1 2``) it prints the module file
+plugins/blis-sglang/tests/test_compiled_port.py 0 1 2``) it prints the module file
 its scheduler was imported from and each scenario's Result hash, as JSON.
 """
 
 from __future__ import annotations
 
-import importlib.machinery
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from blis_core.io.scenario import parse_scenario
-from blis_core.runner import DataSources, make_host, run_scenario
+from blis_conformance import compiled, differing_from_source, random_cluster, scenario_hashes
 
 import blis_sglang.scheduler
 from blis_sglang import engine, metrics, radix_cache, req, schedule_policy
@@ -52,6 +50,7 @@ def random_scenario(index: int) -> dict[str, Any]:
     rng = random.Random(MASTER_SEED * 1000 + index)
     context = rng.choice([512, 1024, 2048])
     radix = rng.random() < 0.75
+    # (SGLang 0.5.23 refuses shortest-prefill-first without the radix cache.)
     policy = rng.choice(_POLICIES if radix else _POLICIES[:-1])
     args: dict[str, Any] = {
         "context_length": context,
@@ -71,81 +70,21 @@ def random_scenario(index: int) -> dict[str, Any]:
         args["enable_priority_scheduling"] = True
     if rng.random() < 0.15:
         args["max_queued_requests"] = rng.choice([2, 8])
-    workload: dict[str, Any] = {
-        "arrival": {"process": "poisson", "rate_per_s": rng.choice([5, 40, 200])},
-        "num_requests": rng.choice([20, 40]),
-    }
-    if rng.random() < 0.4:
-        workload["shared_prefix"] = {
-            "num_unique_system_prompts": rng.choice([1, 3]),
-            "num_users_per_system_prompt": rng.choice([2, 4]),
-            "system_prompt_len": rng.choice([40, 200]),
-            "question_len": {"family": "uniform", "min": 5, "max": 120},
-            "output_len": {"family": "uniform", "min": 1, "max": 150},
-            "enable_multi_turn_chat": rng.random() < 0.5,
-        }
-    else:
-        workload["input_len"] = {"family": "uniform", "min": 1, "max": context // 2}
-        workload["output_len"] = {"family": "uniform", "min": 1, "max": context // 4}
-    if rng.random() < 0.2:
-        workload["request_timeout_s"] = rng.choice([0.5, 2.0])
-    replicas = 2 if rng.random() < 0.25 else 1
-    deployment: dict[str, Any] = {
-        "pools": [
-            {
-                "name": "p",
-                "engine": {"kind": "sglang", "version": "0.5.23"},
-                "model": rng.choice(
-                    ["meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-2-7b-hf"]
-                ),
-                "hardware": "H100-SXM",
-                "replicas": replicas,
-                "args": args,
-            }
-        ]
-    }
-    if replicas > 1:
-        deployment["router"] = {"kind": "llm-d", "version": "v0.10.0"}
-    return {
-        "name": f"sglang-compiled-{index}",
-        "seed": rng.randrange(1 << 20),
-        "deployment": deployment,
-        "workload": workload,
-        "frame": {"warmup_s": 0},
-    }
+    engine_ref = {"kind": "sglang", "version": "0.5.23"}
+    return random_cluster(rng, engine_ref, args, context, name=f"sglang-{index}", seed=index)
 
 
 def hashes(indices: list[int]) -> dict[str, str]:
     """Scenario index (as a string) -> Result content hash, run in this process."""
-    data = DataSources.load()
-    return {
-        str(i): run_scenario(
-            parse_scenario(random_scenario(i), f"sglang-{i}"), make_host(), data
-        ).content_hash
-        for i in indices
-    }
-
-
-def _compiled(module: object) -> bool:
-    path = str(getattr(module, "__file__", ""))
-    return path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    return scenario_hashes(random_scenario, indices)
 
 
 def test_compiled_port_keeps_every_result_byte() -> None:
     if os.environ.get("BLIS_MYPYC") == "1":
         modules = (blis_sglang.scheduler, engine, metrics, radix_cache, req, schedule_policy)
-        assert all(_compiled(m) for m in modules), [m.__file__ for m in modules]
-    here = hashes(list(SCENARIOS))
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(SOURCE), os.environ.get("PYTHONPATH")])),
-    )
-    out = subprocess.run(
-        [sys.executable, __file__, *here], env=env, capture_output=True, text=True, check=True
-    )
-    there = json.loads(out.stdout)
-    assert there["scheduler"] == str(SOURCE / "blis_sglang" / "scheduler.py")
-    differ = [i for i in here if here[i] != there["hashes"][i]]
+        assert all(compiled(m) for m in modules), [m.__file__ for m in modules]
+    differ, source = differing_from_source(Path(__file__), hashes(list(SCENARIOS)), SOURCE)
+    assert source["scheduler"] == str(SOURCE / "blis_sglang" / "scheduler.py")
     assert not differ, f"scenarios whose Result differs compiled vs pure: {differ}"
 
 
