@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from blis_core.contracts.request import InferenceRequest, segment_token_id
+from blis_core.contracts.request import InferenceRequest, segment_token_ids
 
 from blis_sglang.radix_cache import TreeNode
 
-__all__ = ["Req"]
+__all__ = ["IDS_AHEAD", "Req"]
+
+IDS_AHEAD = 64
+"""Output positions whose token ids a request makes in one call, ahead of their tokens."""
 
 
 @dataclass(eq=False, slots=True)
@@ -57,6 +60,10 @@ class Req:
     ``time.monotonic()`` reads are strictly increasing)."""
     arrival_processed_tokens: int = 0
     """The prefill tokens processed when it last entered the queue (HRRN's aging)."""
+    ids_ahead: list[int] = field(default_factory=list, repr=False, compare=False)
+    """Output token ids made ahead, from output position :attr:`ids_ahead_start` (BLIS's
+    own: one contract call for :data:`IDS_AHEAD` positions instead of one a token)."""
+    ids_ahead_start: int = field(default=0, repr=False, compare=False)
 
     @property
     def rid(self) -> str:
@@ -69,8 +76,18 @@ class Req:
         return self.request.ignore_eos
 
     def next_token_id(self) -> int:
-        """The id of the next output token (deterministic per request and position)."""
-        return segment_token_id(self.output_content_key, self.vocab_size, len(self.output_ids))
+        """The id of the next output token (deterministic per request and position:
+        ``segment_token_id`` of the output's content key at that position)."""
+        index = len(self.output_ids)
+        ahead = self.ids_ahead
+        k = index - self.ids_ahead_start
+        if not 0 <= k < len(ahead):
+            ahead = self.ids_ahead = segment_token_ids(
+                self.output_content_key, self.vocab_size, index, index + IDS_AHEAD
+            )
+            self.ids_ahead_start = index
+            k = 0
+        return ahead[k]
 
     def fill_ids(self) -> list[int]:
         """``full_untruncated_fill_ids``: the prompt followed by the output so far."""
