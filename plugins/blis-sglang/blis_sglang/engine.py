@@ -107,8 +107,9 @@ class SglangEngine:
         self._step_id = 0
         # One-token decode chunks by context length, each made once (a SeqChunk is
         # frozen, so a decode step's shape shares them): a decode step otherwise makes a
-        # new one per request.
-        self._decode_chunks: list[SeqChunk | None] = [None] * (settings.context_len + 1)
+        # new one per request. Only the lengths seen are kept (a long-context model's
+        # instance would otherwise hold a slot for each of its 131,072 lengths).
+        self._decode_chunks: dict[int, SeqChunk] = {}
         self._unfinished: dict[str, Req] = {}
         self._aborted: list[FinishedRequest] = []
         self._preempted: list[str] = []
@@ -259,14 +260,10 @@ class SglangEngine:
         )
 
     def _decode_chunk(self, context: int) -> SeqChunk:
-        """``SeqChunk(1, context)``, made once per context length up to the context
-        length (longer ones, which no decode reaches, are made each time)."""
-        chunks = self._decode_chunks
-        if context >= len(chunks):
-            return SeqChunk(1, context)
-        chunk = chunks[context]
+        """``SeqChunk(1, context)``, made once per context length."""
+        chunk = self._decode_chunks.get(context)
         if chunk is None:
-            chunk = chunks[context] = SeqChunk(1, context)
+            chunk = self._decode_chunks[context] = SeqChunk(1, context)
         return chunk
 
     def complete(self, shape: StepShape, now_us: int) -> StepOutcome:
