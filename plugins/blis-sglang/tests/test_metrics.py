@@ -34,7 +34,7 @@ from blis_sglang.metrics import (
 from blis_sglang.req import Req
 
 
-def _Req(tokens: int) -> Req:
+def _req_with(tokens: int) -> Req:
     """A request whose output so far is ``tokens`` tokens (all the histograms read of it)."""
     request = InferenceRequest("a", 0, (PromptSegment("a", 4),), 8)
     return Req(request, [1, 2, 3, 4], 8, "out/a", 32000, output_ids=[0] * tokens)
@@ -105,11 +105,11 @@ def test_one_request_gives_each_histogram_what_sglang_observes() -> None:
     h.added("late", 600)
     h.forward_entered(["a", "late"], 1_000)
     h.forward_entered(["a"], 3_000)  # a later chunk: the first entry only
-    reqs = {"a": _Req(1)}
+    reqs = {"a": _req_with(1)}
     h.outputs(["a"], reqs, 5_000)
-    reqs["a"] = _Req(2)
+    reqs["a"] = _req_with(2)
     h.outputs(["a"], reqs, 7_000)
-    reqs["a"] = _Req(5)  # three tokens in one output: spread over them
+    reqs["a"] = _req_with(5)  # three tokens in one output: spread over them
     h.outputs(["a"], reqs, 13_000)
     h.finished("a", prompt=700, generated=5, cached=200, reason="length", now_us=13_000)
     s = _samples(h)
