@@ -83,6 +83,10 @@ _MATCH_ANCESTOR_STEP = 0.00001
 """How much older each ancestor is made than its child after a match
 (``unified_tree_core.py:1012``)."""
 
+_HEAP_SLACK = 64
+"""Stale entries the eviction heap may hold beyond one per evictable leaf before it is
+rebuilt from the leaves."""
+
 _INT64_MAX = (1 << 63) - 1
 _UINT32_MAX = (1 << 32) - 1
 _MEDIUM_GPU = "GPU"
@@ -294,6 +298,10 @@ class RadixCache:
         self._evictable_tokens: int
         self._protected_tokens: int
         self._evictable_leaves: set[TreeNode]
+        # Every evictable leaf with its current (last_access_time, node_id), and stale
+        # entries of nodes touched, locked, given children or deleted since they were
+        # pushed (skipped when popped; the heap is rebuilt when they outnumber the leaves).
+        self._evict_heap: list[tuple[float, int, TreeNode]]
         self.reset()
 
     # ---- clock, nodes --------------------------------------------------------
@@ -342,6 +350,7 @@ class RadixCache:
         self._evictable_tokens = 0
         self._protected_tokens = 0
         self._evictable_leaves = set()
+        self._evict_heap = []
         if self._record:
             self._events.append(_Cleared())
 
@@ -375,7 +384,11 @@ class RadixCache:
             node = child
             offset += prefix_len
         now = self._tick()
-        walk: TreeNode | None = node
+        # Of the nodes refreshed only ``node`` may be an evictable leaf: every ancestor
+        # has the path's child.
+        self._touch(node, now)
+        now -= _MATCH_ANCESTOR_STEP
+        walk = node.parent
         while walk is not None:
             walk.last_access_time = now
             now -= _MATCH_ANCESTOR_STEP
@@ -461,24 +474,27 @@ class RadixCache:
         """
         if self.disable or num_tokens <= 0:
             return 0
+        # NOTE: one heap kept across calls (``_touch``, ``_update_leaf``) rather than one
+        # built over every evictable leaf per call, as upstream does: the same leaves
+        # leave in the same order (each pop takes the least (access time, node id) of
+        # the leaves evictable then), without a heapify over hundreds of finished
+        # requests' leaves at every step that is short of memory.
         leaves = self._evictable_leaves
-        heap = [(n.last_access_time, n.node_id, n) for n in leaves]
-        heapq.heapify(heap)
+        heap = self._evict_heap
         freed = 0
-        last: TreeNode | None = None
-        while True:
-            if last is not None and last.parent is not None and last.parent in leaves:
-                parent = last.parent
-                heapq.heappush(heap, (parent.last_access_time, parent.node_id, parent))
-            last = None
-            while freed < num_tokens and heap:
-                _, _, candidate = heapq.heappop(heap)
-                if candidate in leaves:
-                    last = candidate
-                    break
-            if last is None:
-                return freed
-            freed += self._delete_leaf(last)
+        while freed < num_tokens and heap:
+            time, _, candidate = heapq.heappop(heap)
+            if candidate in leaves and time == candidate.last_access_time:
+                freed += self._delete_leaf(candidate)
+        if len(heap) > 2 * len(leaves) + _HEAP_SLACK:
+            self._rebuild_evict_heap()
+        return freed
+
+    def _rebuild_evict_heap(self) -> None:
+        """The eviction heap with one entry per evictable leaf, the stale ones dropped."""
+        heap = [(n.last_access_time, n.node_id, n) for n in self._evictable_leaves]
+        heapq.heapify(heap)
+        self._evict_heap = heap
 
     def evictable_size(self) -> int:
         """Cached tokens no request pins (``unified_tree_core.py:3337``)."""
@@ -672,11 +688,21 @@ class RadixCache:
 
     def _update_leaf(self, node: TreeNode) -> None:
         """``_update_evictable_leaf_sets``/``_is_device_leaf`` (``unified_tree_core.py:1592``,
-        ``:2348``): an evictable leaf is an unlocked non-root node without children."""
+        ``:2348``): an evictable leaf is an unlocked non-root node without children.
+        A node becoming one joins the eviction heap."""
+        leaves = self._evictable_leaves
         if node is self.root_node or node.lock_ref > 0 or node.children:
-            self._evictable_leaves.discard(node)
-        else:
-            self._evictable_leaves.add(node)
+            leaves.discard(node)
+        elif node not in leaves:
+            leaves.add(node)
+            heapq.heappush(self._evict_heap, (node.last_access_time, node.node_id, node))
+
+    def _touch(self, node: TreeNode, now: float) -> None:
+        """Set ``node``'s access time; an evictable leaf rejoins the eviction heap with it
+        (its earlier entry goes stale)."""
+        node.last_access_time = now
+        if node in self._evictable_leaves:
+            heapq.heappush(self._evict_heap, (now, node.node_id, node))
 
     def _insert(
         self, key: tuple[int, ...], priority: int, inserted_len: int, prev_prefix_len: int
@@ -698,7 +724,7 @@ class RadixCache:
             child = node.children.get(self._child_key(key, offset))
             if child is None:
                 break
-            child.last_access_time = self._tick()
+            self._touch(child, self._tick())
             prefix_len = _match_len(child.key, key, offset, self.page_size)
             if prefix_len < len(child.key):
                 child = self._split_node(child, prefix_len)
@@ -762,7 +788,7 @@ class RadixCache:
                 child.page_hashes[pages:],
             )
         parent.children[self._child_key(new.key, 0)] = new
-        child.last_access_time = self._tick()
+        self._touch(child, self._tick())
         self._update_leaf(new)
         self._update_leaf(child)
         return new

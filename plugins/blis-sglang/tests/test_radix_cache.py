@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import heapq
 import struct
 
 import pytest
@@ -460,3 +461,96 @@ def test_sizes_and_leaf_set_stay_consistent(page: int, ops: list[tuple[str, list
             freed = tree.evict(len(tokens))
             assert tree.total_size() == before - freed
         _check_invariants(tree)
+
+
+# ---- eviction order against a heap built per call --------------------------------------
+
+
+def _all_nodes(tree: RadixCache) -> list[TreeNode]:
+    out: list[TreeNode] = []
+    stack = list(tree.root_node.children.values())
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children.values())
+    return out
+
+
+def _evictions_of_a_heap_built_now(tree: RadixCache, num_tokens: int) -> tuple[set[int], int]:
+    """The node ids and tokens ``evict(num_tokens)`` frees by upstream's method: a heap
+    over every evictable leaf built at the call, a parent pushed when its last child
+    goes (``components/full.py:209``), read off the tree without changing it."""
+    leaves = {n for n in _all_nodes(tree) if not n.children and n.lock_ref == 0}
+    heap = [(n.last_access_time, n.node_id, n) for n in leaves]
+    heapq.heapify(heap)
+    gone: set[int] = set()
+    freed = 0
+    while freed < num_tokens and heap:
+        _, node_id, node = heapq.heappop(heap)
+        if node not in leaves:
+            continue
+        leaves.discard(node)
+        gone.add(node_id)
+        freed += len(node.key)
+        parent = node.parent
+        assert parent is not None
+        if (
+            parent is not tree.root_node
+            and parent.lock_ref == 0
+            and all(c.node_id in gone for c in parent.children.values())
+        ):
+            leaves.add(parent)
+            heapq.heappush(heap, (parent.last_access_time, parent.node_id, parent))
+    return gone, freed
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    page=st.sampled_from([1, 2]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "insert", "match", "match_lock", "unlock", "evict"]),
+            st.lists(st.integers(0, 3), min_size=0, max_size=10),
+        ),
+        max_size=120,
+    ),
+)
+def test_the_kept_eviction_heap_evicts_what_a_heap_built_per_call_does(
+    page: int, ops: list[tuple[str, list[int]]]
+) -> None:
+    """The tree keeps one eviction heap across calls, fed as leaves appear and as
+    matches, inserts and splits refresh them; every eviction must free the very nodes
+    a heap built over the evictable leaves at the call would (fails if a refresh of a
+    leaf's access time does not reach the heap)."""
+    tree = RadixCache(page)
+    locked: list[TreeNode] = []
+    for op, tokens in ops:
+        if op == "insert":
+            tree.insert(tokens)
+        elif op == "match":
+            tree.match_prefix(tokens)
+        elif op == "match_lock":
+            _, node = tree.match_prefix(tokens)
+            tree.inc_lock_ref(node)
+            locked.append(node)
+        elif op == "unlock" and locked:
+            tree.dec_lock_ref(locked.pop(0))
+        elif op == "evict":
+            ids = {n.node_id: n for n in _all_nodes(tree)}
+            expected, expected_freed = _evictions_of_a_heap_built_now(tree, len(tokens))
+            assert tree.evict(len(tokens)) == expected_freed
+            assert {i for i, n in ids.items() if n.deleted} == expected
+        _check_invariants(tree)
+
+
+def test_the_eviction_heap_sheds_its_stale_entries() -> None:
+    """Refreshing one leaf many times leaves one stale entry each time; an eviction then
+    rebuilds the heap from the leaves, so it stays bounded by them."""
+    tree = RadixCache(1)
+    tree.insert([1, 2])
+    tree.insert([3, 4])
+    for _ in range(500):
+        tree.match_prefix([1, 2])
+    assert tree.evict(1) == 2
+    assert [n.key for n in _all_nodes(tree)] == [(1, 2)]
+    assert len(tree._evict_heap) <= 2 * len(tree._evictable_leaves) + 64
