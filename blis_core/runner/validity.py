@@ -8,8 +8,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from blis_core.contracts.cost import load_packaged_yaml
 from blis_core.contracts.result import AxisExcursion, Validity
 from blis_core.contracts.scenario import Scenario
 
@@ -19,7 +18,7 @@ __all__ = ["RunPoint", "overload_record", "validity_of"]
 @lru_cache(maxsize=2)
 def _data(name: str) -> dict[str, Any]:
     text = resources.files("blis_core").joinpath("data", name).read_text("utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = load_packaged_yaml(text)
     return data
 
 

@@ -42,7 +42,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from blis_core.contracts import load_packaged_yaml
 from blis_core.contracts.catalog import AttentionKind, HardwareSpec, ModelArchitecture
 from blis_core.contracts.engine import rename_common_args
 from blis_core.contracts.errors import FieldError, InputRefused
@@ -158,7 +158,7 @@ COMMON_ARGS = {
 def field_list() -> Mapping[str, Mapping[str, Any]]:
     """Every ``ServerArgs`` field of SGLang 0.5.23 with its namespace, default and status."""
     text = resources.files("blis_sglang").joinpath("data/fields.yaml").read_text()
-    fields: dict[str, dict[str, Any]] = yaml.safe_load(text)["fields"]
+    fields: dict[str, dict[str, Any]] = load_packaged_yaml(text)["fields"]
     return fields
 
 

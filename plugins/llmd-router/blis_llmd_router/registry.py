@@ -15,8 +15,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from blis_core.contracts import load_packaged_yaml
 from blis_llmd_router.admission import ProbabilisticAdmitter
 from blis_llmd_router.context import PluginFactory
 from blis_llmd_router.filters.bylabel import ByLabelFilter, LabelSelectorFilter, role_filter
@@ -195,7 +194,7 @@ class SurfaceEntry:
 def surface() -> Mapping[str, SurfaceEntry]:
     """Every plugin type llm-d-router v0.10.0 registers, from ``surface.yaml``."""
     text = resources.files("blis_llmd_router").joinpath("surface.yaml").read_text()
-    doc: dict[str, Any] = yaml.safe_load(text)
+    doc: dict[str, Any] = load_packaged_yaml(text)
     return {
         t: SurfaceEntry(
             plugin_type=t,

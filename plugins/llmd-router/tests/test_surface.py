@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
+import yaml
 from blis_conformance.router import FixedRuntime
 from blis_llmd_router import REGISTRY, load, surface
 
+from blis_core.contracts import load_packaged_yaml
 from blis_core.contracts.errors import InputRefused
 
 STATUSES = {"implemented", "refused-by-name"}
@@ -48,3 +52,11 @@ def test_refused_type_is_refused_by_name(ptype: str) -> None:
         load(doc, FixedRuntime())
     (err,) = exc.value.errors
     assert err.value == ptype and surface()[ptype].reason in err.cause
+
+
+def test_the_surface_reads_as_the_pure_python_loader_reads_it() -> None:
+    """``surface.yaml`` is parsed by libyaml (``load_packaged_yaml``); it must give
+    what the pure-Python parser gives."""
+    text = resources.files("blis_llmd_router").joinpath("surface.yaml").read_text()
+    assert load_packaged_yaml(text) == yaml.safe_load(text)
+    assert len(surface()) == len(yaml.safe_load(text)["types"])
