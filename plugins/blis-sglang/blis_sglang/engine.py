@@ -118,6 +118,8 @@ class SglangEngine:
         self._sent: dict[str, int] = {}
         """Tokens each request has sent to its client (``send_token_offset``), when
         ``stream_interval`` is above 1."""
+        # Each unfinished request's one-token emission, made once (most steps give one).
+        self._one_token: dict[str, TokenEmission] = {}
 
     @property
     def plan(self) -> PoolPlan:
@@ -206,6 +208,7 @@ class SglangEngine:
             self._unfinished.pop(req.rid, None)
             self._cached.pop(req.rid, None)
             self._sent.pop(req.rid, None)
+            self._one_token.pop(req.rid, None)
             self.metrics.requests.dropped(req.rid)
         self.scheduler.aborted.clear()
 
@@ -288,6 +291,7 @@ class SglangEngine:
             finished.append(FinishedRequest(req.rid, reason, generated))
             unfinished.pop(req.rid, None)
             self._sent.pop(req.rid, None)
+            self._one_token.pop(req.rid, None)
             self.metrics.request_finished(
                 req.rid,
                 prompt=len(req.origin_input_ids),
@@ -319,7 +323,14 @@ class SglangEngine:
         then whenever that many are unsent, and the rest when the request finishes."""
         interval = self._settings.stream_interval
         if interval == 1:
-            return tuple(TokenEmission(rid, 1) for rid in rids), rids
+            one = self._one_token
+            ones: list[TokenEmission] = []
+            for rid in rids:
+                emission = one.get(rid)
+                if emission is None:
+                    emission = one[rid] = TokenEmission(rid, 1)
+                ones.append(emission)
+            return tuple(ones), rids
         sent = self._sent
         emitted: list[TokenEmission] = []
         outputs: list[str] = []

@@ -135,7 +135,10 @@ class Batch:
         if keep is not None:
             self.reqs = [self.reqs[i] for i in keep]
             return
-        drop = set(map(id, exclude or ()))
+        if not exclude:
+            self.reqs = [r for r in self.reqs if not r.finished()]
+            return
+        drop = set(map(id, exclude))
         self.reqs = [r for r in self.reqs if not r.finished() and id(r) not in drop]
 
     def merge_batch(self, other: Batch) -> None:
@@ -624,8 +627,13 @@ class Scheduler:
     def _reqs_finishing_inflight(self, batch: Batch) -> list[Req]:
         if not self.enable_overlap or not self.result_queue:
             return []
+        # NOTE: the requests whose next output ends them come first (few a step), so
+        # the set of the batch in flight is made only when there is one to look up.
+        ending = [r for r in batch.reqs if r.next_output_finishes_by_length()]
+        if not ending:
+            return ending
         queued = set(map(id, self.result_queue[0].reqs))
-        return [r for r in batch.reqs if id(r) in queued and r.next_output_finishes_by_length()]
+        return [r for r in ending if id(r) in queued]
 
     def _new_tokens_required_next_decode(self, reqs: list[Req]) -> int:
         pages = sum(1 for r in reqs if r.kv_committed_len % self.page_size == 0)
