@@ -486,15 +486,18 @@ class RadixCache:
             time, _, candidate = heapq.heappop(heap)
             if candidate in leaves and time == candidate.last_access_time:
                 freed += self._delete_leaf(candidate)
-        if len(heap) > 2 * len(leaves) + _HEAP_SLACK:
-            self._rebuild_evict_heap()
         return freed
 
-    def _rebuild_evict_heap(self) -> None:
-        """The eviction heap with one entry per evictable leaf, the stale ones dropped."""
-        heap = [(n.last_access_time, n.node_id, n) for n in self._evictable_leaves]
-        heapq.heapify(heap)
-        self._evict_heap = heap
+    def _queue(self, node: TreeNode) -> None:
+        """Push ``node`` (an evictable leaf) on the eviction heap at its access time; once
+        stale entries outnumber the leaves, rebuild the heap in place from the leaves (so
+        it stays within twice their number however many refreshes come between two
+        evictions)."""
+        heap = self._evict_heap
+        heapq.heappush(heap, (node.last_access_time, node.node_id, node))
+        if len(heap) > 2 * len(self._evictable_leaves) + _HEAP_SLACK:
+            heap[:] = [(n.last_access_time, n.node_id, n) for n in self._evictable_leaves]
+            heapq.heapify(heap)
 
     def evictable_size(self) -> int:
         """Cached tokens no request pins (``unified_tree_core.py:3337``)."""
@@ -695,14 +698,14 @@ class RadixCache:
             leaves.discard(node)
         elif node not in leaves:
             leaves.add(node)
-            heapq.heappush(self._evict_heap, (node.last_access_time, node.node_id, node))
+            self._queue(node)
 
     def _touch(self, node: TreeNode, now: float) -> None:
         """Set ``node``'s access time; an evictable leaf rejoins the eviction heap with it
         (its earlier entry goes stale)."""
         node.last_access_time = now
         if node in self._evictable_leaves:
-            heapq.heappush(self._evict_heap, (now, node.node_id, node))
+            self._queue(node)
 
     def _insert(
         self, key: tuple[int, ...], priority: int, inserted_len: int, prev_prefix_len: int

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import random
 import struct
 
 import pytest
@@ -544,13 +545,41 @@ def test_the_kept_eviction_heap_evicts_what_a_heap_built_per_call_does(
 
 
 def test_the_eviction_heap_sheds_its_stale_entries() -> None:
-    """Refreshing one leaf many times leaves one stale entry each time; an eviction then
-    rebuilds the heap from the leaves, so it stays bounded by them."""
+    """Refreshing a leaf leaves a stale entry each time; the heap is rebuilt from the
+    leaves whenever those outnumber them, so it stays bounded with no eviction at all
+    (a run whose pool never fills), and evicts as before after a rebuild."""
     tree = RadixCache(1)
     tree.insert([1, 2])
     tree.insert([3, 4])
     for _ in range(500):
         tree.match_prefix([1, 2])
+        assert len(tree._evict_heap) <= 2 * len(tree._evictable_leaves) + 64
     assert tree.evict(1) == 2
     assert [n.key for n in _all_nodes(tree)] == [(1, 2)]
-    assert len(tree._evict_heap) <= 2 * len(tree._evictable_leaves) + 64
+
+
+def test_evictions_after_many_rebuilds_of_the_heap_match_a_heap_built_per_call() -> None:
+    """A long seeded run of inserts, matches and evictions over few leaves, so the heap
+    is rebuilt many times between evictions; each eviction frees what a heap built at
+    the call would."""
+    rng = random.Random(7)
+    tree = RadixCache(1)
+    # A few prompts asked again and again: most matches end on a leaf and refresh it.
+    prompts = [[rng.randrange(4) for _ in range(rng.randrange(1, 6))] for _ in range(12)]
+    rebuilt_below = 0
+    for _ in range(20_000):
+        tokens = rng.choice(prompts)
+        op = rng.random()
+        if op < 0.3:
+            tree.insert(tokens)
+        elif op < 0.98:
+            before = len(tree._evict_heap)
+            tree.match_prefix(tokens)
+            rebuilt_below += len(tree._evict_heap) < before
+        else:
+            ids = {n.node_id: n for n in _all_nodes(tree)}
+            expected, expected_freed = _evictions_of_a_heap_built_now(tree, len(tokens))
+            assert tree.evict(len(tokens)) == expected_freed
+            assert {i for i, n in ids.items() if n.deleted} == expected
+        _check_invariants(tree)
+    assert rebuilt_below > 10
