@@ -176,8 +176,13 @@ class RequestHistograms:
         """The outputs (not aborts) of requests ``rids`` reach the tokenizer at ``now_us``;
         ``reqs`` holds them (their tokens so far)."""
         gaps: dict[tuple[int, int], int] = {}
+        # NOTE: requests that decoded together share one (gap, tokens) pair, so a run of
+        # equal pairs is counted before it goes into ``gaps`` (in first-seen order, as
+        # one entry a request would put it): no tuple and dictionary update a token.
+        run_gap = run_new = run = 0
+        times = self._times
         for rid in rids:
-            t = self._times.get(rid)
+            t = times.get(rid)
             if t is None:
                 continue
             tokens = len(reqs[rid].output_ids)
@@ -189,12 +194,21 @@ class RequestHistograms:
             new = tokens - t.last_completion
             if new <= 0:
                 continue
-            key = (now_us - t.last_us, new)
-            gaps[key] = gaps.get(key, 0) + 1
+            gap = now_us - t.last_us
+            if run and gap == run_gap and new == run_new:
+                run += 1
+            else:
+                if run:
+                    key = (run_gap, run_new)
+                    gaps[key] = gaps.get(key, 0) + run
+                run_gap, run_new, run = gap, new, 1
             t.last_us = now_us
             t.last_completion = tokens
-        for (gap, new), times in gaps.items():
-            self._observe_itl(gap, new, times)
+        if run:
+            key = (run_gap, run_new)
+            gaps[key] = gaps.get(key, 0) + run
+        for (gap, new), count in gaps.items():
+            self._observe_itl(gap, new, count)
 
     def _observe_itl(self, gap_us: int, new: int, times: int) -> None:
         """``observe_inter_token_latency`` ``times`` times: the sum grows by the gap, the

@@ -127,6 +127,26 @@ def test_one_request_gives_each_histogram_what_sglang_observes() -> None:
     assert s[bucket_key(GENERATION_TOKENS_HISTOGRAM, 100)] == 1
 
 
+def test_requests_of_one_output_are_observed_each_by_its_own_gap_and_tokens() -> None:
+    """Four requests answer at one instant: two a token after 6 ms, one three tokens
+    after the same 6 ms (spread: three observations of 2 ms), one a token after 5 ms; a
+    run of equal gaps must not merge requests whose token counts differ."""
+    h = RequestHistograms(MetricBuckets())
+    names = ["a", "b", "c", "d"]
+    for rid in names:
+        h.added(rid, 0)
+    reqs = {rid: _req_with(1) for rid in names}
+    h.outputs(["a", "b", "c"], reqs, 1_000)
+    h.outputs(["d"], reqs, 2_000)
+    reqs = {"a": _req_with(2), "b": _req_with(2), "c": _req_with(4), "d": _req_with(2)}
+    h.outputs(["a", "b", "c", "d"], reqs, 7_000)
+    s = _samples(h)
+    assert s[count_key(INTER_TOKEN_LATENCY)] == 1 + 1 + 3 + 1
+    assert s[sum_key(INTER_TOKEN_LATENCY)] == pytest.approx(0.006 * 3 + 0.005)
+    assert s[bucket_key(INTER_TOKEN_LATENCY, 0.002)] == 3  # c's
+    assert s[bucket_key(INTER_TOKEN_LATENCY, 0.006)] == 6
+
+
 def test_an_abort_has_no_first_token_and_no_time_per_output_token() -> None:
     h = RequestHistograms(MetricBuckets())
     h.added("a", 0)
