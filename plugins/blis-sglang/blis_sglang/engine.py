@@ -120,6 +120,11 @@ class SglangEngine:
         ``stream_interval`` is above 1."""
         # Each unfinished request's one-token emission, made once (most steps give one).
         self._one_token: dict[str, TokenEmission] = {}
+        # The last step's emitted ids and one-token emissions: a step that emits for the
+        # same requests reports the same tuple, which the client's ledger keeps as a run
+        # (one record a report instead of one a token).
+        self._last_rids: list[str] = []
+        self._last_ones: tuple[TokenEmission, ...] = ()
 
     @property
     def plan(self) -> PoolPlan:
@@ -323,6 +328,8 @@ class SglangEngine:
         then whenever that many are unsent, and the rest when the request finishes."""
         interval = self._settings.stream_interval
         if interval == 1:
+            if rids == self._last_rids:
+                return self._last_ones, rids
             one = self._one_token
             ones: list[TokenEmission] = []
             for rid in rids:
@@ -330,7 +337,9 @@ class SglangEngine:
                 if emission is None:
                     emission = one[rid] = TokenEmission(rid, 1)
                 ones.append(emission)
-            return tuple(ones), rids
+            self._last_rids = rids
+            self._last_ones = tuple(ones)
+            return self._last_ones, rids
         sent = self._sent
         emitted: list[TokenEmission] = []
         outputs: list[str] = []
