@@ -63,6 +63,10 @@ __all__ = ["ROUTING_KEY_HEADER", "SglangEngine", "SglangEngineFactory"]
 #: the header ``routing-key`` scheduling reads (``serving_base.extract_routing_key``)
 ROUTING_KEY_HEADER = "x-smg-routing-key"
 
+_CACHED_CONTEXTS = 16384
+"""Context lengths whose one-token decode chunk an engine keeps (longer ones are made
+per step), as blis-vllm's engine."""
+
 
 class SglangEngine:
     """One running SGLang 0.5.23 engine (a pool replica)."""
@@ -107,9 +111,10 @@ class SglangEngine:
         self._step_id = 0
         # One-token decode chunks by context length, each made once (a SeqChunk is
         # frozen, so a decode step's shape shares them): a decode step otherwise makes a
-        # new one per request. Only the lengths seen are kept (a long-context model's
-        # instance would otherwise hold a slot for each of its 131,072 lengths).
-        self._decode_chunks: dict[int, SeqChunk] = {}
+        # new one per request. A slot for each length below _CACHED_CONTEXTS, as
+        # blis-vllm's engine keeps (a list read by the length, where a dictionary needs
+        # the length as an int object); longer contexts get a chunk per step.
+        self._decode_chunks: list[SeqChunk | None] = [None] * _CACHED_CONTEXTS
         self._unfinished: dict[str, Req] = {}
         self._aborted: list[FinishedRequest] = []
         self._preempted: list[str] = []
@@ -269,7 +274,9 @@ class SglangEngine:
 
     def _decode_chunk(self, context: int) -> SeqChunk:
         """``SeqChunk(1, context)``, made once per context length."""
-        chunk = self._decode_chunks.get(context)
+        if context >= _CACHED_CONTEXTS:
+            return SeqChunk(1, context)
+        chunk = self._decode_chunks[context]
         if chunk is None:
             chunk = self._decode_chunks[context] = SeqChunk(1, context)
         return chunk

@@ -9,6 +9,7 @@ from blis_conformance import drive_engine
 from blis_core.contracts.engine import EnginePoolSpec, Environment
 from blis_core.contracts.plan import ParallelLayout
 from blis_core.contracts.request import InferenceRequest, PromptSegment
+from blis_core.contracts.shape import SeqChunk, StepMode
 
 from blis_sglang import SglangEngineFactory
 
@@ -39,3 +40,26 @@ def test_steps_that_emit_for_the_same_requests_report_the_same_emissions(
     assert len(same) > 10 and differ
     assert all(b.emitted is a.emitted for a, b in same)
     assert all(b.emitted is not a.emitted for a, b in differ)
+
+
+def test_decode_chunks_follow_the_context_across_the_kept_lengths(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """A decode step's chunk is one new token over the request's context, whether its
+    length is one whose chunk the engine keeps (below 16,384) or one it makes a chunk for
+    each step: a request decoding across that length sees every context once, in order."""
+    env = blis_environment("reports-1")
+    spec = EnginePoolSpec(
+        pool="p",
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        hardware="H100-SXM",
+        layout=ParallelLayout(tp=1),
+        args={"context_length": 20_000, "disable_overlap_schedule": True},
+    )
+    engine = SglangEngineFactory().build(spec, env, "p-0")
+    prompt = 16_380
+    request = InferenceRequest("r", 0, (PromptSegment("long", prompt),), 10)
+    shapes, _ = drive_engine(engine, env, [request])
+    decodes = [s.seqs for s in shapes if s.mode is StepMode.DECODE_ONLY]
+    # The prefill makes the first token; each decode step adds one over the KV so far.
+    assert decodes == [(SeqChunk(1, context),) for context in range(prompt, prompt + 9)]
