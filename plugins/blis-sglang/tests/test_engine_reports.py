@@ -12,6 +12,14 @@ from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import SeqChunk, StepMode
 
 from blis_sglang import SglangEngineFactory
+from blis_sglang.engine import SglangEngine
+
+
+def _engine(env: Environment, model: str, args: dict[str, object]) -> SglangEngine:
+    spec = EnginePoolSpec(
+        pool="p", model=model, hardware="H100-SXM", layout=ParallelLayout(tp=1), args=args
+    )
+    return SglangEngineFactory().build(spec, env, "p-0")
 
 
 def test_steps_that_emit_for_the_same_requests_report_the_same_emissions(
@@ -22,14 +30,7 @@ def test_steps_that_emit_for_the_same_requests_report_the_same_emissions(
     record a report instead of one a token); a step whose requests differ reports a
     tuple of its own."""
     env = blis_environment("reports-0")
-    spec = EnginePoolSpec(
-        pool="p",
-        model="meta-llama/Llama-2-7b-hf",
-        hardware="H100-SXM",
-        layout=ParallelLayout(tp=1),
-        args={"max_total_tokens": 3000},
-    )
-    engine = SglangEngineFactory().build(spec, env, "p-0")
+    engine = _engine(env, "meta-llama/Llama-2-7b-hf", {"max_total_tokens": 3000})
     reqs = [
         InferenceRequest(f"r{i}", 0, (PromptSegment(f"q{i}", 50),), 5 + 10 * i) for i in range(3)
     ]
@@ -49,14 +50,8 @@ def test_decode_chunks_follow_the_context_across_the_kept_lengths(
     length is one whose chunk the engine keeps (below 16,384) or one it makes a chunk for
     each step: a request decoding across that length sees every context once, in order."""
     env = blis_environment("reports-1")
-    spec = EnginePoolSpec(
-        pool="p",
-        model="meta-llama/Llama-3.1-8B-Instruct",
-        hardware="H100-SXM",
-        layout=ParallelLayout(tp=1),
-        args={"context_length": 20_000, "disable_overlap_schedule": True},
-    )
-    engine = SglangEngineFactory().build(spec, env, "p-0")
+    args: dict[str, object] = {"context_length": 20_000, "disable_overlap_schedule": True}
+    engine = _engine(env, "meta-llama/Llama-3.1-8B-Instruct", args)
     prompt = 16_380
     request = InferenceRequest("r", 0, (PromptSegment("long", prompt),), 10)
     shapes, _ = drive_engine(engine, env, [request])
