@@ -8,8 +8,9 @@ calls and the microseconds per call: the vLLM engine's ``schedule`` and ``comple
 the steady-step fast path's ``schedule`` and ``complete`` inside them, the engine
 metrics' ``step_completed``, the decode span calls (``decode_span``, ``take_span`` and
 the span planner's ``take``), the engine's ``scrape``, the Environment's ``price_step``
-and ``quote_steps`` (a span's prices in one pass), and the client's and the router's
-``external`` transitions. The timers add about a microsecond per call; what is
+and ``quote_steps`` (a span's prices in one pass), the client's and the router's
+``external`` transitions, and the llm-d router's decisions (``LlmdRouter.route``, an
+interpreted plugin: timed compiled or not). The timers add about a microsecond per call; what is
 left of the total is start-up, the kernel, the engine component and the Result. Compare
 figures from one machine and one run; they are what ``docs/speed.md`` quotes.
 
@@ -27,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from blis_llmd_router import LlmdRouter
 from blis_vllm.engine import VllmEngine
 from blis_vllm.metrics import EngineMetrics
 from blis_vllm.span import SpanPlanner
@@ -77,6 +79,7 @@ def main() -> None:
         (SimEnvironment, "quote_steps", "SimEnvironment.quote_steps"),
         (ClientComponent, "external", "ClientComponent.external"),
         (RouterComponent, "external", "RouterComponent.external"),
+        (LlmdRouter, "route", "LlmdRouter.route"),
     )
     for cls, name, label in timers:
         _timed(cls, name, label)
