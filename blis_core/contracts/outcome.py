@@ -178,7 +178,9 @@ class StepOutcome:
     ``first_scheduled`` lists requests this step computed for the first time (their
     scheduling delay ends at the step's start), and ``prefix_hits`` how many of their
     prompt tokens were cached; ``emitted`` the output tokens streamed; ``finished`` the
-    requests done; ``preempted`` those sent back to waiting.
+    requests done; ``preempted`` those sent back to waiting. An engine may hand the
+    step before's ``emitted`` tuple again when the same requests stream one token each:
+    the client's ledger then records the reports as a run (the same figures).
     """
 
     step_id: int
