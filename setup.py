@@ -31,6 +31,7 @@ COMPILED = (
     "blis_core/contracts/routing.py",
     "blis_core/runner/messages.py",
     "blis_core/contracts/scrape.py",
+    "blis_core/contracts/shape.py",
     "blis_core/contracts/time.py",
     "blis_core/cost/pricing.py",
 )

@@ -102,7 +102,7 @@ class _Recorder:
 
 
 def _shape_doc(shape: Any) -> dict[str, Any]:
-    from blis_core.contracts.shape import STEP_SHAPE_ADAPTER
+    from blis_core.contracts.shape_schema import STEP_SHAPE_ADAPTER
 
     doc: dict[str, Any] = STEP_SHAPE_ADAPTER.dump_python(shape, mode="json")
     return doc

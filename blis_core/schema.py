@@ -8,7 +8,7 @@ from blis_core.contracts.plan import PoolPlan
 from blis_core.contracts.result import Result
 from blis_core.contracts.scenario import Deployment, Scenario
 from blis_core.contracts.scoring import ScoringRecord
-from blis_core.contracts.shape import STEP_SHAPE_ADAPTER, TRANSFER_ADAPTER
+from blis_core.contracts.shape_schema import STEP_SHAPE_ADAPTER, TRANSFER_ADAPTER
 
 __all__ = ["schemas"]
 

@@ -22,6 +22,7 @@ from blis_core.contracts.outcome import (
     StepOutcome,
     TokenEmission,
 )
+from blis_core.contracts.plan import GraphMode, PlanPart
 from blis_core.contracts.request import InferenceRequest, PromptSegment
 from blis_core.contracts.shape import SeqChunk, StepMode, StepShape, Transfer
 
@@ -129,6 +130,30 @@ CASES: dict[str, dict[str, Any]] = {
     "blis_core.runner.messages.PrefillDone": {
         "request_id": "r",
         "kv_transfer_params": {"remote_engine_id": "e"},
+    },
+    "blis_core.contracts.shape.SeqChunk": {"new_tokens": 1, "context_tokens": 2},
+    "blis_core.contracts.shape.StepShape": {
+        "step_id": 1,
+        "mode": StepMode.VERIFY,
+        "seqs": (SeqChunk(3, 4),),
+        "padded_tokens": 5,
+        "graph_mode": GraphMode.FULL,
+        "num_spec_tokens": 6,
+        "stage": 7,
+        "num_stages": 8,
+        "dp_rank_tokens": (9, 10),
+        "draft_passes": 11,
+        "page_in_bytes": (12,),
+        "parts": (PlanPart(hardware="H100-SXM", layers=()),),
+    },
+    "blis_core.contracts.shape.Transfer": {
+        "transfer_id": "t",
+        "request_id": "r",
+        "src": "gpu",
+        "dst": "cpu",
+        "kv_group": "g",
+        "num_tokens": 16,
+        "num_blocks": 1,
     },
     "blis_core.cost.pricing.StepQuote": {
         "seconds": [[1.0]],

@@ -162,13 +162,12 @@ from blis_core.contracts.scrape import (
     sum_key,
 )
 from blis_core.contracts.shape import (
-    STEP_SHAPE_ADAPTER,
-    TRANSFER_ADAPTER,
     SeqChunk,
     StepMode,
     StepShape,
     Transfer,
 )
+from blis_core.contracts.shape_schema import STEP_SHAPE_ADAPTER, TRANSFER_ADAPTER
 from blis_core.contracts.time import (
     US_PER_S,
     seconds_to_us,

@@ -1,22 +1,24 @@
 """StepShape and Transfer: the per-step objects engines hand the cost model (design §6.2).
 
 These are built millions of times per run, so they are frozen slotted dataclasses,
-not pydantic models; :data:`STEP_SHAPE_ADAPTER` gives their JSON Schema and validates
-shapes read from files (``blis cost price --shape FILE``).
+not pydantic models, and this module is compiled with mypyc (``setup.py``): each class
+has an ``__init__`` of its own, which mypyc compiles too, and a ``__reduce__`` that
+rebuilds it through that constructor. Their JSON Schema and the validation of shapes read
+from files (``blis cost price --shape FILE``) are :data:`STEP_SHAPE_ADAPTER` and
+:data:`TRANSFER_ADAPTER` in :mod:`blis_core.contracts.shape_schema` (pydantic cannot
+build a compiled dataclass); :mod:`blis_core.contracts` exports both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-
-from pydantic import TypeAdapter
+from typing import Any
 
 from blis_core.contracts.plan import GraphMode, PlanPart
+from blis_core.contracts.request import _rebuilt
 
 __all__ = [
-    "STEP_SHAPE_ADAPTER",
-    "TRANSFER_ADAPTER",
     "SeqChunk",
     "StepMode",
     "StepShape",
@@ -48,6 +50,16 @@ class SeqChunk:
 
     new_tokens: int
     context_tokens: int
+
+    # NOTE: explicit __init__s (the fields in order, their defaults): compiled, the one
+    # `dataclasses` writes would stay interpreted for every step (tests/test_explicit_inits.py
+    # holds each to its fields); __reduce__ rebuilds through it (pickle, copy).
+    def __init__(self, new_tokens: int, context_tokens: int) -> None:
+        object.__setattr__(self, "new_tokens", new_tokens)
+        object.__setattr__(self, "context_tokens", context_tokens)
+
+    def __reduce__(self) -> tuple[type[SeqChunk], tuple[Any, ...]]:
+        return _rebuilt(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +105,37 @@ class StepShape:
     page_in_bytes: tuple[int, ...] = ()
     parts: tuple[PlanPart, ...] = ()
 
+    def __init__(
+        self,
+        step_id: int,
+        mode: StepMode,
+        seqs: tuple[SeqChunk, ...],
+        padded_tokens: int,
+        graph_mode: GraphMode = GraphMode.NONE,
+        num_spec_tokens: int = 0,
+        stage: int = 0,
+        num_stages: int = 1,
+        dp_rank_tokens: tuple[int, ...] = (),
+        draft_passes: int = 0,
+        page_in_bytes: tuple[int, ...] = (),
+        parts: tuple[PlanPart, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "step_id", step_id)
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "seqs", seqs)
+        object.__setattr__(self, "padded_tokens", padded_tokens)
+        object.__setattr__(self, "graph_mode", graph_mode)
+        object.__setattr__(self, "num_spec_tokens", num_spec_tokens)
+        object.__setattr__(self, "stage", stage)
+        object.__setattr__(self, "num_stages", num_stages)
+        object.__setattr__(self, "dp_rank_tokens", dp_rank_tokens)
+        object.__setattr__(self, "draft_passes", draft_passes)
+        object.__setattr__(self, "page_in_bytes", page_in_bytes)
+        object.__setattr__(self, "parts", parts)
+
+    def __reduce__(self) -> tuple[type[StepShape], tuple[Any, ...]]:
+        return _rebuilt(self)
+
     @property
     def scheduled_tokens(self) -> int:
         """New tokens scheduled, before padding."""
@@ -115,6 +158,23 @@ class Transfer:
     num_tokens: int
     num_blocks: int
 
+    def __init__(
+        self,
+        transfer_id: str,
+        request_id: str,
+        src: str,
+        dst: str,
+        kv_group: str,
+        num_tokens: int,
+        num_blocks: int,
+    ) -> None:
+        object.__setattr__(self, "transfer_id", transfer_id)
+        object.__setattr__(self, "request_id", request_id)
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "dst", dst)
+        object.__setattr__(self, "kv_group", kv_group)
+        object.__setattr__(self, "num_tokens", num_tokens)
+        object.__setattr__(self, "num_blocks", num_blocks)
 
-STEP_SHAPE_ADAPTER: TypeAdapter[StepShape] = TypeAdapter(StepShape)
-TRANSFER_ADAPTER: TypeAdapter[Transfer] = TypeAdapter(Transfer)
+    def __reduce__(self) -> tuple[type[Transfer], tuple[Any, ...]]:
+        return _rebuilt(self)

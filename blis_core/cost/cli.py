@@ -20,7 +20,8 @@ from pydantic import ValidationError
 
 from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PoolPlan
-from blis_core.contracts.shape import STEP_SHAPE_ADAPTER, StepShape
+from blis_core.contracts.shape import StepShape
+from blis_core.contracts.shape_schema import STEP_SHAPE_ADAPTER
 from blis_core.cost import memory
 from blis_core.cost.catalog import (
     Catalog,
