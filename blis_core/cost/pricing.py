@@ -31,7 +31,6 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -85,8 +84,6 @@ _WHERE = {
     "last": (1, 0, 0, 1),
     "not_last": (0, 1, 1, 0),
 }
-_seq_new = attrgetter("new_tokens")
-_seq_ctx = attrgetter("context_tokens")
 
 Linear = dict[int, float]
 
@@ -376,7 +373,19 @@ class CompiledPlan:
         """
         seqs = shape.seqs
         n_seqs = len(seqs)
-        sched = sum(map(_seq_new, seqs))
+        # NOTE: one loop over the sequences for both sums and both minima: compiled, a
+        # SeqChunk (same extension group) is read field by field without a call.
+        sched = ctx_sum = 0
+        least = 0
+        for s in seqs:
+            q = s.new_tokens
+            c = s.context_tokens
+            sched += q
+            ctx_sum += c
+            if q < least:
+                least = q
+            if c < least:
+                least = c
         if shape.padded_tokens < sched:
             raise InputRefused.one(
                 "shape.padded_tokens",
@@ -412,8 +421,7 @@ class CompiledPlan:
                 sched,
                 f"more scheduled tokens than max_num_batched_tokens={self.max_tokens} x dp={dp}",
             )
-        ctx_sum = sum(map(_seq_ctx, seqs))
-        if check_seqs and n_seqs and (min(map(_seq_ctx, seqs)) < 0 or min(map(_seq_new, seqs)) < 0):
+        if check_seqs and least < 0:
             bad = next(s for s in seqs if s.context_tokens < 0 or s.new_tokens < 0)
             raise InputRefused.one("shape.seqs", bad, "token counts must be >= 0")
         tokens = float(max(shape.dp_rank_tokens) if shape.dp_rank_tokens else shape.padded_tokens)
@@ -429,13 +437,7 @@ class CompiledPlan:
             a[QD] = sched / dp
             a[KD] = (ctx_sum + sched) / dp
             if self.has_window:
-                a[KDW] = (
-                    sum(
-                        min(c + q, w)
-                        for c, q in zip(map(_seq_ctx, seqs), map(_seq_new, seqs), strict=True)
-                    )
-                    / dp
-                )
+                a[KDW] = sum([min(s.context_tokens + s.new_tokens, w) for s in seqs]) / dp
         elif n_seqs:
             threshold = 1 + shape.num_spec_tokens
             sd = qd = kd = kdw = 0.0

@@ -170,13 +170,17 @@ class VllmDecodeSpan:
         last = self._last
         if last is not None and last[0] == index:
             return last[1]
+        # NOTE: positional (step_id, mode, seqs, padded_tokens, graph_mode, num_spec_tokens,
+        # stage, num_stages): a compiled class parses keyword arguments three times slower.
         shape = StepShape(
-            step_id=self.offer.first_step_id + index,
-            mode=StepMode.DECODE_ONLY,
-            seqs=self.engine._decode_seqs(self.offer.contexts, index),
-            padded_tokens=self._padded,
-            graph_mode=self._graph,
-            num_stages=self.engine._settings.layout.pp,
+            self.offer.first_step_id + index,
+            StepMode.DECODE_ONLY,
+            self.engine._decode_seqs(self.offer.contexts, index),
+            self._padded,
+            self._graph,
+            0,
+            0,
+            self.engine._settings.layout.pp,
         )
         self._last = (index, shape)
         return shape
@@ -772,15 +776,20 @@ class VllmEngine:
     ) -> StepShape:
         """The step's shape, padded as the CUDA-graph dispatcher launches it."""
         padded, graph = pad_step(num_tokens, uniform, self._plan)
+        # NOTE: positional (step_id, mode, seqs, padded_tokens, graph_mode, num_spec_tokens,
+        # stage, num_stages, dp_rank_tokens, draft_passes): a compiled class parses keyword
+        # arguments three times slower.
         return StepShape(
-            step_id=out.step_id,
-            mode=mode,
-            seqs=seqs,
-            padded_tokens=padded,
-            graph_mode=graph,
-            num_spec_tokens=num_spec,
-            draft_passes=self._draft_passes(out),
-            num_stages=self._settings.layout.pp,
+            out.step_id,
+            mode,
+            seqs,
+            padded,
+            graph,
+            num_spec,
+            0,
+            self._settings.layout.pp,
+            (),
+            self._draft_passes(out),
         )
 
     def _draft_passes(self, out: SchedulerOutput) -> int:
