@@ -320,14 +320,17 @@ class SglangEngine:
         self._preempted.clear()
         events = tuple(self._events) + tuple(s.tree.take_events())
         self._events.clear()
+        # NOTE: positional (step_id, first_scheduled, emitted, finished, preempted,
+        # kv_events, transfers, prefix_hits): a compiled class parses keywords slower.
         return StepOutcome(
-            step_id=shape.step_id,
-            first_scheduled=tuple(rid for rid, _ in result.first_scheduled),
-            emitted=emitted,
-            finished=tuple(finished),
-            preempted=preempted,
-            kv_events=events,
-            prefix_hits=tuple(hits),
+            shape.step_id,
+            tuple(rid for rid, _ in result.first_scheduled),
+            emitted,
+            tuple(finished),
+            preempted,
+            events,
+            (),
+            tuple(hits),
         )
 
     def _stream(self, rids: list[str]) -> tuple[tuple[TokenEmission, ...], list[str]]:

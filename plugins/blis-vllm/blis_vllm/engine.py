@@ -414,15 +414,17 @@ class VllmEngine:
                 prefix_cache_hits=stats.hits,
             ),
         )
+        # NOTE: positional (step_id, first_scheduled, emitted, finished, preempted,
+        # kv_events, transfers, prefix_hits): a compiled class parses keywords slower.
         return StepOutcome(
-            step_id=shape.step_id,
-            first_scheduled=tuple(out.scheduled_new_reqs),
-            prefix_hits=hits,
-            emitted=emitted,
-            finished=tuple(finished),
-            preempted=tuple(out.preempted_req_ids),
-            kv_events=tuple(self.scheduler.take_events()),
-            transfers=transfers,
+            shape.step_id,
+            tuple(out.scheduled_new_reqs),
+            emitted,
+            tuple(finished),
+            tuple(out.preempted_req_ids),
+            tuple(self.scheduler.take_events()),
+            transfers,
+            hits,
         )
 
     # -- SpanEngine ----------------------------------------------------------------------
