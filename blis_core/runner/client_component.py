@@ -136,6 +136,10 @@ class ClientComponent(Component):
         """The stop rule: the workload is exhausted and every arrival has its fate."""
         return not self._pending and self._exhausted() and self._ledger.in_system == 0
 
+    def stop_rule_met(self) -> bool:
+        """:attr:`done`: the kernel's run ends after the instant that makes it true."""
+        return self.done
+
     def _exhausted(self) -> bool:
         arrivals = self._arrivals
         return self._source.exhausted if arrivals is None else arrivals.exhausted

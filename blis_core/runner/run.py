@@ -720,27 +720,10 @@ def _run_until_done(
     stop rule is checked after every instant. ``tick`` is called every
     :data:`PROGRESS_EVERY` instants and at the end, unless the last call saw it.
     """
-    sim, client = cluster.sim, cluster.client
+    sim = cluster.sim
     sim.horizon_us = horizon_us
-    step = sim.step
-    countdown = PROGRESS_EVERY
-    end_us: int | None = None
-    while not client.done:
-        nxt = sim.peek_us()
-        if nxt is None:
-            break
-        if horizon_us is not None and nxt > horizon_us:
-            end_us = horizon_us
-            break
-        step()
-        if tick is not None:
-            countdown -= 1
-            if not countdown:
-                countdown = PROGRESS_EVERY
-                tick()
-    if tick is not None and countdown != PROGRESS_EVERY:
-        tick()
-    return sim.now_us if end_us is None else end_us
+    # NOTE: the loop runs in the compiled kernel: it asks the client after every instant.
+    return sim.run_until_stopped(cluster.client, horizon_us, tick, PROGRESS_EVERY)
 
 
 @_collecting_less

@@ -43,7 +43,7 @@ when another component acts first at its time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from heapq import heappop, heappush
 from operator import attrgetter
 
@@ -257,6 +257,12 @@ class Component:
         :meth:`quiescent` (:meth:`lookahead_us`); so a component that names its
         receivers must send nothing else before an input changes that."""
         return None
+
+    def stop_rule_met(self) -> bool:
+        """Whether the run may end after the instant just made: what
+        :meth:`Simulation.run_until_stopped` asks of the component it is given, after every
+        instant (the default: never)."""
+        return False
 
     def peer_quiescent(self, name: str) -> bool:
         """Whether the component named ``name`` is :meth:`quiescent` now (``False``
@@ -498,6 +504,46 @@ class Simulation:
             self.step()
         self._now_us = until_us
         return until_us
+
+    def run_until_stopped(
+        self,
+        rule: Component,
+        until_us: int | None = None,
+        tick: Callable[[], None] | None = None,
+        tick_every: int = 1,
+    ) -> int:
+        """Run instants while ``rule.stop_rule_met()`` is false (asked before the first
+        instant and after each), until none is left or the next one is after ``until_us``.
+
+        Returns ``until_us`` when the next instant is after it, else the time of the last
+        instant made (``now_us``; unlike :meth:`run`, the clock is not moved to
+        ``until_us``). ``tick`` is called every ``tick_every`` instants and once at the
+        end, unless the last call was made after the last instant.
+        """
+        if type(tick_every) is not int or tick_every < 1:
+            raise SimulationError(f"run_until_stopped(tick_every={tick_every!r}); must be >= 1")
+        stride = self._stride
+        countdown = tick_every
+        past = False
+        while not rule.stop_rule_met():
+            key = self._top()
+            if key < 0:
+                break
+            if until_us is not None and key // stride > until_us:
+                past = True
+                break
+            self.step()
+            if tick is not None:
+                countdown -= 1
+                if not countdown:
+                    countdown = tick_every
+                    tick()
+        if tick is not None and countdown != tick_every:
+            tick()
+        if past:
+            assert until_us is not None
+            return until_us
+        return self._now_us
 
     def _top(self) -> int:
         """Drop stale heap entries; return the first valid key, or -1 when none."""

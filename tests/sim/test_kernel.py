@@ -269,6 +269,51 @@ def test_run_until_stops_and_sets_now() -> None:
         sim.run(until_us=5)
 
 
+class StopAfter(Recorder):
+    """A ticker whose stop rule is met once it has made ``internals`` internal transitions."""
+
+    def __init__(self, name: str, log: Log, internals: int) -> None:
+        super().__init__(name, log, first_us=0, after_internal=lambda n: n + 10)
+        self.internals = internals
+        self.asked = 0
+
+    def stop_rule_met(self) -> bool:
+        self.asked += 1
+        return sum(1 for e in self.log if e[1] == self.name and e[2] == "internal") >= (
+            self.internals
+        )
+
+
+def test_run_until_stopped_asks_the_rule_before_and_after_every_instant() -> None:
+    log: Log = []
+    rule = StopAfter("r", log, 3)
+    other = Recorder("o", log, first_us=5, after_internal=lambda n: n + 10)
+    sim = Simulation([rule, other])
+    ticks: list[int] = []
+    assert sim.run_until_stopped(rule, None, lambda: ticks.append(sim.now_us), 2) == 20
+    # Instants 0, 5, 10, 15, 20: the rule is met after the one at 20, not before.
+    assert [e[0] for e in log if e[2] == "internal"] == [0, 5, 10, 15, 20]
+    assert rule.asked == 6 and sim.now_us == 20
+    assert ticks == [5, 15, 20]  # every second instant, then once at the end
+    # Met already: no instant is made.
+    assert sim.run_until_stopped(rule) == 20 and len(log) == 10
+
+
+def test_run_until_stopped_ends_at_the_horizon_or_when_nothing_is_left() -> None:
+    log: Log = []
+    rule = StopAfter("r", log, 100)
+    sim = Simulation([rule])
+    ticks: list[int] = []
+    assert sim.run_until_stopped(rule, 25, lambda: ticks.append(sim.now_us), 2) == 25
+    assert [e[0] for e in log if e[2] == "internal"] == [0, 10, 20]
+    assert sim.now_us == 20 and ticks == [10, 20]
+    once = Recorder("once", [], first_us=7)
+    sim = Simulation([once])
+    assert sim.run_until_stopped(once) == 7
+    with pytest.raises(SimulationError, match="tick_every"):
+        sim.run_until_stopped(once, tick_every=0)
+
+
 def test_send_outside_output_is_refused() -> None:
     class Rogue(Component):
         def initial_time_us(self) -> int | None:
