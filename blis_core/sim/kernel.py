@@ -259,9 +259,9 @@ class Component:
         return None
 
     def stop_rule_met(self) -> bool:
-        """Whether the run may end after the instant just made: what
-        :meth:`Simulation.run_until_stopped` asks of the component it is given, after every
-        instant (the default: never)."""
+        """Whether the run may end now: what :meth:`Simulation.run_until_stopped` asks of
+        the component it is given, before the first instant and after every instant (the
+        default: never)."""
         return False
 
     def peer_quiescent(self, name: str) -> bool:
