@@ -98,33 +98,41 @@ for _document in DOCUMENT_CLASSES.values():
     _document.__doc__ = _DOCSTRINGS[_document.__name__]
 
 
+def _as(cls: type[Any], chunk: type[Any], value: Any) -> Any:
+    """``value``'s fields as a ``cls``, a step shape's sequences as ``chunk``s (a
+    contract's classes from a document's, or the other way)."""
+    fields = _fields_of(value)
+    if "seqs" in fields:
+        fields["seqs"] = tuple(chunk(c.new_tokens, c.context_tokens) for c in value.seqs)
+    return cls(**fields)
+
+
 def _step_shape(value: Any, handler: ValidatorFunctionWrapHandler) -> shape.StepShape:
     if isinstance(value, shape.StepShape):
         return value
-    doc: StepShape = handler(value)
-    fields = _fields_of(doc)
-    fields["seqs"] = tuple(shape.SeqChunk(c.new_tokens, c.context_tokens) for c in doc.seqs)
-    return shape.StepShape(**fields)
+    out: shape.StepShape = _as(shape.StepShape, shape.SeqChunk, handler(value))
+    return out
 
 
 def _transfer(value: Any, handler: ValidatorFunctionWrapHandler) -> shape.Transfer:
     if isinstance(value, shape.Transfer):
         return value
-    return shape.Transfer(**_fields_of(handler(value)))
+    out: shape.Transfer = _as(shape.Transfer, shape.SeqChunk, handler(value))
+    return out
 
 
 def _step_shape_document(value: shape.StepShape | StepShape) -> StepShape:
     if isinstance(value, StepShape):
         return value
-    fields = _fields_of(value)
-    fields["seqs"] = tuple(SeqChunk(c.new_tokens, c.context_tokens) for c in value.seqs)
-    return StepShape(**fields)
+    out: StepShape = _as(StepShape, SeqChunk, value)
+    return out
 
 
 def _transfer_document(value: shape.Transfer | Transfer) -> Transfer:
     if isinstance(value, Transfer):
         return value
-    return Transfer(**_fields_of(value))
+    out: Transfer = _as(Transfer, SeqChunk, value)
+    return out
 
 
 STEP_SHAPE_ADAPTER: TypeAdapter[shape.StepShape] = TypeAdapter(
