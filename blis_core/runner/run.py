@@ -297,17 +297,8 @@ def check_pool(
             # plan accepts but the engine cannot run without a stated model).
             factory.build(_pool_spec(pool), env, f"{pool.name}-check")
         except InputRefused as err:
-            by_name = f"deployment.pools.{pool.name}."
             errors.extend(
-                FieldError(
-                    where + "." + e.path[len(by_name) :]
-                    if e.path.startswith(by_name)
-                    else _join(
-                        f"{where}.args", e.path.removeprefix("engine.").removeprefix("args.")
-                    ),
-                    e.value,
-                    e.cause,
-                )
+                FieldError(_pool_error_path(where, pool.name, e.path), e.value, e.cause)
                 for e in err.errors
             )
         except Exception as err:  # a plugin bug: refusals must be InputRefused
@@ -412,6 +403,20 @@ def _floor_errors(scenario: Scenario, data: DataSources) -> list[FieldError]:
                 )
             )
     return errors
+
+
+def _pool_error_path(where: str, pool: str, path: str) -> str:
+    """Where an engine's refusal of pool ``pool`` points in the scenario (``where`` is
+    ``deployment.pools.<i>``; docs/plugins.md "Errors and field paths"): the pool's own
+    fields as ``deployment.pools.<pool>.<field>``, its layout as ``layout[.<degree>]``
+    (``deployment.layout`` is read the same), anything else an engine argument."""
+    by_name = f"deployment.pools.{pool}."
+    if path.startswith(by_name):
+        return f"{where}.{path[len(by_name) :]}"
+    local = path.removeprefix("deployment.")
+    if local == "layout" or local.startswith("layout."):
+        return f"{where}.{local}"
+    return _join(f"{where}.args", path.removeprefix("engine.").removeprefix("args."))
 
 
 def _join(prefix: str, path: str) -> str:

@@ -382,7 +382,7 @@ def resolve_settings(
         if degree != 1:
             errors.append(
                 FieldError(
-                    f"deployment.layout.{name}",
+                    f"layout.{name}",
                     degree,
                     "not modelled by blis-sglang: only tensor parallelism is ported",
                 )

@@ -40,7 +40,14 @@ from blis_core.contracts.errors import FieldError, InputRefused
 from blis_core.contracts.plan import ParallelLayout
 
 from blis_vllm.moe_backend import MOE_BACKENDS, normalize_moe_backend, resolve_expert_path
-from blis_vllm.surface import ENV_ARG, ENVIRONMENT, SERVE_ARGS, field_list, surface_lists
+from blis_vllm.surface import (
+    ENV_ARG,
+    ENVIRONMENT,
+    SERVE_ARGS,
+    field_list,
+    refusal_reason,
+    surface_lists,
+)
 
 __all__ = [
     "INERT_ARGS",
@@ -81,7 +88,6 @@ MODELLED_ARGS: frozenset[str] = frozenset(
         "kv_cache_memory_bytes",
         "tensor_parallel_size",
         "pipeline_parallel_size",
-        "data_parallel_size",
         "moe_backend",
         "stream_interval",
     }
@@ -92,11 +98,8 @@ MODELLED_ARGS: frozenset[str] = frozenset(
 def _not_modelled_args() -> dict[str, str]:
     out: dict[str, str] = {}
     for name, entry in field_list().items():
-        status = str(entry["status"])
-        if status == "refused":
-            out[name] = f"{entry['reason']} ({entry['issue']})"
-        elif status.startswith("out_of_scope:"):
-            out[name] = f"out of scope ({status.split(':', 1)[1]}): {entry['why']}"
+        if entry["status"] != "modelled" and entry["status"] != "proven_inert":
+            out[name] = refusal_reason("fields", name)
     return out
 
 
@@ -322,9 +325,11 @@ def _surface_errors(args: Mapping[str, Any], model: ModelArchitecture) -> list[F
                 FieldError(path, item, f"vLLM 0.33.0 registers no such {list_name} entry")
             )
         elif entry["status"] != "modelled":
-            detail = entry.get("reason") or entry.get("why")
-            issue = f" ({entry['issue']})" if "issue" in entry else ""
-            errors.append(FieldError(path, item, f"not modelled by blis-vllm: {detail}{issue}"))
+            errors.append(
+                FieldError(
+                    path, item, f"not modelled by blis-vllm: {refusal_reason(list_name, item)}"
+                )
+            )
     return errors
 
 
@@ -372,7 +377,6 @@ def resolve_settings(
     for name, degree in (
         ("tensor_parallel_size", layout.tp),
         ("pipeline_parallel_size", layout.pp),
-        ("data_parallel_size", layout.dp),
     ):
         if name in args and args[name] != degree:
             errors.append(
@@ -383,7 +387,7 @@ def resolve_settings(
     if model.num_attention_heads % layout.tp:
         errors.append(
             FieldError(
-                "deployment.layout.tp",
+                "layout.tp",
                 layout.tp,
                 f"Total number of attention heads ({model.num_attention_heads}) must be divisible "
                 f"by tensor parallel size ({layout.tp}).",
@@ -939,12 +943,15 @@ def _resolve_kv_transfer(cfg: Any, errors: list[FieldError]) -> tuple[str | None
             )
         )
     if connector is not None and connector not in _MODELLED_CONNECTORS:
+        registered = connector in surface_lists()["kv_connectors"]
         errors.append(
             FieldError(
                 f"{path}.kv_connector",
                 connector,
-                f"KV connector {connector!r} is not modelled by blis-vllm (modelled: "
-                f"{', '.join(_MODELLED_CONNECTORS)}; issue #4)",
+                f"not modelled by blis-vllm: {refusal_reason('kv_connectors', connector)}"
+                if registered
+                else f"vLLM 0.33.0 registers no such KV connector (blis-vllm models "
+                f"{', '.join(_MODELLED_CONNECTORS)})",
             )
         )
     device = cfg.get("kv_buffer_device", "cuda")

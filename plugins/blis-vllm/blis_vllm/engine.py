@@ -92,7 +92,7 @@ from blis_vllm.scheduler import (
 )
 from blis_vllm.span import SpanOffer, SpanPlanner
 from blis_vllm.steady import SteadyDecode
-from blis_vllm.surface import surface_statuses
+from blis_vllm.surface import refusal_reason, surface_statuses
 from blis_vllm.version import ENGINE_KIND, PLUGIN_VERSION, UPSTREAM_RELEASE
 
 if TYPE_CHECKING:
@@ -857,8 +857,9 @@ class VllmEngineFactory:
             raise InputRefused.one(
                 "engine.args.speculative_config.method",
                 method,
-                f"{method} speculative decoding: planned but not run yet by blis-vllm "
-                f"(modelled: {', '.join(sorted(_MODELLED_SPEC_METHODS))}; issue #4)",
+                f"{method} speculative decoding is not run by blis-vllm: "
+                f"{refusal_reason('speculative_methods', method)} "
+                f"(modelled: {', '.join(sorted(_MODELLED_SPEC_METHODS))})",
             )
         if method is not None and spec.acceptance is None:
             raise InputRefused.one(
@@ -870,9 +871,9 @@ class VllmEngineFactory:
             )
         if spec.layout.dp > 1:
             raise InputRefused.one(
-                "deployment.layout",
-                spec.layout.model_dump(),
-                "data parallelism is not modelled yet by blis-vllm (issue #4)",
+                "layout.dp",
+                spec.layout.dp,
+                f"not modelled by blis-vllm: {refusal_reason('fields', 'data_parallel_size')}",
             )
         partial = build_partial_plan(settings, model, hw, env)
         plan = decide_kv_budget(partial, settings, hw, env)

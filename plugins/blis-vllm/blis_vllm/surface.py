@@ -26,6 +26,7 @@ from typing import Any
 from blis_core.contracts import load_packaged_yaml
 
 __all__ = [
+    "BACKLOG_LABELS",
     "ENVIRONMENT",
     "ENV_ARG",
     "FIELD_STATUSES",
@@ -33,6 +34,7 @@ __all__ = [
     "SERVE_ARGS",
     "SURFACE_STATUSES",
     "field_list",
+    "refusal_reason",
     "status_of",
     "surface_lists",
     "surface_statuses",
@@ -61,6 +63,11 @@ SURFACE_STATUSES = frozenset(
 
 FIELD_STATUSES = SURFACE_STATUSES | {"proven_inert"}
 """The statuses a configuration field may have (design §4)."""
+
+BACKLOG_LABELS = frozenset({"blis-vllm#surface"})
+"""The labels a ``refused`` item's ``issue`` may name: the port's backlog of upstream
+surface not modelled yet. A refusal never cites a closed issue (design §4.1: an issue
+cited by a refusal stays open until the last citation is removed)."""
 
 SERVE_ARGS: Mapping[str, str] = {
     "api_server_count": "vllm serve --api-server-count (vllm/entrypoints/common/cli_args.py): "
@@ -112,6 +119,22 @@ def status_of(list_name: str, item: str) -> str | None:
     items = field_list() if list_name == "fields" else surface_lists().get(list_name, {})
     entry = items.get(item)
     return None if entry is None else str(entry["status"])
+
+
+def refusal_reason(list_name: str, item: str) -> str:
+    """Why blis-vllm refuses ``item`` of ``list_name`` (``fields`` too), as its lists say:
+    a ``refused`` item's reason and the backlog label it is tracked under (never a closed
+    issue: ``tests/test_surface.py`` holds every label to :data:`BACKLOG_LABELS`); an
+    ``out_of_scope:*`` item's kind and why. ``KeyError`` for an item upstream lacks or
+    one that is modelled or proven inert (nothing to refuse)."""
+    items = field_list() if list_name == "fields" else surface_lists()[list_name]
+    entry = items[item]
+    status = str(entry["status"])
+    if status == "refused":
+        return f"{entry['reason']} ({entry['issue']})"
+    if status.startswith("out_of_scope:"):
+        return f"out of scope ({status.split(':', 1)[1]}): {entry['why']}"
+    raise KeyError(f"{list_name}.{item} is {status}: nothing to refuse")
 
 
 def surface_statuses() -> dict[str, dict[str, str]]:

@@ -67,7 +67,7 @@ def test_upstream_refusals_carry_upstream_messages() -> None:
     with pytest.raises(InputRefused) as exc:
         _resolve(tp=3, max_model_len=8192)
     causes = _causes(exc)
-    assert causes["deployment.layout.tp"] == (
+    assert causes["layout.tp"] == (
         "Total number of attention heads (32) must be divisible by tensor parallel size (3)."
     )
     assert causes["engine.args.max_model_len"].startswith(

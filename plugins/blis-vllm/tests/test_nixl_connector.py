@@ -101,6 +101,11 @@ def test_decode_side_computes_only_the_last_prompt_token() -> None:
             "kv_connector",
             "not modelled",
         ),
+        (
+            {"kv_connector": "AcmeConnector", "kv_role": "kv_both"},
+            "kv_connector",
+            "vLLM 0.33.0 registers no such KV connector",
+        ),
         ({"kv_connector": "NixlConnector"}, "kv_role", "Please specify kv_role"),
         ({"kv_connector": "NixlConnector", "kv_role": "kv_x"}, "kv_role", "Unsupported kv_role"),
         ({**NIXL, "kv_buffer_device": "cpu"}, "kv_buffer_device", "only 'cuda'"),

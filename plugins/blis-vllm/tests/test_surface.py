@@ -40,11 +40,13 @@ from blis_vllm.config import (
 from blis_vllm.engine import VllmEngineFactory
 from blis_vllm.planning import select_attention_backend
 from blis_vllm.surface import (
+    BACKLOG_LABELS,
     FIELD_STATUSES,
     LIST_NAMES,
     SERVE_ARGS,
     SURFACE_STATUSES,
     field_list,
+    refusal_reason,
     surface_lists,
     surface_statuses,
 )
@@ -156,7 +158,6 @@ _MODELLED_SAMPLES: dict[str, Any] = {
     "scheduler_reserve_full_isl": False,
     "tensor_parallel_size": 1,
     "pipeline_parallel_size": 1,
-    "data_parallel_size": 1,
     "moe_backend": "Marlin",  # a dense model has no MoE layer: accepted, as upstream does
     "stream_interval": 20,
 }
@@ -403,3 +404,71 @@ def test_an_environment_variable_not_modelled_is_refused_by_name() -> None:
     with pytest.raises(InputRefused) as info:
         _resolve(env=["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0"])
     assert info.value.errors[0].path == "engine.args.env"
+
+
+def test_refusals_cite_only_the_backlog_never_a_numbered_issue() -> None:
+    """Design §4.1: an issue cited by a refusal stays open until the last citation goes.
+    The port's refusals name its backlog label, not a numbered issue that may close
+    (issue 4, the port itself, closed while 52 refusals still cited it)."""
+    import re
+
+    cited = {
+        f"{name}.{item}": e["issue"]
+        for name, items in [*LISTS.items(), ("fields", FIELDS)]
+        for item, e in items.items()
+        if "issue" in e
+    }
+    assert cited
+    assert not {k: v for k, v in cited.items() if v not in BACKLOG_LABELS}
+    numbered = re.compile(r"\bissue #?\d|#\d+\)", re.IGNORECASE)
+    sources = sorted((PLUGIN_ROOT / "blis_vllm").rglob("*.py"))
+    assert sources
+    hits = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sources
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if numbered.search(line)
+    ]
+    assert not hits, hits
+
+
+def test_refusal_reason_reads_the_lists() -> None:
+    reason = refusal_reason("kv_connectors", "LMCacheConnectorV1")
+    assert reason == f"{LISTS['kv_connectors']['LMCacheConnectorV1']['reason']} (blis-vllm#surface)"
+    assert refusal_reason("fields", "data_parallel_size").endswith("(blis-vllm#surface)")
+    assert refusal_reason("attention_backends", "AMX_MLA").startswith("out of scope (hardware): ")
+    with pytest.raises(KeyError):
+        refusal_reason("kv_connectors", "NixlConnector")  # modelled: nothing to refuse
+
+
+def test_a_data_parallel_pool_is_refused_at_its_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """data_parallel_size is refused off 1 (the port runs no DP ranks); a pool whose
+    layout asks dp > 1 is refused there, and the host reports the pool's layout field,
+    not an engine argument."""
+    with pytest.raises(InputRefused) as exc:
+        _resolve(data_parallel_size=2)
+    assert "engine.args.data_parallel_size" in {e.path for e in exc.value.errors}
+    scenario = PLUGIN_ROOT / "tests" / "_dp_scenario.yaml"
+    scenario.write_text(
+        "name: dp\n"
+        "deployment:\n"
+        "  pools:\n"
+        "  - name: pool\n"
+        "    engine: {kind: vllm, version: 0.33.0}\n"
+        "    model: meta-llama/Llama-3.1-8B-Instruct\n"
+        "    hardware: H100-SXM\n"
+        "    layout: {tp: 1, dp: 2}\n"
+        "workload:\n"
+        "  arrival: {process: poisson, rate_per_s: 5}\n"
+        "  input_len: {family: fixed, value: 64}\n"
+        "  output_len: {family: fixed, value: 8}\n"
+        "  num_requests: 4\n",
+        encoding="utf-8",
+    )
+    try:
+        assert main(["run", str(scenario)]) != 0
+    finally:
+        scenario.unlink()
+    err = capsys.readouterr().err
+    assert "deployment.pools.0.layout.dp: 2: not modelled by blis-vllm: data parallelism" in err
+    assert "args.deployment" not in err and "issue #" not in err
