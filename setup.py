@@ -39,11 +39,10 @@ COMPILED = (
 the kernel's instants and lookahead, the components' transitions and run-ahead, the
 ledger's per-report work, the scrape histograms and the step's price.
 
-``contracts/shape.py`` (``StepShape``, built every step) is not compiled: pydantic
-validates it (``STEP_SHAPE_ADAPTER``, ``blis cost price --shape``) by making the instance
-through the type's ``__new__`` without arguments and then setting its fields, which a
-compiled dataclass refuses (its ``__new__`` runs an explicit ``__init__``; with the one
-``dataclasses`` writes it has neither ``__slots__`` nor ``__dict__``), and its JSON Schema
-(``blis schema``) would lose the item types and the descriptions."""
+``contracts/shape.py`` (``StepShape``, built every step) is compiled too: pydantic cannot
+build a compiled dataclass (it makes the instance through ``__new__`` without arguments and
+then sets its fields), so documents (``blis cost price --shape``, ``blis schema``) are
+validated into the plain classes of ``contracts/shape_schema.py`` and then turned into the
+contract's."""
 
 setup(**mypyc_setup("blis-core", HERE, COMPILED, group="blis_core_native"))

@@ -370,7 +370,9 @@ def _partial_result(args: argparse.Namespace) -> Any:
     try:
         partial = Result.model_validate_json(_read_text(path, "--out"))
     except ValidationError as err:
-        raise InputRefused(_validation_errors(err), str(path)) from None
+        from blis_core.io.scenario import field_errors
+
+        raise InputRefused(field_errors(err), str(path)) from None
     if partial.incomplete is None:
         raise InputRefused.one("--resume", str(path), "holds a complete Result: nothing to resume")
     return partial
@@ -794,7 +796,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     try:
         space = SearchSpace.model_validate(doc)
     except ValidationError as err:
-        raise InputRefused(_validation_errors(err), str(path)) from None
+        from blis_core.io.scenario import field_errors
+
+        raise InputRefused(field_errors(err, doc), str(path)) from None
     base_path = None if space.base is None else str(path.parent / space.base)
     base, _ = read_scenario_data(base_path)
     base_dir = Path(base_path).resolve().parent if base_path else None
@@ -1643,7 +1647,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_refusal(err)
         return 2
     except ValidationError as err:
-        _print_refusal(InputRefused(_validation_errors(err), "arguments"))
+        from blis_core.io.scenario import field_errors
+
+        _print_refusal(InputRefused(field_errors(err), "arguments"))
         return 2
     except KeyboardInterrupt:
         print("blis: interrupted; nothing was written", file=sys.stderr)
@@ -1665,13 +1671,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _terminate(signum: int, frame: object) -> None:
     """SIGTERM ends a run as Ctrl-C does: finished replications are kept."""
     raise KeyboardInterrupt
-
-
-def _validation_errors(err: ValidationError) -> list[FieldError]:
-    return [
-        FieldError(".".join(str(x) for x in e["loc"]), e.get("input"), e["msg"])
-        for e in err.errors()
-    ]
 
 
 def _raised_in(err: BaseException) -> str:

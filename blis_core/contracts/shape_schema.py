@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any
 
-from pydantic import PlainSerializer, TypeAdapter, ValidatorFunctionWrapHandler
+from pydantic import ConfigDict, PlainSerializer, TypeAdapter, ValidatorFunctionWrapHandler
 from pydantic.functional_validators import WrapValidator
 
 from blis_core.contracts import shape
@@ -41,14 +41,22 @@ def _chunk_document(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     return handler(value)
 
 
+_DOCUMENT_CONFIG = ConfigDict(extra="forbid")
+"""A key the contract does not define is refused by name, not ignored."""
+
+
 @dataclass(frozen=True, slots=True)
 class SeqChunk:
+    __pydantic_config__ = _DOCUMENT_CONFIG
+
     new_tokens: int
     context_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
 class StepShape:
+    __pydantic_config__ = _DOCUMENT_CONFIG
+
     step_id: int
     mode: StepMode
     seqs: tuple[Annotated[SeqChunk, WrapValidator(_chunk_document)], ...]
@@ -65,6 +73,8 @@ class StepShape:
 
 @dataclass(frozen=True, slots=True)
 class Transfer:
+    __pydantic_config__ = _DOCUMENT_CONFIG
+
     transfer_id: str
     request_id: str
     src: str

@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 from pydantic import ValidationError
 
-from blis_core.contracts.errors import FieldError, InputRefused
+from blis_core.contracts.errors import InputRefused
 from blis_core.contracts.plan import GraphMode, LayerKind, ParallelLayout, PoolPlan
 from blis_core.contracts.shape import StepShape
 from blis_core.contracts.shape_schema import STEP_SHAPE_ADAPTER
@@ -35,6 +35,7 @@ from blis_core.cost.fit import BOOTSTRAP_RESAMPLES, fit_vidur
 from blis_core.cost.plans import default_plan
 from blis_core.cost.registry import Registry, entries_to_yaml_doc, load_registry
 from blis_core.cost.roofline import peak_flops
+from blis_core.io.scenario import field_errors
 
 __all__ = ["main", "register_cli"]
 
@@ -272,13 +273,7 @@ def _read_shape(path: Path) -> StepShape:
     try:
         return STEP_SHAPE_ADAPTER.validate_python(raw)
     except ValidationError as exc:
-        raise InputRefused(
-            [
-                FieldError("shape." + ".".join(str(p) for p in e["loc"]), e.get("input"), e["msg"])
-                for e in exc.errors()
-            ],
-            str(path),
-        ) from None
+        raise InputRefused(field_errors(exc, raw, "shape"), str(path)) from None
 
 
 def _cost_price(args: argparse.Namespace) -> int:

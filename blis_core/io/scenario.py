@@ -36,7 +36,7 @@ def field_errors(err: ValidationError, data: object = None, prefix: str = "") ->
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
         cause = e["msg"]
-        if e["type"] == "extra_forbidden":
+        if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             cause = "unknown field (not part of this document)"
         elif e["type"] == "missing":
             cause = "required field is missing"

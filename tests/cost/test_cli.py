@@ -93,6 +93,17 @@ def test_refusals_exit_2_without_traceback(
             "--shape", str(bad)]  # fmt: skip
     assert main(args) == 2
     assert "shape.padded_tokens" in capsys.readouterr().err
+    # Each problem by name: a missing field without the whole document as its value, an
+    # unknown key (a misspelt field would otherwise be dropped silently) refused.
+    bad.write_text(json.dumps({"step_id": 1, "mode": "mixed", "padded_tokns": 5,
+                               "seqs": [{"new_tokens": 5, "context": 0}]}))  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "shape.padded_tokens: None: required field is missing" in err
+    assert "shape.padded_tokns: 5: unknown field (not part of this document)" in err
+    assert "shape.seqs.0.context: 0: unknown field (not part of this document)" in err
+    assert "shape.seqs.0.context_tokens: None: required field is missing" in err
+    assert "'mode'" not in err
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     assert main(["catalog", "add-model", str(cfg), "--id", "x/y"]) == 2
