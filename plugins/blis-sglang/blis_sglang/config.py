@@ -428,7 +428,6 @@ def resolve_settings(
     kv_dtype = _typed(args, "kv_cache_dtype", str, errors) or "auto"
     backend = _typed(args, "attention_backend", str, errors)
     moe_arg = _typed(args, "moe_runner_backend", str, errors)
-    eviction = _typed(args, "radix_eviction_policy", str, errors) or "lru"
     bs_list = args.get("cuda_graph_bs_decode")
     buckets = _metric_buckets(args, errors)
 
@@ -538,14 +537,6 @@ def resolve_settings(
                 _path("schedule_conservativeness"),
                 conservativeness,
                 "schedule_conservativeness must be non-negative",
-            )
-        )
-    if eviction != "lru":
-        errors.append(
-            FieldError(
-                _path("radix_eviction_policy"),
-                eviction,
-                "not modelled by blis-sglang: only lru eviction is ported",
             )
         )
     if kv_dtype not in _KV_CACHE_DTYPES:
