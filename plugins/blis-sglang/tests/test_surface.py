@@ -128,3 +128,73 @@ def test_the_field_list_reads_as_the_pure_python_loader_reads_it() -> None:
     pure-Python parser's time on every run's planning); it must give the same table."""
     text = resources.files("blis_sglang").joinpath("data/fields.yaml").read_text()
     assert field_list() == yaml.safe_load(text)["fields"]
+
+
+#: a value other than its upstream default for every ``modelled`` field: each must run
+_MODELLED_VALUES: dict[str, object] = {
+    "abort_on_priority_when_disabled": True,
+    "attention_backend": "triton",
+    "bucket_e2e_request_latency": [0.5, 100.0],
+    "bucket_inter_token_latency": [0.01, 0.5],
+    "bucket_time_to_first_token": [0.1, 1.0],
+    "chunked_prefill_size": 1024,
+    "context_length": 2048,
+    "cuda_graph_bs_decode": [1, 2, 4, 8],
+    "cuda_graph_max_bs_decode": 32,
+    "decode_log_interval": 20,
+    "default_priority_value": 3,
+    "disable_cuda_graph": True,
+    "disable_cuda_graph_padding": True,
+    "disable_overlap_schedule": True,
+    "disable_prefill_cuda_graph": True,
+    "disable_priority_preemption": True,
+    "disable_radix_cache": True,
+    "enable_mixed_chunk": True,
+    "enable_priority_scheduling": True,
+    "generation_tokens_buckets": ["tse", "100", "2", "4"],
+    "kv_cache_dtype": "bfloat16",
+    "kv_events_config": '{"publisher": "zmq"}',
+    "max_prefill_tokens": 8192,
+    "max_queued_requests": 100,
+    "max_running_requests": 64,
+    "max_total_tokens": 100_000,
+    "mem_fraction_static": 0.8,
+    "model_path": "meta-llama/Llama-2-7b-hf",
+    "moe_runner_backend": "triton",
+    "page_size": 16,
+    "priority_scheduling_preemption_threshold": 5,
+    "prompt_tokens_buckets": ["default"],
+    "random_seed": 7,
+    "retraction_policy": "priority",
+    "schedule_conservativeness": 0.5,
+    "schedule_low_priority_values_first": True,
+    "schedule_policy": "lpm",
+    "stream_interval": 4,
+    "tp_size": 2,
+}
+#: what SGLang requires beside some of those values (its own start-up conditions)
+_COMPANIONS: dict[str, dict[str, object]] = {
+    "retraction_policy": {"enable_priority_scheduling": True},
+}
+
+
+def test_every_modelled_field_runs_off_its_default(
+    blis_environment: Callable[[str], Environment],
+) -> None:
+    """A field listed ``modelled`` runs with a value other than its default (one that
+    only its default ever ran is ``refused`` by name, as radix_eviction_policy is)."""
+    fields = field_list()
+    listed = {n for n, e in fields.items() if e["status"] == "modelled"}
+    assert listed == set(_MODELLED_VALUES)
+    for name, value in _MODELLED_VALUES.items():
+        assert value != fields[name].get("default"), name
+        spec = EnginePoolSpec(
+            pool="p",
+            model="meta-llama/Llama-2-7b-hf",
+            hardware="H100-SXM",
+            layout=ParallelLayout(tp=2 if name == "tp_size" else 1),
+            args={name: value, **_COMPANIONS.get(name, {})},
+        )
+        env = blis_environment("surface-0")
+        SglangEngineFactory().plan(spec, env)
+        SglangEngineFactory().build(spec, env, "p-0")
