@@ -472,3 +472,18 @@ def test_a_data_parallel_pool_is_refused_at_its_layout(capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "deployment.pools.0.layout.dp: 2: not modelled by blis-vllm: data parallelism" in err
     assert "args.deployment" not in err and "issue #" not in err
+
+
+def test_the_lists_modelled_connectors_and_methods_are_the_ones_that_run() -> None:
+    """What ``blis surface vllm`` lists as modelled is what the engine accepts: the KV
+    connectors kv_transfer_config takes (NixlPullConnector is vLLM 0.33.0's NixlConnector,
+    ``NixlConnector = NixlPullConnector`` in ``nixl/connector.py``) and the speculative
+    methods the engine runs."""
+    from blis_vllm.config import _MODELLED_CONNECTORS
+    from blis_vllm.engine import _MODELLED_SPEC_METHODS
+
+    def modelled(list_name: str) -> set[str]:
+        return {n for n, e in LISTS[list_name].items() if e["status"] == "modelled"}
+
+    assert modelled("kv_connectors") == set(_MODELLED_CONNECTORS)
+    assert modelled("speculative_methods") == set(_MODELLED_SPEC_METHODS)
