@@ -85,8 +85,14 @@ def _pct(value: float) -> str:
     return f"{value * 100:+.0f} %"
 
 
-def summary(by_point: dict[str, dict[tuple[str, str], dict[str, Any]]], ids: list[str]) -> str:
-    """The set's figures (``--summary``)."""
+def summary(
+    by_point: dict[str, dict[tuple[str, str], dict[str, Any]]],
+    ids: list[str],
+    verdicts: dict[str, dict[str, Any]] | None = None,
+) -> str:
+    """The set's figures (``--summary``); with the score's ``points`` (``verdicts``), how
+    many BLIS's Result called overloaded (a growing backlog) and queue-bound (requests
+    waiting over half their time for a first engine step: a burst's backlog)."""
     lines = [f"points: {len(ids)}"]
     for label, chosen in (("all", ids), ("prefill-heavy", [i for i in ids if _heavy(i)])):
         if not chosen:
@@ -113,6 +119,13 @@ def summary(by_point: dict[str, dict[tuple[str, str], dict[str, Any]]], ids: lis
     lines.append(f"capacity within ±5 %: {len(capacity)} {sorted(capacity)}")
     lines.append(f"mean TPOT within ±10 %: {len(tpot_ok)} {sorted(tpot_ok)}")
     lines.append(f"both: {len(both)} {both}")
+    if verdicts is not None:
+        over = [i for i in ids if verdicts.get(i, {}).get("simulated_overloaded")]
+        queued = [i for i in ids if verdicts.get(i, {}).get("simulated_queue_bound")]
+        lines.append(
+            f"simulated verdict: overloaded {len(over)}, queue-bound {len(queued)}, "
+            f"neither {len(ids) - len(set(over) | set(queued))}"
+        )
     return "\n".join(lines)
 
 
@@ -178,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        by_point = records_by_point(json.loads(args.score.read_text()))
+        score = json.loads(args.score.read_text())
+        by_point = records_by_point(score)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         parser.error(f"{args.score}: not a `blis score --json` document ({exc})")
     try:
@@ -204,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.write_record} ({len(scored)} points)")
         return 0
     if args.summary:
-        print(summary(by_point, scored))
+        points = score.get("points")
+        print(summary(by_point, scored, points if isinstance(points, dict) else None))
         return 0
     print(HEADER)
     for point_id in scored:

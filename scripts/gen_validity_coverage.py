@@ -6,7 +6,9 @@ beside the repository, or the folder given) and prints the ``coverage`` axes of
 successful request), the peak number of requests in flight and the peak in-flight KV
 footprint as a fraction of the KV capacity vLLM reported, both measured the way
 :mod:`blis_core.metrics.envelope` measures a simulated run (arrival, first token =
-arrival + TTFT, end = arrival + E2E).
+arrival + TTFT, end = arrival + E2E); and ``ttft_share_max``, the largest mean TTFT over
+mean E2E of a run, which bounds its mean wait for a first engine step from above (a
+queue-bound simulated run waited over half its time: ``blis_core/runner/validity.py``).
 
     python scripts/gen_validity_coverage.py [DIR]
 """
@@ -30,6 +32,7 @@ def coverage(folder: Path) -> dict[str, Any]:
     outs: list[int] = []
     peak_in_flight = 0
     peak_occupancy = 0.0
+    ttft_share = 0.0
     runs = []
     for path in sorted((folder / "replay").glob("*.json")):
         if path.name.endswith("_ground_truth.json"):
@@ -53,6 +56,9 @@ def coverage(folder: Path) -> dict[str, Any]:
         outs += n_out
         peak_in_flight = max(peak_in_flight, count)
         peak_occupancy = max(peak_occupancy, kv / capacity)
+        ttft_share = max(
+            ttft_share, sum(t["ttft_s"] for _, t in ok) / sum(t["e2e_s"] for _, t in ok)
+        )
         runs.append(path.stem)
     return {
         "runs": len(runs),
@@ -62,6 +68,7 @@ def coverage(folder: Path) -> dict[str, Any]:
             "in_flight_per_instance": [0, peak_in_flight],
             "kv_occupancy": [0.0, round(peak_occupancy, 3)],
         },
+        "ttft_share_max": round(ttft_share, 4),
     }
 
 

@@ -82,10 +82,16 @@ def test_the_summary_counts_the_sets_errors_and_leaves_out_what_is_excluded(
             _record(unit, "completed_per_s", "rate", 1.0, 1.0 * tok),
         ]
     score = tmp_path / "score.json"
-    score.write_text(json.dumps({"records": records}))
+    verdicts = {
+        ids[0]: {"simulated_overloaded": False, "simulated_queue_bound": True},
+        ids[1]: {"simulated_overloaded": True, "simulated_queue_bound": False},
+        ids[2]: {"simulated_overloaded": False, "simulated_queue_bound": False},
+    }
+    score.write_text(json.dumps({"records": records, "points": verdicts}))
     out = _run("public_points_table.py", str(score), "--dataset", str(data), "--summary")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
+    assert lines[-1] == "simulated verdict: overloaded 1, queue-bound 1, neither 1"
     assert lines[0] == "points: 3"
     assert lines[1].startswith("all (3): output tok/s median +10 % (+1 % to +50 %)")
     assert "more than +20 % in 1 (+50 % to +50 %)" in lines[1]

@@ -234,6 +234,11 @@ class OperatingPoint(Document):
     in_flight_per_instance: float
     kv_occupancy: float
     overloaded: bool
+    queue_share: float = Field(
+        default=0.0,
+        description="the completed requests' mean wait for their first engine step over "
+        "their mean E2E; above 0.5 the run is queue-bound",
+    )
 
 
 class CoefficientInterval(Document):

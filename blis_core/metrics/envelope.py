@@ -11,6 +11,11 @@ computed from what every run records, measured or simulated, with one definition
   first token to its end) — an upper bound of what the engine holds (shared prefixes are
   counted once per request).
 
+Beside them, a simulated run's ``queue_share``: the completed requests' mean wait for the
+first engine step that computes them over their mean E2E (the ledger's ``scheduled_us``;
+a measured run does not record it, but its mean TTFT, which includes the wait, bounds it
+from above).
+
 Peaks are exact for these piecewise-linear footprints: a sweep over arrivals, first
 tokens and ends keeps the running value and slope and reads the maxima just before each
 event.
@@ -27,7 +32,7 @@ import numpy as np
 from blis_core.metrics.fated import FATE_CODES, Fate
 from blis_core.metrics.ledger import RequestLedger
 
-__all__ = ["OperatingPoint", "in_flight_peaks", "operating_point"]
+__all__ = ["OperatingPoint", "in_flight_peaks", "operating_point", "queue_share"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,7 @@ class OperatingPoint:
     output_tokens: float
     peak_in_flight: int
     peak_kv_tokens: float
+    queue_share: float = 0.0
 
 
 _SWEEP_CHUNK = 1 << 16
@@ -123,7 +129,21 @@ def operating_point(ledger: RequestLedger, end_us: int) -> OperatingPoint:
         output_tokens=n_out / completed if completed else 0.0,
         peak_in_flight=peak_count,
         peak_kv_tokens=peak_kv,
+        queue_share=queue_share(ledger),
     )
+
+
+def queue_share(ledger: RequestLedger) -> float:
+    """The completed requests' mean wait for their first engine step over their mean E2E
+    (those whose first step is known; 0 when none): above one half they waited longer
+    than they then took to finish."""
+    fated = ledger.fated
+    arrival = fated.column("arrival_us")
+    scheduled = fated.column("scheduled_us")
+    done = (fated.column("fate") == FATE_CODES[Fate.COMPLETED]) & (scheduled >= 0)
+    e2e = float((fated.column("last_token_us")[done] - arrival[done]).sum())
+    wait = float((scheduled[done] - arrival[done]).sum())
+    return wait / e2e if e2e > 0 else 0.0
 
 
 def _requests_in_flight(

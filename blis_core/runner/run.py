@@ -1304,11 +1304,13 @@ def _run_point(cluster: _Cluster, end_us: int, overloaded: bool) -> RunPoint:
         in_flight_per_instance=point.peak_in_flight / max(len(cluster.engines), 1),
         kv_occupancy=point.peak_kv_tokens / capacity if capacity else 0.0,
         overloaded=overloaded,
+        queue_share=point.queue_share,
     )
 
 
 def _worst(points: Sequence[RunPoint]) -> RunPoint | None:
-    """Means of the per-request lengths, maxima of the peaks, any overload."""
+    """Means of the per-request lengths, maxima of the peaks and queue shares, any
+    overload."""
     if not points:
         return None
     n = len(points)
@@ -1318,6 +1320,7 @@ def _worst(points: Sequence[RunPoint]) -> RunPoint | None:
         in_flight_per_instance=max(p.in_flight_per_instance for p in points),
         kv_occupancy=max(p.kv_occupancy for p in points),
         overloaded=any(p.overloaded for p in points),
+        queue_share=max(p.queue_share for p in points),
     )
 
 

@@ -12,7 +12,7 @@ from blis_core.contracts.cost import load_packaged_yaml
 from blis_core.contracts.result import AxisExcursion, Validity
 from blis_core.contracts.scenario import Scenario
 
-__all__ = ["RunPoint", "overload_record", "validity_of"]
+__all__ = ["QUEUE_BOUND_SHARE", "RunPoint", "overload_record", "validity_of"]
 
 
 @lru_cache(maxsize=2)
@@ -55,6 +55,22 @@ class RunPoint:
     in_flight_per_instance: float
     kv_occupancy: float
     overloaded: bool
+    queue_share: float = 0.0
+    """The completed requests' mean wait for their first engine step over their mean E2E
+    (``blis_core.metrics.envelope.queue_share``)."""
+
+    @property
+    def queue_bound(self) -> bool:
+        """The requests waited longer, on average, than they then took to finish: a
+        backlog past what the engines run at once (a burst's drains, but it is there)."""
+        return self.queue_share > QUEUE_BOUND_SHARE
+
+
+QUEUE_BOUND_SHARE = 0.5
+"""The queue share above which a run is queue-bound (outside the domain on ``load``, its
+reason quoting the public saturated runs' record): BLIS's own line, not a fitted one; the
+measured runs stay under ``validity.yaml``'s ``ttft_share_max``, two hundredths. The wait
+counts the frontend's time too, so a finer line would flag short requests, not queues."""
 
 
 def validity_of(
@@ -92,7 +108,15 @@ def validity_of(
             )
     excursions = _excursions(point, domain["coverage"]) if point is not None else []
     for e in excursions:
-        if e.axis == "load":
+        if e.axis == "load" and point is not None and not point.overloaded:
+            reasons.append(
+                f"load: the run is queue-bound (its requests waited {point.queue_share * 100:.0f}"
+                " % of their time, on average, for their first engine step: a backlog past "
+                "what the engines run at once); no measured run was (their mean TTFT, the "
+                f"wait included, was at most {domain['coverage']['ttft_share_max'] * 100:.1f}"
+                " % of their mean E2E); " + overload_record()
+            )
+        elif e.axis == "load":
             reasons.append(
                 "load: the run is overloaded (its backlog grows); no measured run was; "
                 + overload_record()
@@ -111,6 +135,6 @@ def _excursions(point: RunPoint, coverage: dict[str, Any]) -> list[AxisExcursion
         value = float(getattr(point, axis))
         if value < low * (1 - margin) or value > high * (1 + margin):
             out.append(AxisExcursion(axis=axis, value=value, low=low, high=high))
-    if point.overloaded and not coverage["saturated"]:
+    if (point.overloaded or point.queue_bound) and not coverage["saturated"]:
         out.append(AxisExcursion(axis="load", value=1.0, low=0.0, high=0.0))
     return out

@@ -131,6 +131,7 @@ class PointScore:
     wall_s: float
     result_hash: str = ""
     overloaded: bool | None = None
+    queue_bound: bool | None = None
 
 
 def regime_of(point: MeasuredPoint) -> str:
@@ -248,6 +249,7 @@ def score_point(point: MeasuredPoint, options: ScoreOptions) -> PointScore:
         if meas:
             cdfs[metric] = {"measured": tuple(meas), "simulated": tuple(sim)}
     overloaded = any(r.overloaded for r in result.replications)
+    loaded = any(e.axis == "load" for e in result.validity.excursions)
     return PointScore(
         unit=point.unit,
         grade=grade,
@@ -261,6 +263,8 @@ def score_point(point: MeasuredPoint, options: ScoreOptions) -> PointScore:
         wall_s=time.perf_counter() - started,
         result_hash=result.content_hash,
         overloaded=overloaded,
+        # outside the domain on load without a growing backlog: queue-bound (validity.py)
+        queue_bound=loaded and not overloaded,
     )
 
 
@@ -337,6 +341,7 @@ def build_report(scores: Sequence[PointScore], build: str, data: Sequence[str]) 
             "status": s.status,
             "reason": s.reason,
             "simulated_overloaded": s.overloaded,
+            "simulated_queue_bound": s.queue_bound,
             "result_hash": s.result_hash,
             "wall_s": round(s.wall_s, 3),
         }

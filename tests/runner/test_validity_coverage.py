@@ -38,6 +38,7 @@ def test_a_point_inside_every_range_leaves_no_axis() -> None:
         ({"in_flight_per_instance": 400}, "in_flight_per_instance"),
         ({"kv_occupancy": 0.95}, "kv_occupancy"),
         ({"overloaded": True}, "load"),
+        ({"queue_share": 0.6}, "load"),
     ],
 )
 def test_each_axis_left_is_named_with_value_and_range(change: dict[str, Any], axis: str) -> None:
@@ -78,6 +79,7 @@ def test_the_recorded_coverage_is_what_the_measured_runs_give() -> None:
     recorded = yaml.safe_load((ROOT / "blis_core" / "data" / "validity.yaml").read_text())
     assert computed["runs"] == 10
     assert computed["axes"] == recorded["coverage"]["axes"]
+    assert computed["ttft_share_max"] == recorded["coverage"]["ttft_share_max"]
 
 
 def test_an_overloaded_run_quotes_how_far_off_the_held_out_saturated_runs_were() -> None:
@@ -99,3 +101,43 @@ def test_the_saturated_record_covers_every_public_saturated_point() -> None:
     )["points"]
     record = yaml.safe_load((ROOT / "blis_core" / "data" / "saturated_record.yaml").read_text())
     assert record["points"] == len(points)
+
+
+def test_a_queue_bound_run_says_so_and_quotes_the_held_out_saturated_runs() -> None:
+    """A burst's backlog only drains, so it is never overloaded; when its requests wait
+    longer for a first engine step than they are then served, the run is queue-bound,
+    outside the measured runs (whose mean TTFT, the wait included, stayed under 2 % of
+    their mean E2E), and its reason quotes how far off BLIS was on the public saturated
+    runs."""
+    scenario = parse_scenario(_scenario(), "t")
+    assert _axes(dataclasses.replace(INSIDE, queue_share=0.45)) == set()
+    point = dataclasses.replace(INSIDE, queue_share=0.72)
+    reasons = validity_of(scenario, ("calibrated", "roofline"), point).reasons
+    (reason,) = (r for r in reasons if r.startswith("load:"))
+    assert reason.startswith("load: the run is queue-bound (its requests waited 72 % ")
+    assert "at most 1.9 % of their mean E2E" in reason
+    assert "public saturated vLLM runs held out" in reason
+    both = validity_of(
+        scenario, ("calibrated", "roofline"), dataclasses.replace(point, overloaded=True)
+    )
+    (reason,) = (r for r in both.reasons if r.startswith("load:"))
+    assert reason.startswith("load: the run is overloaded")
+
+
+def test_a_burst_is_queue_bound_and_a_light_load_is_not(
+    install_plugins: Callable[..., None],
+) -> None:
+    install_plugins(TOY)
+    data = DataSources.load()
+    burst = _scenario(frame={"replications": 1})
+    burst["workload"]["arrival"] = {"process": "concurrency", "max_concurrency": 400}
+    burst["workload"]["num_requests"] = 400
+    result = run_scenario(parse_scenario(burst, "t"), make_host(), data)
+    assert not any(r.overloaded for r in result.replications)
+    assert "load" in {e.axis for e in result.validity.excursions}
+    assert any(r.startswith("load: the run is queue-bound") for r in result.validity.reasons)
+    light = _scenario(frame={"replications": 1})
+    light["workload"]["arrival"] = {"process": "poisson", "rate_per_s": 0.5}
+    light["workload"]["num_requests"] = 20
+    result = run_scenario(parse_scenario(light, "t"), make_host(), data)
+    assert "load" not in {e.axis for e in result.validity.excursions}
