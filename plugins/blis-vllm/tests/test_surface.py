@@ -441,14 +441,16 @@ def test_refusal_reason_reads_the_lists() -> None:
         refusal_reason("kv_connectors", "NixlConnector")  # modelled: nothing to refuse
 
 
-def test_a_data_parallel_pool_is_refused_at_its_layout(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_data_parallel_pool_is_refused_at_its_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """data_parallel_size is refused off 1 (the port runs no DP ranks); a pool whose
     layout asks dp > 1 is refused there, and the host reports the pool's layout field,
     not an engine argument."""
     with pytest.raises(InputRefused) as exc:
         _resolve(data_parallel_size=2)
     assert "engine.args.data_parallel_size" in {e.path for e in exc.value.errors}
-    scenario = PLUGIN_ROOT / "tests" / "_dp_scenario.yaml"
+    scenario = tmp_path / "dp.yaml"
     scenario.write_text(
         "name: dp\n"
         "deployment:\n"
@@ -465,10 +467,7 @@ def test_a_data_parallel_pool_is_refused_at_its_layout(capsys: pytest.CaptureFix
         "  num_requests: 4\n",
         encoding="utf-8",
     )
-    try:
-        assert main(["run", str(scenario)]) != 0
-    finally:
-        scenario.unlink()
+    assert main(["run", str(scenario)]) != 0
     err = capsys.readouterr().err
     assert "deployment.pools.0.layout.dp: 2: not modelled by blis-vllm: data parallelism" in err
     assert "args.deployment" not in err and "issue #" not in err
